@@ -1,0 +1,100 @@
+"""The gateway configuration: strict keys, located errors, no secrets held."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from drawbridge.config import ConfigError, load_config, parse_config
+
+BASE = """\
+upstreams:
+  - name: github
+    transport: stdio
+    command: python
+    args: [server.py]
+    env: {LOG_LEVEL: debug}
+  - name: time
+    transport: streamable_http
+    url: http://127.0.0.1:9000/mcp
+    headers_env: {Authorization: TIME_AUTH}
+policy_dir: ./policies
+listen: {host: 127.0.0.1, port: 8899}
+auth:
+  admin: {token_env: ADMIN_TOKEN}
+  agents:
+    - agent: ci-bot
+      token_env: CI_TOKEN
+    - agent: reviewer
+      token_sha256: "%s"
+limits: {max_message_bytes: 2048, call_timeout_seconds: 5}
+tool_decision_truth: {out: evidence/carriers.ndjson}
+pin_tools: true
+hide_denied_tools: true
+approval: {timeout_seconds: 30}
+""" % hashlib.sha256(b"reviewer-token").hexdigest()
+
+ENV = {"ADMIN_TOKEN": "admin-secret", "CI_TOKEN": "ci-secret"}
+
+
+def test_full_example_loads(tmp_path):
+    cfg = parse_config(BASE, str(tmp_path / "drawbridge.yaml"), ENV)
+    assert [u.name for u in cfg.upstreams] == ["github", "time"]
+    assert cfg.upstreams[0].args == ("server.py",)
+    assert cfg.upstreams[1].headers_env == {"Authorization": "TIME_AUTH"}
+    assert cfg.policy_dir == str(tmp_path / "policies")
+    assert cfg.tool_decision_truth_out == str(tmp_path / "evidence" / "carriers.ndjson")
+    assert cfg.listen_port == 8899 and cfg.max_message_bytes == 2048 and cfg.call_timeout_seconds == 5.0
+    assert cfg.pin_tools and cfg.hide_denied_tools and cfg.approval_timeout_seconds == 30.0
+    # Tokens are held as digests only.
+    assert cfg.admin_token_sha256 == hashlib.sha256(b"admin-secret").hexdigest()
+    assert {a.agent: a.token_sha256 for a in cfg.agents} == {
+        "ci-bot": hashlib.sha256(b"ci-secret").hexdigest(),
+        "reviewer": hashlib.sha256(b"reviewer-token").hexdigest(),
+    }
+    assert "ci-secret" not in repr(cfg) and "admin-secret" not in repr(cfg)
+
+
+@pytest.mark.parametrize(
+    ("edit", "line", "fragment"),
+    [
+        (lambda t: t + "surprise: 1\n", 25, "unknown key 'surprise'"),
+        (lambda t: t.replace("    env: {LOG_LEVEL", "    enviro: {LOG_LEVEL"), 6, "unknown key 'enviro' in upstreams[0]"),
+        (lambda t: t.replace("transport: stdio", "transport: sse"), 3, "unknown transport 'sse'"),
+        (lambda t: t.replace("name: time", "name: github"), 1, "duplicate upstream name 'github'"),
+        (lambda t: t.replace("name: time", "name: ti.me"), 7, "must match"),
+        (lambda t: t.replace("port: 8899", "port: 99999"), 12, "out of range"),
+        (lambda t: t.replace("port: 8899", "port: true"), 12, "must be a number"),
+        (lambda t: t.replace("token_env: CI_TOKEN", "token_env: MISSING_VAR"), 17, "MISSING_VAR is missing"),
+        (lambda t: t.replace("policy_dir: ./policies\n", ""), None, "set policy_dir"),
+        (lambda t: t.replace("max_message_bytes: 2048", "max_message_bytes: 10"), 20, "at least 1024"),
+        (lambda t: t.replace("url: http://127", "url: ftp://127"), 9, "http:// or https://"),
+    ],
+)
+def test_bad_configs_name_line_and_problem(tmp_path, edit, line, fragment):
+    path = str(tmp_path / "drawbridge.yaml")
+    with pytest.raises(ConfigError) as info:
+        parse_config(edit(BASE), path, ENV)
+    assert fragment in str(info.value)
+    assert info.value.file == path
+    if line is not None:
+        assert info.value.line == line
+
+
+def test_shared_token_and_bad_digest_refused(tmp_path):
+    path = str(tmp_path / "c.yaml")
+    shared = BASE.replace("token_env: CI_TOKEN", "token_sha256: \"%s\"" % hashlib.sha256(b"reviewer-token").hexdigest())
+    with pytest.raises(ConfigError, match="share one bearer token"):
+        parse_config(shared, path, ENV)
+    with pytest.raises(ConfigError, match="64 lowercase hex"):
+        parse_config(BASE.replace('token_sha256: "', 'token_sha256: "Z'), path, ENV)
+
+
+def test_unreadable_and_invalid_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("upstreams: [\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(bad)
