@@ -1,0 +1,474 @@
+"""``drawbridge evidence``: recompute and verify evidence offline, from files alone.
+
+Invariant: every verdict printed here is recomputed from the bytes of the
+files given, by the pure core (``drawbridge.canonical``, ``drawbridge.evidence``);
+nothing is looked up, fetched or trusted from a producer. This module only
+reads files, calls the core and prints.
+
+Exit codes (all subcommands): 0 verified (or, for the two computing commands,
+done); 1 verification failed; 2 usage error or unreadable input (missing file,
+invalid JSON, a document of the wrong shape). Messages for code 2 go to stderr
+and name the file and line or field at fault, never a raw value from it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from drawbridge.canonical import (
+    CanonicalizationError,
+    canonicalize_text,
+    is_sha256_digest,
+    jcs_digest,
+    parse_json,
+)
+from drawbridge.cli.output import (
+    EXIT_FAILED,
+    EXIT_OK,
+    InputError,
+    console,
+    display_text,
+    emit_json,
+    format_option,
+    key_values,
+    plain,
+    table,
+    verdict,
+)
+from drawbridge.evidence.vocabulary import SIDE_EFFECT_LEVELS, TARGET_HASH_DOMAINS
+
+TDT_VECTORS_SCHEMA = "assay.tool_decision_truth.vectors.v0"
+
+
+@click.group(name="evidence", context_settings={"help_option_names": ["-h", "--help"]})
+def command() -> None:
+    """Recompute digests and verify evidence files offline.
+
+    \b
+    Exit codes:
+      0  verified (canonicalize, target-hash: done)
+      1  verification failed
+      2  usage error or unreadable input
+    """
+
+
+# --------------------------------------------------------------------------- input helpers
+
+
+def _label(path: str) -> str:
+    return "standard input" if path == "-" else path
+
+
+def read_bytes(path: str) -> bytes:
+    """The bytes of a file (``-``: standard input); unreadable -> exit 2."""
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(path).read_bytes()
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected a file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def parse_document(data: bytes, label: str) -> Any:
+    """One JSON document; invalid -> exit 2 with the parser's position (never the content)."""
+    try:
+        return parse_json(data)
+    except CanonicalizationError as exc:
+        raise InputError(f"{label}: {exc}") from None
+
+
+def parse_ndjson(data: bytes, label: str) -> list[Any]:
+    """One JSON value per non-blank line."""
+    values: list[Any] = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            values.append(parse_json(line))
+        except CanonicalizationError as exc:
+            raise InputError(f"{label} line {number}: {exc}") from None
+    return values
+
+
+def _finish(ok: bool) -> NoReturn:
+    click.get_current_context().exit(EXIT_OK if ok else EXIT_FAILED)
+
+
+# --------------------------------------------------------------------------- canonicalize
+
+
+@command.command(name="canonicalize")
+@click.argument("file", default="-", metavar="[FILE|-]")
+@format_option
+def canonicalize_cmd(file: str, output_format: str) -> None:
+    """Print the RFC 8785 (JCS) canonical form of a JSON document.
+
+    FILE defaults to standard input. In table format (the default) the canonical
+    bytes are written exactly, with no newline added, so that
+    `drawbridge evidence canonicalize doc.json | sha256sum` prints the hex of the
+    document's sha256: digest. --format json prints {"canonical", "digest"}.
+
+    Exit codes: 0 done, 2 usage error, unreadable file or invalid JSON.
+    """
+    data = read_bytes(file)
+    try:
+        canonical = canonicalize_text(data)
+    except CanonicalizationError as exc:
+        raise InputError(f"{_label(file)}: {exc}") from None
+    if output_format == "json":
+        emit_json({"canonical": canonical.decode("utf-8"), "digest": jcs_digest(parse_json(canonical))})
+        return
+    out = sys.stdout.buffer
+    out.write(canonical)
+    out.flush()
+
+
+# --------------------------------------------------------------------------- target-hash
+
+
+@command.command(name="target-hash")
+@click.argument("domain", type=click.Choice(TARGET_HASH_DOMAINS), metavar="DOMAIN")
+@click.argument("value")
+@format_option
+def target_hash_cmd(domain: str, value: str, output_format: str) -> None:
+    """Print the pseudonymised target hash of VALUE in DOMAIN.
+
+    DOMAIN is one of: {domains}.
+
+    target_hash = "sha256:" + hex(sha256("assay.tool_target.v0:" + DOMAIN + ":" +
+    lower(trim(VALUE)))). VALUE "-" reads the value from standard input (which keeps it
+    out of the process list and shell history); a VALUE that starts with "-" goes after
+    "--". The value is never printed back.
+
+    Exit codes: 0 done, 2 usage error (unknown DOMAIN).
+    """
+    from drawbridge.evidence.classify import target_hash
+
+    if value == "-":
+        try:
+            value = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError("standard input: the value is not valid UTF-8") from None
+    digest = target_hash(domain, value)
+    if output_format == "json":
+        emit_json({"domain": domain, "target_hash": digest})
+    else:
+        click.echo(digest)
+
+
+target_hash_cmd.help = (target_hash_cmd.help or "").replace("{domains}", ", ".join(TARGET_HASH_DOMAINS))
+
+
+# --------------------------------------------------------------------------- verify-tdt
+
+
+def _tdt_checks(report: dict[str, Any]) -> list[dict[str, Any]]:
+    checks = report.get("checks", report.get("items", []))
+    return checks if isinstance(checks, list) else []
+
+
+@command.command(name="verify-tdt")
+@click.argument("file", metavar="FILE")
+@click.option("--rows", "rows_file", metavar="FILE", help="NDJSON recipe rows citing the carriers in FILE.")
+@click.option(
+    "--declared-policy-digest",
+    "policy_digest",
+    metavar="DIGEST",
+    help="With carriers: the sha256: digest of the declared policy every carrier must cite.",
+)
+@format_option
+def verify_tdt_cmd(file: str, rows_file: str | None, policy_digest: str | None, output_format: str) -> None:
+    """Verify tool-decision-truth evidence.
+
+    FILE is either a conformance vectors document (one JSON object with schema
+    assay.tool_decision_truth.vectors.v0), every expectation of which is
+    recomputed, or NDJSON carriers (assay.tool_decision_truth.v0, one per line),
+    checked alone or, with --rows, together with the recipe rows that cite them.
+
+    Exit codes: 0 verified, 1 verification failed, 2 usage error or unreadable input.
+    """
+    from drawbridge.evidence.truth import vectors as tdt
+
+    data = read_bytes(file)
+    document: Any = None
+    try:
+        document = parse_json(data)
+    except CanonicalizationError:
+        document = None  # not one JSON document: read as NDJSON below
+    if isinstance(document, dict) and document.get("schema") == TDT_VECTORS_SCHEMA:
+        if rows_file is not None or policy_digest is not None:
+            raise click.UsageError(
+                "--rows and --declared-policy-digest apply to carriers, not to a vectors document"
+            )
+        kind = "vectors document"
+        report = tdt.verify_tdt_document(document)
+    else:
+        kind = "carriers"
+        carriers = [document] if isinstance(document, dict) else parse_ndjson(data, _label(file))
+        rows = parse_ndjson(read_bytes(rows_file), rows_file) if rows_file is not None else None
+        if policy_digest is not None and not is_sha256_digest(policy_digest):
+            raise click.BadParameter(
+                "must be sha256: + 64 lowercase hex", param_hint="--declared-policy-digest"
+            )
+        report = tdt.verify_carriers(carriers, rows, declared_policy_digest=policy_digest)
+    if not isinstance(report, dict) or not isinstance(report.get("ok"), bool):
+        raise RuntimeError("the truth verifier returned a report without a boolean 'ok'")
+    ok = report["ok"]
+    if output_format == "json":
+        emit_json(report)
+        _finish(ok)
+    checks = _tdt_checks(report)
+    passed = sum(1 for check in checks if isinstance(check, dict) and check.get("ok") is True)
+    out = console()
+    summary: list[tuple[str, Any]] = [("input", f"{file} ({kind})")]
+    for key in ("carrier_count", "row_count", "verified_rows"):
+        if key in report:
+            summary.append((key.replace("_", " "), report[key]))
+    summary.append(("checks passed", f"{passed} of {len(checks)}"))
+    summary.append(("result", verdict(ok)))
+    out.print(key_values("Tool-decision truth", summary))
+    out.print(
+        table(
+            "Checks",
+            ("check", "ok", "detail"),
+            (
+                (c.get("id"), verdict(c.get("ok") is True, "ok", "FAIL"), c.get("detail"))
+                for c in checks
+                if isinstance(c, dict)
+            ),
+        )
+    )
+    claims_not_made = report.get("claims_not_made")
+    if isinstance(claims_not_made, list) and claims_not_made:
+        out.print(plain("Not claimed: " + ", ".join(str(c) for c in claims_not_made)))
+    _finish(ok)
+
+
+# --------------------------------------------------------------------------- verify-side-effects
+
+
+def _audit_files(path: str) -> Iterator[Path]:
+    target = Path(path)
+    if target.is_dir():
+        try:
+            names = sorted(entry.name for entry in target.iterdir() if entry.name.endswith(".json"))
+        except OSError as exc:
+            raise InputError(f"{path}: cannot list directory: {exc.strerror}") from None
+        for name in names:
+            if (target / name).is_file():
+                yield target / name
+    elif target.exists():
+        yield target
+    else:
+        raise InputError(f"{path}: no such file or directory")
+
+
+def _describe_binding(binding: Any) -> str:
+    if not isinstance(binding, dict):
+        return "-"
+    outcome = str(binding.get("outcome", "?"))
+    if "reason" in binding:
+        return f"{outcome}: {binding['reason']}"
+    if outcome == "record_inconsistent":
+        return f"{outcome}: binding_digest is not the digest of the record's own subject"
+    if outcome == "binds_different_call":
+        return f"{outcome}: the record describes another call"
+    return outcome
+
+
+def _rank(level: Any) -> int:
+    return SIDE_EFFECT_LEVELS.index(level) if level in SIDE_EFFECT_LEVELS else -1
+
+
+@command.command(name="verify-side-effects")
+@click.argument("surface_json", metavar="SURFACE_JSON")
+@click.argument("more_imports", nargs=-1, metavar="[PATH...]")
+@click.option(
+    "--audit-import",
+    "audit_imports",
+    multiple=True,
+    metavar="PATH",
+    help="Provider audit records: a .json file, or a directory whose *.json files are read "
+    "in file-name order. Repeatable; further PATHs may follow the first.",
+)
+@format_option
+def verify_side_effects_cmd(
+    surface_json: str, more_imports: tuple[str, ...], audit_imports: tuple[str, ...], output_format: str
+) -> None:
+    """Re-derive each recorded side effect's level from imported provider audit records.
+
+    SURFACE_JSON is an assay.tool_decision_surface.v0 document. Each call's level is
+    re-derived (asserted; verified only through an audit record that binds to the
+    call) and compared with the level the document records. Fails when a recorded
+    level is higher than the evidence supports, or when an imported record is
+    inconsistent in itself. Files in an import that are not
+    assay.provider_audit_record.v0 are listed as skipped. Without --audit-import
+    every call re-derives to asserted.
+
+    Exit codes: 0 verified, 1 verification failed, 2 usage error or unreadable input
+    (an unreadable surface document or audit file; an audit file that is not JSON
+    is listed as skipped, as other non-record files are).
+    """
+    from drawbridge.evidence.side_effect import SurfaceFormatError, load_audit_records, verify_side_effects
+
+    if more_imports and not audit_imports:
+        raise click.UsageError("extra arguments after SURFACE_JSON: audit records go after --audit-import")
+    surface_doc = parse_document(read_bytes(surface_json), _label(surface_json))
+    items: list[tuple[str, Any]] = []
+    unparsable: list[dict[str, str]] = []
+    for path in (*audit_imports, *more_imports):
+        for file in _audit_files(path):
+            try:
+                items.append((str(file), parse_json(read_bytes(str(file)))))
+            except CanonicalizationError:
+                # As in Assay: a file that is not JSON is not a record. It is listed, never silent;
+                # skipping it can only leave a call at a lower level, never raise one.
+                unparsable.append({"source": display_text(str(file)), "reason": "not valid JSON"})
+    records, skipped = load_audit_records(items)
+    skipped = sorted([*unparsable, *skipped], key=lambda item: item["source"])
+    try:
+        report = verify_side_effects(surface_doc, records, bundle=_label(surface_json))
+    except SurfaceFormatError as exc:
+        raise InputError(f"{_label(surface_json)}: {exc}") from None
+    report = {**report, "audit_imports_skipped": skipped}
+    ok = report["ok"] is True
+    if output_format == "json":
+        emit_json(report)
+        _finish(ok)
+
+    out = console()
+    ceiling = report.get("weakest_occurrence_ceiling") or {}
+    out.print(
+        key_values(
+            "Side effects",
+            [
+                ("surface", _label(surface_json)),
+                ("calls", len(report["calls"])),
+                ("audit records imported", report["audit_records_imported"]),
+                ("promoted to verified", report["promoted"]),
+                ("levels not reproduced", report["levels_not_reproduced"]),
+                ("audit records rejected", report["audit_records_rejected"]),
+                ("weakest occurrence ceiling", ceiling.get("ceiling", ceiling.get("state"))),
+                ("result", verdict(ok)),
+            ],
+        )
+    )
+    call_rows = []
+    for index, call in enumerate(report["calls"]):
+        before, after = call.get("level_before"), call.get("level")
+        overclaimed = before in SIDE_EFFECT_LEVELS and SIDE_EFFECT_LEVELS.index(before) > _rank(after)
+        call_rows.append(
+            (
+                index,
+                call.get("tool"),
+                call.get("asserted"),
+                before if before is not None else "(none recorded)",
+                verdict(not overclaimed, str(after), f"{after} (recorded {before})"),
+                _describe_binding(call.get("binding")),
+            )
+        )
+    columns = ("#", "tool", "asserted", "level before", "level after", "binding")
+    out.print(table("Decisions", columns, call_rows))
+    record_rows = []
+    for record in report["audit_records"]:
+        if record.get("status") == "rejected":  # its own check failed: that is the reason, for every call
+            reasons = [_describe_binding(record.get("check"))]
+        else:
+            reasons = [
+                f"call {r.get('call')}: {_describe_binding(r.get('binding'))}"
+                for r in record.get("rejections", [])
+            ]
+        status = str(record.get("status"))
+        record_rows.append(
+            (
+                record.get("source"),
+                record.get("record_id"),
+                verdict(status != "rejected", status, status),
+                record.get("matched_call"),
+                "; ".join(reasons) or None,
+            )
+        )
+    if record_rows:
+        columns = ("source", "record_id", "status", "matched call", "reasons")
+        out.print(table("Audit records", columns, record_rows))
+    if skipped:
+        skipped_rows = ((s["source"], s["reason"]) for s in skipped)
+        out.print(table("Skipped imports", ("source", "reason"), skipped_rows))
+    _finish(ok)
+
+
+# --------------------------------------------------------------------------- verify-chain
+
+
+@command.command(name="verify-chain")
+@click.argument("trace_file", metavar="TRACE_FILE")
+@click.option(
+    "--expected-head",
+    "checkpoint_file",
+    metavar="CHECKPOINT_JSON",
+    help="A drawbridge.trace_checkpoint.v0 file: the log must reach its seq with its entry_hash "
+    "(reveals a cut tail or a rewritten log).",
+)
+@format_option
+def verify_chain_cmd(trace_file: str, checkpoint_file: str | None, output_format: str) -> None:
+    """Verify a hash-chained trace log (drawbridge.trace_entry.v0, NDJSON).
+
+    Every entry's hash is recomputed and every link checked; the first changed,
+    missing, reordered or duplicated entry is named by line and seq. Without
+    --expected-head, a log whose last entries were cut off still verifies: keep
+    checkpoints elsewhere to detect that. See docs/trace-chain.md.
+
+    Exit codes: 0 verified, 1 verification failed, 2 usage error or unreadable input.
+    """
+    from drawbridge.evidence.chain import ChainFormatError, parse_checkpoint, verify_chain
+
+    expected = None
+    if checkpoint_file is not None:
+        checkpoint_doc = parse_document(read_bytes(checkpoint_file), _label(checkpoint_file))
+        try:
+            expected = parse_checkpoint(checkpoint_doc)
+        except ChainFormatError as exc:
+            raise InputError(f"{_label(checkpoint_file)}: {exc}") from None
+    try:
+        if trace_file == "-":
+            report = verify_chain(sys.stdin.buffer, expected_head=expected)
+        else:
+            with open(trace_file, "rb") as handle:
+                report = verify_chain(handle, expected_head=expected)
+    except IsADirectoryError:
+        raise InputError(f"{trace_file}: is a directory, expected a file") from None
+    except OSError as exc:
+        raise InputError(f"{_label(trace_file)}: cannot read: {exc.strerror}") from None
+    result = report.to_dict()
+    if expected is not None:
+        result["expected_head"] = {"seq": expected.seq, "entry_hash": expected.entry_hash}
+    if output_format == "json":
+        emit_json(result)
+        _finish(report.ok)
+    head = report.head
+    pairs: list[tuple[str, Any]] = [
+        ("trace", _label(trace_file)),
+        ("entries verified", report.entries),
+        ("head seq", None if head is None else head.seq),
+        ("head entry_hash", None if head is None else head.entry_hash),
+    ]
+    if expected is not None:
+        pairs.append(("checkpoint", f"seq {expected.seq} {expected.entry_hash}"))
+    problem = report.first_problem
+    if problem is not None:
+        pairs += [
+            ("problem", problem.code),
+            ("at line", problem.line),
+            ("seq", problem.seq),
+            ("detail", problem.message),
+        ]
+    pairs.append(("result", verdict(report.ok)))
+    console().print(key_values("Trace chain", pairs))
+    _finish(report.ok)

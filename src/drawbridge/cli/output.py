@@ -1,0 +1,112 @@
+"""How every subcommand prints: one JSON object for machines, rich tables for people.
+
+Invariant: text that came from an input file (tool names, record ids, reasons
+copied from imported records) reaches the terminal only as plain ``rich.text.Text``
+with control characters replaced, never as console markup: a hostile value like
+``[red]`` or an escape sequence prints as itself, not as formatting.
+
+Exit codes shared by the evidence commands live here too, so every command
+means the same thing by them: 0 verified, 1 verification failed, 2 usage
+error or unreadable input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from drawbridge.canonical import sanitize
+
+# Carriage return and the bidirectional overrides can make a terminal show other
+# text than the report holds; they print as U+FFFD too.
+_DISPLAY_UNSAFE = str.maketrans(
+    {c: "\ufffd" for c in "\r\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"}
+)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INPUT = 2
+
+FORMATS = ("table", "json")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class InputError(click.ClickException):
+    """Unreadable or unusable input: exit code 2, message on stderr."""
+
+    exit_code = EXIT_INPUT
+
+
+def format_option(func: F) -> F:
+    """The ``--format json|table`` option every report-printing command takes."""
+    return click.option(
+        "--format",
+        "output_format",
+        type=click.Choice(FORMATS),
+        default="table",
+        show_default=True,
+        help="table: for people (rich); json: the machine report, one JSON object.",
+    )(func)
+
+
+def emit_json(report: Any) -> None:
+    """Print one JSON object (control characters escaped by JSON itself)."""
+    click.echo(json.dumps(report, indent=2, ensure_ascii=False))
+
+
+def console() -> Console:
+    """A stdout console; wide when not a terminal, so that digests are never folded in pipes."""
+    return Console(
+        file=sys.stdout,
+        width=None if sys.stdout.isatty() else 200,
+        highlight=False,
+        soft_wrap=False,
+    )
+
+
+def plain(value: Any) -> Text:
+    """A cell from data: never markup, control characters replaced."""
+    if value is None:
+        return Text("-", style="dim")
+    if isinstance(value, bool):
+        return Text("yes" if value else "no")
+    if isinstance(value, (dict, list)):
+        value = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return Text(display_text(str(value)))
+
+
+def display_text(value: str) -> str:
+    """Text safe to show on a terminal: Cc controls (but TAB, LF), CR and bidi overrides -> U+FFFD."""
+    return sanitize(value).translate(_DISPLAY_UNSAFE)
+
+
+def verdict(ok: bool, yes: str = "VERIFIED", no: str = "FAILED") -> Text:
+    return Text(yes, style="bold green") if ok else Text(no, style="bold red")
+
+
+def table(title: str, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> Table:
+    """A table whose cells are plain text (see ``plain``)."""
+    out = Table(title=title, title_justify="left", show_lines=False)
+    for name in columns:
+        out.add_column(name, overflow="fold")
+    for row in rows:
+        out.add_row(*(cell if isinstance(cell, Text) else plain(cell) for cell in row))
+    return out
+
+
+def key_values(title: str, pairs: Iterable[tuple[str, Any]]) -> Table:
+    """A two-column summary table."""
+    out = Table(title=title, title_justify="left", show_header=False)
+    out.add_column("field", style="bold")
+    out.add_column("value", overflow="fold")
+    for key, value in pairs:
+        out.add_row(key, value if isinstance(value, Text) else plain(value))
+    return out

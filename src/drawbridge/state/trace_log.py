@@ -1,0 +1,259 @@
+"""The trace log on disk: an append-only NDJSON file holding one hash chain.
+
+Invariant: this writer only ever appends whole entries to a log that verified
+when it was opened, so the file is always a valid chain (or a valid chain plus
+one cut-short last line, after a crash mid-write, which the next open refuses).
+It never truncates, rewrites or starts a second chain on top of a file it cannot
+verify. The entry format and the verifier live in ``drawbridge.evidence.chain``.
+
+Theory of operation.
+
+* Open. The file is opened with ``O_WRONLY | O_APPEND | O_CREAT`` (created with
+  mode 0o600) and locked with an exclusive ``flock``: a second writer on the same
+  file, in this process or another, is a startup error, because two writers would
+  fork the chain. The existing content is then read and verified from the start
+  (optionally against a checkpoint's ``expected_head``); the last entry becomes
+  the head the next entry links to. A log that does not verify -- a changed byte,
+  a missing entry, a partial last line -- raises ``TraceLogCorrupt`` naming the
+  line, seq and problem. The remedy is a person's decision (keep the file as
+  evidence, move it aside, start a new log), never the writer's.
+* Append. ``append(kind, at, body)`` builds the next entry (pure core), renders
+  it as one line and hands the line to a single ``os.write``. With ``O_APPEND``
+  the kernel places the whole write at the end of the file, so a concurrent
+  reader sees whole lines or a partial last line, never an interleaving. A short
+  or failed write, or a failed fsync, poisons the writer: every later append
+  raises, because the state of the file is no longer known (after a failed fsync
+  the kernel may have dropped the dirty pages). The caller fails closed.
+* Durability (``fsync``):
+
+  - ``"always"`` (default): ``os.fsync`` after every entry, before ``append``
+    returns. A record the caller has been answered for survives a power loss.
+  - ``"batch"``: ``os.fsync`` after every ``batch_size`` entries, on ``sync()``
+    and on ``close()``. A power loss can lose up to ``batch_size - 1`` answered
+    records (a process crash loses none: they are in the kernel already).
+  - ``"never"``: no fsync at all; the kernel writes back when it likes. For
+    tests and throwaway runs.
+
+  When the file is created and the policy is not ``"never"``, its directory is
+  fsynced too, so the new file's name survives a power loss.
+* Threads and asyncio. A ``threading.Lock`` covers build + write + fsync + head
+  update, so entries from many threads form one chain in lock order. From async
+  code call ``await log.append_async(...)``: it runs ``append`` in a worker thread
+  through ``anyio.to_thread.run_sync``, because an fsync under ``"always"`` can
+  take milliseconds and must not stall the event loop for every other call. The
+  worker is not abandoned on cancellation, so a cancelled ``append_async`` may
+  still have written its entry; the next entry links to it either way.
+
+Scope: POSIX local filesystems (``flock``, ``O_APPEND`` atomicity). ``at`` is the
+caller's clock and is not required to increase (clocks step back); order is
+given by ``seq``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import os
+import stat
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import anyio.to_thread
+
+from drawbridge.evidence.chain import ChainHead, entry_line, head_of, make_entry, verify_chain
+
+FsyncPolicy = Literal["always", "batch", "never"]
+FSYNC_POLICIES: tuple[str, ...] = ("always", "batch", "never")
+FILE_MODE = 0o600
+
+
+class TraceLogError(Exception):
+    """The trace log cannot be opened or written. Callers must fail closed."""
+
+
+class TraceLogCorrupt(TraceLogError):
+    """The existing file does not verify as a trace chain; the writer refuses to continue it."""
+
+
+class TraceLogLocked(TraceLogError):
+    """Another writer holds the file."""
+
+
+class TraceLog:
+    """Append-only writer of one hash-chained trace file. See the module docstring."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        fsync: FsyncPolicy = "always",
+        *,
+        batch_size: int = 64,
+        expected_head: ChainHead | None = None,
+    ) -> None:
+        if fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}")
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self._path = Path(path)
+        self._fsync: FsyncPolicy = fsync
+        self._batch_size = batch_size
+        self._lock = threading.Lock()
+        self._unsynced = 0
+        self._broken: str | None = None
+        self._closed = False
+        self._fd, created = self._open()
+        try:
+            self._lock_file()
+            if created:
+                os.fchmod(self._fd, FILE_MODE)
+                if fsync != "never":
+                    os.fsync(self._fd)
+                    self._fsync_directory()
+            self._head = self._recover(expected_head)
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    # ------------------------------------------------------------------ open
+
+    def _open(self) -> tuple[int, bool]:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+        try:
+            return os.open(self._path, flags | os.O_CREAT | os.O_EXCL, FILE_MODE), True
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise TraceLogError(f"cannot create trace log {self._path}: {exc.strerror}") from exc
+        try:
+            info = os.stat(self._path)
+        except OSError as exc:
+            raise TraceLogError(f"cannot open trace log {self._path}: {exc.strerror}") from exc
+        if not stat.S_ISREG(info.st_mode):
+            raise TraceLogError(f"trace log {self._path} is not a regular file")
+        try:
+            return os.open(self._path, flags), False
+        except OSError as exc:
+            raise TraceLogError(f"cannot open trace log {self._path}: {exc.strerror}") from exc
+
+    def _lock_file(self) -> None:
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise TraceLogLocked(f"trace log {self._path} is already open for writing elsewhere") from None
+
+    def _fsync_directory(self) -> None:
+        directory = os.open(self._path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+    def _recover(self, expected_head: ChainHead | None) -> ChainHead | None:
+        try:
+            with open(self._path, "rb") as existing:
+                report = verify_chain(existing, expected_head=expected_head)
+        except OSError as exc:
+            raise TraceLogError(f"cannot read trace log {self._path}: {exc.strerror}") from exc
+        problem = report.first_problem
+        if problem is not None:
+            raise TraceLogCorrupt(
+                f"trace log {self._path} does not verify, refusing to append to it: "
+                f"{problem.code} at line {problem.line}: {problem.message} "
+                f"({report.entries} entries verified before it)"
+            )
+        return report.head
+
+    # ------------------------------------------------------------------ use
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def fsync_policy(self) -> FsyncPolicy:
+        return self._fsync
+
+    @property
+    def head(self) -> ChainHead | None:
+        """The last entry written (None for an empty log)."""
+        with self._lock:
+            return self._head
+
+    def append(self, kind: str, at: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Append the next entry and return it; durable on return under ``fsync="always"``.
+
+        A malformed kind/at/body raises ``ChainFormatError`` (a ValueError) and writes nothing.
+        """
+        with self._lock:
+            self._check_usable()
+            entry = make_entry(self._head, kind, at, body)
+            line = entry_line(entry)
+            try:
+                written = os.write(self._fd, line)
+            except OSError as exc:
+                raise self._poison(f"writing entry seq {entry['seq']} failed: {exc.strerror}") from exc
+            if written != len(line):
+                raise self._poison(
+                    f"short write of entry seq {entry['seq']} ({written} of {len(line)} bytes): "
+                    "the file now ends with a partial line"
+                )
+            self._unsynced += 1
+            if self._fsync == "always" or (self._fsync == "batch" and self._unsynced >= self._batch_size):
+                self._sync_locked()
+            self._head = head_of(entry)
+            return entry
+
+    async def append_async(self, kind: str, at: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``append`` from async code, in a worker thread so that fsync never blocks the event loop."""
+        return await anyio.to_thread.run_sync(functools.partial(self.append, kind, at, body))
+
+    def sync(self) -> None:
+        """Force written entries to disk now (what ``"batch"`` does every ``batch_size`` entries)."""
+        with self._lock:
+            self._check_usable()
+            if self._unsynced:
+                self._sync_locked()
+
+    def close(self) -> None:
+        """Sync (unless ``"never"``) and release the file. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if self._broken is None and self._unsynced and self._fsync != "never":
+                    os.fsync(self._fd)
+            finally:
+                os.close(self._fd)
+
+    def __enter__(self) -> TraceLog:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise TraceLogError(f"trace log {self._path} is closed")
+        if self._broken is not None:
+            raise TraceLogError(
+                f"trace log {self._path} is unusable after an earlier failure: {self._broken}"
+            )
+
+    def _sync_locked(self) -> None:
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise self._poison(f"fsync failed: {exc.strerror}") from exc
+        self._unsynced = 0
+
+    def _poison(self, reason: str) -> TraceLogError:
+        self._broken = reason
+        return TraceLogError(f"trace log {self._path}: {reason}; no further entries will be written")
