@@ -1,0 +1,101 @@
+"""Cost of the evidence built for one typical tools/call, in microseconds.
+
+Builds, for a privileged call (add_deploy_key with a traceparent and a planted
+secret): a tool-decision surface record, a keyed truth carrier (with its
+verdict against a small declared policy), and a hash-chained trace entry.
+Prints the median and p99 of each over many repetitions.
+
+    python bench/evidence.py [--n 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+from drawbridge.evidence.chain import ChainHead, make_entry
+from drawbridge.evidence.surface import build_decision
+from drawbridge.evidence.truth.carrier import build_carrier
+from drawbridge.evidence.truth.declared import declared_policy_digest
+from drawbridge.evidence.truth.evidence import Evidence
+from drawbridge.evidence.truth.verdict import decision_verdict
+
+ARGS = {
+    "owner": "acme",
+    "repo": "prod-api",
+    "title": "ci deploy key",
+    "key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
+    "read_only": True,
+    "token": "ghp_plantedsecret0000000000000000000000",
+}
+PARAMS = {
+    "name": "add_deploy_key",
+    "arguments": ARGS,
+    "_meta": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+}
+POLICY = {
+    "version": "2.0",
+    "tools": {"allow": ["list_repos", "add_deploy_key"], "approval_required": ["add_deploy_key"]},
+    "schemas": {"add_deploy_key": {"type": "object", "required": ["owner", "repo"]}},
+}
+KEY, KEY_ID = b"bench-key-0123456789abcdef", "bench-kid-v0"
+DPD = declared_policy_digest(POLICY)
+
+
+def surface() -> object:
+    return build_decision(
+        server_id="github", tool_name="add_deploy_key", arguments=ARGS, params=PARAMS,
+        effect="allow", status="success", rule_id="demo#2",
+    )
+
+
+def carrier() -> object:
+    verdict = decision_verdict(POLICY, "add_deploy_key", ARGS, "present", Evidence())
+    return build_carrier(
+        tool_name="add_deploy_key", args=ARGS, order=7, declared_policy_digest=DPD, key=KEY, key_id=KEY_ID,
+        source_class="authoritative_boundary", call_id="req_7", result_status="ok", identity_state="present",
+        decision_verdict=verdict,
+    )
+
+
+HEAD = ChainHead(seq=41, entry_hash="sha256:" + "ab" * 32)
+BODY = {"agent": "demo-agent", "tool": "github.add_deploy_key", "action": "allow", "policy": "demo",
+        "rule_index": 2, "args_digest": "hmac-sha256:bench-kid-v0:" + "cd" * 32, "outcome": "success",
+        "latency_ms": 1.25}
+
+
+def chain_entry() -> object:
+    return make_entry(HEAD, "tool_decision", "2026-11-30T12:00:00.000000Z", BODY)
+
+
+def measure(fn: Callable[[], object], n: int) -> tuple[float, float]:
+    for _ in range(min(1000, n)):
+        fn()
+    samples = []
+    clock = time.perf_counter_ns
+    for _ in range(n):
+        start = clock()
+        fn()
+        samples.append((clock() - start) / 1000)
+    samples.sort()
+    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=20000)
+    n = parser.parse_args().n
+    rows = [("surface record", surface), ("truth carrier + verdict", carrier), ("chain entry", chain_entry)]
+    total = 0.0
+    print(f"{'evidence for one call':<26}{'p50 us':>10}{'p99 us':>10}")
+    for name, fn in rows:
+        p50, p99 = measure(fn, n)
+        total += p50
+        print(f"{name:<26}{p50:>10.1f}{p99:>10.1f}")
+    print(f"{'all three (sum of p50)':<26}{total:>10.1f}")
+
+
+if __name__ == "__main__":
+    main()
