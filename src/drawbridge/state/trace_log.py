@@ -51,35 +51,44 @@ given by ``seq``.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import os
-import stat
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 import anyio.to_thread
 
 from drawbridge.evidence.chain import ChainHead, entry_line, head_of, make_entry, verify_chain
+from drawbridge.state.append_only import (
+    FILE_MODE,
+    FSYNC_POLICIES,
+    AppendOnlyError,
+    AppendOnlyFile,
+    AppendOnlyLocked,
+    FsyncPolicy,
+)
 
-FsyncPolicy = Literal["always", "batch", "never"]
-FSYNC_POLICIES: tuple[str, ...] = ("always", "batch", "never")
-FILE_MODE = 0o600
+__all__ = [
+    "FILE_MODE",
+    "FSYNC_POLICIES",
+    "FsyncPolicy",
+    "TraceLog",
+    "TraceLogCorrupt",
+    "TraceLogError",
+    "TraceLogLocked",
+]
+
+TraceLogError = AppendOnlyError
+"""The trace log cannot be opened or written. Callers must fail closed."""
+
+TraceLogLocked = AppendOnlyLocked
+"""Another writer holds the file."""
 
 
-class TraceLogError(Exception):
-    """The trace log cannot be opened or written. Callers must fail closed."""
-
-
-class TraceLogCorrupt(TraceLogError):
+class TraceLogCorrupt(AppendOnlyError):
     """The existing file does not verify as a trace chain; the writer refuses to continue it."""
-
-
-class TraceLogLocked(TraceLogError):
-    """Another writer holds the file."""
 
 
 class TraceLog:
@@ -93,93 +102,45 @@ class TraceLog:
         batch_size: int = 64,
         expected_head: ChainHead | None = None,
     ) -> None:
-        if fsync not in FSYNC_POLICIES:
-            raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}")
-        if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
-        self._path = Path(path)
-        self._fsync: FsyncPolicy = fsync
-        self._batch_size = batch_size
-        self._lock = threading.Lock()
-        self._unsynced = 0
-        self._broken: str | None = None
-        self._closed = False
-        self._fd, created = self._open()
+        self._file = AppendOnlyFile(path, fsync, batch_size=batch_size, what="trace log")
         try:
-            self._lock_file()
-            if created:
-                os.fchmod(self._fd, FILE_MODE)
-                if fsync != "never":
-                    os.fsync(self._fd)
-                    self._fsync_directory()
             self._head = self._recover(expected_head)
         except BaseException:
-            os.close(self._fd)
+            self._file.close()
             raise
 
-    # ------------------------------------------------------------------ open
-
-    def _open(self) -> tuple[int, bool]:
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
-        try:
-            return os.open(self._path, flags | os.O_CREAT | os.O_EXCL, FILE_MODE), True
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise TraceLogError(f"cannot create trace log {self._path}: {exc.strerror}") from exc
-        try:
-            info = os.stat(self._path)
-        except OSError as exc:
-            raise TraceLogError(f"cannot open trace log {self._path}: {exc.strerror}") from exc
-        if not stat.S_ISREG(info.st_mode):
-            raise TraceLogError(f"trace log {self._path} is not a regular file")
-        try:
-            return os.open(self._path, flags), False
-        except OSError as exc:
-            raise TraceLogError(f"cannot open trace log {self._path}: {exc.strerror}") from exc
-
-    def _lock_file(self) -> None:
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise TraceLogLocked(f"trace log {self._path} is already open for writing elsewhere") from None
-
-    def _fsync_directory(self) -> None:
-        directory = os.open(self._path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
-
     def _recover(self, expected_head: ChainHead | None) -> ChainHead | None:
+        path = self._file.path
         try:
-            with open(self._path, "rb") as existing:
+            with open(path, "rb") as existing:
                 report = verify_chain(existing, expected_head=expected_head)
         except OSError as exc:
-            raise TraceLogError(f"cannot read trace log {self._path}: {exc.strerror}") from exc
+            raise TraceLogError(f"cannot read trace log {path}: {exc.strerror}") from exc
         problem = report.first_problem
         if problem is not None:
             raise TraceLogCorrupt(
-                f"trace log {self._path} does not verify, refusing to append to it: "
+                f"trace log {path} does not verify, refusing to append to it: "
                 f"{problem.code} at line {problem.line}: {problem.message} "
                 f"({report.entries} entries verified before it)"
             )
         return report.head
 
-    # ------------------------------------------------------------------ use
+    @property
+    def _fd(self) -> int:
+        return self._file._fd
 
     @property
     def path(self) -> Path:
-        return self._path
+        return self._file.path
 
     @property
     def fsync_policy(self) -> FsyncPolicy:
-        return self._fsync
+        return self._file.fsync_policy
 
     @property
     def head(self) -> ChainHead | None:
         """The last entry written (None for an empty log)."""
-        with self._lock:
+        with self._file.lock:
             return self._head
 
     def append(self, kind: str, at: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -187,22 +148,10 @@ class TraceLog:
 
         A malformed kind/at/body raises ``ChainFormatError`` (a ValueError) and writes nothing.
         """
-        with self._lock:
-            self._check_usable()
+        with self._file.lock:
+            self._file.check_usable()
             entry = make_entry(self._head, kind, at, body)
-            line = entry_line(entry)
-            try:
-                written = os.write(self._fd, line)
-            except OSError as exc:
-                raise self._poison(f"writing entry seq {entry['seq']} failed: {exc.strerror}") from exc
-            if written != len(line):
-                raise self._poison(
-                    f"short write of entry seq {entry['seq']} ({written} of {len(line)} bytes): "
-                    "the file now ends with a partial line"
-                )
-            self._unsynced += 1
-            if self._fsync == "always" or (self._fsync == "batch" and self._unsynced >= self._batch_size):
-                self._sync_locked()
+            self._file.write_line_locked(entry_line(entry), f"entry seq {entry['seq']}")
             self._head = head_of(entry)
             return entry
 
@@ -212,22 +161,11 @@ class TraceLog:
 
     def sync(self) -> None:
         """Force written entries to disk now (what ``"batch"`` does every ``batch_size`` entries)."""
-        with self._lock:
-            self._check_usable()
-            if self._unsynced:
-                self._sync_locked()
+        self._file.sync()
 
     def close(self) -> None:
         """Sync (unless ``"never"``) and release the file. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            try:
-                if self._broken is None and self._unsynced and self._fsync != "never":
-                    os.fsync(self._fd)
-            finally:
-                os.close(self._fd)
+        self._file.close()
 
     def __enter__(self) -> TraceLog:
         return self
@@ -236,24 +174,3 @@ class TraceLog:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-    # ------------------------------------------------------------------ internals
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise TraceLogError(f"trace log {self._path} is closed")
-        if self._broken is not None:
-            raise TraceLogError(
-                f"trace log {self._path} is unusable after an earlier failure: {self._broken}"
-            )
-
-    def _sync_locked(self) -> None:
-        try:
-            os.fsync(self._fd)
-        except OSError as exc:
-            raise self._poison(f"fsync failed: {exc.strerror}") from exc
-        self._unsynced = 0
-
-    def _poison(self, reason: str) -> TraceLogError:
-        self._broken = reason
-        return TraceLogError(f"trace log {self._path}: {reason}; no further entries will be written")

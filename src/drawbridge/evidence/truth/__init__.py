@@ -1,0 +1,53 @@
+"""Tool-decision truth (assay.tool_decision_truth.v0): declared side, verdict gate, carriers."""
+
+from drawbridge.evidence.truth.assay_policy import (
+    TOOL_LIST_FIELDS,
+    UNCONSTRAINED_MODES,
+    AssayPolicyError,
+    normalize_assay_policy,
+    parse_assay_policy,
+    unknown_policy_fields,
+)
+from drawbridge.evidence.truth.declared import declared_policy_digest, declared_view, project_declared
+from drawbridge.evidence.truth.evidence import Evidence
+from drawbridge.evidence.truth.patterns import matches_tool_pattern
+from drawbridge.evidence.truth.verdict import (
+    AXES,
+    IDENTITY_STATES,
+    JSON_NULL,
+    VERDICTS,
+    ArgsCheck,
+    check_tool_args,
+    decision_axes,
+    decision_verdict,
+    lattice_max,
+    run_verdict,
+    verdict_rank,
+)
+from drawbridge.evidence.truth.carrier import (
+    SCHEMA,
+    CarrierError,
+    CarrierVocabularyError,
+    args_digest,
+    build_carrier,
+    carrier_content_digest,
+    decision_identity_digest,
+    drop_secret_keys,
+    is_secret_key,
+    observed_input_digest,
+    try_build_carrier,
+    validate_carrier,
+)
+from drawbridge.evidence.truth.otel import (
+    UnverifiedDecisionError,
+    VerifiedDecision,
+    project_tool_decision_truth,
+)
+from drawbridge.evidence.truth.pack import (
+    RECIPE,
+    RecipeRowError,
+    evidence_ref,
+    pack_recipe_row,
+    verify_recipe_row,
+)
+from drawbridge.evidence.truth.vectors import verify_carriers, verify_tdt_document
