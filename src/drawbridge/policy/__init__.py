@@ -1,0 +1,87 @@
+"""The native policy engine: model, strict loading, evaluation, argument schemas, provenance.
+
+Pure core: ``model``, ``globs``, ``conditions``, ``regexes``, ``schemas``,
+``load``, ``evaluate`` (and ``assay``, the Assay-format conversion). Shell: ``files``
+(reads policy files) and ``reload`` (the current set and its hot reload).
+The file format is documented in docs/policy-format.md.
+"""
+
+from drawbridge.policy.conditions import ConditionError, compile_condition, compile_regex
+from drawbridge.policy.evaluate import Candidate, ToolView, candidate_rules, evaluate, explain
+from drawbridge.policy.files import (
+    load_policy_dir,
+    load_policy_file,
+    load_policy_path,
+    read_policy_dir,
+    read_source,
+)
+from drawbridge.policy.globs import Glob, GlobError, GlobKind, compile_glob
+from drawbridge.policy.load import (
+    PolicyLoadError,
+    PolicySource,
+    is_assay_format,
+    load_policies,
+    load_policy_text,
+    parse_policy,
+)
+from drawbridge.policy.model import (
+    DEFAULT_DENY,
+    Action,
+    Basis,
+    Condition,
+    Decision,
+    Op,
+    Policy,
+    PolicySet,
+    Rule,
+    ToolSchema,
+    Truth,
+    stricter,
+)
+from drawbridge.policy.reload import PolicyStore, ReloadResult, watch_policies
+from drawbridge.policy.schemas import SchemaLoadError, Violation, check_arguments, compile_schema
+
+__all__ = [
+    "DEFAULT_DENY",
+    "Action",
+    "Basis",
+    "Candidate",
+    "Condition",
+    "ConditionError",
+    "Decision",
+    "Glob",
+    "GlobError",
+    "GlobKind",
+    "Op",
+    "Policy",
+    "PolicyLoadError",
+    "PolicySet",
+    "PolicySource",
+    "PolicyStore",
+    "ReloadResult",
+    "Rule",
+    "SchemaLoadError",
+    "ToolSchema",
+    "ToolView",
+    "Truth",
+    "Violation",
+    "candidate_rules",
+    "check_arguments",
+    "compile_condition",
+    "compile_glob",
+    "compile_regex",
+    "compile_schema",
+    "evaluate",
+    "explain",
+    "is_assay_format",
+    "load_policies",
+    "load_policy_dir",
+    "load_policy_file",
+    "load_policy_path",
+    "load_policy_text",
+    "parse_policy",
+    "read_policy_dir",
+    "read_source",
+    "stricter",
+    "watch_policies",
+]

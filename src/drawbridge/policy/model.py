@@ -1,0 +1,262 @@
+"""The policy model: what a loaded policy is, and what a decision says.
+
+Invariant: every object here is immutable and already validated. A value of
+these types can only come out of the loader (or out of a test that builds it
+through the same compile functions), so the evaluator never re-checks a glob,
+a condition or a schema, and a decision always carries its provenance.
+
+Theory of operation. A ``PolicySet`` is an ordered tuple of ``Policy`` values,
+one per file, already sorted by agent specificity (``globs.Glob.specificity``,
+ties in file-name order). A ``Policy`` holds ordered ``Rule`` values and the
+per-tool argument ``schemas`` it declares; a ``Rule`` holds compiled tool
+patterns, an ``Action`` and zero or more ``Condition`` values (all must hold).
+Each policy precomputes the ``Decision`` each of its rules produces, so that
+the usual case of a call (an unconditional rule decides) allocates nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from drawbridge.policy.globs import Glob
+
+
+class Action(enum.StrEnum):
+    """What may happen to a call. Ordered by strictness: allow < human_approval < deny."""
+
+    ALLOW = "allow"
+    HUMAN_APPROVAL = "human_approval"
+    DENY = "deny"
+
+    @property
+    def strictness(self) -> int:
+        return _STRICTNESS[self]
+
+
+_STRICTNESS = {Action.ALLOW: 0, Action.HUMAN_APPROVAL: 1, Action.DENY: 2}
+
+
+def stricter(a: Action, b: Action) -> Action:
+    """The stricter of two actions; floors and policies combine through this."""
+    return a if _STRICTNESS[a] >= _STRICTNESS[b] else b
+
+
+class Op(enum.StrEnum):
+    """Condition operators (docs/policy-format.md, "Conditions")."""
+
+    EQ = "=="
+    NE = "!="
+    LT = "<"
+    LE = "<="
+    GT = ">"
+    GE = ">="
+    STARTS_WITH = "starts_with"
+    IN = "in"
+    MATCHES = "matches"
+
+
+class Truth(enum.IntEnum):
+    """Three-valued result of a condition: a condition can be undecidable for a call."""
+
+    FALSE = 0
+    TRUE = 1
+    UNKNOWN = 2
+
+
+class ToolPattern(Protocol):
+    """A compiled tool-name pattern (a mesh7 glob, or an Assay pattern after conversion)."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def exact_value(self) -> str | None: ...
+
+    def matches(self, value: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One test on one argument. ``test`` is compiled by ``conditions.compile_condition``.
+
+    ``arg`` is the path of object keys from the call's arguments to the tested
+    value. ``if_missing`` is the truth value when that path is absent; ``None``
+    means "cannot be evaluated" (see docs/policy-format.md).
+    """
+
+    arg: tuple[str, ...]
+    op: Op
+    value: Any
+    if_missing: bool | None
+    line: int
+    test: Callable[[Any], Truth] = field(repr=False, compare=False)
+
+    @property
+    def arg_text(self) -> str:
+        return ".".join(self.arg)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One entry of a policy's ``rules`` list. ``index`` counts from 0 in file order."""
+
+    index: int
+    line: int
+    tools: tuple[ToolPattern, ...]
+    action: Action
+    conditions: tuple[Condition, ...] = ()
+
+    @property
+    def conditional(self) -> bool:
+        return bool(self.conditions)
+
+    def matches_tool(self, tool: str) -> bool:
+        for pattern in self.tools:
+            if pattern.matches(tool):
+                return True
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSchema:
+    """A JSON Schema (Draft 2020-12) that a tool's arguments must satisfy.
+
+    ``validator`` is compiled by ``schemas.compile_schema`` at load.
+    """
+
+    tool: str
+    schema: Any
+    line: int
+    validator: Any = field(repr=False, compare=False)
+
+
+class Basis(enum.StrEnum):
+    """Why a decision came out the way it did."""
+
+    RULE = "rule"  # a rule matched (its conditions, if any, held)
+    CONDITION_UNKNOWN = "condition_unknown"  # a condition could not be evaluated; stricter outcome
+    SCHEMA = "schema"  # the arguments violate a declared schema
+    NO_RULE = "no_rule"  # nothing matched: default deny
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of one evaluation, with where it came from.
+
+    ``policy``/``source_file``/``rule_index``/``line`` point at what decided:
+    the rule, or for a schema violation the schema's entry (``rule_index`` is
+    then None). For the default deny all four are None. ``reason`` is safe
+    to show to the agent: it never contains an argument value.
+    """
+
+    action: Action
+    policy: str | None
+    source_file: str | None
+    rule_index: int | None
+    reason: str
+    line: int | None = None
+    basis: Basis = Basis.RULE
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form for records and the control plane (no argument data in it)."""
+        return {
+            "action": self.action.value,
+            "policy": self.policy,
+            "source_file": self.source_file,
+            "rule_index": self.rule_index,
+            "line": self.line,
+            "basis": self.basis.value,
+            "reason": self.reason,
+        }
+
+
+DEFAULT_DENY = Decision(Action.DENY, None, None, None, "no rule matched", None, Basis.NO_RULE)
+
+
+def _rule_decision(policy: str, source_file: str, rule: Rule) -> Decision:
+    reason = f"{rule.action} by rule {rule.index} of policy {policy!r} ({source_file}:{rule.line})"
+    return Decision(rule.action, policy, source_file, rule.index, reason, rule.line, Basis.RULE)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One policy file: a name, the agents it applies to, ordered rules, argument schemas."""
+
+    name: str
+    agent: Glob
+    rules: tuple[Rule, ...]
+    schemas: Mapping[str, ToolSchema]
+    source_file: str
+    line: int = 1
+    description: str | None = None
+    #: For a policy converted from an Assay-format file: that file as Assay reads it
+    #: (``parse_assay_policy``), for the truth layer's declared digest. None for native files.
+    assay_policy: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    # Derived at construction; not part of equality.
+    decisions: tuple[Decision, ...] = field(init=False, repr=False, compare=False)
+    _by_exact: Mapping[str, tuple[int, ...]] = field(init=False, repr=False, compare=False)
+    _by_pattern: tuple[Rule, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.schemas, MappingProxyType):
+            object.__setattr__(self, "schemas", MappingProxyType(dict(self.schemas)))
+        object.__setattr__(
+            self, "decisions", tuple(_rule_decision(self.name, self.source_file, r) for r in self.rules)
+        )
+        by_exact: dict[str, list[int]] = {}
+        by_pattern: list[Rule] = []
+        for rule in self.rules:
+            if any(p.exact_value is None for p in rule.tools):
+                by_pattern.append(rule)
+                continue
+            for pattern in rule.tools:
+                positions = by_exact.setdefault(pattern.exact_value, [])  # type: ignore[arg-type]
+                if not positions or positions[-1] != rule.index:
+                    positions.append(rule.index)
+        object.__setattr__(self, "_by_exact", MappingProxyType({k: tuple(v) for k, v in by_exact.items()}))
+        object.__setattr__(self, "_by_pattern", tuple(by_pattern))
+
+    def rules_for_tool(self, tool: str) -> tuple[Rule, ...]:
+        """Rules whose ``tools`` match ``tool``, in file order.
+
+        Rules that name tools only exactly are found through an index, so a
+        policy of many one-tool rules costs one dict lookup here.
+        """
+        positions = set(self._by_exact.get(tool, ()))
+        for rule in self._by_pattern:
+            if rule.matches_tool(tool):
+                positions.add(rule.index)
+        return tuple(self.rules[i] for i in sorted(positions))
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """All loaded policies in evaluation order (most specific agent glob first).
+
+    ``memo`` caches, per (agent, tool), the candidate rules and schemas: the
+    evaluator's only state, invisible in results, bounded in size, and dropped
+    with the set when a reload swaps in a new one.
+    """
+
+    policies: tuple[Policy, ...]
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_policies(cls, policies: list[Policy] | tuple[Policy, ...]) -> PolicySet:
+        """Order policies given in load (file-name) order by agent specificity, stably."""
+        ordered = sorted(policies, key=lambda p: p.agent.specificity)
+        return cls(tuple(ordered))
+
+    def by_name(self, name: str) -> Policy | None:
+        for policy in self.policies:
+            if policy.name == name:
+                return policy
+        return None
+
+    def policies_for(self, agent: str) -> tuple[Policy, ...]:
+        """The policies whose agent glob matches ``agent``, in evaluation order."""
+        return tuple(p for p in self.policies if p.agent.matches(agent))

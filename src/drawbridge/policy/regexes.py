@@ -1,0 +1,118 @@
+"""Regular expressions that cannot hang the gateway: checked at load, run on bounded input.
+
+Invariant: every regex a policy runs on call arguments (a ``matches``
+condition, a schema ``pattern`` or ``patternProperties`` key) has passed
+``check_regex`` at load, and is only ever run on a string of at most the
+length it was checked for. Python's ``re`` backtracks, so an unchecked
+pattern such as ``(a+)+$`` on an attacker's argument can take minutes.
+
+Theory of operation. ``check_regex`` parses the pattern with ``re``'s own
+parser and bounds the number of ways the engine can try to match it:
+sequence multiplies, alternation adds, a bounded repeat multiplies by its
+number of choices, an unbounded repeat by the subject length; an unanchored
+search multiplies by the subject length again (one attempt per start
+position). Nested repetition or alternation under an unbounded repeat is
+exponential and refused outright, as are backreferences and conditional
+groups. Over the budget, the pattern is refused with a message saying why.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+BUDGET = 20_000_000
+MAX_PATTERN_CHARS = 512
+
+_REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+_ANCHORS = ("AT_BEGINNING", "AT_BEGINNING_STRING")
+
+
+class RegexError(ValueError):
+    """A pattern refused at load; the message says why."""
+
+
+def _max_repeat() -> int:
+    import re._constants as sre_constants
+
+    return int(sre_constants.MAXREPEAT)
+
+
+def _has_variable_repeat(items: Any) -> bool:
+    for op, av in items:
+        name = str(op)
+        if name in _REPEATS:
+            lo, hi, _ = av
+            if hi != lo:
+                return True
+        elif name == "SUBPATTERN" and _has_variable_repeat(av[3]):
+            return True
+        elif name in ("ASSERT", "ASSERT_NOT") and _has_variable_repeat(av[1]):
+            return True
+        elif name == "ATOMIC_GROUP" and _has_variable_repeat(av):
+            return True
+        elif name == "BRANCH" and any(_has_variable_repeat(b) for b in av[1]):
+            return True
+    return False
+
+
+def _cost(items: Any, subject: int, unbounded: int) -> int:
+    total = 1
+    for op, av in items:
+        name = str(op)
+        if name in _REPEATS:
+            lo, hi, body = av
+            inner = _cost(body, subject, unbounded)
+            if hi == unbounded:
+                if inner > 1 or _has_variable_repeat(body):
+                    raise RegexError("nests repetition or alternation inside an unbounded repetition")
+                total *= subject
+            elif inner > 1:
+                if hi > 64:
+                    raise RegexError("repeats an alternation or repetition more than 64 times")
+                total *= (hi - lo + 1) * inner**hi
+            else:
+                total *= hi - lo + 1
+        elif name == "SUBPATTERN":
+            total *= _cost(av[3], subject, unbounded)
+        elif name == "BRANCH":
+            total *= sum(_cost(branch, subject, unbounded) for branch in av[1])
+        elif name in ("ASSERT", "ASSERT_NOT"):
+            total *= _cost(av[1], subject, unbounded)
+        elif name == "ATOMIC_GROUP":
+            total *= _cost(av, subject, unbounded)
+        elif name.startswith("GROUPREF"):
+            raise RegexError("uses a backreference or a conditional group")
+        if total > BUDGET * subject:
+            break  # already far over; the caller refuses it
+    return total
+
+
+def check_regex(pattern: str, *, subject_max: int, search: bool) -> re.Pattern[str]:
+    """Compile ``pattern`` if its worst case over ``subject_max`` characters is within budget.
+
+    ``search`` says the pattern is used unanchored (JSON Schema ``pattern``),
+    not as a whole-string match; a leading ``^`` or ``\\A`` makes it anchored.
+    """
+    import re._parser as sre_parser
+
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise RegexError(f"is longer than {MAX_PATTERN_CHARS} characters")
+    try:
+        compiled = re.compile(pattern)
+        tree = sre_parser.parse(pattern)
+    except re.error as exc:
+        where = f" at position {exc.pos}" if exc.pos is not None else ""
+        raise RegexError(f"is not valid: {exc.msg}{where}") from None
+    cost = _cost(tree, subject_max, _max_repeat())
+    if search:
+        first = tree.data[0] if len(tree.data) else None
+        anchored = first is not None and str(first[0]) == "AT" and str(first[1]) in _ANCHORS
+        if not anchored:
+            cost *= subject_max
+    if cost > BUDGET:
+        hint = " (anchor it with ^)" if search else ""
+        raise RegexError(
+            "could backtrack too much (too many unbounded repetitions or alternatives)" + hint
+        )
+    return compiled

@@ -1,0 +1,213 @@
+"""Argument contracts: JSON Schema (Draft 2020-12) per tool, compiled at load.
+
+Invariant: a schema that is not a valid Draft 2020-12 schema, or that refers
+to anything outside itself, is a load error; at run time a call whose
+arguments violate a schema is denied, and the reason names the failing
+location (a JSON Pointer into the arguments) and keyword, never a value.
+
+Theory of operation. ``compile_schema`` checks the schema against the
+2020-12 metaschema, refuses a ``$schema`` that names another draft, refuses
+``$ref``/``$dynamicRef`` that leave the document (drawbridge never fetches a
+schema) and local references that point nowhere, checks every ``pattern``
+and ``patternProperties`` regex with ``regexes.check_regex``, then builds one
+validator with an empty registry. That validator's ``pattern`` keyword
+refuses a string longer than ``MAX_PATTERN_SUBJECT`` instead of running the
+regex on it, and property names that long are refused before validation when
+the schema matches names against regexes: no regex ever runs on more input
+than it was checked for. ``check_arguments`` runs the fast ``is_valid`` first
+and only on failure asks for the most relevant error, which it reduces to
+(pointer, keyword). ``format`` is an annotation, as the draft says: it is not
+asserted.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from jsonschema.validators import extend
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
+
+from drawbridge.policy.model import ToolSchema
+from drawbridge.policy.regexes import RegexError, check_regex
+
+DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+_BASE_URI = "urn:drawbridge:policy-schema"
+_VALUE_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+_MAX_POINTER_CHARS = 200
+
+#: Longest string (or property name) a schema regex is run on; longer fails ``pattern``.
+MAX_PATTERN_SUBJECT = 4096
+
+
+def _bounded_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    if not validator.is_type(instance, "string"):
+        return
+    if len(instance) > MAX_PATTERN_SUBJECT:
+        yield ValidationError(f"string longer than {MAX_PATTERN_SUBJECT} characters is not checked")
+    elif not re.search(pattern, instance):
+        yield ValidationError("does not match the pattern")
+
+
+_Validator = extend(Draft202012Validator, {"pattern": _bounded_pattern})
+
+
+class SchemaLoadError(ValueError):
+    """A schema that cannot be used; the message names the problem (and where in the schema)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """Where the arguments fail a schema: a JSON Pointer and the failing keyword."""
+
+    pointer: str
+    keyword: str
+    detail: str = ""
+
+    def describe(self) -> str:
+        where = f"at {self.pointer}" if self.pointer else "at the top level"
+        extra = f" ({self.detail})" if self.detail else ""
+        return f"`{self.keyword}` fails {where}{extra}"
+
+
+def _clean(text: str) -> str:
+    """Control characters become U+FFFD, so a key cannot forge lines in a log or a reason."""
+    if text.isprintable():
+        return text
+    return "".join("\ufffd" if unicodedata.category(c) == "Cc" else c for c in text)
+
+
+def _pointer(parts: Any) -> str:
+    text = _clean("".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts))
+    if len(text) > _MAX_POINTER_CHARS:
+        text = text[:_MAX_POINTER_CHARS] + "..."
+    return text
+
+
+@dataclass
+class _Found:
+    refs: list[tuple[str, str]]
+    regexes: list[tuple[str, str]]
+    names_by_regex: bool = False
+
+
+def _walk(node: Any, at: list[Any], root: bool, found: _Found) -> None:
+    """Collect references and regexes in schema positions; refuse nested ``$id``."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            where = _pointer([*at, key])
+            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                found.refs.append((value, where))
+            elif key == "$id" and not root and isinstance(value, str):
+                raise SchemaLoadError(f"nested $id at {where} is not supported")
+            elif key in _VALUE_KEYWORDS:
+                continue
+            elif key == "pattern" and isinstance(value, str):
+                found.regexes.append((value, where))
+            elif key == "patternProperties" and isinstance(value, dict):
+                found.names_by_regex = True
+                for name, sub in value.items():
+                    found.regexes.append((name, _pointer([*at, key, name])))
+                    _walk(sub, [*at, key, name], False, found)
+            else:
+                _walk(value, [*at, key], False, found)
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            _walk(item, [*at, i], False, found)
+
+
+def compile_schema(tool: str, schema: Any, line: int) -> ToolSchema:
+    """Check and compile one tool's schema; raise SchemaLoadError with a precise message."""
+    if not isinstance(schema, (dict, bool)):
+        raise SchemaLoadError("a schema must be a mapping (or true/false)")
+    if isinstance(schema, dict) and "$schema" in schema and schema["$schema"] not in (
+        DRAFT_2020_12,
+        DRAFT_2020_12 + "#",
+    ):
+        raise SchemaLoadError(f"$schema must be {DRAFT_2020_12!r} (Draft 2020-12)")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise SchemaLoadError(
+            f"not a valid Draft 2020-12 schema: {exc.message} (at {_pointer(exc.path) or 'the top level'})"
+        ) from None
+    found = _Found([], [])
+    if isinstance(schema, dict):
+        _walk(schema, [], True, found)
+        for regex, where in found.regexes:
+            try:
+                check_regex(regex, subject_max=MAX_PATTERN_SUBJECT, search=True)
+            except RegexError as exc:
+                raise SchemaLoadError(f"regex at {where} {exc}") from None
+        base = schema.get("$id") if isinstance(schema.get("$id"), str) else _BASE_URI
+        registry: Registry[Any] = Registry().with_resource(base, DRAFT202012.create_resource(schema))
+        resolver = registry.resolver(base_uri=base)
+        for ref, where in found.refs:
+            if not ref.startswith("#"):
+                raise SchemaLoadError(
+                    f"reference {ref!r} at {where} leaves the schema; only '#...' is allowed"
+                )
+            try:
+                resolver.lookup(ref)
+            except Unresolvable:
+                raise SchemaLoadError(f"reference {ref!r} at {where} points nowhere") from None
+    validator = _Validator(schema, registry=Registry())
+    return ToolSchema(tool, schema, line, _Compiled(validator, found.names_by_regex))
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    validator: Any
+    names_by_regex: bool
+
+
+def _long_name(node: Any, at: list[Any]) -> list[Any] | None:
+    """Path of the first object holding a property name too long for a regex, if any."""
+    stack: list[tuple[Any, list[Any]]] = [(node, at)]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str) and len(key) > MAX_PATTERN_SUBJECT:
+                    return path
+                stack.append((item, [*path, key]))
+        elif isinstance(value, list):
+            stack.extend((item, [*path, i]) for i, item in enumerate(value))
+    return None
+
+
+def check_arguments(schema: ToolSchema, arguments: Any) -> Violation | None:
+    """None when ``arguments`` satisfy the schema, else where and which keyword fails."""
+    compiled: _Compiled = schema.validator
+    instance = {} if arguments is None else arguments
+    if compiled.names_by_regex:
+        path = _long_name(instance, [])
+        if path is not None:
+            detail = f"a property name is longer than {MAX_PATTERN_SUBJECT} characters"
+            return Violation(_pointer(path), "patternProperties", detail)
+    validator = compiled.validator
+    try:
+        if validator.is_valid(instance):
+            return None
+        error = best_match(validator.iter_errors(instance))
+    except Unresolvable:
+        return Violation("", "$ref", "the schema could not be evaluated")
+    except RecursionError:
+        return Violation("", "schema", "the arguments nest too deeply to check")
+    if error is None:  # pragma: no cover - is_valid said invalid, so there is an error
+        return Violation("", "schema")
+    detail = ""
+    if error.validator == "required" and isinstance(error.validator_value, list) and isinstance(
+        error.instance, dict
+    ):
+        # Names from the schema's own `required` list: policy text, not argument data.
+        missing = [k for k in error.validator_value if isinstance(k, str) and k not in error.instance]
+        if missing:
+            detail = "missing " + ", ".join(f"`{_clean(k)}`" for k in missing)
+    return Violation(_pointer(error.absolute_path), str(error.validator), detail)
