@@ -1,0 +1,401 @@
+"""Pinned tool catalogues: per upstream server, the fingerprint and description of each accepted tool.
+
+Invariant: a pin store that cannot be read holds every tool of that server
+back. Any failure while reading a server's pins (the database cannot be
+opened or read, a page is corrupt, the table is missing, a row does not have
+the form written here) raises ``PinStoreUnavailable`` naming the server and
+the problem. It never returns an empty or partial pin set, which the catalogue
+would read as "everything is new" or, worse, "nothing changed".
+
+Theory of operation. The catalogue layer computes each tool's fingerprint
+(``sha256:`` digest over its definition) and decides pin statuses; this store
+only keeps three things per server:
+
+* the pins: tool name -> ``PinnedTool(fingerprint, description, pinned_at,
+  pinned_by)``, read with ``load(server)``;
+* whether the server's catalogue was ever pinned (``is_pinned``), so that a
+  server with no tools is not mistaken for a server never seen;
+  ``trust_on_first_use`` pins a never-seen server whole, atomically;
+* the catalogue last observed from the server (``observe`` / ``observed``),
+  so that ``accept(server, names | None)`` can pin what the server offers
+  now, from any process (the CLI or the control plane), without asking the
+  gateway that saw it.
+
+``replace(server, tools)`` sets a server's pins wholesale. ``accept`` pins the
+observed definition of each named tool (or of every tool that differs from
+its pin, when ``names`` is None) and drops the pin of a named tool the server
+no longer offers; it returns one ``PinAcceptance`` per change, whose
+``record()`` is the trace-chain body (``pin.accepted``: both descriptions and
+the new fingerprint). Descriptions are stored because a person deciding
+whether to accept a change needs to read what changed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Protocol, TypeVar
+
+from drawbridge.canonical import is_sha256_digest, sanitize
+from drawbridge.state.sqlite import StateDB, StateError, StateUnavailable, from_db_time, to_db_time
+
+T = TypeVar("T")
+
+FIRST_USE_BY: Final = "system:first-use"
+TRACE_KIND_ACCEPTED: Final = "pin.accepted"
+MAX_NAME: Final = 1024
+
+
+class PinStoreUnavailable(StateUnavailable):
+    """The pins of ``server`` cannot be read or written: hold every tool of that server back."""
+
+    def __init__(self, server: str, detail: str) -> None:
+        super().__init__(
+            f"pin store unavailable for server {sanitize(server)!r}: {detail}; "
+            "every tool of this server is held back until the pin store can be read"
+        )
+        self.server = server
+        self.detail = detail
+
+
+class PinError(StateError):
+    """A pin operation the store refuses (named in the message)."""
+
+
+class InvalidPin(PinError, ValueError):
+    """A tool definition that cannot be pinned (bad name, fingerprint or description)."""
+
+
+class UnknownTool(PinError, LookupError):
+    """``accept`` was given a tool that is neither pinned nor observed for the server."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """What the catalogue hands in for one tool: its fingerprint and its description (None if absent)."""
+
+    fingerprint: str
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedTool:
+    fingerprint: str
+    description: str | None
+    pinned_at: datetime
+    pinned_by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedTool:
+    fingerprint: str
+    description: str | None
+    observed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PinAcceptance:
+    """One accepted change: ``previous`` None for a new tool, ``accepted`` None for a removed one."""
+
+    server: str
+    name: str
+    previous: PinnedTool | None
+    accepted: PinnedTool | None
+    accepted_by: str
+    at: datetime
+
+    def record(self) -> dict[str, Any]:
+        """Trace-chain body for ``pin.accepted``."""
+        body: dict[str, Any] = {
+            "server": self.server,
+            "tool": self.name,
+            "accepted_by": self.accepted_by,
+            "at": to_db_time(self.at),
+            "previous_fingerprint": self.previous.fingerprint if self.previous else None,
+            "previous_description": self.previous.description if self.previous else None,
+            "fingerprint": self.accepted.fingerprint if self.accepted else None,
+            "description": self.accepted.description if self.accepted else None,
+            "removed": self.accepted is None,
+        }
+        return body
+
+
+class PinStore(Protocol):
+    async def load(self, server: str) -> dict[str, PinnedTool]: ...
+
+    async def is_pinned(self, server: str) -> bool: ...
+
+    async def trust_on_first_use(
+        self, server: str, tools: Mapping[str, ToolDefinition], *, at: datetime
+    ) -> bool: ...
+
+    async def replace(
+        self, server: str, tools: Mapping[str, ToolDefinition], *, pinned_by: str, at: datetime
+    ) -> dict[str, PinnedTool]: ...
+
+    async def observe(self, server: str, tools: Mapping[str, ToolDefinition], *, at: datetime) -> None: ...
+
+    async def observed(self, server: str) -> dict[str, ObservedTool]: ...
+
+    async def accept(
+        self, server: str, names: Iterable[str] | None = None, *, accepted_by: str, at: datetime
+    ) -> list[PinAcceptance]: ...
+
+
+# -- validation --------------------------------------------------------------------------------
+
+
+def _check_name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidPin(f"{what} must be non-empty text")
+    if len(value) > MAX_NAME:
+        raise InvalidPin(f"{what} is longer than {MAX_NAME} characters")
+    return value
+
+
+def _check_tools(tools: Mapping[str, ToolDefinition]) -> dict[str, ToolDefinition]:
+    if not isinstance(tools, Mapping):
+        raise InvalidPin("tools must be a mapping of tool name to ToolDefinition")
+    checked: dict[str, ToolDefinition] = {}
+    for name, definition in tools.items():
+        _check_name(name, "tool name")
+        shown = repr(sanitize(name))
+        if not isinstance(definition, ToolDefinition):
+            raise InvalidPin(f"tool {shown}: expected a ToolDefinition, not {type(definition).__name__}")
+        if not is_sha256_digest(definition.fingerprint):
+            raise InvalidPin(f"tool {shown}: fingerprint must be sha256:<64 lowercase hex>")
+        if definition.description is not None and not isinstance(definition.description, str):
+            raise InvalidPin(f"tool {shown}: description must be text or None")
+        checked[name] = definition
+    return checked
+
+
+def _decode_pin(server: str, row: tuple[Any, ...]) -> tuple[str, PinnedTool]:
+    """One pins row, checked field by field; a malformed row makes the whole server unreadable."""
+    name, fingerprint, description, pinned_at, pinned_by = row
+    if not isinstance(name, str) or not name:
+        raise PinStoreUnavailable(server, "a pin row has a malformed tool name")
+    where = f"the pin of tool {sanitize(name)[:200]!r}"
+    if not is_sha256_digest(fingerprint):
+        raise PinStoreUnavailable(server, f"{where} has a malformed fingerprint (expected sha256:<64 hex>)")
+    if description is not None and not isinstance(description, str):
+        raise PinStoreUnavailable(server, f"{where} has a description that is not text")
+    if not isinstance(pinned_by, str):
+        raise PinStoreUnavailable(server, f"{where} has a pinned_by that is not text")
+    try:
+        when = from_db_time(pinned_at)
+    except ValueError:
+        raise PinStoreUnavailable(server, f"{where} has a malformed pinned_at timestamp") from None
+    return name, PinnedTool(fingerprint, description, when, pinned_by)
+
+
+def _read_pins(conn: sqlite3.Connection, server: str) -> dict[str, PinnedTool]:
+    rows = conn.execute(
+        "SELECT name, fingerprint, description, pinned_at, pinned_by FROM pins "
+        "WHERE server = ? ORDER BY name",
+        (server,),
+    ).fetchall()
+    return dict(_decode_pin(server, row) for row in rows)
+
+
+def _read_observed(conn: sqlite3.Connection, server: str) -> dict[str, ObservedTool]:
+    out: dict[str, ObservedTool] = {}
+    for name, fingerprint, description, observed_at in conn.execute(
+        "SELECT name, fingerprint, description, observed_at FROM observed_tools "
+        "WHERE server = ? ORDER BY name",
+        (server,),
+    ):
+        if not isinstance(name, str) or not is_sha256_digest(fingerprint):
+            raise PinStoreUnavailable(server, "an observed tool row is malformed")
+        if description is not None and not isinstance(description, str):
+            raise PinStoreUnavailable(server, "an observed tool row has a description that is not text")
+        try:
+            out[name] = ObservedTool(fingerprint, description, from_db_time(observed_at))
+        except ValueError:
+            raise PinStoreUnavailable(server, "an observed tool row has a malformed timestamp") from None
+    return out
+
+
+def _write_pins(
+    conn: sqlite3.Connection, server: str, tools: Mapping[str, ToolDefinition], by: str, when: str
+) -> None:
+    conn.execute("DELETE FROM pins WHERE server = ?", (server,))
+    conn.execute(
+        "INSERT INTO pin_servers (server, pinned_at, pinned_by) VALUES (?, ?, ?) "
+        "ON CONFLICT (server) DO UPDATE SET pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by",
+        (server, when, by),
+    )
+    conn.executemany(
+        "INSERT INTO pins (server, name, fingerprint, description, pinned_at, pinned_by) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [(server, name, d.fingerprint, d.description, when, by) for name, d in tools.items()],
+    )
+
+
+class SqlitePinStore:
+    """``PinStore`` on the embedded SQLite database. See the module docstring."""
+
+    def __init__(self, db: StateDB) -> None:
+        self._db = db
+
+    async def _read(self, server: str, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        try:
+            return await self._db.read(fn, what)
+        except PinStoreUnavailable:
+            raise
+        except StateUnavailable as exc:
+            raise PinStoreUnavailable(server, str(exc)) from None
+
+    async def _write(self, server: str, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        try:
+            return await self._db.write(fn, what)
+        except PinStoreUnavailable:
+            raise
+        except StateUnavailable as exc:
+            raise PinStoreUnavailable(server, str(exc)) from None
+
+    async def load(self, server: str) -> dict[str, PinnedTool]:
+        """The pins of ``server`` ({} when it has none); ``PinStoreUnavailable`` when they cannot be read."""
+        _check_name(server, "server")
+        return await self._read(server, lambda conn: _read_pins(conn, server), "read pins")
+
+    async def is_pinned(self, server: str) -> bool:
+        """Whether the catalogue of ``server`` was ever pinned (even with no tools)."""
+        _check_name(server, "server")
+        sql = "SELECT 1 FROM pin_servers WHERE server = ?"
+        return await self._read(
+            server, lambda conn: conn.execute(sql, (server,)).fetchone() is not None, "read pinned servers"
+        )
+
+    async def trust_on_first_use(
+        self, server: str, tools: Mapping[str, ToolDefinition], *, at: datetime
+    ) -> bool:
+        """Pin ``tools`` whole if ``server`` was never pinned; True when it did. Atomic."""
+        _check_name(server, "server")
+        checked = _check_tools(tools)
+        when = to_db_time(at)
+
+        def first_use(conn: sqlite3.Connection) -> bool:
+            if conn.execute("SELECT 1 FROM pin_servers WHERE server = ?", (server,)).fetchone():
+                return False
+            _write_pins(conn, server, checked, FIRST_USE_BY, when)
+            return True
+
+        return await self._write(server, first_use, "pin on first use")
+
+    async def replace(
+        self, server: str, tools: Mapping[str, ToolDefinition], *, pinned_by: str, at: datetime
+    ) -> dict[str, PinnedTool]:
+        """Set the pins of ``server`` to exactly ``tools``."""
+        _check_name(server, "server")
+        _check_name(pinned_by, "pinned_by")
+        checked = _check_tools(tools)
+        when = to_db_time(at)
+
+        def write(conn: sqlite3.Connection) -> dict[str, PinnedTool]:
+            _write_pins(conn, server, checked, pinned_by, when)
+            return _read_pins(conn, server)
+
+        return await self._write(server, write, "replace pins")
+
+    async def observe(self, server: str, tools: Mapping[str, ToolDefinition], *, at: datetime) -> None:
+        """Record the catalogue the server offers now (replacing the previous observation)."""
+        _check_name(server, "server")
+        checked = _check_tools(tools)
+        when = to_db_time(at)
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM observed_tools WHERE server = ?", (server,))
+            conn.execute(
+                "INSERT INTO observed_servers (server, observed_at) VALUES (?, ?) "
+                "ON CONFLICT (server) DO UPDATE SET observed_at = excluded.observed_at",
+                (server, when),
+            )
+            conn.executemany(
+                "INSERT INTO observed_tools (server, name, fingerprint, description, observed_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(server, name, d.fingerprint, d.description, when) for name, d in checked.items()],
+            )
+
+        await self._write(server, write, "record observed catalogue")
+
+    async def observed(self, server: str) -> dict[str, ObservedTool]:
+        _check_name(server, "server")
+        return await self._read(server, lambda conn: _read_observed(conn, server), "read observed catalogue")
+
+    async def accept(
+        self, server: str, names: Iterable[str] | None = None, *, accepted_by: str, at: datetime
+    ) -> list[PinAcceptance]:
+        """Pin what the server offers now, for ``names`` or for every tool that differs from its pin.
+
+        A named tool the server no longer offers loses its pin. Returns the changes, by name.
+        """
+        _check_name(server, "server")
+        _check_name(accepted_by, "accepted_by")
+        wanted = None if names is None else sorted({_check_name(n, "tool name") for n in names})
+        when = to_db_time(at)
+
+        def write(conn: sqlite3.Connection) -> list[PinAcceptance]:
+            if conn.execute("SELECT 1 FROM observed_servers WHERE server = ?", (server,)).fetchone() is None:
+                raise PinError(
+                    f"no catalogue has been observed for server {sanitize(server)!r}; nothing to accept"
+                )
+            pinned = _read_pins(conn, server)
+            observed = _read_observed(conn, server)
+            if wanted is None:
+                candidates = sorted(set(pinned) | set(observed))
+            else:
+                unknown = [n for n in wanted if n not in pinned and n not in observed]
+                if unknown:
+                    shown = ", ".join(repr(sanitize(n)) for n in unknown[:5])
+                    raise UnknownTool(f"neither pinned nor observed for server {sanitize(server)!r}: {shown}")
+                candidates = wanted
+            conn.execute(
+                "INSERT INTO pin_servers (server, pinned_at, pinned_by) VALUES (?, ?, ?) "
+                "ON CONFLICT (server) DO NOTHING",
+                (server, when, accepted_by),
+            )
+            changes: list[PinAcceptance] = []
+            for name in candidates:
+                pin, seen = pinned.get(name), observed.get(name)
+                if seen is None:
+                    if pin is None:
+                        continue
+                    conn.execute("DELETE FROM pins WHERE server = ? AND name = ?", (server, name))
+                    changes.append(PinAcceptance(server, name, pin, None, accepted_by, at))
+                    continue
+                if pin is not None and (pin.fingerprint, pin.description) == (
+                    seen.fingerprint,
+                    seen.description,
+                ):
+                    continue
+                conn.execute(
+                    "INSERT INTO pins (server, name, fingerprint, description, pinned_at, pinned_by) "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (server, name) DO UPDATE SET "
+                    "fingerprint = excluded.fingerprint, description = excluded.description, "
+                    "pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by",
+                    (server, name, seen.fingerprint, seen.description, when, accepted_by),
+                )
+                accepted = PinnedTool(seen.fingerprint, seen.description, from_db_time(when), accepted_by)
+                changes.append(PinAcceptance(server, name, pin, accepted, accepted_by, at))
+            return changes
+
+        return await self._write(server, write, "accept pins")
+
+
+__all__ = [
+    "FIRST_USE_BY",
+    "TRACE_KIND_ACCEPTED",
+    "InvalidPin",
+    "ObservedTool",
+    "PinAcceptance",
+    "PinError",
+    "PinStore",
+    "PinStoreUnavailable",
+    "PinnedTool",
+    "SqlitePinStore",
+    "ToolDefinition",
+    "UnknownTool",
+]

@@ -1,0 +1,394 @@
+"""The embedded state database: one SQLite file holding approvals, grants and pins.
+
+Invariant: every read and write of durable state goes through one ``StateDB``,
+one transaction at a time, and every failure of the database (cannot open,
+not a drawbridge file, corrupt page, locked past the busy timeout, closed)
+surfaces as ``StateUnavailable`` with the file and the operation named. No
+caller ever gets a partial answer: a transaction that fails is rolled back,
+and the stores built on this turn the error into a refusal (the pin store
+into "every tool of this server held back").
+
+Theory of operation.
+
+* The file. ``StateDB.open(path)`` creates the file with mode 0600 if needed
+  (and tightens a wider mode on an existing file it owns), because it holds
+  who approved what and the pinned catalogues. SQLite creates the ``-wal``
+  and ``-shm`` files with the mode of the database file. The directory must
+  exist. PRAGMAs: ``journal_mode=WAL`` (readers never block the writer, and
+  another process such as the CLI can resolve an approval while the gateway
+  runs), ``busy_timeout`` (5 s by default: a writer waits for another writer
+  instead of failing at once), ``synchronous=FULL`` (a decision the gateway
+  acted on survives a power loss; the write rate here is human-paced, so the
+  extra fsync costs nothing that matters), ``foreign_keys=ON``,
+  ``trusted_schema=OFF`` and ``cell_size_check=ON`` (a damaged page is
+  reported rather than read).
+* Whose file. ``PRAGMA application_id`` is set to ``APPLICATION_ID`` on a new
+  file; an existing file with another id, or with tables but no id, is not
+  ours and is refused rather than migrated.
+* Schema. The table ``schema_version(version, name, applied_at)`` lists the
+  migrations applied. On open, inside one ``BEGIN IMMEDIATE`` transaction, the
+  missing migrations of ``MIGRATIONS`` run in order; a file whose version is
+  newer than this code knows is refused (an older drawbridge must not write to
+  a schema it does not understand). Migrations only ever append to the tuple.
+* Threads and the event loop. SQLite calls block (disk, fsync, busy waits),
+  so async callers use ``await db.read(fn)`` / ``await db.write(fn)``: each
+  runs ``fn(connection)`` in a worker thread through
+  ``anyio.to_thread.run_sync``. There is one connection, opened with
+  ``check_same_thread=False`` and guarded by a ``threading.Lock``; the lock is
+  held for the whole transaction. We chose one connection and a lock over one
+  connection per thread because (1) SQLite admits one writer at a time anyway,
+  so per-thread connections would only add parallel reads of a small table at
+  human pace; (2) anyio's worker threads come and go, so per-thread
+  connections would be opened at random times and could not all be closed by
+  ``close()``; (3) with the lock, "check the row is pending, then update it"
+  is trivially atomic within the process, and ``BEGIN IMMEDIATE`` plus the
+  busy timeout make it atomic against other processes too. Reads run in a
+  deferred transaction so that several SELECTs see one snapshot.
+* Cancellation. The worker thread is never abandoned: when the awaiting task
+  is cancelled, the transaction still runs to its end (committed or rolled
+  back) and the cancellation is delivered afterwards. A cancelled
+  ``resolve`` may therefore have resolved; the stored state says which.
+* Time. Timestamps are stored as RFC 3339 UTC text of fixed width
+  (``YYYY-MM-DDTHH:MM:SS.ffffffZ``), so comparing the text compares the time,
+  and the same string goes into the trace chain. Callers pass aware
+  datetimes; the stores never read the clock (only ``applied_at`` of a
+  migration does).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sqlite3
+import stat
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Final, TypeVar
+
+import anyio.to_thread
+
+T = TypeVar("T")
+
+FILE_MODE: Final = 0o600
+APPLICATION_ID: Final = 0x64726272  # "drbr"
+DEFAULT_BUSY_TIMEOUT: Final = 5.0
+_TIME_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", re.ASCII)
+
+
+class StateError(Exception):
+    """Base of errors raised by the state layer."""
+
+
+class StateUnavailable(StateError):
+    """The state database cannot be opened, read or written. Callers fail closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: Final[tuple[Migration, ...]] = (
+    Migration(
+        1,
+        "approvals, grants, pins",
+        (
+            """CREATE TABLE approvals (
+                id TEXT PRIMARY KEY CHECK (length(id) = 16 AND id NOT GLOB '*[^0-9a-f]*'),
+                agent TEXT NOT NULL,
+                tool TEXT NOT NULL,
+                args_digest TEXT NOT NULL,
+                args_shape TEXT,
+                shape_digest TEXT,
+                reason TEXT NOT NULL,
+                policy TEXT,
+                source_file TEXT,
+                rule_index INTEGER,
+                injection TEXT NOT NULL DEFAULT '',
+                status TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'denied', 'expired')),
+                created_at TEXT NOT NULL,
+                expires_at TEXT NOT NULL,
+                resolved_by TEXT,
+                channel TEXT,
+                resolution_reason TEXT,
+                resolved_at TEXT,
+                CHECK ((status = 'pending') = (resolved_at IS NULL))
+            )""",
+            "CREATE INDEX approvals_by_status ON approvals (status, expires_at)",
+            "CREATE INDEX approvals_by_memory_key ON approvals (agent, tool, shape_digest, status)",
+            "CREATE INDEX approvals_by_created ON approvals (created_at)",
+            """CREATE TABLE grants (
+                seq INTEGER PRIMARY KEY,
+                id TEXT NOT NULL UNIQUE CHECK (length(id) = 16 AND id NOT GLOB '*[^0-9a-f]*'),
+                agent_glob TEXT NOT NULL,
+                tools_glob TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                expires_at TEXT NOT NULL,
+                granted_by TEXT NOT NULL,
+                revoked_at TEXT,
+                revoked_by TEXT
+            )""",
+            "CREATE INDEX grants_by_expiry ON grants (expires_at)",
+            """CREATE TABLE pin_servers (
+                server TEXT PRIMARY KEY,
+                pinned_at TEXT NOT NULL,
+                pinned_by TEXT NOT NULL
+            )""",
+            """CREATE TABLE pins (
+                server TEXT NOT NULL REFERENCES pin_servers (server),
+                name TEXT NOT NULL,
+                fingerprint TEXT NOT NULL,
+                description TEXT,
+                pinned_at TEXT NOT NULL,
+                pinned_by TEXT NOT NULL,
+                PRIMARY KEY (server, name)
+            )""",
+            """CREATE TABLE observed_servers (
+                server TEXT PRIMARY KEY,
+                observed_at TEXT NOT NULL
+            )""",
+            """CREATE TABLE observed_tools (
+                server TEXT NOT NULL REFERENCES observed_servers (server),
+                name TEXT NOT NULL,
+                fingerprint TEXT NOT NULL,
+                description TEXT,
+                observed_at TEXT NOT NULL,
+                PRIMARY KEY (server, name)
+            )""",
+        ),
+    ),
+)
+SCHEMA_VERSION: Final = MIGRATIONS[-1].version
+
+
+def to_db_time(at: datetime) -> str:
+    """Fixed-width RFC 3339 UTC text; ``at`` must be timezone-aware."""
+    if not isinstance(at, datetime):
+        raise TypeError(f"a timestamp must be a datetime, not {type(at).__name__}")
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ValueError("timestamps must be timezone-aware (naive datetimes are ambiguous)")
+    return at.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def from_db_time(text: object) -> datetime:
+    """Inverse of ``to_db_time``; anything else raises ValueError."""
+    if not isinstance(text, str) or _TIME_RE.fullmatch(text) is None:
+        raise ValueError("not a stored timestamp")
+    return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
+
+
+def _secure_file(path: Path) -> None:
+    """Create ``path`` with mode 0600, or tighten an existing regular file we own to 0600."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    except FileNotFoundError:
+        raise StateUnavailable(
+            f"cannot open state database {path}: directory {path.parent} does not exist"
+        ) from None
+    except OSError as exc:
+        raise StateUnavailable(f"cannot open state database {path}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise StateUnavailable(f"cannot open state database {path}: not a regular file")
+        if stat.S_IMODE(info.st_mode) & 0o077:
+            try:
+                os.fchmod(fd, FILE_MODE)
+            except OSError as exc:
+                raise StateUnavailable(
+                    f"state database {path} is readable by others (mode {stat.S_IMODE(info.st_mode):o}) "
+                    f"and cannot be restricted to 0600: {exc.strerror}"
+                ) from None
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        try:
+            if stat.S_IMODE(side.stat().st_mode) & 0o077:
+                side.chmod(FILE_MODE)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StateUnavailable(f"cannot restrict {side} to mode 0600: {exc.strerror}") from None
+
+
+def _describe(exc: sqlite3.Error) -> str:
+    return str(exc) or type(exc).__name__
+
+
+class StateDB:
+    """The open state database. Build with ``StateDB.open`` (or ``await StateDB.open_async``)."""
+
+    def __init__(self, path: Path, connection: sqlite3.Connection) -> None:
+        self._path = path
+        self._conn: sqlite3.Connection | None = connection
+        self._lock = threading.Lock()
+
+    # -- opening -------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> StateDB:
+        """Open (creating if needed) and migrate the database. Blocking: call at startup or via open_async."""
+        db_path = Path(path)
+        _secure_file(db_path)
+        try:
+            conn = sqlite3.connect(
+                str(db_path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise StateUnavailable(f"cannot open state database {db_path}: {_describe(exc)}") from None
+        try:
+            cls._configure(conn, db_path, busy_timeout)
+            cls._migrate(conn, db_path)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(db_path, conn)
+
+    @classmethod
+    async def open_async(
+        cls, path: str | os.PathLike[str], *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+    ) -> StateDB:
+        return await anyio.to_thread.run_sync(functools.partial(cls.open, path, busy_timeout=busy_timeout))
+
+    @staticmethod
+    def _configure(conn: sqlite3.Connection, path: Path, busy_timeout: float) -> None:
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StateUnavailable(
+                    f"cannot open state database {path}: WAL journal mode unavailable (got {mode!r})"
+                )
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA trusted_schema = OFF")
+            conn.execute("PRAGMA cell_size_check = ON")
+        except sqlite3.Error as exc:
+            raise StateUnavailable(f"cannot open state database {path}: {_describe(exc)}") from None
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+                tables = [
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+                    )
+                ]
+                if app_id == 0 and not tables:
+                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                    conn.execute(
+                        "CREATE TABLE schema_version ("
+                        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+                    )
+                elif app_id != APPLICATION_ID:
+                    raise StateUnavailable(
+                        f"{path} is not a drawbridge state database "
+                        f"(application_id {app_id:#x}, {len(tables)} tables); refusing to use it"
+                    )
+                current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+                if current > SCHEMA_VERSION:
+                    raise StateUnavailable(
+                        f"state database {path} has schema version {current}, newer than this drawbridge "
+                        f"supports ({SCHEMA_VERSION}); use a newer drawbridge or another state file"
+                    )
+                for migration in MIGRATIONS:
+                    if migration.version <= current:
+                        continue
+                    for statement in migration.statements:
+                        conn.execute(statement)
+                    conn.execute(
+                        "INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)",
+                        (migration.version, migration.name, to_db_time(datetime.now(UTC))),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StateUnavailable(f"cannot open state database {path}: {_describe(exc)}") from None
+
+    # -- properties ----------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def _run(self, fn: Callable[[sqlite3.Connection], T], what: str, *, write: bool) -> T:
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise StateUnavailable(f"state database {self._path} is closed ({what})")
+            try:
+                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    result = fn(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise StateUnavailable(f"state database {self._path}: {what}: {_describe(exc)}") from None
+            return result
+
+    def read_sync(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        """Run ``fn`` in a read transaction in this thread (startup, CLI, tests)."""
+        return self._run(fn, what, write=False)
+
+    def write_sync(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction in this thread; any exception rolls it back."""
+        return self._run(fn, what, write=True)
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        """``read_sync`` in a worker thread, off the event loop."""
+        return await anyio.to_thread.run_sync(functools.partial(self._run, fn, what, write=False))
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        """``write_sync`` in a worker thread, off the event loop."""
+        return await anyio.to_thread.run_sync(functools.partial(self._run, fn, what, write=True))
+
+    # -- maintenance ---------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        return self.read_sync(
+            lambda c: int(c.execute("SELECT max(version) FROM schema_version").fetchone()[0]),
+            "read schema version",
+        )
+
+    def quick_check(self) -> list[str]:
+        """``PRAGMA quick_check``: ``["ok"]`` for a sound file, else SQLite's list of problems."""
+        return self.read_sync(lambda c: [str(r[0]) for r in c.execute("PRAGMA quick_check")], "quick check")
+
+    def close(self) -> None:
+        """Close the connection (checkpointing the WAL). Idempotent; later calls raise StateUnavailable."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self) -> StateDB:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
