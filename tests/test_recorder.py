@@ -24,7 +24,7 @@ def _record(tool: str, args: dict, action: Action, outcome: Outcome, request_id:
     return CallRecord(
         agent="agent-1", request_id=request_id, tool=tool, action=action, reason=f"{action} by rule 0",
         provenance=Provenance("demo", "/p/demo.yaml", 0), outcome=outcome, error=None, error_code=None,
-        decision_ms=0.01, latency_ms=1.5, protocol_version="2025-11-25", call=call,
+        decision_ms=0.01, latency_ms=1.5, protocol_version="2025-11-25", call=call, tool_listed=tool == "list_repos",
     )
 
 
@@ -33,7 +33,7 @@ def test_each_call_leaves_one_entry_per_sink(tmp_path: Path, fsync: str) -> None
     recorder = EvidenceRecorder(
         tmp_path / "ev", route=lambda tool: "github", truth_out=tmp_path / "carriers.ndjson",
         truth_key=TruthKey(b"k" * 32, "kid-1"), declared=lambda agent: CONTRACT,
-        known_tool=lambda tool: tool == "list_repos", fsync=fsync,  # type: ignore[arg-type]
+        fsync=fsync,  # type: ignore[arg-type]
     )
     args = {"owner": "acme", "repo": "api", "title": "ci", "key": "ssh-ed25519 AAAA", "token": SECRET}
 

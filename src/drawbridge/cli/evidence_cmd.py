@@ -97,6 +97,27 @@ def parse_ndjson(data: bytes, label: str) -> list[Any]:
     return values
 
 
+def read_surface(data: bytes, label: str) -> Any:
+    """A surface document, or NDJSON of surface documents merged into one (decisions in file order)."""
+    try:
+        return parse_json(data)
+    except CanonicalizationError:
+        pass
+    documents = parse_ndjson(data, label)
+    decisions: list[Any] = []
+    for number, document in enumerate(documents, start=1):
+        entries = document.get("observed_tool_decisions") if isinstance(document, dict) else None
+        if not isinstance(entries, list):
+            raise InputError(f"{label} line {number}: not an assay.tool_decision_surface.v0 document")
+        decisions.extend(entries)
+    first = documents[0] if documents else {}
+    return {
+        "schema": first.get("schema"),
+        "observed_tool_decisions": decisions,
+        "non_claims": first.get("non_claims", []),
+    }
+
+
 def _finish(ok: bool) -> NoReturn:
     click.get_current_context().exit(EXIT_OK if ok else EXIT_FAILED)
 
@@ -304,7 +325,8 @@ def verify_side_effects_cmd(
 ) -> None:
     """Re-derive each recorded side effect's level from imported provider audit records.
 
-    SURFACE_JSON is an assay.tool_decision_surface.v0 document. Each call's level is
+    SURFACE_JSON is an assay.tool_decision_surface.v0 document, or the gateway's
+    tool-decisions.ndjson (one such document per line, read as one). Each call's level is
     re-derived (asserted; verified only through an audit record that binds to the
     call) and compared with the level the document records. Fails when a recorded
     level is higher than the evidence supports, or when an imported record is
@@ -320,7 +342,7 @@ def verify_side_effects_cmd(
 
     if more_imports and not audit_imports:
         raise click.UsageError("extra arguments after SURFACE_JSON: audit records go after --audit-import")
-    surface_doc = parse_document(read_bytes(surface_json), _label(surface_json))
+    surface_doc = read_surface(read_bytes(surface_json), _label(surface_json))
     items: list[tuple[str, Any]] = []
     unparsable: list[dict[str, str]] = []
     for path in (*audit_imports, *more_imports):

@@ -28,24 +28,25 @@ correlate calls within one run and cannot be brute-forced offline.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
 
-from drawbridge.canonical import canonical_text, sanitize
+from drawbridge.canonical import sanitize
 
 from drawbridge.evidence.surface import build_decision, build_surface
 from drawbridge.evidence.truth.carrier import args_digest, build_carrier
 from drawbridge.evidence.truth.declared import declared_policy_digest
 from drawbridge.evidence.truth.evidence import Evidence
 from drawbridge.evidence.truth.verdict import decision_verdict
+from drawbridge.gateway.truth_key import TruthKey
 from drawbridge.gateway.pipeline import CallRecord, Outcome, RelayEvent, RelayIncident
 from drawbridge.state.append_only import AppendOnlyFile, FsyncPolicy
 from drawbridge.state.trace_log import TraceLog
@@ -57,19 +58,17 @@ SURFACE_FILE = "tool-decisions.ndjson"
 MAX_REQUEST_ID_CHARS = 128
 
 
-@dataclass(frozen=True)
-class TruthKey:
-    """The truth producer's HMAC key; ``repr`` never shows it."""
-
-    key: bytes
-    key_id: str
-
-    def __repr__(self) -> str:
-        return f"TruthKey(key_id={self.key_id!r}, key=<{len(self.key)} bytes>)"
-
-
 def ephemeral_key() -> TruthKey:
     return TruthKey(secrets.token_bytes(32), f"ephemeral-{secrets.token_hex(4)}")
+
+
+def ndjson_line(record: Mapping[str, Any]) -> bytes:
+    """One compact JSON line in the record's insertion order (evidence-formats.md 0.2: digests are
+    always recomputed over JCS, so the line keeps the documented field order for readers)."""
+    try:
+        return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: escape rather than write invalid UTF-8
+        return (json.dumps(record, ensure_ascii=True, separators=(",", ":")) + "\n").encode("ascii")
 
 
 def utc_now() -> str:
@@ -128,28 +127,32 @@ class EvidenceRecorder:
 
     def __init__(
         self,
-        evidence_dir: str | Path,
+        evidence_dir: str | Path | None,
         *,
         route: Route,
         truth_out: str | Path | None = None,
         truth_key: TruthKey | None = None,
         declared: Callable[[str], Mapping[str, Any]] | None = None,
-        known_tool: Callable[[str], bool] = lambda tool: False,
         fsync: FsyncPolicy = "always",
         clock: Callable[[], str] = utc_now,
     ) -> None:
         if truth_out is not None and (truth_key is None or declared is None):
             raise ValueError("the truth producer needs a key and a declared contract")
-        directory = Path(evidence_dir)
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._trace = TraceLog(directory / TRACE_FILE, fsync)
+        if evidence_dir is None and truth_out is None:
+            raise ValueError("nothing to record: give an evidence directory, a truth sink, or both")
+        self._trace: TraceLog | None = None
+        self._surface: AppendOnlyFile | None = None
+        self._truth: AppendOnlyFile | None = None
         try:
-            self._surface = AppendOnlyFile(directory / SURFACE_FILE, fsync, what="surface record file")
-            self._truth = (
-                AppendOnlyFile(truth_out, fsync, what="tool-decision truth sink") if truth_out is not None else None
-            )
+            if evidence_dir is not None:
+                directory = Path(evidence_dir)
+                directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+                self._trace = TraceLog(directory / TRACE_FILE, fsync)
+                self._surface = AppendOnlyFile(directory / SURFACE_FILE, fsync, what="surface record file")
+            if truth_out is not None:
+                self._truth = AppendOnlyFile(truth_out, fsync, what="tool-decision truth sink")
         except BaseException:
-            self._trace.close()
+            self.close()
             raise
         self._inline = fsync == "never"
         self._route = route
@@ -157,11 +160,8 @@ class EvidenceRecorder:
         self._digest_key = truth_key if truth_key is not None else ephemeral_key()
         self._declared = declared
         self._declared_cache: dict[str, tuple[Mapping[str, Any], str]] = {}
-        self._known_tool = known_tool
         self._clock = clock
         self._order = 0
-        self.trace_path = self._trace.path
-        self.surface_path = self._surface.path
 
     # ---------------------------------------------------------------- building (pure, on the loop)
 
@@ -196,7 +196,7 @@ class EvidenceRecorder:
             "protocol_version": record.protocol_version,
         }
         surface_line = None
-        if record.tool is not None:
+        if record.tool is not None and self._surface is not None:
             effect, status = effect_status(record.outcome)
             rule_id = None
             if provenance is not None and provenance.policy is not None:
@@ -210,7 +210,7 @@ class EvidenceRecorder:
                 status=status,
                 rule_id=rule_id,
             )
-            surface_line = (canonical_text(build_surface([decision])) + "\n").encode()
+            surface_line = ndjson_line(build_surface([decision]))
         carrier_line = None
         if self._truth is not None and record.action is not None and record.call is not None:
             carrier_line = self._carrier_line(record)
@@ -221,7 +221,7 @@ class EvidenceRecorder:
         order = self._order
         self._order += 1
         contract, dpd = self._declared_for(record.agent)
-        identity = "present" if self._known_tool(record.call.tool) else "absent"
+        identity = "present" if record.tool_listed else "absent"
         # The gateway does not yet observe class, scope or redaction, and no approval is obtained
         # (human_approval is refused): those axes stay "incomplete", never a guessed match.
         verdict = decision_verdict(dict(contract), record.call.tool, record.call.arguments, identity, Evidence())
@@ -238,13 +238,14 @@ class EvidenceRecorder:
             identity_state=identity,
             decision_verdict=verdict,
         )
-        return (canonical_text(carrier) + "\n").encode()
+        return ndjson_line(carrier)
 
     # ---------------------------------------------------------------- writing
 
     def _write(self, kind: str, at: str, body: dict[str, Any], surface: bytes | None, carrier: bytes | None) -> None:
-        self._trace.append(kind, at, body)
-        if surface is not None:
+        if self._trace is not None:
+            self._trace.append(kind, at, body)
+        if surface is not None and self._surface is not None:
             self._surface.append_line(surface, "a surface record")
         if carrier is not None and self._truth is not None:
             self._truth.append_line(carrier, "a truth carrier")
@@ -262,8 +263,10 @@ class EvidenceRecorder:
         else:
             await anyio.to_thread.run_sync(self._write, lines[0], at, lines[1], lines[2], lines[3])
 
-    async def record_event(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def record_event(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
         """A trace entry that is not a call (policy edit, pin accept, approval, grant)."""
+        if self._trace is None:
+            return None
         at = self._clock()
         if self._inline:
             return self._trace.append(kind, at, body)

@@ -39,6 +39,7 @@ and Assay reads them literally, so they match only a tool of that exact name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from drawbridge.policy.model import Action, PolicySet
@@ -87,3 +88,29 @@ def declared_contract(policy_set: PolicySet, agent: str) -> dict[str, Any]:
 
 def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
+
+
+class DeclaredContracts:
+    """``agent -> contract``, recomputed only when the policy set changes (a hot reload).
+
+    The same dict object is returned while the set is unchanged, so a consumer can
+    cache what it derives from it (the declared digest) by identity.
+    """
+
+    def __init__(self, current: Callable[[], PolicySet]) -> None:
+        self._current = current
+        self._cache: dict[str, tuple[PolicySet, dict[str, Any]]] = {}
+
+    def __call__(self, agent: str) -> dict[str, Any]:
+        policy_set = self._current()
+        cached = self._cache.get(agent)
+        if cached is None or cached[0] is not policy_set:
+            cached = (policy_set, declared_contract(policy_set, agent))
+            self._cache[agent] = cached
+        return cached[1]
+
+
+def fixed_contract(allow_everything: bool) -> dict[str, Any]:
+    """The contract of a gateway run without policy: ``--allow-all`` allows every tool, else none."""
+    tools = {"allow": [CATCH_ALL]} if allow_everything else {"deny": [CATCH_ALL]}
+    return {"version": "2.0", "tools": tools, "schemas": {}, "enforcement": {"unconstrained_tools": "allow"}}

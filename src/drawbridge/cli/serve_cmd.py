@@ -1,0 +1,245 @@
+"""``drawbridge serve --config drawbridge.yaml``: several upstream MCP servers behind one gateway.
+
+The upstreams named in the configuration (stdio children and streamable-HTTP URLs) are connected once
+and shared by every agent; their tools are served as ``<upstream>.<tool>``. Agents connect over
+streamable HTTP at ``/mcp`` (bearer tokens map to agent ids, see docs/configuration.md) or, with
+``--stdio``, one agent over this process's stdin and stdout.
+
+Invariant: nothing is started before the configuration, the policy and every environment variable the
+configuration names have been checked; a problem there is printed as ``file:line: problem`` (or
+``file: problem``) on stderr and the exit code is 2, with no child spawned and no port opened.
+
+Exit codes: 0 after a normal shutdown (the stdio agent closed the pipe, or SIGINT/SIGTERM); 2 for a
+configuration, policy, listen or upstream-start problem.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Mapping
+from typing import Any, Final
+
+import anyio
+import click
+
+from drawbridge.cli.output import EXIT_INPUT
+from drawbridge.config import ConfigError, GatewayConfig, load_config
+from drawbridge.gateway.pipeline import (
+    Action,
+    Decider,
+    Provenance,
+    Recorder,
+    ToolCall,
+    Verdict,
+    null_recorder,
+)
+from drawbridge.gateway.upstream import EnvPolicy
+
+STARTUP_WAIT_SECONDS: Final = 45.0
+_NOT_BUILT: Final = "not available in this build yet"
+
+
+class _Startup(Exception):
+    """A problem found before serving; printed as is, exit code 2."""
+
+
+def _configure_logging(verbose: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("drawbridge: %(levelname)s %(message)s"))
+    log = logging.getLogger("drawbridge")
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO if verbose else logging.WARNING)
+    log.propagate = False
+
+
+def preflight(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
+    """Problems that would only show when an upstream connects: report them before anything starts."""
+    problems: list[str] = []
+    for upstream in config.upstreams:
+        for header, env_name in upstream.headers_env.items():
+            if not environ.get(env_name):
+                problems.append(
+                    f"{config.source_file}: upstream {upstream.name!r}: header {header} needs environment "
+                    f"variable {env_name}, which is missing or empty"
+                )
+    return problems
+
+
+def secret_env_names(config: GatewayConfig) -> frozenset[str]:
+    """Environment variables that hold the gateway's upstream credentials: never passed to stdio children."""
+    return frozenset(name for upstream in config.upstreams for name in upstream.headers_env.values())
+
+
+def _store_decider(path: str) -> Decider:
+    """The native policy engine through its store (same engine and provenance as the pipeline's decider)."""
+    from drawbridge.policy import PolicyStore
+
+    store = PolicyStore.open(path)
+
+    async def decide(call: ToolCall) -> Verdict:
+        decision = store.evaluate(call.agent, call.tool, call.arguments)
+        return Verdict(
+            Action(decision.action.value),
+            decision.reason,
+            Provenance(decision.policy, decision.source_file, decision.rule_index),
+        )
+
+    return decide
+
+
+def load_decider(config: GatewayConfig) -> Decider:
+    path = config.policy_dir or config.policy_file
+    assert path is not None  # the configuration requires one of them
+    from drawbridge.gateway import pipeline
+
+    try:
+        return pipeline.policy_decider(path)
+    except (OSError, ValueError) as exc:
+        if _NOT_BUILT not in str(exc):
+            raise _Startup(f"cannot load the policy: {exc}") from exc
+    try:
+        return _store_decider(path)
+    except (OSError, ValueError) as exc:
+        raise _Startup(f"cannot load the policy: {exc}") from exc
+
+
+def load_recorder(config: GatewayConfig) -> Recorder:
+    from drawbridge.gateway import pipeline
+
+    try:
+        return pipeline.evidence_recorder(config.evidence_dir, config.tool_decision_truth_out)
+    except (OSError, ValueError) as exc:
+        if _NOT_BUILT not in str(exc):
+            raise _Startup(f"cannot open the evidence output: {exc}") from exc
+    click.echo("drawbridge: evidence recording is not part of this build; no evidence is written", err=True)
+    return null_recorder
+
+
+@click.command(name="serve", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", required=True, metavar="FILE", help="The gateway configuration (YAML).")
+@click.option("--stdio", is_flag=True, help="Serve one agent over stdin/stdout instead of HTTP at /mcp.")
+@click.option(
+    "--agent",
+    metavar="ID",
+    help="Agent id of the --stdio client (default: auth.anonymous_agent, else 'anonymous').",
+)
+@click.option("--verbose", "-v", is_flag=True, help="Log connections, reconnections and incidents to stderr.")
+def command(config_path: str, stdio: bool, agent: str | None, verbose: bool) -> None:
+    """Serve the upstreams of a configuration file behind one gateway.
+
+    \b
+    Examples:
+      drawbridge serve --config drawbridge.yaml                  # HTTP at http://127.0.0.1:8787/mcp
+      drawbridge serve --config drawbridge.yaml --stdio --agent claude
+    """
+    _configure_logging(verbose)
+    if agent is not None and not stdio:
+        raise click.UsageError("--agent goes with --stdio; over HTTP the bearer token names the agent")
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_INPUT)
+    try:
+        problems = preflight(config, os.environ)
+        if problems:
+            raise _Startup("\n".join(problems))
+        decide = load_decider(config)
+        record = load_recorder(config)
+        sock: socket.socket | None = None
+        if not stdio:
+            from drawbridge.gateway.http_server import bind
+
+            try:
+                sock = bind(config.listen_host, config.listen_port)
+            except OSError as exc:
+                raise _Startup(
+                    f"cannot listen on {config.listen_host}:{config.listen_port}: {exc.strerror or exc}"
+                ) from exc
+        anyio.run(_serve, config, decide, record, agent or config.anonymous_agent or "anonymous", sock)
+    except _Startup as exc:
+        click.echo(str(exc) if str(exc).startswith(config.source_file) else f"drawbridge: {exc}", err=True)
+        sys.exit(EXIT_INPUT)
+    except KeyboardInterrupt:
+        pass
+
+
+async def _serve(
+    config: GatewayConfig, decide: Decider, record: Recorder, agent: str, sock: socket.socket | None
+) -> None:
+    if sock is None:
+        from drawbridge.gateway.process_stdio import process_stdio
+
+        async with process_stdio() as (client_in, client_out):
+            await _run(config, decide, record, agent, None, (client_in, client_out))
+    else:
+        try:
+            await _run(config, decide, record, agent, sock, None)
+        finally:
+            sock.close()
+
+
+async def _run(
+    config: GatewayConfig,
+    decide: Decider,
+    record: Recorder,
+    agent: str,
+    sock: socket.socket | None,
+    pipes: tuple[Any, Any] | None,
+) -> None:
+    from drawbridge.gateway.router import Gateway, GatewaySettings
+    from drawbridge.gateway.upstream_session import UpstreamSession
+
+    denied = secret_env_names(config)
+    upstreams = [
+        UpstreamSession(u, env_filter=EnvPolicy(extra=dict(u.env), deny_names=denied)) for u in config.upstreams
+    ]
+    gateway = Gateway(
+        upstreams, decide=decide, record=record, settings=GatewaySettings(call_timeout=config.call_timeout_seconds)
+    )
+    failed: list[str] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(gateway.run)
+        tg.start_soon(_stop_on_signal, tg.cancel_scope)
+        await gateway.wait_settled(STARTUP_WAIT_SECONDS)
+        failed = gateway.start_errors()
+        if failed:
+            tg.cancel_scope.cancel()
+        else:
+            for upstream in upstreams:
+                if not upstream.ready:
+                    click.echo(
+                        f"drawbridge: {upstream.unavailable_reason()}; retrying in the background", err=True
+                    )
+            if pipes is not None:
+                from drawbridge.gateway.downstream_stdio import serve_stdio_session
+
+                await serve_stdio_session(
+                    gateway, pipes[0], pipes[1], agent=agent, max_message_bytes=config.max_message_bytes
+                )
+            else:
+                assert sock is not None
+                from drawbridge.gateway.http_server import HttpSettings, build_app, describe_url, serve_http
+
+                app = build_app(gateway, HttpSettings.from_config(config))
+
+                def ready(host: str, port: int) -> None:
+                    click.echo(
+                        f"drawbridge: serving {len(upstreams)} upstream(s) on {describe_url(host, port)}", err=True
+                    )
+
+                await serve_http(app, sock, ready)
+            tg.cancel_scope.cancel()
+    if failed:
+        raise _Startup("\n".join(failed))
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return

@@ -1,0 +1,1 @@
+"""Example MCP servers and policies shipped for the demo."""

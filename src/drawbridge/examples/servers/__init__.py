@@ -1,0 +1,1 @@
+"""Example MCP servers (stdio) used by the demo and the tests."""

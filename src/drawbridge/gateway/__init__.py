@@ -1,0 +1,60 @@
+"""The gateway shell: the stdio relay, its upstream child process, and the tools/call pipeline hooks."""
+
+from drawbridge.gateway.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    UPSTREAM_EXITED,
+    UPSTREAM_TIMEOUT,
+)
+from drawbridge.gateway.pipeline import (
+    Action,
+    CallRecord,
+    Decider,
+    Outcome,
+    Provenance,
+    Recorder,
+    RelayEvent,
+    RelayIncident,
+    ToolCall,
+    Verdict,
+    allow_all,
+    deny_all,
+    null_recorder,
+)
+from drawbridge.gateway.stdio_relay import RelayConfig, StdioRelay, run_relay, serve_stdio
+from drawbridge.gateway.upstream import EnvFilter, EnvPolicy, UpstreamGone, UpstreamProcess, UpstreamStartError
+
+__all__ = [
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "UPSTREAM_EXITED",
+    "UPSTREAM_TIMEOUT",
+    "Action",
+    "CallRecord",
+    "Decider",
+    "EnvFilter",
+    "EnvPolicy",
+    "Outcome",
+    "Provenance",
+    "Recorder",
+    "RelayConfig",
+    "RelayEvent",
+    "RelayIncident",
+    "StdioRelay",
+    "ToolCall",
+    "UpstreamGone",
+    "UpstreamProcess",
+    "UpstreamStartError",
+    "Verdict",
+    "allow_all",
+    "deny_all",
+    "null_recorder",
+    "run_relay",
+    "serve_stdio",
+]

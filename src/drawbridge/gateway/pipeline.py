@@ -1,0 +1,320 @@
+"""One tools/call through the gateway: what is parsed, who decides, what the agent is told, what is recorded.
+
+Invariant: a tools/call reaches the upstream only when a decider returned ``allow`` for exactly the tool
+name and arguments the upstream will receive. Anything else (deny, human approval that cannot be
+obtained, a decider that fails or is cancelled, a request whose name or arguments cannot be read
+unambiguously) ends in an answer from the gateway itself, and that answer names the rule and the
+reason but never repeats an argument value.
+
+Theory of operation. The relay hands each tools/call request to ``parse_tool_call``, which reads only
+``params.name``, ``params.arguments`` and ``params._meta`` and refuses what policy could misread (a
+name with control or format characters, non-object arguments). The resulting ``ToolCall`` goes to a
+``Decider`` (``decide(call) -> Verdict``); ``refusal_for`` turns a verdict into either "forward" (None)
+or a ``Refusal``, which ``refusal_result`` renders as a ``CallToolResult`` with ``isError: true``.
+When the call is over, the relay gives a ``Recorder`` one ``CallRecord`` with the decision, its
+provenance, the outcome and the timings; problems that are not a tools/call (a malformed line, an
+upstream that printed garbage or exited) are recorded as ``RelayIncident``. The deciders defined here
+are ``allow_all`` (tests and an explicit ``--allow-all``), ``deny_all`` (no policy loaded) and
+``PolicyDecider`` (the native policy engine).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final, Protocol
+
+from drawbridge.canonical import sanitize
+from drawbridge.gateway.jsonrpc import INVALID_PARAMS, Message, MessageError, RequestId
+
+MAX_TOOL_NAME_CHARS: Final = 1024
+PROTOCOL_VERSION_META_KEY: Final = "io.modelcontextprotocol/protocolVersion"
+MODERN_PROTOCOL_VERSIONS: Final = frozenset({"2026-07-28"})
+APPROVAL_UNAVAILABLE: Final = "approval unavailable"
+REFUSAL_META_KEY: Final = "drawbridge/decision"
+
+# Unicode categories a tool name may not contain: controls, format characters (zero-width joiners,
+# bidi overrides), surrogates, line and paragraph separators. Each can make a name that looks like
+# one tool to a human or a glob and like another to the upstream.
+_FORBIDDEN_NAME_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+class Action(StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+    HUMAN_APPROVAL = "human_approval"
+
+
+class Outcome(StrEnum):
+    """How a tools/call ended, as seen by the gateway."""
+
+    OK = "ok"  # the upstream returned a result without isError
+    TOOL_ERROR = "tool_error"  # the upstream returned a result with isError: true
+    INPUT_REQUIRED = "input_required"  # the upstream returned an InputRequiredResult (2026-07-28)
+    UPSTREAM_ERROR = "upstream_error"  # the upstream answered with a JSON-RPC error
+    REFUSED = "refused"  # the decision was deny
+    APPROVAL_UNAVAILABLE = "approval_unavailable"  # human_approval, and no way to obtain it
+    INVALID = "invalid"  # the request could not be read unambiguously; no decision was taken
+    TIMEOUT = "timeout"  # the upstream did not answer within the call timeout
+    UPSTREAM_EXITED = "upstream_exited"  # the upstream was gone before it answered
+    CANCELLED = "cancelled"  # the agent cancelled the request
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a decision came from: the policy, its file, the rule's 0-based index."""
+
+    policy: str | None = None
+    source_file: str | None = None
+    rule_index: int | None = None
+
+    def label(self) -> str:
+        if self.policy is None:
+            return "default deny"
+        name = sanitize(self.policy)
+        if self.rule_index is None:
+            return f'policy "{name}"'
+        return f'policy "{name}" rule {self.rule_index}'
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    action: Action
+    reason: str
+    provenance: Provenance = field(default_factory=Provenance)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """The parts of a tools/call that policy reads. ``arguments`` is never written anywhere raw."""
+
+    agent: str
+    tool: str
+    arguments: Mapping[str, Any]
+    meta: Mapping[str, Any] | None
+    request_id: RequestId
+    protocol_version: str | None = None
+
+    @property
+    def modern(self) -> bool:
+        return self.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+class Decider(Protocol):
+    async def __call__(self, call: ToolCall, /) -> Verdict: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """What happened to one tools/call request, for the trace and the evidence records."""
+
+    agent: str
+    request_id: RequestId
+    tool: str | None
+    """The requested name, with control characters replaced; None when the request carried no string name."""
+    action: Action | None
+    """None when no decision was taken (the request was invalid)."""
+    reason: str | None
+    provenance: Provenance | None
+    outcome: Outcome
+    error: str | None
+    """A precise description of the failure; never contains argument values."""
+    error_code: int | None
+    decision_ms: float | None
+    latency_ms: float
+    protocol_version: str | None
+    call: ToolCall | None = None
+    """The parsed call, for recorders that digest arguments; a recorder must not store it raw."""
+    tool_listed: bool = False
+    """The tool was named in an upstream ``tools/list`` answer seen in this session (the truth
+    carrier's ``identity_state`` is then ``present``, else ``absent``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RelayIncident:
+    """Something the relay handled that is not a tools/call: a bad line, an upstream that misbehaved."""
+
+    kind: str
+    """parse_error, invalid_message, oversize, duplicate_id, tools_call_notification, upstream_garbage,
+    upstream_oversize, unknown_response, upstream_exited, upstream_unwritable, late_response"""
+    direction: str  # "client" | "upstream"
+    detail: str
+    code: int | None = None
+
+
+RelayEvent = CallRecord | RelayIncident
+
+
+class Recorder(Protocol):
+    async def __call__(self, event: RelayEvent, /) -> None: ...
+
+
+# ------------------------------------------------------------------------------------------- parsing
+
+
+def tool_name_problem(name: str) -> str | None:
+    """Why a tool name cannot be decided on, or None. The message never contains the name."""
+    if not name:
+        return "tool name is empty"
+    if len(name) > MAX_TOOL_NAME_CHARS:
+        return f"tool name is longer than {MAX_TOOL_NAME_CHARS} characters"
+    for position, char in enumerate(name):
+        if unicodedata.category(char) in _FORBIDDEN_NAME_CATEGORIES:
+            return f"tool name contains a control or format character (U+{ord(char):04X} at index {position})"
+    if name != name.strip():
+        return "tool name has leading or trailing whitespace"
+    return None
+
+
+def envelope_version(meta: Any) -> str | None:
+    """The protocol version a 2026-07-28 request carries in its ``_meta`` envelope, if any."""
+    if isinstance(meta, dict):
+        version = meta.get(PROTOCOL_VERSION_META_KEY)
+        if isinstance(version, str):
+            return version
+    return None
+
+
+def parse_tool_call(message: Message, agent: str, session_version: str | None) -> ToolCall:
+    """Read a tools/call request; raise ``MessageError(INVALID_PARAMS)`` for what policy cannot read."""
+    assert message.id is not None
+    params = message.body.get("params")
+
+    def invalid(problem: str) -> MessageError:
+        return MessageError(INVALID_PARAMS, f"invalid params: {problem}", message.id)
+
+    if not isinstance(params, dict):
+        raise invalid("tools/call params must be a JSON object")
+    name = params.get("name")
+    if not isinstance(name, str):
+        raise invalid("tools/call params.name must be a string")
+    problem = tool_name_problem(name)
+    if problem is not None:
+        raise invalid(problem)
+    arguments = params.get("arguments", {})
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise invalid("tools/call params.arguments must be a JSON object")
+    meta = params.get("_meta")
+    if meta is not None and not isinstance(meta, dict):
+        raise invalid("tools/call params._meta must be a JSON object")
+    version = envelope_version(meta) or session_version
+    return ToolCall(agent, name, arguments, meta, message.id, version)
+
+
+def requested_tool_name(message: Message) -> str | None:
+    """The requested name for the record of an invalid request: each control or format character (the
+    ones ``tool_name_problem`` refuses, line breaks included) becomes U+FFFD; None if there is no name."""
+    params = message.body.get("params")
+    name = params.get("name") if isinstance(params, dict) else None
+    if not isinstance(name, str):
+        return None
+    return "".join(
+        "\ufffd" if unicodedata.category(char) in _FORBIDDEN_NAME_CATEGORIES else char
+        for char in name[:MAX_TOOL_NAME_CHARS]
+    )
+
+
+# --------------------------------------------------------------------------------- refusals
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    outcome: Outcome
+    reason: str
+
+
+def refusal_for(verdict: Verdict) -> Refusal | None:
+    """None means forward. Only ``allow`` forwards; an unknown action can not reach here (it is an enum)."""
+    if verdict.action is Action.ALLOW:
+        return None
+    if verdict.action is Action.HUMAN_APPROVAL:
+        return Refusal(Outcome.APPROVAL_UNAVAILABLE, APPROVAL_UNAVAILABLE)
+    return Refusal(Outcome.REFUSED, verdict.reason)
+
+
+def refusal_text(verdict: Verdict, refusal: Refusal) -> str:
+    action = "" if verdict.action is Action.DENY else f" ({verdict.action.value})"
+    return f"drawbridge refused this call: {verdict.provenance.label()}{action}: {sanitize(refusal.reason)}"
+
+
+def refusal_result(verdict: Verdict, refusal: Refusal, call: ToolCall) -> dict[str, Any]:
+    """The ``CallToolResult`` the agent receives instead of the tool's answer."""
+    decision: dict[str, Any] = {"action": verdict.action.value, "outcome": refusal.outcome.value}
+    if verdict.provenance.policy is not None:
+        decision["policy"] = sanitize(verdict.provenance.policy)
+    if verdict.provenance.rule_index is not None:
+        decision["rule_index"] = verdict.provenance.rule_index
+    result: dict[str, Any] = {
+        "content": [{"type": "text", "text": refusal_text(verdict, refusal)}],
+        "isError": True,
+        "_meta": {REFUSAL_META_KEY: decision},
+    }
+    if call.modern:
+        result["resultType"] = "complete"
+    return result
+
+
+# ----------------------------------------------------------------------------------------- deciders
+
+GATEWAY_POLICY: Final = "drawbridge"
+
+
+async def allow_all(call: ToolCall) -> Verdict:
+    """Allow every call. For tests and for ``wrap --allow-all``, never a silent default."""
+    return Verdict(Action.ALLOW, "every call is allowed (--allow-all)", Provenance(GATEWAY_POLICY, None, None))
+
+
+async def deny_all(call: ToolCall) -> Verdict:
+    """What the gateway does with no policy loaded: refuse."""
+    return Verdict(Action.DENY, "no policy is loaded", Provenance(GATEWAY_POLICY, None, None))
+
+
+def decider_failure(exc: BaseException) -> Verdict:
+    """The verdict when a decider raised: deny, naming the exception type only (its text may quote arguments)."""
+    return Verdict(
+        Action.DENY, f"the decision failed ({type(exc).__name__}); failing closed", Provenance(GATEWAY_POLICY)
+    )
+
+
+async def null_recorder(event: RelayEvent) -> None:
+    """Record nothing (tests that do not look at records)."""
+
+
+
+class PolicyDecider:
+    """Decides with the native policy engine (``drawbridge.policy``): one evaluation per call, no I/O.
+
+    ``store`` is a ``drawbridge.policy.PolicyStore``; its current set is read at each call, so a hot
+    reload (``drawbridge.policy.watch_policies(store)``) takes effect on the next call.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    async def __call__(self, call: ToolCall, /) -> Verdict:
+        decision = self.store.evaluate(call.agent, call.tool, call.arguments)
+        return Verdict(
+            Action(decision.action.value),
+            decision.reason,
+            Provenance(decision.policy, decision.source_file, decision.rule_index),
+        )
+
+
+def policy_decider(path: str) -> PolicyDecider:
+    """A decider for the policy file or directory at ``path``.
+
+    Raises ``drawbridge.policy.PolicyLoadError`` (a ValueError, located ``file:line: problem``) when
+    the policy does not load: a gateway never starts on a policy it cannot read.
+    """
+    from drawbridge.policy import PolicyStore
+
+    return PolicyDecider(PolicyStore.open(path))
+
+
+def evidence_recorder(evidence_dir: str | None, truth_out: str | None) -> Recorder:
+    """A recorder that writes the hash-chained trace and the evidence records."""
+    raise ValueError("evidence recording is not available in this build yet")

@@ -1,0 +1,148 @@
+"""The gateway process's own stdin and stdout as async byte streams.
+
+Invariant: while the relay runs, only the relay writes to the client's pipe. File descriptors 0 and 1
+are moved to private descriptors (close-on-exec, so the upstream never inherits them), fd 0 is pointed
+at /dev/null and fd 1 at stderr; a stray ``print`` lands on stderr instead of corrupting the protocol.
+Both are restored on exit.
+
+Theory of operation. Pipes and sockets (what an MCP client gives) are read and written non-blocking,
+waiting for readiness on the event loop (``anyio.wait_readable``), so no I/O blocks the loop and no
+thread is used per read. Anything else (a terminal, a regular file) is read and written in a worker
+thread, because a terminal's blocking mode is shared with the shell that owns it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+import anyio
+import anyio.to_thread
+from anyio.abc import ByteReceiveStream, ByteSendStream
+
+READ_CHUNK = 65536
+
+
+def _pollable(fd: int) -> bool:
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+class FdReceiveStream(ByteReceiveStream):
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._pollable = sys.platform != "win32" and _pollable(fd)
+        self._restore_blocking: bool | None = None
+        if self._pollable:
+            self._restore_blocking = os.get_blocking(fd)
+            os.set_blocking(fd, False)
+        self._closed = False
+
+    async def receive(self, max_bytes: int = READ_CHUNK) -> bytes:
+        while True:
+            if self._closed:
+                raise anyio.ClosedResourceError
+            if self._pollable:
+                try:
+                    data = os.read(self._fd, max_bytes)
+                except BlockingIOError:
+                    await anyio.wait_readable(self._fd)
+                    continue
+            else:
+                data = await anyio.to_thread.run_sync(os.read, self._fd, max_bytes, abandon_on_cancel=True)
+            if not data:
+                raise anyio.EndOfStream
+            return data
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._pollable:
+            anyio.notify_closing(self._fd)
+            if self._restore_blocking is not None:
+                with suppress(OSError):
+                    os.set_blocking(self._fd, self._restore_blocking)
+        with suppress(OSError):
+            os.close(self._fd)
+
+
+class FdSendStream(ByteSendStream):
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._pollable = sys.platform != "win32" and _pollable(fd)
+        self._restore_blocking: bool | None = None
+        if self._pollable:
+            self._restore_blocking = os.get_blocking(fd)
+            os.set_blocking(fd, False)
+        self._closed = False
+
+    async def send(self, item: bytes) -> None:
+        view = memoryview(item)
+        while view:
+            if self._closed:
+                raise anyio.ClosedResourceError
+            try:
+                if self._pollable:
+                    try:
+                        written = os.write(self._fd, view)
+                    except BlockingIOError:
+                        await anyio.wait_writable(self._fd)
+                        continue
+                else:
+                    written = await anyio.to_thread.run_sync(os.write, self._fd, view)
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                raise anyio.BrokenResourceError from exc
+            view = view[written:]
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._pollable:
+            anyio.notify_closing(self._fd)
+            if self._restore_blocking is not None:
+                with suppress(OSError):
+                    os.set_blocking(self._fd, self._restore_blocking)
+        with suppress(OSError):
+            os.close(self._fd)
+
+
+def _claim(fd: int, replacement: int) -> int:
+    """Move ``fd`` to a private close-on-exec descriptor and point ``fd`` at ``replacement``."""
+    private = os.dup(fd)
+    os.set_inheritable(private, False)
+    os.dup2(replacement, fd)
+    return private
+
+
+@asynccontextmanager
+async def process_stdio() -> AsyncIterator[tuple[ByteReceiveStream, ByteSendStream]]:
+    """Claim fds 0 and 1 for the relay; yield (client_in, client_out)."""
+    sys.stdout.flush()
+    saved_in = os.dup(0)
+    saved_out = os.dup(1)
+    os.set_inheritable(saved_in, False)
+    os.set_inheritable(saved_out, False)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    try:
+        private_in = _claim(0, devnull)
+        private_out = _claim(1, 2)
+    finally:
+        os.close(devnull)
+    client_in = FdReceiveStream(private_in)
+    client_out = FdSendStream(private_out)
+    try:
+        yield client_in, client_out
+    finally:
+        await client_in.aclose()
+        await client_out.aclose()
+        with suppress(OSError):
+            os.dup2(saved_in, 0)
+        with suppress(OSError):
+            os.dup2(saved_out, 1)
+        os.close(saved_in)
+        os.close(saved_out)

@@ -1,0 +1,1024 @@
+"""The gateway between many agents and several upstreams: one ``Gateway``, one ``DownstreamSession`` per agent connection.
+
+Invariant: only ``tools/call`` is decided, and a call reaches an upstream only after the decider said
+``allow`` for the namespaced name the agent used and the exact arguments the upstream receives. Every
+request an agent sends gets exactly one answer (unless the agent cancelled it): the upstream's, with
+only the per-hop parts rewritten (``hop.py``), or one written by the gateway. Nothing one agent sends
+is ever delivered to another agent, and a message from an upstream goes to the agent whose request
+caused it whenever the gateway can tell.
+
+Theory of operation. The ``Gateway`` owns the upstream sessions (``upstream_session.py``), the merged
+tool catalogue (``catalogue.py``), and the tables that map between the two id spaces: upstream
+request id -> (session, agent's request id), gateway progress token -> (session, agent's token),
+resource URI -> upstream, (upstream, URI) -> subscribed sessions. A ``DownstreamSession`` holds one
+agent connection, whatever its transport: its era (2025-11-25 handshake or 2026-07-28 envelope), its
+requests in flight (each in its own cancel scope), and the requests the gateway sent it (relayed
+sampling and elicitation). Transports feed it parsed messages and give it an ``Outbound`` to write to.
+
+Who answers what:
+
+=========================  ==============================================================================
+initialize, ping           the gateway (capabilities: the union of what upstreams offer; serverInfo drawbridge)
+server/discover            the gateway (2026-07-28)
+tools/list                 the gateway, from the merged catalogue (``server.tool`` names)
+tools/call                 decided, then forwarded to the tool's upstream with the prefix removed
+prompts/list               every upstream that offers prompts, merged, names namespaced like tools
+prompts/get                the upstream named by the prefix, prefix removed
+resources/list, templates  every upstream that offers resources, merged; URIs are not rewritten
+resources/read, subscribe  the upstream that listed the URI (or whose template matches it)
+completion/complete        by the reference: a namespaced prompt, or a resource URI
+logging/setLevel           answered by the gateway and not forwarded (upstream sessions are shared)
+anything else              -32601: the gateway cannot tell which upstream serves it
+=========================  ==============================================================================
+
+Messages from upstreams: progress notifications go back by token; list-changed notifications are
+broadcast (tools: once the gateway's own merged list has changed); resource updates go to the
+sessions that subscribed; other notifications and server requests go to the request they belong to
+(HTTP upstreams say which), else to the one session with requests in flight on that upstream; a server
+request that cannot be attributed to exactly one agent is refused rather than guessed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+import anyio
+from anyio.abc import TaskStatus
+from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
+from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
+from mcp_types import PROTOCOL_VERSION_META_KEY
+
+import drawbridge
+from drawbridge.gateway.catalogue import Catalogue, build_catalogue, split_namespaced
+from drawbridge.gateway.hop import (
+    MODERN_VERSION,
+    combined_instructions,
+    downstream_result,
+    gateway_result,
+    negotiate_version,
+    outbound_params,
+    progress_token,
+    union_capabilities,
+    valid_token,
+)
+from drawbridge.gateway.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    UPSTREAM_EXITED,
+    UPSTREAM_TIMEOUT,
+    IdKey,
+    Kind,
+    Message,
+    MessageError,
+    RequestId,
+    encode_line,
+    error_line,
+    id_key,
+    valid_id,
+)
+from drawbridge.gateway.pipeline import (
+    Action,
+    CallRecord,
+    Decider,
+    Outcome,
+    Provenance,
+    Recorder,
+    RelayEvent,
+    RelayIncident,
+    ToolCall,
+    Verdict,
+    decider_failure,
+    parse_tool_call,
+    refusal_for,
+    refusal_result,
+    requested_tool_name,
+    tool_name_problem,
+)
+from drawbridge.gateway.stdio_relay import RECORD_TIMEOUT_SECONDS, RECORDING_FAILED, outcome_of_response
+from drawbridge.gateway.upstream_session import PendingCall, State, UpstreamLost, UpstreamSession, UpstreamUnavailable
+
+logger = logging.getLogger("drawbridge.gateway")
+
+TOOLS_CALL: Final = "tools/call"
+CANCELLED: Final = "notifications/cancelled"
+SERVER_INFO: Final[Mapping[str, str]] = {"name": "drawbridge", "version": drawbridge.__version__}
+SERVER_INFO_META_KEY: Final = "io.modelcontextprotocol/serverInfo"
+UNKNOWN_TOOL: Final = "unknown tool: the gateway serves no tool of this name (see tools/list)"
+UNATTRIBUTABLE: Final = "the gateway cannot tell which agent this request is for"
+
+
+def _response(request_id: RequestId | None, body: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
+    if "error" in body:
+        out["error"] = body["error"]
+    else:
+        out["result"] = body.get("result")
+    return out
+
+
+def error_response(request_id: RequestId | None, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def result_response(request_id: RequestId, result: Mapping[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def safe_render(message: Mapping[str, Any]) -> bytes | None:
+    """A message as one JSON line. An upstream answer that cannot be encoded (NaN) becomes an error."""
+    try:
+        return encode_line(message)
+    except (ValueError, TypeError):
+        if "id" in message and ("result" in message or "error" in message):
+            return error_line(
+                message["id"], INTERNAL_ERROR, "the upstream's answer cannot be encoded as JSON (NaN or Infinity)"
+            )
+        logger.warning("a message that cannot be encoded as JSON was dropped")
+        return None
+
+
+def _looks_like_tools_call(method: str) -> bool:
+    return method != TOOLS_CALL and method.strip().lower() == TOOLS_CALL
+
+
+class Outbound(Protocol):
+    """Where a session's messages to its agent go. ``related`` is the agent's request id the message
+    belongs to, or None; an HTTP transport uses it to put the message on that request's stream."""
+
+    unsolicited: bool
+    """Whether messages that belong to no request can reach the agent (stdio, an HTTP GET stream)."""
+
+    async def send(self, message: dict[str, Any], related: RequestId | None) -> None: ...
+
+
+class NoBackChannel(Exception):
+    """The agent's connection cannot take a request from the server."""
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    call_timeout: float = 120.0
+    """Seconds a forwarded request may wait for its upstream (tools/call and the others alike)."""
+    refuse_after_record_failure: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Forward:
+    session: DownstreamSession
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class _ProgressRoute:
+    session: DownstreamSession
+    token: str | int
+    request_id: RequestId
+
+
+class _Timeout(Exception):
+    pass
+
+
+# ------------------------------------------------------------------------------------------ gateway
+
+
+class Gateway:
+    def __init__(
+        self,
+        upstreams: Sequence[UpstreamSession],
+        *,
+        decide: Decider,
+        record: Recorder,
+        settings: GatewaySettings | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.upstreams: dict[str, UpstreamSession] = {}
+        for upstream in upstreams:
+            if upstream.name in self.upstreams:
+                raise ValueError(f"duplicate upstream name {upstream.name!r}")
+            self.upstreams[upstream.name] = upstream
+            upstream.listener = self
+        self.settings = settings or GatewaySettings()
+        self.clock = clock
+        self._decide = decide
+        self._record_hook = record
+        self.record_failed = False
+        self.tools: Catalogue = build_catalogue([])
+        self.sessions: set[DownstreamSession] = set()
+        self._inflight: dict[tuple[str, int], _Forward] = {}
+        self._progress: dict[tuple[str, str], _ProgressRoute] = {}
+        self._client_progress: dict[tuple[DownstreamSession, str | int], UpstreamSession] = {}
+        self._next_token = 0
+        self._resource_owner: dict[str, str] = {}
+        self._templates: list[tuple[str, str, UriTemplate]] = []
+        self._subscriptions: dict[tuple[str, str], set[DownstreamSession]] = {}
+        self._reported_problems: set[str] = set()
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run every upstream session (connect, reconnect) until cancelled; started at once."""
+        try:
+            async with anyio.create_task_group() as tg:
+                for upstream in self.upstreams.values():
+                    tg.start_soon(upstream.run)
+                task_status.started()
+        finally:
+            with anyio.CancelScope(shield=True):
+                for session in list(self.sessions):
+                    await session.close()
+
+    async def wait_settled(self, timeout: float) -> None:
+        """Wait until every upstream's first connection attempt ended (or ``timeout`` seconds)."""
+        with anyio.move_on_after(timeout):
+            for upstream in self.upstreams.values():
+                await upstream.wait_settled()
+
+    def start_errors(self) -> list[str]:
+        return [u.unavailable_reason() for u in self.upstreams.values() if u.start_error is not None]
+
+    async def close(self) -> None:
+        for session in list(self.sessions):
+            await session.close()
+        for upstream in self.upstreams.values():
+            await upstream.close()
+
+    def open_session(self, agent: str, outbound: Outbound, *, transport: str) -> DownstreamSession:
+        session = DownstreamSession(self, agent, outbound, transport=transport)
+        self.sessions.add(session)
+        return session
+
+    def forget_session(self, session: DownstreamSession) -> None:
+        self.sessions.discard(session)
+        for key in [k for k, route in self._progress.items() if route.session is session]:
+            del self._progress[key]
+        for key in [k for k in self._client_progress if k[0] is session]:
+            del self._client_progress[key]
+        for subscribers in self._subscriptions.values():
+            subscribers.discard(session)
+
+    # ------------------------------------------------------------------------------ catalogue
+
+    def capabilities(self) -> dict[str, Any]:
+        return union_capabilities([u.capabilities for u in self.upstreams.values() if u.capabilities])
+
+    def instructions(self) -> str | None:
+        return combined_instructions([(u.name, u.instructions) for u in self.upstreams.values()])
+
+    def rebuild_catalogue(self) -> bool:
+        """Merge the upstreams' tool lists again; True when what agents see has changed."""
+        catalogue = build_catalogue([(u.name, u.tools) for u in self.upstreams.values()], "tool")
+        changed = catalogue.listing() != self.tools.listing()
+        self.tools = catalogue
+        return changed
+
+    # -------------------------------------------------------------------------- upstream events
+
+    async def upstream_catalogue(self, upstream: UpstreamSession, changed: bool) -> None:
+        if not self.rebuild_catalogue():
+            return
+        for problem in self.tools.problems:
+            text = problem.describe()
+            if text not in self._reported_problems:
+                self._reported_problems.add(text)
+                await self.incident("catalogue_refused", "upstream", f"not served: {text}")
+        await self.broadcast({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+
+    async def upstream_state(self, upstream: UpstreamSession) -> None:
+        if upstream.state in (State.RECONNECTING, State.FAILED):
+            await self.incident("upstream_exited", "upstream", upstream.unavailable_reason())
+
+    async def upstream_notification(self, upstream: UpstreamSession, message: dict[str, Any], related: int | None) -> None:
+        method = message.get("method")
+        params = message.get("params")
+        if method == "notifications/progress":
+            token = params.get("progressToken") if isinstance(params, dict) else None
+            route = self._progress.get((upstream.name, token)) if isinstance(token, str) else None
+            if route is not None:
+                assert isinstance(params, dict)
+                await route.session.emit(
+                    {"jsonrpc": "2.0", "method": method, "params": {**params, "progressToken": route.token}},
+                    route.request_id,
+                )
+            return
+        if method in ("notifications/resources/list_changed", "notifications/prompts/list_changed"):
+            if method == "notifications/resources/list_changed":
+                self._forget_resources(upstream.name)
+            await self.broadcast(message)
+            return
+        if method == "notifications/resources/updated":
+            uri = params.get("uri") if isinstance(params, dict) else None
+            for session in list(self._subscriptions.get((upstream.name, uri), ())) if isinstance(uri, str) else ():
+                await session.emit(message, None)
+            return
+        for session, request_id in self._targets(upstream, related):
+            await session.emit(message, request_id)
+
+    async def upstream_request(self, upstream: UpstreamSession, message: dict[str, Any], related: int | None) -> dict[str, Any]:
+        method = message.get("method")
+        if method == "roots/list":
+            return {"error": {"code": METHOD_NOT_FOUND, "message": "the gateway does not relay roots"}}
+        targets = self._targets(upstream, related, for_request=True)
+        if len(targets) != 1:
+            return {"error": {"code": INTERNAL_ERROR, "message": UNATTRIBUTABLE}}
+        session, request_id = targets[0]
+        params = message.get("params")
+        token = progress_token(params)
+        if token is not None:
+            self._client_progress[(session, token)] = upstream
+        try:
+            return await session.request(str(method), params if isinstance(params, dict) else None, request_id)
+        except NoBackChannel:
+            return {
+                "error": {
+                    "code": INTERNAL_ERROR,
+                    "message": "the agent's connection cannot take requests from the server",
+                }
+            }
+        finally:
+            if token is not None:
+                self._client_progress.pop((session, token), None)
+
+    def _targets(
+        self, upstream: UpstreamSession, related: int | None, *, for_request: bool = False
+    ) -> list[tuple[DownstreamSession, RequestId | None]]:
+        """Which agent connections a message from ``upstream`` is for (see the module docstring)."""
+        if related is not None:
+            forward = self._inflight.get((upstream.name, related))
+            if forward is not None:
+                return [(forward.session, forward.request_id)]
+        inflight = [f for (name, _), f in self._inflight.items() if name == upstream.name]
+        sessions = {f.session for f in inflight}
+        if len(inflight) == 1:
+            return [(inflight[0].session, inflight[0].request_id)]
+        if sessions:
+            return [(session, None) for session in sessions] if not for_request or len(sessions) == 1 else []
+        if for_request:
+            return []
+        return [(session, None) for session in self.sessions]
+
+    async def broadcast(self, message: dict[str, Any]) -> None:
+        for session in list(self.sessions):
+            if session.initialized and not session.modern:
+                await session.emit(message, None)
+
+    # ------------------------------------------------------------------------------ resources
+
+    def _forget_resources(self, upstream: str) -> None:
+        for uri in [u for u, owner in self._resource_owner.items() if owner == upstream]:
+            del self._resource_owner[uri]
+        self._templates = [t for t in self._templates if t[0] != upstream]
+
+    def learn_resources(self, upstream: str, items: Sequence[Any]) -> None:
+        for item in items:
+            uri = item.get("uri") if isinstance(item, dict) else None
+            if isinstance(uri, str):
+                self._resource_owner.setdefault(uri, upstream)
+
+    def learn_templates(self, upstream: str, items: Sequence[Any]) -> None:
+        self._templates = [t for t in self._templates if t[0] != upstream]
+        for item in items:
+            text = item.get("uriTemplate") if isinstance(item, dict) else None
+            if not isinstance(text, str):
+                continue
+            try:
+                self._templates.append((upstream, text, UriTemplate.parse(text)))
+            except (InvalidUriTemplate, ValueError):
+                logger.info("upstream %r lists a resource template that cannot be parsed; not routable", upstream)
+
+    def resource_upstream(self, uri: str) -> UpstreamSession | None:
+        owner = self._resource_owner.get(uri)
+        if owner is None:
+            for name, text, template in self._templates:
+                if text == uri or template.match(uri) is not None:
+                    owner = name
+                    break
+        if owner is None:
+            offering = [u for u in self.upstreams.values() if "resources" in u.capabilities]
+            if len(offering) == 1:
+                return offering[0]
+            return None
+        return self.upstreams.get(owner)
+
+    def resource_upstreams(self) -> list[UpstreamSession]:
+        return [u for u in self.upstreams.values() if u.ready and "resources" in u.capabilities]
+
+    async def relearn_resources(self) -> None:
+        for upstream in self.resource_upstreams():
+            try:
+                self.learn_resources(upstream.name, await upstream.list_all("resources/list", "resources"))
+                self.learn_templates(
+                    upstream.name, await upstream.list_all("resources/templates/list", "resourceTemplates")
+                )
+            except Exception as exc:  # noqa: BLE001 -- one upstream's failure leaves the others routable
+                logger.warning("listing the resources of upstream %r failed (%s)", upstream.name, type(exc).__name__)
+
+    def subscribe(self, upstream: str, uri: str, session: DownstreamSession) -> None:
+        self._subscriptions.setdefault((upstream, uri), set()).add(session)
+
+    def unsubscribe(self, upstream: str, uri: str, session: DownstreamSession) -> None:
+        subscribers = self._subscriptions.get((upstream, uri))
+        if subscribers is not None:
+            subscribers.discard(session)
+            if not subscribers:
+                del self._subscriptions[(upstream, uri)]
+
+    # -------------------------------------------------------------------------- id bookkeeping
+
+    def track(self, upstream: UpstreamSession, call: PendingCall, session: DownstreamSession, request_id: RequestId) -> None:
+        self._inflight[(upstream.name, call.id)] = _Forward(session, request_id)
+
+    def untrack(self, upstream: UpstreamSession, call: PendingCall) -> None:
+        self._inflight.pop((upstream.name, call.id), None)
+
+    def new_progress_route(
+        self, upstream: UpstreamSession, session: DownstreamSession, token: str | int, request_id: RequestId
+    ) -> str:
+        self._next_token += 1
+        gateway_token = f"drawbridge-{self._next_token}"
+        self._progress[(upstream.name, gateway_token)] = _ProgressRoute(session, token, request_id)
+        return gateway_token
+
+    def drop_progress_route(self, upstream: UpstreamSession, gateway_token: str) -> None:
+        self._progress.pop((upstream.name, gateway_token), None)
+
+    def client_progress_upstream(self, session: DownstreamSession, token: Any) -> UpstreamSession | None:
+        return self._client_progress.get((session, token)) if valid_token(token) else None
+
+    # ------------------------------------------------------------------------- decide, record
+
+    async def decide(self, call: ToolCall) -> Verdict:
+        if self.record_failed and self.settings.refuse_after_record_failure:
+            return Verdict(Action.DENY, RECORDING_FAILED, Provenance("drawbridge"))
+        try:
+            verdict = await self._decide(call)
+        except Exception as exc:  # noqa: BLE001 -- a failing decider is a deny, whatever it raised
+            logger.error("the decider raised %s; the call is refused", type(exc).__name__)
+            return decider_failure(exc)
+        if not isinstance(verdict, Verdict) or not isinstance(verdict.action, Action):
+            return decider_failure(TypeError("decider returned something other than a Verdict"))
+        return verdict
+
+    async def record(self, event: RelayEvent) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                with anyio.fail_after(RECORD_TIMEOUT_SECONDS):
+                    await self._record_hook(event)
+            except Exception as exc:  # noqa: BLE001 -- any recorder failure is reported the same way
+                self.record_failed = True
+                logger.error("recording an event failed (%s); later tools/call requests are refused", type(exc).__name__)
+
+    async def incident(self, kind: str, direction: str, detail: str, code: int | None = None) -> None:
+        logger.warning("%s (%s): %s", kind, direction, detail)
+        await self.record(RelayIncident(kind, direction, detail, code))
+
+
+# ------------------------------------------------------------------------------- downstream session
+
+
+@dataclass(eq=False)
+class _Inflight:
+    message: Message
+    modern: bool
+    version: str | None
+    scope: anyio.CancelScope | None = None
+    cancelled: bool = False
+
+
+@dataclass(eq=False)
+class _Reply:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    body: dict[str, Any] | None = None
+
+
+Handler = Callable[["DownstreamSession", _Inflight], Awaitable[dict[str, Any]]]
+
+
+class DownstreamSession:
+    """One agent connection. Transport-independent: fed parsed messages, writes through ``outbound``."""
+
+    def __init__(self, gateway: Gateway, agent: str, outbound: Outbound, *, transport: str) -> None:
+        self.gateway = gateway
+        self.agent = agent
+        self.outbound = outbound
+        self.transport = transport
+        self.version: str | None = None
+        self.initialized = False
+        self.client_capabilities: dict[str, Any] = {}
+        self.closed = False
+        self._inflight: dict[IdKey, _Inflight] = {}
+        self._outgoing: dict[IdKey, _Reply] = {}
+        self._next_id = 0
+
+    @property
+    def modern(self) -> bool:
+        return self.version == MODERN_VERSION
+
+    @property
+    def inflight(self) -> int:
+        """How many of the agent's requests are still being answered."""
+        return len(self._inflight)
+
+    @property
+    def back_channel(self) -> bool:
+        """Whether the gateway may send this agent requests (handshake era, open connection)."""
+        return not self.closed and not self.modern and self.version is not None
+
+    # ------------------------------------------------------------------------------- input
+
+    async def handle(self, message: Message, *, envelope_checked: bool = False) -> dict[str, Any] | None:
+        """Feed one parsed message; returns the response to send for a request (None otherwise)."""
+        if message.kind is Kind.REQUEST:
+            return await self.handle_request(message, envelope_checked=envelope_checked)
+        if message.kind is Kind.NOTIFICATION:
+            await self.handle_notification(message)
+        else:
+            await self.handle_response(message)
+        return None
+
+    async def handle_request(self, message: Message, *, envelope_checked: bool = False) -> dict[str, Any] | None:
+        """The response to one request, or None when the agent cancelled it (no response is due)."""
+        key = message.key
+        method = message.method
+        assert key is not None and method is not None
+        if key in self._inflight:
+            detail = f"request id {message.id!r} is already in use by a request in flight; the duplicate was dropped"
+            await self.gateway.incident("duplicate_id", "client", detail, INVALID_REQUEST)
+            return error_response(None, INVALID_REQUEST, f"invalid request: {detail}")
+        modern, version = False, self.version
+        params = message.body.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        if self.modern or (isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta):
+            if not envelope_checked:
+                verdict = classify_inbound_request(message.body)
+                if isinstance(verdict, InboundLadderRejection):
+                    return error_response(message.id, verdict.code, verdict.message, verdict.data)
+            modern, version = True, MODERN_VERSION
+            if self.version is None:
+                self.version = MODERN_VERSION  # like an SDK server, the connection now serves 2026-07-28
+        entry = _Inflight(message, modern, version)
+        self._inflight[key] = entry
+        try:
+            with anyio.CancelScope() as scope:
+                entry.scope = scope
+                return await self._dispatch(entry)
+            return None
+        finally:
+            if self._inflight.get(key) is entry:
+                del self._inflight[key]
+
+    async def _dispatch(self, entry: _Inflight) -> dict[str, Any]:
+        message = entry.message
+        method = message.method
+        assert method is not None
+        if _looks_like_tools_call(method):
+            detail = "method not found: the method is not exactly 'tools/call' and is refused"
+            await self.gateway.incident("invalid_message", "client", detail, METHOD_NOT_FOUND)
+            return error_response(message.id, METHOD_NOT_FOUND, detail)
+        handler = _HANDLERS.get(method)
+        if handler is None:
+            return error_response(
+                message.id,
+                METHOD_NOT_FOUND,
+                "method not found: the gateway does not know which upstream serves this method",
+            )
+        if not entry.modern and self.version is None and method not in ("initialize", "ping"):
+            return error_response(
+                message.id,
+                INVALID_REQUEST,
+                "invalid request: the session is not initialized (send initialize, or a 2026-07-28 request envelope)",
+            )
+        try:
+            return await handler(self, entry)
+        except MessageError as exc:
+            return error_response(message.id, exc.code, exc.message)
+
+    async def handle_notification(self, message: Message) -> None:
+        method = message.method
+        params = message.params
+        if method == "notifications/initialized":
+            if self.version is not None and not self.modern:
+                self.initialized = True
+            return
+        if method == CANCELLED:
+            self.cancel_request(params.get("requestId") if isinstance(params, dict) else None)
+            return
+        if method == "notifications/progress" and isinstance(params, dict):
+            upstream = self.gateway.client_progress_upstream(self, params.get("progressToken"))
+            if upstream is not None:
+                try:
+                    await upstream.notify(method, params)
+                except (UpstreamLost, UpstreamUnavailable):
+                    pass
+            return
+        if method is not None and (method == TOOLS_CALL or _looks_like_tools_call(method)):
+            await self.gateway.incident(
+                "tools_call_notification", "client", "a tools/call without an id was dropped (it cannot be answered)"
+            )
+            return
+        logger.debug("a client notification with no upstream to go to was dropped")
+
+    def cancel_request(self, request_id: Any) -> bool:
+        """The agent gave up on a request: stop it (the upstream is told); no response will be sent."""
+        entry = self._inflight.get(id_key(request_id)) if valid_id(request_id) else None
+        if entry is None or entry.scope is None:
+            return False
+        entry.cancelled = True
+        entry.scope.cancel()
+        return True
+
+    async def handle_response(self, message: Message) -> None:
+        key = message.key
+        reply = self._outgoing.pop(key, None) if key is not None else None
+        if reply is None:
+            await self.gateway.incident(
+                "unknown_response", "client", f"a response for id {message.id!r}, which the gateway never sent, was dropped"
+            )
+            return
+        reply.body = message.body
+        reply.done.set()
+
+    # ------------------------------------------------------------------------------ output
+
+    async def emit(self, message: dict[str, Any], related: RequestId | None) -> bool:
+        """Send a notification or request to the agent; False when it cannot receive it (then dropped)."""
+        if self.closed:
+            return False
+        if related is not None and id_key(related) not in self._inflight:
+            related = None
+        if related is None and (self.modern or self.version is None or not self.outbound.unsolicited):
+            return False
+        try:
+            await self.outbound.send(message, related)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            await self.close()
+            return False
+        return True
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, related: RequestId | None) -> dict[str, Any]:
+        """Send the agent a request (a relayed server request) and wait for its answer: result or error."""
+        if not self.back_channel:
+            raise NoBackChannel
+        self._next_id += 1
+        request_id = self._next_id
+        key = id_key(request_id)
+        reply = _Reply()
+        self._outgoing[key] = reply
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        try:
+            if not await self.emit(message, related):
+                raise NoBackChannel
+            await reply.done.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self.emit(
+                    {"jsonrpc": "2.0", "method": CANCELLED, "params": {"requestId": request_id, "reason": "cancelled upstream"}},
+                    related,
+                )
+            raise
+        finally:
+            self._outgoing.pop(key, None)
+        body = reply.body
+        if body is None:
+            return {"error": {"code": UPSTREAM_EXITED, "message": "the agent's connection closed before it answered"}}
+        if "error" in body:
+            return {"error": body["error"]}
+        return {"result": body.get("result")}
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for entry in list(self._inflight.values()):
+            if entry.scope is not None:
+                entry.scope.cancel()
+        for reply in list(self._outgoing.values()):
+            reply.done.set()
+        self.gateway.forget_session(self)
+
+    # ------------------------------------------------------------------------- forwarding
+
+    async def _forward(
+        self,
+        entry: _Inflight,
+        upstream: UpstreamSession,
+        params: Mapping[str, Any] | None,
+        **rewrite: Any,
+    ) -> dict[str, Any]:
+        """Send one request upstream and wait for its response message (the raw dict).
+
+        Raises ``UpstreamUnavailable``, ``UpstreamLost`` or ``_Timeout``; a cancelled wait tells the
+        upstream (``notifications/cancelled``) before the cancellation propagates.
+        """
+        method = entry.message.method
+        assert method is not None
+        token = progress_token(params)
+        gateway_token: str | None = None
+        if token is not None:
+            gateway_token = self.gateway.new_progress_route(upstream, self, token, entry.message.id)  # type: ignore[arg-type]
+            rewrite["progress"] = gateway_token
+        try:
+            call = await upstream.send_request(method, outbound_params(params, **rewrite))
+            self.gateway.track(upstream, call, self, entry.message.id)  # type: ignore[arg-type]
+            try:
+                with anyio.move_on_after(self.gateway.settings.call_timeout) as timer:
+                    return await call.wait()
+                if timer.cancelled_caught:
+                    with anyio.CancelScope(shield=True):
+                        await upstream.cancel(call, "gateway timeout")
+                    raise _Timeout
+                raise AssertionError("unreachable")  # pragma: no cover
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    await upstream.cancel(call, "the agent cancelled the request")
+                raise
+            finally:
+                self.gateway.untrack(upstream, call)
+        finally:
+            if gateway_token is not None:
+                self.gateway.drop_progress_route(upstream, gateway_token)
+
+    async def _relay(
+        self, entry: _Inflight, upstream: UpstreamSession, params: Mapping[str, Any] | None, **rewrite: Any
+    ) -> dict[str, Any]:
+        """Forward a request that is not decided on and build the agent's response."""
+        message = entry.message
+        method = message.method
+        try:
+            body = await self._forward(entry, upstream, params, **rewrite)
+        except UpstreamUnavailable as exc:
+            return error_response(message.id, UPSTREAM_EXITED, f"{exc}; {method} was not sent")
+        except UpstreamLost as exc:
+            return error_response(message.id, UPSTREAM_EXITED, f"{exc} before answering {method}")
+        except _Timeout:
+            return error_response(
+                message.id,
+                UPSTREAM_TIMEOUT,
+                f"upstream {upstream.name!r} did not answer {method} within {self.gateway.settings.call_timeout:g} seconds",
+            )
+        return self._answer(entry, body)
+
+    def _answer(self, entry: _Inflight, body: Mapping[str, Any]) -> dict[str, Any]:
+        if "error" in body:
+            return _response(entry.message.id, body)
+        result = downstream_result(body.get("result"), method=entry.message.method, modern=entry.modern)
+        return _response(entry.message.id, {"result": result})
+
+    def _result(self, entry: _Inflight, result: Mapping[str, Any]) -> dict[str, Any]:
+        method = entry.message.method
+        assert method is not None and entry.message.id is not None
+        return result_response(entry.message.id, gateway_result(result, method=method, modern=entry.modern))
+
+    # ---------------------------------------------------------------------------- handlers
+
+    async def _initialize(self, entry: _Inflight) -> dict[str, Any]:
+        message = entry.message
+        if entry.modern:
+            return error_response(message.id, INVALID_REQUEST, "invalid request: initialize is not part of 2026-07-28")
+        if self.version is not None:
+            return error_response(message.id, INVALID_REQUEST, "invalid request: the session is already initialized")
+        params = message.params if isinstance(message.params, dict) else {}
+        self.version = negotiate_version(params.get("protocolVersion"))
+        capabilities = params.get("capabilities")
+        self.client_capabilities = dict(capabilities) if isinstance(capabilities, dict) else {}
+        result: dict[str, Any] = {
+            "protocolVersion": self.version,
+            "capabilities": self.gateway.capabilities(),
+            "serverInfo": dict(SERVER_INFO),
+        }
+        instructions = self.gateway.instructions()
+        if instructions is not None:
+            result["instructions"] = instructions
+        return self._result(entry, result)
+
+    async def _discover(self, entry: _Inflight) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "supportedVersions": [MODERN_VERSION],
+            "capabilities": self.gateway.capabilities(),
+            "_meta": {SERVER_INFO_META_KEY: dict(SERVER_INFO)},
+        }
+        instructions = self.gateway.instructions()
+        if instructions is not None:
+            result["instructions"] = instructions
+        return result_response(
+            entry.message.id,  # type: ignore[arg-type]
+            gateway_result(result, method="server/discover", modern=True),
+        )
+
+    async def _ping(self, entry: _Inflight) -> dict[str, Any]:
+        return self._result(entry, {})
+
+    async def _set_level(self, entry: _Inflight) -> dict[str, Any]:
+        return self._result(entry, {})
+
+    async def _tools_list(self, entry: _Inflight) -> dict[str, Any]:
+        params = entry.message.params
+        if isinstance(params, dict) and params.get("cursor") is not None:
+            return error_response(entry.message.id, INVALID_PARAMS, "invalid params: the gateway issued no such cursor")
+        return self._result(entry, {"tools": self.gateway.tools.listing()})
+
+    async def _tools_call(self, entry: _Inflight) -> dict[str, Any]:
+        gateway = self.gateway
+        message = entry.message
+        started = gateway.clock()
+        try:
+            call = parse_tool_call(message, self.agent, entry.version)
+        except MessageError as exc:
+            await gateway.record(self._invalid_record(message, started, exc.message, exc.code, entry.version))
+            return error_response(message.id, exc.code, exc.message)
+        route = gateway.tools.resolve(call.tool)
+        if route is None:
+            await gateway.record(self._invalid_record(message, started, UNKNOWN_TOOL, INVALID_PARAMS, call.protocol_version))
+            return error_response(message.id, INVALID_PARAMS, f"invalid params: {UNKNOWN_TOOL}")
+        upstream = gateway.upstreams[route.server]
+        verdict: Verdict | None = None
+        decided_at: float | None = None
+        outcome, error, code = Outcome.CANCELLED, "the agent cancelled the request", None
+        try:
+            verdict = await gateway.decide(call)
+            decided_at = gateway.clock()
+            refusal = refusal_for(verdict)
+            if refusal is not None:
+                outcome, error, code = refusal.outcome, refusal.reason, None
+                return result_response(call.request_id, refusal_result(verdict, refusal, call))
+            try:
+                body = await self._forward(entry, upstream, message.params, name=route.upstream_name)
+            except UpstreamUnavailable as exc:
+                outcome, error, code = Outcome.UPSTREAM_EXITED, f"{exc}; the call was not sent", UPSTREAM_EXITED
+                return error_response(message.id, UPSTREAM_EXITED, error)
+            except UpstreamLost as exc:
+                outcome, error, code = Outcome.UPSTREAM_EXITED, f"{exc} before answering tools/call", UPSTREAM_EXITED
+                return error_response(message.id, UPSTREAM_EXITED, error)
+            except _Timeout:
+                outcome, code = Outcome.TIMEOUT, UPSTREAM_TIMEOUT
+                error = f"the upstream did not answer tools/call within {gateway.settings.call_timeout:g} seconds"
+                return error_response(message.id, UPSTREAM_TIMEOUT, error)
+            outcome, error, code = outcome_of_response(body)
+            return self._answer(entry, body)
+        finally:
+            finished = gateway.clock()
+            await gateway.record(
+                CallRecord(
+                    agent=call.agent,
+                    request_id=call.request_id,
+                    tool=call.tool,
+                    action=verdict.action if verdict is not None else None,
+                    reason=verdict.reason if verdict is not None else None,
+                    provenance=verdict.provenance if verdict is not None else None,
+                    outcome=outcome,
+                    error=error,
+                    error_code=code,
+                    decision_ms=(decided_at - started) * 1000.0 if decided_at is not None else None,
+                    latency_ms=(finished - started) * 1000.0,
+                    protocol_version=call.protocol_version,
+                    call=call,
+                )
+            )
+
+    def _invalid_record(
+        self, message: Message, started: float, error: str, code: int, version: str | None
+    ) -> CallRecord:
+        return CallRecord(
+            agent=self.agent,
+            request_id=message.id,  # type: ignore[arg-type]
+            tool=requested_tool_name(message),
+            action=None,
+            reason=None,
+            provenance=None,
+            outcome=Outcome.INVALID,
+            error=error,
+            error_code=code,
+            decision_ms=None,
+            latency_ms=(self.gateway.clock() - started) * 1000.0,
+            protocol_version=version,
+        )
+
+    async def _fan_out(self, method: str, key: str, capability: str) -> dict[str, list[Any]]:
+        """Every page of ``method`` from every ready upstream offering ``capability``, by upstream name."""
+        upstreams = [u for u in self.gateway.upstreams.values() if u.ready and capability in u.capabilities]
+        found: dict[str, list[Any]] = {}
+
+        async def one(upstream: UpstreamSession) -> None:
+            try:
+                found[upstream.name] = await upstream.list_all(method, key)
+            except Exception as exc:  # noqa: BLE001 -- the others still answer
+                logger.warning("upstream %r: %s failed (%s); its items are left out", upstream.name, method, exc)
+
+        async with anyio.create_task_group() as tg:
+            for upstream in upstreams:
+                tg.start_soon(one, upstream)
+        return {u.name: found[u.name] for u in upstreams if u.name in found}
+
+    async def _prompts_list(self, entry: _Inflight) -> dict[str, Any]:
+        found = await self._fan_out("prompts/list", "prompts", "prompts")
+        catalogue = build_catalogue(list(found.items()), "prompt")
+        for problem in catalogue.problems:
+            logger.warning("prompt not served: %s", problem.describe())
+        return self._result(entry, {"prompts": catalogue.listing()})
+
+    def _named_route(self, entry: _Inflight, name: Any, kind: str) -> tuple[UpstreamSession, str]:
+        if not isinstance(name, str):
+            raise MessageError(INVALID_PARAMS, f"invalid params: the {kind} name must be a string", entry.message.id)
+        problem = tool_name_problem(name)
+        split = split_namespaced(name) if problem is None else None
+        upstream = self.gateway.upstreams.get(split[0]) if split is not None else None
+        if upstream is None or split is None:
+            raise MessageError(
+                INVALID_PARAMS,
+                f"invalid params: unknown {kind}: names are <server>{'.'}<{kind}> (see {kind}s/list)",
+                entry.message.id,
+            )
+        return upstream, split[1]
+
+    async def _prompts_get(self, entry: _Inflight) -> dict[str, Any]:
+        params = entry.message.params if isinstance(entry.message.params, dict) else {}
+        upstream, name = self._named_route(entry, params.get("name"), "prompt")
+        return await self._relay(entry, upstream, params, name=name)
+
+    async def _resources_list(self, entry: _Inflight) -> dict[str, Any]:
+        found = await self._fan_out("resources/list", "resources", "resources")
+        merged: list[Any] = []
+        for name, items in found.items():
+            self.gateway.learn_resources(name, items)
+            merged.extend(items)
+        return self._result(entry, {"resources": merged})
+
+    async def _templates_list(self, entry: _Inflight) -> dict[str, Any]:
+        found = await self._fan_out("resources/templates/list", "resourceTemplates", "resources")
+        merged: list[Any] = []
+        for name, items in found.items():
+            self.gateway.learn_templates(name, items)
+            merged.extend(items)
+        return self._result(entry, {"resourceTemplates": merged})
+
+    async def _uri_route(self, entry: _Inflight, uri: Any) -> UpstreamSession:
+        if not isinstance(uri, str) or not uri:
+            raise MessageError(INVALID_PARAMS, "invalid params: uri must be a non-empty string", entry.message.id)
+        upstream = self.gateway.resource_upstream(uri)
+        if upstream is None:
+            await self.gateway.relearn_resources()
+            upstream = self.gateway.resource_upstream(uri)
+        if upstream is None:
+            raise MessageError(
+                INVALID_PARAMS, "invalid params: no upstream lists this resource URI or a template matching it", entry.message.id
+            )
+        return upstream
+
+    async def _by_uri(self, entry: _Inflight) -> dict[str, Any]:
+        params = entry.message.params if isinstance(entry.message.params, dict) else {}
+        upstream = await self._uri_route(entry, params.get("uri"))
+        return await self._relay(entry, upstream, params)
+
+    async def _subscribe(self, entry: _Inflight) -> dict[str, Any]:
+        params = entry.message.params if isinstance(entry.message.params, dict) else {}
+        uri = params.get("uri")
+        upstream = await self._uri_route(entry, uri)
+        response = await self._relay(entry, upstream, params)
+        if "result" in response:
+            if entry.message.method == "resources/subscribe":
+                self.gateway.subscribe(upstream.name, uri, self)  # type: ignore[arg-type]
+            else:
+                self.gateway.unsubscribe(upstream.name, uri, self)  # type: ignore[arg-type]
+        return response
+
+    async def _complete(self, entry: _Inflight) -> dict[str, Any]:
+        params = entry.message.params if isinstance(entry.message.params, dict) else {}
+        ref = params.get("ref")
+        if not isinstance(ref, dict):
+            return error_response(entry.message.id, INVALID_PARAMS, "invalid params: ref must be an object")
+        if ref.get("type") == "ref/prompt":
+            upstream, name = self._named_route(entry, ref.get("name"), "prompt")
+            return await self._relay(entry, upstream, params, name={**ref, "name": name}, name_key="ref")
+        if ref.get("type") == "ref/resource":
+            upstream = await self._uri_route(entry, ref.get("uri"))
+            return await self._relay(entry, upstream, params)
+        return error_response(entry.message.id, INVALID_PARAMS, "invalid params: ref.type must be ref/prompt or ref/resource")
+
+
+_HANDLERS: Final[Mapping[str, Handler]] = {
+    "initialize": DownstreamSession._initialize,
+    "ping": DownstreamSession._ping,
+    "server/discover": DownstreamSession._discover,
+    "tools/list": DownstreamSession._tools_list,
+    "tools/call": DownstreamSession._tools_call,
+    "prompts/list": DownstreamSession._prompts_list,
+    "prompts/get": DownstreamSession._prompts_get,
+    "resources/list": DownstreamSession._resources_list,
+    "resources/templates/list": DownstreamSession._templates_list,
+    "resources/read": DownstreamSession._by_uri,
+    "resources/subscribe": DownstreamSession._subscribe,
+    "resources/unsubscribe": DownstreamSession._subscribe,
+    "completion/complete": DownstreamSession._complete,
+    "logging/setLevel": DownstreamSession._set_level,
+}

@@ -1,0 +1,595 @@
+"""The stdio relay: an MCP server to the agent, an MCP client's pipe to the real server.
+
+Invariant: every request the agent sends gets exactly one response, and that response is either the
+upstream's own line, byte for byte, or an error or refusal written by the gateway; never both, never
+none while the gateway runs. Only ``tools/call`` is decided; every other message, in both directions,
+is passed on as the exact bytes received.
+
+Theory of operation. Two loops run concurrently. The client loop frames the agent's stdin into lines,
+parses each strictly (``jsonrpc.parse_client_message``) and either answers it (bad input), forwards it
+(everything but tools/call), or starts a call task (tools/call). The upstream loop frames the child's
+stdout, forwards server requests and notifications to the agent, and matches responses to the
+``pending`` table, keyed by the agent's request id.
+
+Ids. The relay rewrites no id in either direction. Requests from the agent keep their ids, so a
+response from the upstream goes back unchanged; requests from the upstream (sampling, elicitation,
+roots, ping) keep the upstream's ids, and the agent's responses to them go back unchanged. The two id
+spaces never meet: JSON-RPC ids are scoped to the side that sends the request. The gateway itself
+originates no requests on either side (its refusals and errors are responses to the agent's ids, its
+timeout notice to the upstream is a notification); a future gateway-originated request must use an id
+space of its own, and this is the place to add it.
+
+A pending entry is taken (removed from the table) by whoever answers first: the upstream loop (the
+response arrived), the call task (a refusal, a timeout), the cancel handler (the agent gave up), or the
+crash handler (the upstream exited). Whoever takes it writes the one response, if any; everyone else
+sees it gone. The event loop is single-threaded and taking involves no await, so there is no race.
+
+Call tasks. A tools/call gets its own task so that a slow decision never holds up other traffic. The
+task asks the decider, then refuses, or forwards the original line and waits for the response with the
+call timeout. On timeout the agent gets ``UPSTREAM_TIMEOUT`` and the upstream gets
+``notifications/cancelled`` for the id. At the end the task gives the recorder one ``CallRecord`` and
+only then writes the call's answer (the upstream's line, a refusal or an error), so every record
+reaches the OS before the agent is answered.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
+
+from drawbridge.gateway.jsonrpc import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    UPSTREAM_EXITED,
+    UPSTREAM_TIMEOUT,
+    IdKey,
+    Kind,
+    LineFramer,
+    Message,
+    MessageError,
+    Oversize,
+    error_line,
+    id_key,
+    notification_line,
+    oversize_message,
+    parse_client_message,
+    parse_upstream_message,
+    result_line,
+    valid_id,
+)
+from drawbridge.gateway.pipeline import (
+    Action,
+    CallRecord,
+    Decider,
+    Outcome,
+    Provenance,
+    Recorder,
+    RelayEvent,
+    RelayIncident,
+    ToolCall,
+    Verdict,
+    decider_failure,
+    parse_tool_call,
+    refusal_for,
+    refusal_result,
+    requested_tool_name,
+)
+from drawbridge.gateway.upstream import EnvFilter, UpstreamGone, UpstreamProcess
+
+logger = logging.getLogger("drawbridge.gateway")
+
+TOOLS_CALL: Final = "tools/call"
+CANCELLED: Final = "notifications/cancelled"
+READ_CHUNK: Final = 65536
+RECORD_TIMEOUT_SECONDS: Final = 5.0
+SETTLE_SECONDS: Final = RECORD_TIMEOUT_SECONDS + 1.0
+RECORDING_FAILED: Final = "evidence recording failed earlier in this session; failing closed"
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    agent: str = "anonymous"
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    """Largest line accepted from the agent."""
+    max_upstream_message_bytes: int = DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
+    """Largest line accepted from the upstream (results may carry images)."""
+    call_timeout: float = 120.0
+    """Seconds a forwarded tools/call may wait for the upstream's answer. Other requests (which may be
+    long-lived, like a 2026-07-28 subscriptions/listen) are not timed out by the gateway."""
+    shutdown_grace: float = 2.0
+    """Seconds the upstream gets to exit after the agent closes the connection."""
+    refuse_after_record_failure: bool = True
+    """Once the recorder has failed, refuse every later tools/call (evidence is part of the contract)."""
+
+
+@dataclass(eq=False)
+class _Pending:
+    message: Message
+    method: str
+    started: float
+    call: ToolCall | None = None
+    forwarded: bool = False
+    wait_scope: anyio.CancelScope | None = None
+    """Covers what the call task awaits for this request (the decision, the upstream's answer);
+    cancelled when someone else settles the request, so the task goes straight to recording."""
+    done: anyio.Event = field(default_factory=anyio.Event)
+    outcome: Outcome | None = None
+    error: str | None = None
+    error_code: int | None = None
+    finished_at: float | None = None
+    response: bytes | None = None
+    """A tools/call's answer, held until the call task has recorded the call (evidence first)."""
+
+    def finish(self, outcome: Outcome, error: str | None = None, code: int | None = None) -> None:
+        if self.done.is_set():
+            return
+        self.outcome, self.error, self.error_code = outcome, error, code
+        self.finished_at = time.perf_counter()
+        self.done.set()
+        if self.wait_scope is not None:
+            self.wait_scope.cancel()
+
+
+def _looks_like_tools_call(method: str) -> bool:
+    """A method an upstream with sloppy dispatch might run as tools/call, without being exactly that."""
+    return method != TOOLS_CALL and method.strip().lower() == TOOLS_CALL
+
+
+def outcome_of_response(body: dict[str, Any]) -> tuple[Outcome, str | None, int | None]:
+    """Classify the upstream's answer to a tools/call (reads two keys; the result is not validated)."""
+    if "error" in body:
+        error = body["error"]
+        code = error.get("code") if isinstance(error, dict) else None
+        code = code if isinstance(code, int) and not isinstance(code, bool) else None
+        return Outcome.UPSTREAM_ERROR, f"the upstream answered with JSON-RPC error {code}", code
+    result = body.get("result")
+    if isinstance(result, dict):
+        if result.get("isError") is True:
+            return Outcome.TOOL_ERROR, None, None
+        if result.get("resultType") == "input_required":
+            return Outcome.INPUT_REQUIRED, None, None
+    return Outcome.OK, None, None
+
+
+class StdioRelay:
+    def __init__(
+        self,
+        upstream: UpstreamProcess,
+        client_in: ByteReceiveStream,
+        client_out: ByteSendStream,
+        *,
+        decide: Decider,
+        record: Recorder,
+        config: RelayConfig | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.upstream = upstream
+        self.config = config or RelayConfig()
+        self._client_in = client_in
+        self._client_out = client_out
+        self._decide = decide
+        self._record_hook = record
+        self._clock = clock
+        self._out_lock = anyio.Lock()
+        self._pending: dict[IdKey, _Pending] = {}
+        self._upstream_gone: str | None = None
+        self._upstream_done = anyio.Event()
+        self._client_gone = False
+        self._client_scope: anyio.CancelScope | None = None
+        self._calls: TaskGroup | None = None
+        self._record_failed = False
+        self._session_version: str | None = None
+        self._closing = False
+        self._listed: set[str] = set()
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        """Relay until the agent closes its end, then stop the upstream. Returns when both are done."""
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(self._upstream_loop)
+            try:
+                async with anyio.create_task_group() as calls:
+                    self._calls = calls
+                    with anyio.CancelScope() as scope:
+                        self._client_scope = scope
+                        await self._client_loop()
+                    await self._shutdown()
+                    # Every request is settled; call tasks only have to record. Bound that too.
+                    calls.cancel_scope.deadline = anyio.current_time() + SETTLE_SECONDS
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.upstream.aclose(grace=0 if self._upstream_done.is_set() else 0.5)
+                outer.cancel_scope.cancel()
+
+    async def _shutdown(self) -> None:
+        """The agent is gone: let the upstream exit on its own, settle what is pending, stop the child."""
+        self._closing = True
+        with anyio.move_on_after(self.config.shutdown_grace):
+            # Bounded: closing waits for a write in progress, which a child that stopped reading blocks.
+            await self.upstream.close_stdin()
+            await self._upstream_done.wait()
+        for pending in list(self._pending.values()):
+            if self._take(pending):
+                pending.finish(Outcome.CANCELLED, "the agent closed the connection before an answer")
+
+    # ----------------------------------------------------------------------------------- writing
+
+    async def _to_client(self, data: bytes) -> None:
+        if self._client_gone:
+            return
+        async with self._out_lock:
+            try:
+                await self._client_out.send(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._client_gone = True
+                logger.warning("the agent's end of the connection is closed; shutting down")
+                if self._client_scope is not None:
+                    self._client_scope.cancel()
+
+    async def _to_upstream(self, data: bytes) -> bool:
+        """Write to the upstream; False if it cannot be written (the upstream loop then sees it end)."""
+        try:
+            await self.upstream.send(data)
+        except UpstreamGone as exc:
+            await self._incident("upstream_unwritable", "upstream", str(exc))
+            return False
+        return True
+
+    def _take(self, pending: _Pending) -> bool:
+        key = pending.message.key
+        assert key is not None
+        if self._pending.get(key) is pending:
+            del self._pending[key]
+            return True
+        return False
+
+    async def _respond(self, pending: _Pending, line: bytes) -> None:
+        """Answer a request: a tools/call's answer waits for its record (the call task sends it after
+        recording); any other answer goes out now."""
+        if pending.call is not None:
+            pending.response = line
+        else:
+            await self._to_client(line)
+
+    def _note_listed(self, result: Any) -> None:
+        """Remember the tool names an upstream listed (the identity the truth carriers report)."""
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if isinstance(tools, list):
+            for tool in tools:
+                name = tool.get("name") if isinstance(tool, dict) else None
+                if isinstance(name, str):
+                    self._listed.add(name)
+
+    # ---------------------------------------------------------------------------------- recording
+
+    async def _record(self, event: RelayEvent) -> None:
+        try:
+            with anyio.fail_after(RECORD_TIMEOUT_SECONDS):
+                await self._record_hook(event)
+        except Exception as exc:  # noqa: BLE001 -- any recorder failure is reported the same way
+            self._record_failed = True
+            logger.error("recording an event failed (%s); later tools/call requests are refused", type(exc).__name__)
+
+    async def _incident(self, kind: str, direction: str, detail: str, code: int | None = None) -> None:
+        logger.warning("%s (%s): %s", kind, direction, detail)
+        await self._record(RelayIncident(kind, direction, detail, code))
+
+    # ----------------------------------------------------------------------------- client -> upstream
+
+    async def _client_loop(self) -> None:
+        framer = LineFramer(self.config.max_message_bytes)
+        while True:
+            try:
+                chunk = await self._client_in.receive(READ_CHUNK)
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                break
+            for item in framer.feed(chunk):
+                await self._on_client_line(item)
+        last = framer.close()
+        if last is not None:
+            await self._on_client_line(last)
+
+    async def _on_client_line(self, item: bytes | Oversize) -> None:
+        if isinstance(item, Oversize):
+            detail = oversize_message(item)
+            await self._incident("oversize", "client", detail, INVALID_REQUEST)
+            await self._to_client(error_line(None, INVALID_REQUEST, detail))
+            return
+        try:
+            message = parse_client_message(item)
+        except MessageError as exc:
+            kind = "parse_error" if exc.code == PARSE_ERROR else "invalid_message"
+            await self._incident(kind, "client", exc.message, exc.code)
+            if exc.request_id is not None or exc.code in (PARSE_ERROR, INVALID_REQUEST):
+                await self._to_client(error_line(exc.request_id, exc.code, exc.message))
+            return
+        if message.kind is Kind.RESPONSE:
+            if self._upstream_gone is None:
+                await self._to_upstream(item + b"\n")
+        elif message.kind is Kind.NOTIFICATION:
+            await self._on_client_notification(message)
+        else:
+            await self._on_client_request(message)
+
+    async def _on_client_notification(self, message: Message) -> None:
+        method = message.method
+        assert method is not None
+        if method == TOOLS_CALL or _looks_like_tools_call(method):
+            await self._incident(
+                "tools_call_notification", "client", "a tools/call without an id was dropped (it cannot be answered)"
+            )
+            return
+        if method == CANCELLED and self._cancel_from_client(message):
+            return
+        if self._upstream_gone is None:
+            await self._to_upstream(message.raw + b"\n")
+
+    def _cancel_from_client(self, message: Message) -> bool:
+        """Settle a cancelled request; True if the upstream must not hear of it (it never saw it)."""
+        params = message.params
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        if not valid_id(request_id):
+            return False
+        pending = self._pending.get(id_key(request_id))
+        if pending is None or not self._take(pending):
+            return False
+        pending.finish(Outcome.CANCELLED, "the agent cancelled the request")
+        return not pending.forwarded
+
+    async def _on_client_request(self, message: Message) -> None:
+        key = message.key
+        method = message.method
+        assert key is not None and method is not None
+        if key in self._pending:
+            detail = f"request id {message.id!r} is already in use by a request in flight; the duplicate was dropped"
+            await self._incident("duplicate_id", "client", detail, INVALID_REQUEST)
+            await self._to_client(error_line(None, INVALID_REQUEST, f"invalid request: {detail}"))
+            return
+        if _looks_like_tools_call(method):
+            detail = "method not found: the method is not exactly 'tools/call' and is refused"
+            await self._incident("invalid_message", "client", detail, METHOD_NOT_FOUND)
+            await self._to_client(error_line(message.id, METHOD_NOT_FOUND, detail))
+            return
+        pending = _Pending(message, method, self._clock())
+        if method == TOOLS_CALL:
+            await self._start_call(pending)
+            return
+        if self._upstream_gone is not None:
+            await self._to_client(error_line(message.id, UPSTREAM_EXITED, f"{self._upstream_gone}; {method} was not sent"))
+            return
+        self._pending[key] = pending
+        pending.forwarded = True
+        if not await self._to_upstream(message.raw + b"\n") and self._take(pending):
+            await self._to_client(error_line(message.id, UPSTREAM_EXITED, f"the upstream is gone; {method} was not sent"))
+
+    # --------------------------------------------------------------------------------- tools/call
+
+    async def _start_call(self, pending: _Pending) -> None:
+        message = pending.message
+        try:
+            pending.call = parse_tool_call(message, self.config.agent, self._session_version)
+        except MessageError as exc:
+            await self._record(
+                CallRecord(
+                    agent=self.config.agent,
+                    request_id=message.id,  # type: ignore[arg-type]
+                    tool=requested_tool_name(message),
+                    action=None,
+                    reason=None,
+                    provenance=None,
+                    outcome=Outcome.INVALID,
+                    error=exc.message,
+                    error_code=exc.code,
+                    decision_ms=None,
+                    latency_ms=(self._clock() - pending.started) * 1000.0,
+                    protocol_version=self._session_version,
+                )
+            )
+            await self._to_client(error_line(message.id, exc.code, exc.message))
+            return
+        key = message.key
+        assert key is not None and self._calls is not None
+        self._pending[key] = pending
+        self._calls.start_soon(self._run_call, pending)
+
+    async def _decide_guarded(self, call: ToolCall) -> Verdict:
+        if self._record_failed and self.config.refuse_after_record_failure:
+            return Verdict(Action.DENY, RECORDING_FAILED, Provenance("drawbridge"))
+        try:
+            verdict = await self._decide(call)
+        except Exception as exc:  # noqa: BLE001 -- a failing decider is a deny, whatever it raised
+            logger.error("the decider raised %s; the call is refused", type(exc).__name__)
+            return decider_failure(exc)
+        if not isinstance(verdict, Verdict) or not isinstance(verdict.action, Action):
+            return decider_failure(TypeError("decider returned something other than a Verdict"))
+        return verdict
+
+    async def _run_call(self, pending: _Pending) -> None:
+        call = pending.call
+        assert call is not None
+        verdict: Verdict | None = None
+        decided_at: float | None = None
+        with anyio.CancelScope() as scope:
+            pending.wait_scope = scope
+            if not pending.done.is_set():
+                verdict = await self._decide_guarded(call)
+                decided_at = self._clock()
+        pending.wait_scope = None
+        if verdict is not None and not pending.done.is_set():
+            await self._act(pending, verdict)
+        await pending.done.wait()
+        # Evidence first: the record reaches the OS before the agent sees the answer.
+        await self._record(self._call_record(pending, verdict, decided_at))
+        if pending.response is not None:
+            await self._to_client(pending.response)
+
+    async def _act(self, pending: _Pending, verdict: Verdict) -> None:
+        call = pending.call
+        assert call is not None
+        message = pending.message
+        refusal = refusal_for(verdict)
+        if refusal is not None:
+            if self._take(pending):
+                pending.response = result_line(call.request_id, refusal_result(verdict, refusal, call))
+                pending.finish(refusal.outcome, refusal.reason)
+            return
+        if self._upstream_gone is not None:
+            if self._take(pending):
+                detail = f"{self._upstream_gone}; the call was not sent"
+                pending.response = error_line(call.request_id, UPSTREAM_EXITED, detail)
+                pending.finish(Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED)
+            return
+        pending.forwarded = True
+        sent = False
+        with anyio.CancelScope() as scope:
+            # Cancelling this scope never tears a line: the write either has not started (waiting for the
+            # lock) or is already buffered whole in the pipe transport (anyio on asyncio writes, then drains).
+            pending.wait_scope = scope
+            sent = await self._to_upstream(message.raw + b"\n")
+            if sent:
+                with anyio.move_on_after(self.config.call_timeout):
+                    await pending.done.wait()
+        pending.wait_scope = None
+        if not sent and not pending.done.is_set():
+            if self._take(pending):
+                detail = "the upstream is gone; the call was not sent"
+                pending.response = error_line(call.request_id, UPSTREAM_EXITED, detail)
+                pending.finish(Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED)
+            return
+        if not pending.done.is_set() and self._take(pending):
+            detail = f"the upstream did not answer tools/call within {self.config.call_timeout:g} seconds"
+            pending.response = error_line(call.request_id, UPSTREAM_TIMEOUT, detail)
+            pending.finish(Outcome.TIMEOUT, detail, UPSTREAM_TIMEOUT)
+            if self._upstream_gone is None:
+                await self._to_upstream(
+                    notification_line(CANCELLED, {"requestId": call.request_id, "reason": "gateway timeout"})
+                )
+
+    def _call_record(self, pending: _Pending, verdict: Verdict | None, decided_at: float | None) -> CallRecord:
+        call = pending.call
+        assert call is not None and pending.outcome is not None
+        finished = pending.finished_at if pending.finished_at is not None else self._clock()
+        return CallRecord(
+            agent=call.agent,
+            request_id=call.request_id,
+            tool=call.tool,
+            action=verdict.action if verdict is not None else None,
+            reason=verdict.reason if verdict is not None else None,
+            provenance=verdict.provenance if verdict is not None else None,
+            outcome=pending.outcome,
+            error=pending.error,
+            error_code=pending.error_code,
+            decision_ms=(decided_at - pending.started) * 1000.0 if decided_at is not None else None,
+            latency_ms=(finished - pending.started) * 1000.0,
+            protocol_version=call.protocol_version,
+            call=call,
+            tool_listed=call.tool in self._listed,
+        )
+
+    # ----------------------------------------------------------------------------- upstream -> client
+
+    async def _upstream_loop(self) -> None:
+        async for item in self.upstream.lines():
+            await self._on_upstream_line(item)
+        await self._on_upstream_end()
+
+    async def _on_upstream_line(self, item: bytes | Oversize) -> None:
+        if isinstance(item, Oversize):
+            await self._incident("upstream_oversize", "upstream", oversize_message(item))
+            return
+        try:
+            message = parse_upstream_message(item)
+        except MessageError as exc:
+            await self._incident("upstream_garbage", "upstream", f"a line from the upstream was dropped: {exc.message}")
+            return
+        if message.kind is not Kind.RESPONSE:
+            await self._to_client(item + b"\n")
+            return
+        key = message.key
+        assert key is not None
+        pending = self._pending.get(key)
+        if pending is None or not self._take(pending):
+            await self._incident(
+                "unknown_response",
+                "upstream",
+                f"a response for id {message.id!r}, which has no request in flight, was dropped",
+            )
+            return
+        await self._respond(pending, item + b"\n")
+        if pending.method == "tools/list":
+            self._note_listed(message.body.get("result"))
+        if pending.method == "initialize":
+            result = message.body.get("result")
+            version = result.get("protocolVersion") if isinstance(result, dict) else None
+            if isinstance(version, str):
+                self._session_version = version
+        if pending.call is not None:
+            pending.finish(*outcome_of_response(message.body))
+        else:
+            pending.finish(Outcome.OK)
+
+    async def _on_upstream_end(self) -> None:
+        await self.upstream.wait_exit(0.5)
+        self._upstream_gone = self.upstream.exit_description()
+        self._upstream_done.set()
+        stranded = [p for p in list(self._pending.values()) if self._take(p)]
+        if self._closing and not stranded:
+            logger.info("%s after the agent closed the connection", self._upstream_gone)
+        else:
+            await self._incident(
+                "upstream_exited", "upstream", f"{self._upstream_gone}; {len(stranded)} request(s) in flight"
+            )
+        for pending in stranded:
+            detail = f"{self._upstream_gone} before answering {pending.method}"
+            await self._respond(pending, error_line(pending.message.id, UPSTREAM_EXITED, detail))
+            pending.finish(Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED)
+
+
+async def run_relay(
+    argv: list[str],
+    client_in: ByteReceiveStream,
+    client_out: ByteSendStream,
+    *,
+    decide: Decider,
+    record: Recorder,
+    config: RelayConfig | None = None,
+    env_filter: EnvFilter | None = None,
+    cwd: str | None = None,
+) -> None:
+    """Spawn the upstream and relay between it and the given client streams until the client closes."""
+    config = config or RelayConfig()
+    upstream = await UpstreamProcess.spawn(
+        argv, env_filter=env_filter, cwd=cwd, max_message_bytes=config.max_upstream_message_bytes
+    )
+    relay = StdioRelay(upstream, client_in, client_out, decide=decide, record=record, config=config)
+    await relay.run()
+
+
+async def serve_stdio(
+    argv: list[str],
+    *,
+    decide: Decider,
+    record: Recorder,
+    config: RelayConfig | None = None,
+    env_filter: EnvFilter | None = None,
+    cwd: str | None = None,
+) -> None:
+    """``drawbridge wrap``: relay between this process's stdin/stdout and the upstream command."""
+    from drawbridge.gateway.process_stdio import process_stdio
+
+    async with process_stdio() as (client_in, client_out):
+        await run_relay(
+            argv, client_in, client_out, decide=decide, record=record, config=config, env_filter=env_filter, cwd=cwd
+        )
+

@@ -1,0 +1,67 @@
+"""The truth producer's key material, read once from the environment and held only in memory.
+
+Invariant: when the producer is enabled, the gateway starts only with a usable
+key and key id, and neither reaches the upstream's environment, a record, a log
+line or an error message (evidence-formats.md 2.10, tool-decision-truth.md).
+
+Names: ``DRAWBRIDGE_TDT_HMAC_KEY`` and ``DRAWBRIDGE_TDT_HMAC_KEY_ID``; for
+drop-in compatibility ``ASSAY_TDT_HMAC_KEY`` and ``ASSAY_TDT_HMAC_KEY_ID`` are read
+when the drawbridge names are absent. A pair is taken from one family only: a
+key from one and an id from the other is refused, so a half-migrated
+environment cannot mint carriers under the wrong id.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+
+from drawbridge.canonical import is_valid_key_id
+
+FAMILIES = (
+    ("DRAWBRIDGE_TDT_HMAC_KEY", "DRAWBRIDGE_TDT_HMAC_KEY_ID"),
+    ("ASSAY_TDT_HMAC_KEY", "ASSAY_TDT_HMAC_KEY_ID"),
+)
+ALL_NAMES = tuple(name for family in FAMILIES for name in family)
+
+
+class TruthKeyError(ValueError):
+    """The producer is enabled but its key material is unusable (never quotes the key)."""
+
+
+@dataclass(frozen=True)
+class TruthKey:
+    """The HMAC key of ``args_digest`` and its id; ``repr`` never shows the key."""
+
+    key: bytes
+    key_id: str
+
+    def __repr__(self) -> str:
+        return f"TruthKey(key_id={self.key_id!r}, key=<{len(self.key)} bytes>)"
+
+
+def truth_key_from_env(environ: MutableMapping[str, str] | None = None) -> TruthKey:
+    """Read the key pair and REMOVE every key variable from ``environ`` (default ``os.environ``).
+
+    Removal happens whether or not the pair is usable, before any child is spawned.
+    """
+    environ = os.environ if environ is None else environ
+    values = {name: environ.get(name) for name in ALL_NAMES}
+    for name in ALL_NAMES:
+        environ.pop(name, None)
+    family = next((f for f in FAMILIES if values[f[0]] is not None or values[f[1]] is not None), FAMILIES[0])
+    key_name, id_name = family
+    key, key_id = values[key_name], values[id_name]
+    other = [name for name in ALL_NAMES if name not in family and values[name] is not None]
+    if other:
+        raise TruthKeyError(f"{key_name}/{id_name} and {', '.join(other)} are both set; set one pair only")
+    if key is None:
+        raise TruthKeyError(f"{key_name} is missing: the tool-decision truth producer needs an HMAC key")
+    if key == "":
+        raise TruthKeyError(f"{key_name} is empty")
+    if key_id is None:
+        raise TruthKeyError(f"{id_name} is missing")
+    if not is_valid_key_id(key_id):
+        raise TruthKeyError(f"{id_name} is malformed: it must be non-empty and only [A-Za-z0-9._-]")
+    return TruthKey(key.encode("utf-8"), key_id)

@@ -1,0 +1,208 @@
+"""The upstream MCP server as a child process: its environment, its pipes, its death.
+
+Invariant: the child never sees the gateway's own secrets (every ``DRAWBRIDGE_*`` variable is removed
+before spawn, plus whatever the caller's ``EnvPolicy`` removes), and the gateway never outlives its
+knowledge of the child: when the child's stdout ends, ``lines()`` ends, and ``exit_description()`` says
+how the child ended. The child's stderr is the gateway's stderr (passed through, not relayed).
+
+Theory of operation. ``UpstreamProcess.spawn`` starts the command in its own process group with piped
+stdin and stdout. Writes go through one lock so that lines from concurrent calls never interleave; a
+write to a child that is gone raises ``UpstreamGone``. ``lines()`` frames stdout with the size limit.
+``aclose()`` follows the MCP stdio shutdown sequence: close the child's stdin, give it a grace period,
+then SIGTERM the process group, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import anyio
+from anyio.abc import Process
+
+from drawbridge.gateway.jsonrpc import LineFramer, Oversize
+
+GRACE_SECONDS: Final = 2.0
+KILL_SECONDS: Final = 2.0
+READ_CHUNK: Final = 65536
+
+EnvFilter = Callable[[Mapping[str, str]], dict[str, str]]
+"""Takes the gateway's environment, returns the child's."""
+
+
+@dataclass(frozen=True)
+class EnvPolicy:
+    """Which environment variables the upstream inherits.
+
+    By default it inherits everything except the gateway's own variables (an MCP client configures the
+    server's credentials in the environment it launches the gateway with, so they must pass). Names
+    in ``deny_names`` and names starting with a prefix in ``deny_prefixes`` never pass, even when listed
+    in ``allow``. With ``inherit=False`` only ``allow`` passes. ``extra`` is added last (and is itself
+    subject to the deny rules).
+    """
+
+    inherit: bool = True
+    allow: frozenset[str] = frozenset()
+    deny_names: frozenset[str] = frozenset()
+    deny_prefixes: tuple[str, ...] = ("DRAWBRIDGE_",)
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def denied(self, name: str) -> bool:
+        return name in self.deny_names or name.startswith(self.deny_prefixes)
+
+    def __call__(self, environ: Mapping[str, str]) -> dict[str, str]:
+        chosen = {
+            name: value
+            for name, value in environ.items()
+            if (self.inherit or name in self.allow) and not self.denied(name)
+        }
+        chosen.update((name, value) for name, value in self.extra.items() if not self.denied(name))
+        return chosen
+
+
+class UpstreamGone(Exception):
+    """The child can no longer be written to."""
+
+
+class UpstreamStartError(Exception):
+    """The command could not be started; the message names the command and the OS error."""
+
+
+class UpstreamProcess:
+    def __init__(self, process: Process, argv: Sequence[str], max_message_bytes: int) -> None:
+        self._process = process
+        self.argv = tuple(argv)
+        self._max = max_message_bytes
+        self._write_lock = anyio.Lock()
+        self._stdin_closed = False
+
+    @classmethod
+    async def spawn(
+        cls,
+        argv: Sequence[str],
+        *,
+        env_filter: EnvFilter | None = None,
+        cwd: str | None = None,
+        max_message_bytes: int,
+        environ: Mapping[str, str] | None = None,
+    ) -> UpstreamProcess:
+        if not argv:
+            raise UpstreamStartError("no upstream command was given")
+        source = os.environ if environ is None else environ
+        env = (env_filter or EnvPolicy())(source)
+        try:
+            process = await anyio.open_process(
+                list(argv),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=None,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise UpstreamStartError(f"cannot start upstream {argv[0]!r}: {exc.strerror or exc}") from exc
+        return cls(process, argv, max_message_bytes)
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode
+
+    async def send(self, data: bytes) -> None:
+        """Write complete line(s); concurrent callers are serialized so lines never interleave."""
+        stdin = self._process.stdin
+        assert stdin is not None
+        async with self._write_lock:
+            if self._stdin_closed:
+                raise UpstreamGone("the upstream's stdin is closed")
+            try:
+                await stdin.send(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                raise UpstreamGone(f"writing to the upstream failed: {type(exc).__name__}") from exc
+
+    async def lines(self) -> AsyncIterator[bytes | Oversize]:
+        """Lines of the child's stdout until it ends (EOF or a read error)."""
+        stdout = self._process.stdout
+        assert stdout is not None
+        framer = LineFramer(self._max)
+        while True:
+            try:
+                chunk = await stdout.receive(READ_CHUNK)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                break
+            for item in framer.feed(chunk):
+                yield item
+        last = framer.close()
+        if last is not None:
+            yield last
+
+    async def wait_exit(self, timeout: float) -> int | None:
+        """The exit status if the child exits within ``timeout`` seconds, else None."""
+        with anyio.move_on_after(timeout):
+            while self._process.returncode is None:
+                await anyio.sleep(0.01)
+        return self._process.returncode
+
+    def exit_description(self) -> str:
+        code = self._process.returncode
+        if code is None:
+            return "the upstream closed its stdout"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"the upstream was killed by {name}"
+        return f"the upstream exited with status {code}"
+
+    async def close_stdin(self) -> None:
+        stdin = self._process.stdin
+        assert stdin is not None
+        async with self._write_lock:
+            if self._stdin_closed:
+                return
+            self._stdin_closed = True
+            try:
+                await stdin.aclose()
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                pass
+
+    async def aclose(self, grace: float = GRACE_SECONDS) -> None:
+        """Stop the child: close its stdin, wait ``grace`` seconds, then SIGTERM, then SIGKILL its group."""
+        with anyio.CancelScope(shield=True):
+            # A child that stopped reading its stdin can hold a write (and so the close) forever.
+            with anyio.move_on_after(max(grace, 0.5)):
+                await self.close_stdin()
+            if await self.wait_exit(grace) is None:
+                self._signal_group(signal.SIGTERM)
+                if await self.wait_exit(KILL_SECONDS) is None:
+                    self._signal_group(signal.SIGKILL)
+                    await self.wait_exit(KILL_SECONDS)
+            else:
+                # The leader exited; descendants it left in the group must not outlive the gateway.
+                self._signal_group(signal.SIGTERM)
+            stdout = self._process.stdout
+            if stdout is not None:
+                try:
+                    await stdout.aclose()
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    pass
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        if sys.platform == "win32":  # pragma: no cover
+            if self._process.returncode is None:
+                self._process.kill()
+            return
+        try:
+            os.killpg(self._process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass

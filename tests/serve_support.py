@@ -1,0 +1,172 @@
+"""Helpers for the ``drawbridge serve`` tests: configuration files, the gateway as a real subprocess.
+
+Configurations are written as JSON (a subset of YAML), so a test states exactly what the file holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from conftest import FIXTURES, PYTHON, SERVERS, child_env
+
+GITHUB = {"name": "github", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "github_like.py")]}
+SLACK = {"name": "slack", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "slack_like.py")]}
+CRASHY = {"name": "crashy", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "crashy.py")]}
+HTTP_UPSTREAM = FIXTURES / "http_upstream.py"
+
+ALLOW_ALL = {"allow.yaml": "name: allow-all\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"}
+URL_LINE = re.compile(r"serving \d+ upstream\(s\) on (http://\S+/mcp)")
+
+
+def everything_upstream(command: Sequence[str]) -> dict[str, Any]:
+    return {"name": "everything", "transport": "stdio", "command": command[0], "args": list(command[1:])}
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def write_config(
+    directory: Path,
+    upstreams: Sequence[dict[str, Any]],
+    *,
+    policies: dict[str, str] | None = None,
+    **top: Any,
+) -> Path:
+    """A drawbridge.yaml in ``directory`` with the given upstreams, a policy_dir, and more top-level keys."""
+    policy_dir = directory / "policies"
+    policy_dir.mkdir(exist_ok=True)
+    for name, text in (policies if policies is not None else ALLOW_ALL).items():
+        (policy_dir / name).write_text(text, encoding="utf-8")
+    document: dict[str, Any] = {"upstreams": list(upstreams), "policy_dir": "./policies", "listen": {"port": 0}}
+    document.update(top)
+    path = directory / "drawbridge.yaml"
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def serve_argv(config: Path, *args: str) -> list[str]:
+    return [PYTHON, "-m", "drawbridge", "serve", "--config", str(config), *args]
+
+
+def stdio_params(config: Path, *args: str, env: dict[str, str] | None = None) -> StdioServerParameters:
+    """``drawbridge serve --config ... --stdio`` as an MCP client launches it."""
+    argv = serve_argv(config, "--stdio", *args)
+    return StdioServerParameters(command=argv[0], args=argv[1:], env=child_env(env))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Running:
+    """A subprocess whose stderr is collected in the background (so it never blocks on a full pipe)."""
+
+    process: subprocess.Popen[bytes]
+    stderr: list[str] = field(default_factory=list)
+    url: str | None = None
+
+    def text(self) -> str:
+        return "".join(self.stderr)
+
+
+def _drain(running: Running, ready: threading.Event) -> None:
+    assert running.process.stderr is not None
+    for raw in running.process.stderr:
+        line = raw.decode("utf-8", "replace")
+        running.stderr.append(line)
+        match = URL_LINE.search(line)
+        if match:
+            running.url = match.group(1)
+            ready.set()
+    ready.set()
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextmanager
+def http_gateway(config: Path, env: dict[str, str] | None = None, timeout: float = 45.0) -> Iterator[Running]:
+    """``drawbridge serve --config ...`` over HTTP; yields once it printed the URL it serves."""
+    process = subprocess.Popen(
+        serve_argv(config), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env(env)
+    )
+    running = Running(process)
+    ready = threading.Event()
+    thread = threading.Thread(target=_drain, args=(running, ready), daemon=True)
+    thread.start()
+    try:
+        ready.wait(timeout)
+        if running.url is None:
+            _stop(process)
+            thread.join(5)
+            raise AssertionError(f"the gateway did not start:\n{running.text()}")
+        yield running
+    finally:
+        _stop(process)
+        thread.join(5)
+
+
+@contextmanager
+def background(argv: Sequence[str], env: dict[str, str] | None = None) -> Iterator[Running]:
+    process = subprocess.Popen(
+        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env(env)
+    )
+    running = Running(process)
+    thread = threading.Thread(target=_drain, args=(running, threading.Event()), daemon=True)
+    thread.start()
+    try:
+        yield running
+    finally:
+        _stop(process)
+        thread.join(5)
+
+
+def wait_for_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on port {port}")
+
+
+@asynccontextmanager
+async def http_client(url: str, mode: str = "legacy", token: str | None = None, **options: Any) -> AsyncIterator[Client]:
+    """An mcp SDK client over streamable HTTP, with a bearer token if given."""
+    options.setdefault("cache", None)
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else None
+    async with create_mcp_http_client(headers=headers) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode, **options) as client:
+            yield client
+
+
+def dump(model: Any) -> Any:
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)

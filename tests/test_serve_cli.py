@@ -1,0 +1,131 @@
+"""``drawbridge serve`` startup: every problem is reported before a child is spawned or a port opened.
+
+Each upstream here is a command that would leave a marker file if it ever ran, so "nothing started"
+is checked, not assumed. The documented full example is parsed with the real loader.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+from conftest import PYTHON, ROOT, child_env
+from drawbridge.cli.serve_cmd import secret_env_names
+from drawbridge.config import parse_config
+from serve_support import GITHUB, serve_argv, write_config
+
+
+def _marker_upstream(marker: Path) -> dict[str, object]:
+    return {
+        "name": "marker",
+        "transport": "stdio",
+        "command": PYTHON,
+        "args": ["-c", f"open({str(marker)!r}, 'w').close()"],
+    }
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, env=child_env(env), timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_a_config_error_is_located_and_nothing_starts(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    config = write_config(tmp_path, [_marker_upstream(marker)])
+    document = json.loads(config.read_text())
+    document["surprise"] = 1
+    config.write_text(json.dumps(document, indent=2) + "\n")
+    line = next(i for i, text in enumerate(config.read_text().splitlines(), 1) if '"surprise"' in text)
+    done = _run(serve_argv(config))
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert re.match(rf"^{re.escape(str(config))}:{line}: unknown key 'surprise'", done.stderr)
+    assert not marker.exists()
+
+
+def test_a_policy_that_does_not_load_stops_the_start(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    config = write_config(
+        tmp_path,
+        [_marker_upstream(marker)],
+        policies={"bad.yaml": "name: bad\nagent: '*'\nrules:\n  - tools: ['*']\n    action: alow\n"},
+    )
+    done = _run(serve_argv(config))
+    assert done.returncode == 2
+    assert "cannot load the policy" in done.stderr and "bad.yaml:5" in done.stderr
+    assert not marker.exists()
+
+
+def test_missing_upstream_credentials_stop_the_start(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    http = {
+        "name": "search",
+        "transport": "streamable_http",
+        "url": "http://127.0.0.1:9/mcp",
+        "headers_env": {"Authorization": "SEARCH_AUTH_FOR_TEST"},
+    }
+    config = write_config(tmp_path, [_marker_upstream(marker), http])
+    env = child_env()
+    env.pop("SEARCH_AUTH_FOR_TEST", None)
+    done = subprocess.run(serve_argv(config), capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2
+    assert "SEARCH_AUTH_FOR_TEST" in done.stderr and "Authorization" in done.stderr
+    assert not marker.exists()
+
+
+def test_a_port_in_use_stops_the_start(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        config = write_config(tmp_path, [_marker_upstream(marker)], listen={"host": "127.0.0.1", "port": port})
+        done = _run(serve_argv(config))
+    assert done.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert not marker.exists()
+
+
+def test_an_upstream_command_that_does_not_exist_stops_the_start(tmp_path: Path) -> None:
+    missing = {"name": "ghost", "transport": "stdio", "command": str(tmp_path / "no-such-server")}
+    config = write_config(tmp_path, [GITHUB, missing])
+    done = _run(serve_argv(config, "--stdio"))
+    assert done.returncode == 2
+    assert "upstream 'ghost' could not be started" in done.stderr
+
+
+def test_agent_goes_with_stdio(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [GITHUB])
+    done = _run(serve_argv(config, "--agent", "claude"))
+    assert done.returncode == 2 and "--agent goes with --stdio" in done.stderr
+
+
+def test_the_documented_full_example_is_a_valid_configuration(tmp_path: Path) -> None:
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+    assert len(blocks) == 1
+    env = {
+        "DRAWBRIDGE_ADMIN_TOKEN": "admin-example",
+        "DRAWBRIDGE_TOKEN_CLAUDE": "claude-example",
+        "SEARCH_AUTHORIZATION": "Bearer x",
+    }
+    config = parse_config(blocks[0], str(tmp_path / "drawbridge.yaml"), env)
+    assert [u.name for u in config.upstreams] == ["github", "search"]
+    assert config.upstreams[1].headers_env == {"Authorization": "SEARCH_AUTHORIZATION"}
+    agents = {a.agent: a.token_sha256 for a in config.agents}
+    assert agents["ci-bot"] == hashlib.sha256(b"replace-me-ci-token").hexdigest()
+    assert agents["claude-code"] == hashlib.sha256(b"claude-example").hexdigest()
+    assert config.anonymous_agent == "guest" and config.listen_port == 8787
+    # Every key the loader accepts appears in the example.
+    for key in (
+        "upstreams:", "name:", "transport:", "command:", "args:", "env:", "cwd:", "url:", "headers_env:",
+        "policy_dir:", "policy_file:", "evidence_dir:", "state_path:", "fsync:", "listen:", "host:", "port:",
+        "auth:", "admin:", "agents:", "agent:", "token_env:", "token_sha256:", "anonymous_agent:", "limits:",
+        "max_message_bytes:", "call_timeout_seconds:", "tool_decision_truth:", "out:", "pin_tools:",
+        "hide_denied_tools:", "approval:", "timeout_seconds:",
+    ):
+        assert key in blocks[0], key
+    assert secret_env_names(config) == frozenset({"SEARCH_AUTHORIZATION"})

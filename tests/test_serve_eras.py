@@ -1,0 +1,109 @@
+"""``drawbridge serve --stdio`` in both protocol eras, with the mcp SDK client and raw 2026-07-28 lines.
+
+The era matrix: the same calls made directly and through the gateway give the same results at
+2025-11-25 (initialize handshake) and at 2026-07-28 (per-request envelope). Upstreams stay on the
+handshake era; the gateway rewrites only the per-hop parts (see gateway/hop.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from conftest import GITHUB_LIKE, LEGACY_VERSION, MODERN, connect, direct_params, raw_pipe
+from serve_support import GITHUB, SLACK, dump, serve_argv, stdio_params, write_config
+
+pytestmark = pytest.mark.anyio
+
+
+def _part(items: list[dict[str, Any]], server: str) -> list[dict[str, Any]]:
+    """The items of one upstream, with the ``server.`` prefix taken off again."""
+    prefix = f"{server}."
+    return [{**item, "name": item["name"][len(prefix) :]} for item in items if item["name"].startswith(prefix)]
+
+
+def _without_server_info(result: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in (result.get("_meta") or {}).items() if k != "io.modelcontextprotocol/serverInfo"}
+    out = {k: v for k, v in result.items() if k != "_meta"}
+    return {**out, "_meta": meta} if meta else out
+
+
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+async def test_sdk_client_in_each_era_sees_the_upstream_through_the_gateway(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, [GITHUB, SLACK])
+    arguments = {"owner": "acme", "name": "rocket"}
+    async with connect(direct_params(GITHUB_LIKE), mode) as client:
+        direct_tools = dump(await client.list_tools())["tools"]
+        direct_call = dump(await client.call_tool("get_repo", arguments))
+        direct_prompt = dump(await client.get_prompt("review_pr", {"repo": "acme/rocket", "number": "7"}))
+    async with connect(stdio_params(config), mode) as client:
+        assert client.protocol_version == (LEGACY_VERSION if mode == "legacy" else MODERN)
+        via_tools = dump(await client.list_tools())["tools"]
+        via_call = dump(await client.call_tool("github.get_repo", arguments))
+        via_prompt = dump(await client.get_prompt("github.review_pr", {"repo": "acme/rocket", "number": "7"}))
+        slack = dump(await client.call_tool("slack.list_channels", {}))
+    assert _part(via_tools, "github") == direct_tools
+    assert [t["name"] for t in via_tools if t["name"].startswith("slack.")] == [
+        "slack.list_channels",
+        "slack.invite",
+        "slack.add_member",
+    ]
+    assert _without_server_info(via_call) == _without_server_info(direct_call)
+    assert via_call["structuredContent"]["stars"] == 42
+    assert _without_server_info(via_prompt) == _without_server_info(direct_prompt)
+    assert slack["structuredContent"] == {"general": ["alice", "bob"], "random": ["alice"]}
+
+
+async def test_elicitation_from_an_upstream_reaches_the_agent_that_called(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [GITHUB, SLACK])
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"confirm": True})
+
+    async with connect(stdio_params(config), "legacy", elicitation_callback=elicit) as client:
+        result = await client.call_tool("slack.invite", {"channel": "general", "user": "carol"})
+        assert result.content[0].text == "invited carol to #general"  # type: ignore[union-attr]
+        channels = dump(await client.call_tool("slack.list_channels", {}))["structuredContent"]
+    assert asked == ["Invite carol to #general?"]
+    assert "carol" in channels["general"]
+
+
+async def test_a_2026_agent_cannot_be_asked_and_the_upstream_is_told_so(tmp_path: Path) -> None:
+    # Documented limit: a handshake-era upstream's elicitation cannot reach a 2026-07-28 agent
+    # (no back channel); the upstream gets an error and the call ends with it, nothing hangs.
+    config = write_config(tmp_path, [GITHUB, SLACK])
+    async with connect(stdio_params(config), MODERN) as client:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("slack.invite", {"channel": "general", "user": "erin"})
+        assert "cannot take requests from the server" in refused.value.message
+        channels = dump(await client.call_tool("slack.list_channels", {}))["structuredContent"]
+    assert "erin" not in channels["general"]
+
+
+async def test_modern_stdio_requests_are_checked_and_decorated(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [GITHUB])
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    async with raw_pipe(serve_argv(config, "--stdio")) as pipe:
+        listed = await pipe.request("l", "tools/list", {"_meta": envelope})
+        assert listed["result"]["resultType"] == "complete"
+        assert listed["result"]["cacheScope"] == "private" and listed["result"]["ttlMs"] == 0
+        discovered = await pipe.request("d", "server/discover", {"_meta": envelope})
+        assert discovered["result"]["supportedVersions"] == [MODERN]
+        wrong = await pipe.request(
+            "w", "tools/list", {"_meta": {**envelope, "io.modelcontextprotocol/protocolVersion": "1999-01-01"}}
+        )
+        assert wrong["error"]["code"] == -32022 and wrong["error"]["data"]["requested"] == "1999-01-01"
+        called = await pipe.request(
+            "c", "tools/call", {"_meta": envelope, "name": "github.list_repos", "arguments": {"owner": "octo"}}
+        )
+        assert called["result"]["resultType"] == "complete"
+        assert called["result"]["structuredContent"] == {"result": ["hello"]}
