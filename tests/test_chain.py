@@ -541,3 +541,26 @@ def test_valid_vector_hashes_recomputed_independently() -> None:
         prev = entry["entry_hash"]
     checkpoint = json.loads((VECTOR_DIR / "checkpoint.json").read_bytes())
     assert checkpoint["entry_hash"] == prev and checkpoint["seq"] == len(lines) - 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    body=st.dictionaries(
+        st.text(max_size=6),
+        st.recursive(st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.floats(allow_nan=False,
+                     allow_infinity=False) | st.text(max_size=10),
+                     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+                     max_leaves=10),
+        max_size=6,
+    ),
+    seq=st.integers(min_value=0, max_value=10**9),
+)
+def test_build_entry_assembles_the_same_bytes_as_the_generic_path(body, seq):
+    from drawbridge.canonical import jcs_digest
+    from drawbridge.evidence.chain import build_entry
+
+    prev = ChainHead(seq=seq, entry_hash="sha256:" + "ab" * 32)
+    entry, line = build_entry(prev, "tool_decision", "2026-11-30T12:00:00.123456Z", body)
+    without_hash = {k: v for k, v in entry.items() if k != "entry_hash"}
+    assert entry["entry_hash"] == jcs_digest(without_hash)
+    assert line == entry_line(entry)

@@ -71,6 +71,7 @@ from drawbridge.canonical import (
     is_sha256_digest,
     jcs_digest,
     parse_json,
+    sha256_prefixed,
 )
 
 ENTRY_SCHEMA = "drawbridge.trace_entry.v0"
@@ -175,8 +176,16 @@ def entry_hash_of(entry: Mapping[str, Any]) -> str:
     return jcs_digest({key: value for key, value in entry.items() if key != "entry_hash"})
 
 
-def make_entry(prev: ChainHead | None, kind: str, at: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    """The entry that follows ``prev`` (None: the first entry of a log), as a dict in field order."""
+def build_entry(
+    prev: ChainHead | None, kind: str, at: str, body: Mapping[str, Any]
+) -> tuple[dict[str, Any], bytes]:
+    """The entry that follows ``prev`` and its stored line, canonicalizing the body only once.
+
+    Every field but ``body`` is a string from a fixed ASCII alphabet (checked here) or a
+    small integer, so its JCS form is the string in quotes or the decimal digits; the
+    entry's JCS preimage (keys sorted: at, body, kind, prev_hash, schema, seq) and its
+    stored line (keys in ENTRY_FIELDS order) are assembled from the same pieces.
+    """
     if not is_valid_kind(kind):
         raise ChainFormatError("kind must be a non-empty string of [a-z0-9_.]")
     if not is_valid_at(at):
@@ -184,7 +193,7 @@ def make_entry(prev: ChainHead | None, kind: str, at: str, body: Mapping[str, An
     if not isinstance(body, Mapping):
         raise ChainFormatError("body must be a JSON object")
     try:
-        normalized = parse_json(canonical_bytes(dict(body)))
+        body_bytes = canonical_bytes(dict(body))
     except CanonicalizationError as exc:
         raise ChainFormatError(f"body has no canonical JSON form: {exc}") from exc
     if prev is None:
@@ -193,16 +202,34 @@ def make_entry(prev: ChainHead | None, kind: str, at: str, body: Mapping[str, An
         if not _is_seq(prev.seq) or not is_sha256_digest(prev.entry_hash):
             raise ChainFormatError("prev must hold a seq >= 0 and a sha256: entry_hash")
         seq, prev_hash = prev.seq + 1, prev.entry_hash
+    if seq >= 2**53:
+        raise ChainFormatError("seq beyond 2^53 has no exact JSON number")
+    at_b, kind_b, prev_b = f'"{at}"'.encode(), f'"{kind}"'.encode(), f'"{prev_hash}"'.encode()
+    schema_b, seq_b = f'"{ENTRY_SCHEMA}"'.encode(), str(seq).encode()
+    preimage = (
+        b'{"at":' + at_b + b',"body":' + body_bytes + b',"kind":' + kind_b + b',"prev_hash":' + prev_b
+        + b',"schema":' + schema_b + b',"seq":' + seq_b + b"}"
+    )
+    entry_hash = sha256_prefixed(preimage)
     entry: dict[str, Any] = {
         "schema": ENTRY_SCHEMA,
         "seq": seq,
         "prev_hash": prev_hash,
         "kind": kind,
         "at": at,
-        "body": normalized,
+        "body": parse_json(body_bytes),
+        "entry_hash": entry_hash,
     }
-    entry["entry_hash"] = entry_hash_of(entry)
-    return entry
+    line = (
+        b'{"schema":' + schema_b + b',"seq":' + seq_b + b',"prev_hash":' + prev_b + b',"kind":' + kind_b
+        + b',"at":' + at_b + b',"body":' + body_bytes + b',"entry_hash":"' + entry_hash.encode() + b'"}\n'
+    )
+    return entry, line
+
+
+def make_entry(prev: ChainHead | None, kind: str, at: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """The entry that follows ``prev`` (None: the first entry of a log), as a dict in field order."""
+    return build_entry(prev, kind, at, body)[0]
 
 
 def head_of(entry: Mapping[str, Any]) -> ChainHead:

@@ -60,7 +60,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from drawbridge.evidence.chain import ChainHead, entry_line, head_of, make_entry, verify_chain
+from drawbridge.evidence.chain import ChainHead, build_entry, head_of, verify_chain
 from drawbridge.state.append_only import (
     FILE_MODE,
     FSYNC_POLICIES,
@@ -150,8 +150,8 @@ class TraceLog:
         """
         with self._file.lock:
             self._file.check_usable()
-            entry = make_entry(self._head, kind, at, body)
-            self._file.write_line_locked(entry_line(entry), f"entry seq {entry['seq']}")
+            entry, line = build_entry(self._head, kind, at, body)
+            self._file.write_line_locked(line, f"entry seq {entry['seq']}")
             self._head = head_of(entry)
             return entry
 
