@@ -216,6 +216,10 @@ class StdioRelay:
         """The agent is gone: let the upstream exit on its own, settle what is pending, stop the child."""
         self._closing = True
         with anyio.move_on_after(self.config.shutdown_grace):
+            # Calls still being decided were sent before the agent closed its end: as with the server
+            # itself, they are forwarded (or refused) before the upstream hears the end of input.
+            while any(p.call is not None and not p.forwarded and not p.done.is_set() for p in self._pending.values()):
+                await anyio.sleep(0.005)
             # Bounded: closing waits for a write in progress, which a child that stopped reading blocks.
             await self.upstream.close_stdin()
             await self._upstream_done.wait()
