@@ -185,8 +185,17 @@ def _ring(keys: bytes | Sequence[bytes]) -> list[bytes]:
     return derived
 
 
+def check_key_ring(key: bytes | Sequence[bytes]) -> None:
+    """Raise the error ``seal`` would raise for this key ring (for checking configuration at startup)."""
+    _ring(key)
+
+
 def _tag(derived_key: bytes, signed_text: str) -> bytes:
     return hmac.new(derived_key, signed_text.encode("ascii"), hashlib.sha256).digest()
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
 
 
 def _check_text(value: object, field: str) -> str:
@@ -287,7 +296,9 @@ def _decode_payload(body: bytes) -> dict[str, Any]:
     for field in ("agent", "tool", "args_digest", "approval_id", "exp", "nonce"):
         if not isinstance(payload[field], str) or not payload[field]:
             raise bad
-    if _APPROVAL_ID_RE.fullmatch(payload["approval_id"]) is None or not _is_args_digest(payload["args_digest"]):
+    if _APPROVAL_ID_RE.fullmatch(payload["approval_id"]) is None:
+        raise bad
+    if not _is_args_digest(payload["args_digest"]):
         raise bad
     return payload
 
@@ -317,8 +328,7 @@ def open_state(
         ("tool", tool, payload["tool"]),
         ("arguments", args_digest, payload["args_digest"]),
     ):
-        if not isinstance(given, str) or not constant_time_equal(given.encode("utf-8", "surrogatepass"),
-                                                                 bound.encode("utf-8", "surrogatepass")):
+        if not isinstance(given, str) or not constant_time_equal(_utf8(given), _utf8(bound)):
             raise RequestStateMismatch(field)
     if not isinstance(now, datetime) or now.tzinfo is None:
         raise ValueError("now must be a timezone-aware datetime")
@@ -344,6 +354,7 @@ __all__ = [
     "RequestStateMalformed",
     "RequestStateMismatch",
     "RequestStatePayload",
+    "check_key_ring",
     "open_state",
     "seal",
 ]

@@ -110,7 +110,8 @@ class SqliteApprovalUses:
         )
         when = to_db_time(now)
         row = await self._db.read(
-            lambda conn: conn.execute(sql, (agent, tool, args_digest, when)).fetchone(), "find pending approval"
+            lambda conn: conn.execute(sql, (agent, tool, args_digest, when)).fetchone(),
+            "find pending approval",
         )
         return None if row is None else row[0]
 
