@@ -1,0 +1,234 @@
+"""The HTTP client every control-plane subcommand shares (``tools``, ``policy``, ``pins``, ``approvals``,
+``grants``), and what their exit codes mean.
+
+Invariant: the admin token is read from the environment (``DRAWBRIDGE_ADMIN_TOKEN``), sent only in
+the ``Authorization`` header of requests to the ``--url`` given, and never printed, logged or put in
+an error message; a token that could not travel in a header is refused before anything is sent, so
+the HTTP library never gets to quote it.
+
+Exit codes, for every control-plane subcommand:
+
+* 0: done;
+* 1: the control plane refused or did not find it (401, 403, 404, 409, 422, and 5xx answers);
+* 2: usage error (bad arguments, or a 400 answer: the request itself was malformed), or the control
+  plane could not be reached (connection refused, timeout, not a drawbridge answer).
+
+Every refusal is one line on stderr: the control plane's own message and the HTTP status, plus a
+hint for an authorization failure (which environment variable to set, never its value).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import click
+import httpx
+
+from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT, FORMATS, display_text
+
+DEFAULT_URL: Final = "http://127.0.0.1:8787"
+URL_ENV: Final = "DRAWBRIDGE_URL"
+TOKEN_ENV: Final = "DRAWBRIDGE_ADMIN_TOKEN"
+DEFAULT_TIMEOUT: Final = 30.0
+_HEADER_SAFE: Final = re.compile(r"[\x21-\x7e]+")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ControlError(click.ClickException):
+    """A refusal or failure to show on stderr; ``exit_code`` per the module docstring."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED, status: int | None = None) -> None:
+        super().__init__(display_text(message))
+        self.exit_code = exit_code
+        self.status = status
+
+    def format_message(self) -> str:
+        return self.message
+
+
+def shown_url(url: str) -> str:
+    """The URL without any user:password part, for messages."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def segment(value: str) -> str:
+    """One path segment, percent-encoded so that ``/`` and ``?`` stay inside it."""
+    return quote(value, safe="")
+
+
+@dataclass(frozen=True)
+class ControlClient:
+    url: str
+    token: str | None = field(default=None, repr=False)
+    timeout: float = DEFAULT_TIMEOUT
+
+    @classmethod
+    def from_env(cls, url: str, env: Mapping[str, str] | None = None) -> ControlClient:
+        env = os.environ if env is None else env
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ControlError(
+                f"--url must be an http:// or https:// URL with a host, not {url!r}", EXIT_INPUT
+            )
+        token = env.get(TOKEN_ENV) or None
+        if token is not None and _HEADER_SAFE.fullmatch(token) is None:
+            raise ControlError(
+                f"{TOKEN_ENV} holds characters that cannot be sent in an HTTP header "
+                "(spaces, control or non-ASCII characters); check how it was set",
+                EXIT_INPUT,
+            )
+        return cls(url.rstrip("/"), token)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Send one request; the decoded JSON of a 2xx answer, else ``ControlError``."""
+        headers = {"Accept": "application/json"}
+        if self.token is not None:
+            headers["Authorization"] = f"Bearer {self.token}"
+        where = shown_url(self.url)
+        try:
+            with httpx.Client(timeout=self.timeout, follow_redirects=False, trust_env=False) as client:
+                response = client.request(method, self.url + path, json=body, params=params, headers=headers)
+        except httpx.TimeoutException:
+            raise ControlError(
+                f"the drawbridge control plane at {where} did not answer within {self.timeout:g} s",
+                EXIT_INPUT,
+            ) from None
+        except httpx.HTTPError as exc:
+            detail = (str(exc) or type(exc).__name__)[:200]
+            raise ControlError(
+                f"cannot reach the drawbridge control plane at {where}: {detail} "
+                f"(is the gateway running? set --url or {URL_ENV})",
+                EXIT_INPUT,
+            ) from None
+        return self._answer(response, method, path)
+
+    def _answer(self, response: httpx.Response, method: str, path: str) -> Any:
+        status = response.status_code
+        gateway = f"is {shown_url(self.url)} a drawbridge gateway?"
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        if 200 <= status < 300:
+            if payload is None and response.content:
+                raise ControlError(
+                    f"{method} {path}: the answer is not JSON; {gateway}",
+                    EXIT_INPUT,
+                    status,
+                )
+            return payload
+        message = payload.get("error") if isinstance(payload, dict) else None
+        if not isinstance(message, str):
+            if status in (404, 405) and payload is None:
+                message = f"{method} {path} is not served here; {gateway}"
+            else:
+                message = f"{method} {path} failed"
+        if status == 401:
+            message += (
+                f"; the token in {TOKEN_ENV} was refused"
+                if self.token is not None
+                else f"; set {TOKEN_ENV} to the gateway's admin token"
+            )
+        elif status == 403 and self.token is None:
+            message += f"; set {TOKEN_ENV} to the gateway's admin token"
+        code = EXIT_INPUT if status == 400 else EXIT_FAILED
+        raise ControlError(f"{message} (HTTP {status})", code, status)
+
+    def get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        return self.request("GET", path, params=params)
+
+    def post(self, path: str, body: Mapping[str, Any] | None = None) -> Any:
+        return self.request("POST", path, body=body if body is not None else {})
+
+    def put(self, path: str, body: Mapping[str, Any]) -> Any:
+        return self.request("PUT", path, body=body)
+
+    def delete(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        return self.request("DELETE", path, params=params)
+
+
+@dataclass(frozen=True)
+class Control:
+    """What a subcommand gets: the client and the output format."""
+
+    client: ControlClient
+    output_format: str
+
+    @property
+    def json(self) -> bool:
+        return self.output_format == "json"
+
+
+def control_options(func: F | None = None, *, formats: bool = True) -> Any:
+    """Add ``--url`` (and ``--format``) and pass a ``Control`` as the ``ctl`` argument."""
+
+    def decorate(f: F) -> F:
+        @functools.wraps(f)
+        def wrapper(*args: Any, url: str, output_format: str = "table", **kwargs: Any) -> Any:
+            ctl = Control(ControlClient.from_env(url), output_format)
+            return f(*args, ctl=ctl, **kwargs)
+
+        wrapped: Any = wrapper
+        if formats:
+            wrapped = click.option(
+                "--format",
+                "output_format",
+                type=click.Choice(FORMATS),
+                default="table",
+                show_default=True,
+                help="table: for people (rich); json: the control plane's answer as JSON.",
+            )(wrapped)
+        wrapped = click.option(
+            "--url",
+            envvar=URL_ENV,
+            default=DEFAULT_URL,
+            show_default=True,
+            help=f"The gateway's control plane (env {URL_ENV}). The admin token is read from {TOKEN_ENV}.",
+        )(wrapped)
+        return wrapped  # type: ignore[no-any-return]
+
+    return decorate(func) if func is not None else decorate
+
+
+def default_person() -> str:
+    """``cli:<login>``: who resolved or accepted, when ``--by`` is not given (recorded as given)."""
+    try:
+        import getpass
+
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 -- no login name is not an error
+        user = "unknown"
+    return f"cli:{user}"
+
+
+__all__ = [
+    "DEFAULT_URL",
+    "TOKEN_ENV",
+    "URL_ENV",
+    "Control",
+    "ControlClient",
+    "ControlError",
+    "control_options",
+    "default_person",
+    "segment",
+    "shown_url",
+]

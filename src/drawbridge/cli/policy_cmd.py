@@ -1,0 +1,74 @@
+"""``drawbridge policy set|list``: change one tool's action for one agent, or show the policies in force.
+
+``set`` goes through the control plane (``PUT /policies/{agent}/tools/{tool}``), which edits the
+agent's policy file as text (comments stay), keeps ``<file>.bak``, reloads, and records the edit in
+the trace chain as ``mesh.policy_edit``. ``--by`` is recorded as given.
+
+Exit codes: 0 done; 1 refused (no policy for the agent, a hand-written rule, a policy set that would
+not load); 2 usage error or control plane unreachable.
+"""
+
+from __future__ import annotations
+
+import click
+
+from drawbridge.cli.control_client import Control, control_options, segment
+from drawbridge.cli.output import console, emit_json, key_values, table
+
+ACTIONS = ("allow", "deny", "human_approval", "inherit")
+
+
+@click.group(name="policy", context_settings={"help_option_names": ["-h", "--help"]})
+def command() -> None:
+    """Per-tool policy edits and the policies in force."""
+
+
+@command.command(name="set")
+@click.argument("agent")
+@click.argument("tool")
+@click.argument("action", type=click.Choice(ACTIONS))
+@click.option("--by", required=True, help="Who makes the change (recorded as given, in the file and trace).")
+@control_options
+def set_action(ctl: Control, agent: str, tool: str, action: str, by: str) -> None:
+    """Set TOOL's ACTION for AGENT (inherit removes a rule set this way)."""
+    result = ctl.client.put(
+        f"/policies/{segment(agent)}/tools/{segment(tool)}", {"action": action, "by": by}
+    )
+    if ctl.json:
+        emit_json(result)
+        return
+    before, after = result.get("action_before"), result.get("action_after")
+    summary = f"{before} -> {after}" if result.get("changed") else f"{after} (unchanged)"
+    console().print(
+        key_values(
+            f"{agent} / {tool}",
+            [
+                ("action", summary),
+                ("file", result.get("source_file")),
+                ("rule", result.get("rule_index")),
+                ("placement", result.get("placement")),
+                ("backup", result.get("backup")),
+                ("by", result.get("by")),
+            ],
+        )
+    )
+
+
+@command.command(name="list")
+@control_options
+def list_policies(ctl: Control) -> None:
+    """The policies in force, in evaluation order."""
+    policies = ctl.client.get("/policies")
+    if ctl.json:
+        emit_json(policies)
+        return
+    rows = []
+    for policy in policies:
+        for rule in policy.get("rules", []):
+            conditions = " and ".join(f"{c['field']} {c['operator']}" for c in rule.get("conditions", []))
+            rows.append([
+                policy.get("name"), policy.get("agent"), rule.get("index"), ", ".join(rule.get("tools", [])),
+                rule.get("action"), conditions or "-", policy.get("source_file"),
+            ])
+    columns = ["POLICY", "AGENT", "#", "TOOLS", "ACTION", "WHEN", "FILE"]
+    console().print(table(f"{len(policies)} policies", columns, rows))

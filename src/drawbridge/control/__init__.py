@@ -1,0 +1,56 @@
+"""The control plane: HTTP routes an operator (or the console, or the ``drawbridge`` CLI) uses to see
+and change what the gateway decides.
+
+``auth`` holds the access rule (admin token, else loopback only); ``services`` the value the gateway
+fills in (``ControlServices``); ``routes`` the handlers (``control_routes`` to mount beside ``/mcp``,
+``control_app`` for an app of their own). Every route and status code is in docs/control-plane.md.
+"""
+
+from drawbridge.control.auth import ADMIN_REQUIRED, AdminAuth, Refusal, is_loopback
+from drawbridge.control.routes import (
+    ControlPlane,
+    Problem,
+    control_app,
+    control_routes,
+    policy_view,
+    tool_view,
+)
+from drawbridge.control.services import (
+    PIN_ACCEPT_KIND,
+    CatalogueItem,
+    CatalogueProvider,
+    ControlServices,
+    HeldBackTool,
+    PinService,
+    RecentCallRing,
+    RecentCalls,
+    StorePinService,
+    TraceAppend,
+    agent_visible_name,
+    current_catalogue,
+)
+
+__all__ = [
+    "ADMIN_REQUIRED",
+    "PIN_ACCEPT_KIND",
+    "AdminAuth",
+    "CatalogueItem",
+    "CatalogueProvider",
+    "ControlPlane",
+    "ControlServices",
+    "HeldBackTool",
+    "PinService",
+    "Problem",
+    "RecentCallRing",
+    "RecentCalls",
+    "Refusal",
+    "StorePinService",
+    "TraceAppend",
+    "agent_visible_name",
+    "control_app",
+    "control_routes",
+    "current_catalogue",
+    "is_loopback",
+    "policy_view",
+    "tool_view",
+]

@@ -1,0 +1,303 @@
+"""What the control plane needs from the running gateway, as one value the gateway fills in.
+
+Invariant: the control plane holds no state of its own. Every answer is read from, and every change
+is made through, the services below, which are the same objects the gateway decides calls with: the
+``PolicyStore`` whose set the pipeline evaluates, the approval engine whose waiters a resolution
+wakes, the pin store the catalogue floors come from. So a change made here is the change in force,
+with no copy to fall out of step.
+
+Theory of operation. ``ControlServices`` bundles:
+
+* ``policy_store``: the hot-reloaded policy set (``drawbridge.policy.reload.PolicyStore``); per-tool
+  edits go through ``policy.apply_edit``, which reloads the store itself.
+* ``catalogue``: a callable (sync or async) returning the tools the gateway serves now, one
+  ``CatalogueItem`` per tool: the upstream's own tool dict, the name agents see, the classification,
+  the pin status (None when pinning is off) and the CLI dispatcher facts. The gateway computes pin
+  statuses when it (re)connects an upstream; the control plane only reads them.
+* ``approvals``: the ``ApprovalEngine``; its ``grant_service`` creates, lists and revokes grants.
+* ``trace_append(kind, body)``: appends one entry to the gateway's hash-chained trace (async);
+  ``mesh.policy_edit`` and ``mesh.pin_accept`` are written through it.
+* ``pins``: a ``PinService`` (None when ``pin_tools`` is off). ``StorePinService`` implements it on
+  the SQLite pin store: held-back tools are the observed tools whose fingerprint differs from the
+  accepted one; accepting pins what was observed and returns one ``PinAcceptance`` per change.
+* ``recent_calls(agent, limit)``: the agent's latest decisions for the approval detail view (async,
+  optional). ``RecentCallRing`` is a bounded in-memory implementation the recorder can feed.
+* ``clock``: "now" for remaining times in views.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from drawbridge.catalogue.classify import Classification, classify_tool
+from drawbridge.catalogue.fingerprint import PinStatus
+from drawbridge.policy.decisions import CatalogueTool
+from drawbridge.policy.model import Action
+
+if TYPE_CHECKING:
+    from drawbridge.approval.engine import ApprovalEngine
+    from drawbridge.policy.reload import PolicyStore
+    from drawbridge.state.pins import PinAcceptance, PinStore
+
+PIN_ACCEPT_KIND: Final = "mesh.pin_accept"
+
+TraceAppend = Callable[[str, Mapping[str, Any]], Awaitable[Any]]
+"""Append one trace-chain entry ``(kind, body)``; returns the entry written (a dict with ``seq``)."""
+RecentCalls = Callable[[str, int], Awaitable[Sequence[Mapping[str, Any]]]]
+Clock = Callable[[], datetime]
+
+
+def utc_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def agent_visible_name(server: str, name: str) -> str:
+    """``server.name``: how ``drawbridge serve`` names an upstream tool (gateway/catalogue.py)."""
+    return f"{server}.{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueItem:
+    """One tool the gateway serves, as the control plane shows and judges it."""
+
+    server: str
+    tool: Mapping[str, Any]
+    """The upstream's own tool dict (its own ``name``), as listed; never the gateway's config."""
+    name: str
+    """The name agents see and policies match (``server.tool`` under ``drawbridge serve``)."""
+    classification: Classification
+    pin_status: PinStatus | None = None
+    dispatcher: bool = False
+    dispatcher_default_action: Action | None = None
+    source: str = "mcp"
+
+    @classmethod
+    def of(
+        cls,
+        server: str,
+        tool: Mapping[str, Any],
+        *,
+        name: str | None = None,
+        pin_status: PinStatus | None = None,
+        source: str = "mcp",
+        dispatcher: bool = False,
+        dispatcher_default_action: Action | None = None,
+    ) -> CatalogueItem:
+        """Classify ``tool`` and name it ``server.<its name>`` unless ``name`` is given."""
+        upstream_name = tool.get("name")
+        if not isinstance(upstream_name, str) or not upstream_name:
+            raise ValueError("a tool needs a non-empty string name")
+        classification = classify_tool(
+            tool, source=source, cli_dispatcher=dispatcher and source == "cli"  # type: ignore[arg-type]
+        )
+        return cls(
+            server=server,
+            tool=tool,
+            name=name if name is not None else agent_visible_name(server, upstream_name),
+            classification=classification,
+            pin_status=pin_status,
+            dispatcher=dispatcher,
+            dispatcher_default_action=dispatcher_default_action,
+            source=source,
+        )
+
+    @property
+    def upstream_name(self) -> str:
+        name = self.tool.get("name")
+        return name if isinstance(name, str) else self.name
+
+    def catalogue_tool(self) -> CatalogueTool:
+        """The row input of ``policy.decisions.decision_table``."""
+        return CatalogueTool(
+            name=self.name,
+            classification=self.classification,
+            pin_status=self.pin_status,
+            dispatcher=self.dispatcher,
+            dispatcher_default_action=self.dispatcher_default_action if self.dispatcher else None,
+        )
+
+
+CatalogueProvider = Callable[[], "Sequence[CatalogueItem] | Awaitable[Sequence[CatalogueItem]]"]
+
+
+async def current_catalogue(provider: CatalogueProvider) -> list[CatalogueItem]:
+    """Call a sync or async provider; the items are checked so a wiring mistake is loud."""
+    result = provider()
+    if inspect.isawaitable(result):
+        result = await result
+    items = list(result)
+    for item in items:
+        if not isinstance(item, CatalogueItem):
+            raise TypeError(f"the catalogue provider returned {type(item).__name__}, not CatalogueItem")
+    return items
+
+
+# ------------------------------------------------------------------------------------------- pins
+
+
+@dataclass(frozen=True, slots=True)
+class HeldBackTool:
+    """A tool whose current definition is not the accepted one: ``new`` (no pin) or ``changed``."""
+
+    server: str
+    tool: str
+    """The upstream's own name (the pin store's key)."""
+    name: str
+    """The name agents see."""
+    status: PinStatus
+    pinned_fingerprint: str | None
+    pinned_description: str | None
+    current_fingerprint: str
+    current_description: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "server": self.server,
+            "tool": self.tool,
+            "status": self.status.value,
+            "pinned": None
+            if self.pinned_fingerprint is None
+            else {"fingerprint": self.pinned_fingerprint, "description": self.pinned_description},
+            "current": {"fingerprint": self.current_fingerprint, "description": self.current_description},
+        }
+
+
+class PinService(Protocol):
+    """Held-back tools and accepting them (``GET /tools/pins``, ``POST /tools/pins/accept``)."""
+
+    def servers(self) -> Sequence[str]: ...
+
+    def display_name(self, server: str, tool: str) -> str: ...
+
+    async def held_back(self) -> list[HeldBackTool]: ...
+
+    async def accept(self, server: str, names: Sequence[str] | None, *, by: str) -> list[PinAcceptance]: ...
+
+
+class StorePinService:
+    """``PinService`` on a ``state.pins.PinStore`` (the embedded SQLite one in practice).
+
+    ``servers`` names the upstreams whose pins are shown (the configured ones). ``after_accept``
+    is awaited with the server's name after pins changed, so the gateway can recompute the floors
+    of that server's tools at once.
+    """
+
+    def __init__(
+        self,
+        store: PinStore,
+        servers: Callable[[], Iterable[str]],
+        *,
+        clock: Clock = utc_clock,
+        display_name: Callable[[str, str], str] = agent_visible_name,
+        after_accept: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
+        self._store = store
+        self._servers = servers
+        self._clock = clock
+        self._display = display_name
+        self._after_accept = after_accept
+
+    def servers(self) -> Sequence[str]:
+        return list(self._servers())
+
+    def display_name(self, server: str, tool: str) -> str:
+        return self._display(server, tool)
+
+    async def held_back(self) -> list[HeldBackTool]:
+        out: list[HeldBackTool] = []
+        for server in self.servers():
+            if not await self._store.is_pinned(server):
+                continue  # never pinned: the gateway pins it whole on first sight
+            pins = await self._store.load(server)
+            observed = await self._store.observed(server)
+            for name in sorted(observed):
+                seen = observed[name]
+                pin = pins.get(name)
+                if pin is not None and pin.fingerprint == seen.fingerprint:
+                    continue
+                out.append(
+                    HeldBackTool(
+                        server=server,
+                        tool=name,
+                        name=self._display(server, name),
+                        status=PinStatus.NEW if pin is None else PinStatus.CHANGED,
+                        pinned_fingerprint=None if pin is None else pin.fingerprint,
+                        pinned_description=None if pin is None else pin.description,
+                        current_fingerprint=seen.fingerprint,
+                        current_description=seen.description,
+                    )
+                )
+        return out
+
+    async def accept(self, server: str, names: Sequence[str] | None, *, by: str) -> list[PinAcceptance]:
+        changes = await self._store.accept(server, names, accepted_by=by, at=self._clock())
+        if changes and self._after_accept is not None:
+            await self._after_accept(server)
+        return changes
+
+
+# ------------------------------------------------------------------------------------ recent calls
+
+
+class RecentCallRing:
+    """The last ``per_agent`` decisions of each agent, in memory (newest first when read).
+
+    The gateway's recorder ``add``s a small summary per decided call (tool, action, rule, at: no
+    argument values); ``GET /approvals/{id}`` shows the approval's agent's latest ones.
+    """
+
+    def __init__(self, per_agent: int = 20, max_agents: int = 1024) -> None:
+        self._per_agent = per_agent
+        self._max_agents = max_agents
+        self._calls: dict[str, deque[dict[str, Any]]] = {}
+
+    def add(self, agent: str, summary: Mapping[str, Any]) -> None:
+        ring = self._calls.get(agent)
+        if ring is None:
+            if len(self._calls) >= self._max_agents:
+                self._calls.pop(next(iter(self._calls)))
+            ring = self._calls[agent] = deque(maxlen=self._per_agent)
+        ring.append(dict(summary))
+
+    async def __call__(self, agent: str, limit: int) -> list[dict[str, Any]]:
+        ring = self._calls.get(agent, ())
+        return list(reversed(ring))[: max(limit, 0)]
+
+
+# ------------------------------------------------------------------------------------ the bundle
+
+
+@dataclass(frozen=True)
+class ControlServices:
+    """Everything the control plane reads and changes (see the module docstring)."""
+
+    policy_store: PolicyStore
+    catalogue: CatalogueProvider
+    approvals: ApprovalEngine
+    trace_append: TraceAppend
+    pins: PinService | None = None
+    recent_calls: RecentCalls | None = None
+    clock: Clock = field(default=utc_clock)
+
+
+__all__ = [
+    "PIN_ACCEPT_KIND",
+    "CatalogueItem",
+    "CatalogueProvider",
+    "ControlServices",
+    "HeldBackTool",
+    "PinService",
+    "RecentCallRing",
+    "RecentCalls",
+    "StorePinService",
+    "TraceAppend",
+    "agent_visible_name",
+    "current_catalogue",
+    "utc_clock",
+]

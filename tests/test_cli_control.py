@@ -1,0 +1,227 @@
+"""The control-plane subcommands (``tools``, ``policy``, ``pins``, ``approvals``, ``grants``) run as
+subprocesses against a live control plane (real uvicorn on 127.0.0.1, admin token configured).
+
+Every run is checked for the admin token: it must never appear on stdout or stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import PYTHON, child_env
+from control_support import ADMIN_SHA256, ADMIN_TOKEN, NEEDS_PERSON, LiveServer, Plane, build_plane, make_call
+from drawbridge.approval.engine import SettlementKind
+
+
+@pytest.fixture(scope="module")
+def live() -> Iterator[LiveServer]:
+    server = LiveServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def plane(live: LiveServer, tmp_path: Path) -> Iterator[Plane]:
+    built: Plane = live.call(build_plane(tmp_path))
+    yield built
+    live.stop_servers()
+    built.close()
+
+
+@pytest.fixture
+def url(live: LiveServer, plane: Plane) -> str:
+    return live.serve(plane.app(ADMIN_SHA256))
+
+
+def drawbridge(
+    *args: str, token: str | None = ADMIN_TOKEN, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = child_env()
+    env.pop("DRAWBRIDGE_URL", None)
+    env.pop("DRAWBRIDGE_ADMIN_TOKEN", None)
+    if token is not None:
+        env["DRAWBRIDGE_ADMIN_TOKEN"] = token
+    done = subprocess.run(
+        [PYTHON, "-m", "drawbridge", *args], env=env, input=stdin if stdin is not None else "",
+        capture_output=True, text=True, timeout=60,
+    )
+    assert ADMIN_TOKEN not in done.stdout and ADMIN_TOKEN not in done.stderr, "the admin token was printed"
+    return done
+
+
+def ok_json(*args: str, stdin: str | None = None) -> Any:
+    done = drawbridge(*args, "--format", "json", stdin=stdin)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def wait_pending(live: LiveServer, plane: Plane) -> Any:
+    deadline = time.monotonic() + 10
+    while True:
+        pending = live.call(plane.engine.store.list("pending"))
+        if pending:
+            return pending[0]
+        assert time.monotonic() < deadline, "the call never became a pending approval"
+        time.sleep(0.02)
+
+
+def test_tools_list_and_decisions(url: str) -> None:
+    tools = ok_json("tools", "list", "--url", url)
+    assert {t["name"]: t["classification"]["access"] for t in tools}["github.delete_repo"] == "write"
+    table = drawbridge("tools", "list", "--url", url)
+    assert table.returncode == 0
+    assert "github.delete_repo" in table.stdout and "changed" in table.stdout
+
+    rows = {r["name"]: r for r in ok_json("tools", "decisions", "--agent", "claude", "--url", url)}
+    assert (rows["github.list_repos"]["action"], rows["github.create_issue"]["action"]) == ("human_approval", "deny")
+    table = drawbridge("tools", "decisions", "--agent", "claude", "--url", url)
+    assert table.returncode == 0
+    assert "claude #3 (claude.yaml)" in table.stdout
+    assert "allow if repo starts_with" in table.stdout
+
+    usage = drawbridge("tools", "decisions", "--url", url)
+    assert usage.returncode == 2
+    assert "--agent" in usage.stderr
+
+
+def test_policy_set_edits_the_file_and_is_recorded(url: str, plane: Plane) -> None:
+    result = ok_json("policy", "set", "claude", "github.delete_repo", "deny", "--by", "marc", "--url", url)
+    assert (result["action_before"], result["action_after"]) == ("human_approval", "deny")
+    text = (plane.policy_dir / "claude.yaml").read_text()
+    assert "by marc" in text and "# Claude's policy. Owner: platform team." in text
+    assert plane.policy_store.evaluate("claude", "github.delete_repo").action == "deny"
+    assert [e["body"]["by"] for e in plane.entries("mesh.policy_edit")] == ["marc"]
+
+    table = drawbridge("policy", "set", "claude", "github.delete_repo", "inherit", "--by", "marc", "--url", url)
+    assert table.returncode == 0, table.stderr
+    assert "deny -> human_approval" in table.stdout
+
+    missing = drawbridge("policy", "set", "nobody", "github.delete_repo", "deny", "--by", "marc", "--url", url)
+    assert missing.returncode == 1
+    assert "no policy is written for agent" in missing.stderr and "(HTTP 404)" in missing.stderr
+    hand = drawbridge("policy", "set", "claude", "slack.post_message", "inherit", "--by", "marc", "--url", url)
+    assert hand.returncode == 1
+    assert "written by hand" in hand.stderr and "(HTTP 409)" in hand.stderr
+    bad = drawbridge("policy", "set", "claude", "github.delete_repo", "maybe", "--by", "marc", "--url", url)
+    assert bad.returncode == 2
+    no_by = drawbridge("policy", "set", "claude", "github.delete_repo", "deny", "--url", url)
+    assert no_by.returncode == 2
+    assert len(plane.entries("mesh.policy_edit")) == 2
+
+    policies = ok_json("policy", "list", "--url", url)
+    assert [p["name"] for p in policies] == ["claude", "default"]
+
+
+def test_pins_list_and_accept(url: str, plane: Plane) -> None:
+    held = ok_json("pins", "list", "--url", url)
+    assert sorted(t["name"] for t in held) == ["github.create_issue", "github.list_repos"]
+    accepted = ok_json("pins", "accept", "--tools", "github.list_repos", "github.create_issue", "--by", "marc",
+                       "--url", url)
+    assert sorted(a["name"] for a in accepted["accepted"]) == ["github.create_issue", "github.list_repos"]
+    assert sorted(e["body"]["tool"] for e in plane.entries("mesh.pin_accept")) == ["create_issue", "list_repos"]
+    assert ok_json("pins", "list", "--url", url) == []
+    again = drawbridge("pins", "accept", "--server", "github", "--url", url)
+    assert again.returncode == 0
+    assert "nothing to accept" in again.stdout
+
+    neither = drawbridge("pins", "accept", "--url", url)
+    assert neither.returncode == 2
+    unknown = drawbridge("pins", "accept", "--server", "gitlab", "--url", url)
+    assert unknown.returncode == 1
+    assert "gitlab" in unknown.stderr and "(HTTP 404)" in unknown.stderr
+
+
+def test_approvals_list_approve_and_deny_release_the_waiting_call(live: LiveServer, url: str, plane: Plane) -> None:
+    waiting = live.submit(plane.engine.settle(make_call(), NEEDS_PERSON, elicitation_supported=False))
+    pending = wait_pending(live, plane)
+    [listed] = ok_json("approvals", "list", "--url", url)
+    assert (listed["id"], listed["tool"]) == (pending.id, "github.delete_repo")
+    table = drawbridge("approvals", "list", "--url", url)
+    assert pending.short_id in table.stdout and "github.delete_repo" in table.stdout
+    shown = drawbridge("approvals", "show", pending.short_id, "--url", url)
+    assert shown.returncode == 0 and pending.id in shown.stdout
+
+    done = drawbridge("approvals", "approve", pending.short_id, "--by", "marc", "--reason", "ok", "--url", url)
+    assert done.returncode == 0, done.stderr
+    assert f"approved {pending.id}" in done.stdout
+    settlement = waiting.result(10)
+    assert settlement.kind is SettlementKind.ALLOW
+    assert (settlement.resolved_by, str(settlement.channel)) == ("marc", "cli")
+
+    again = drawbridge("approvals", "deny", pending.id, "--url", url)
+    assert again.returncode == 1
+    assert "already resolved" in again.stderr and "(HTTP 409)" in again.stderr
+    unknown = drawbridge("approvals", "approve", "0123456789abcdef", "--url", url)
+    assert unknown.returncode == 1 and "(HTTP 404)" in unknown.stderr
+    malformed = drawbridge("approvals", "approve", "xyz!", "--url", url)
+    assert malformed.returncode == 2 and "(HTTP 400)" in malformed.stderr
+
+    waiting = live.submit(plane.engine.settle(make_call(request_id=2), NEEDS_PERSON, elicitation_supported=False))
+    second = wait_pending(live, plane)
+    denied = drawbridge("approvals", "deny", second.id, "--url", url)
+    assert denied.returncode == 0, denied.stderr
+    assert waiting.result(10).kind is SettlementKind.DENY
+
+
+def test_approvals_watch_asks_and_approves(live: LiveServer, url: str, plane: Plane) -> None:
+    waiting = live.submit(plane.engine.settle(make_call(), NEEDS_PERSON, elicitation_supported=False))
+    pending = wait_pending(live, plane)
+    closed = drawbridge("approvals", "watch", "--url", url, stdin="")
+    assert closed.returncode == 0, closed.stderr
+    assert "input closed; stopped watching" in closed.stdout
+    assert not waiting.done()
+    done = drawbridge("approvals", "watch", "--once", "--by", "ana", "--url", url, stdin="a\n")
+    assert done.returncode == 0, done.stderr
+    assert "[a]pprove / [d]eny / [s]kip ?" in done.stdout
+    assert f"approved {pending.id}" in done.stdout
+    settlement = waiting.result(10)
+    assert (settlement.kind, settlement.resolved_by) == (SettlementKind.ALLOW, "ana")
+
+
+def test_grants_create_list_revoke(url: str, plane: Plane) -> None:
+    grant = ok_json("grants", "create", "--agent", "claude", "--tools", "github.*", "--for", "30m", "--by", "marc",
+                    "--url", url)
+    assert (grant["agent"], grant["tools"], grant["granted_by"]) == ("claude", "github.*", "marc")
+    assert [g["id"] for g in ok_json("grants", "list", "--url", url)] == [grant["id"]]
+    revoked = drawbridge("grants", "revoke", grant["id"][:8], "--url", url)
+    assert revoked.returncode == 0, revoked.stderr
+    assert f"revoked {grant['id']}" in revoked.stdout
+    assert ok_json("grants", "list", "--url", url) == []
+    again = drawbridge("grants", "revoke", grant["id"], "--url", url)
+    assert again.returncode == 1 and "already revoked" in again.stderr
+
+    typo = drawbridge("grants", "create", "--agent", "claude", "--tools", "github.*", "--for", "30", "--url", url)
+    assert typo.returncode == 2 and "missing unit" in typo.stderr
+    too_long = drawbridge("grants", "create", "--agent", "claude", "--tools", "github.*", "--for", "48h", "--url", url)
+    assert too_long.returncode == 1
+    assert "maximum" in too_long.stderr and "(HTTP 422)" in too_long.stderr
+    assert len(plane.entries("grant_created")) == 1
+
+
+def test_wrong_missing_token_and_unreachable_gateway(url: str) -> None:
+    wrong = "dbt-admin-WRONG-0000000000000000000000"
+    refused = drawbridge("tools", "list", "--url", url, token=wrong)
+    assert refused.returncode == 1
+    assert "control plane requires admin authorization" in refused.stderr
+    assert "DRAWBRIDGE_ADMIN_TOKEN was refused" in refused.stderr
+    assert wrong not in refused.stderr and wrong not in refused.stdout
+
+    missing = drawbridge("approvals", "list", "--url", url, token=None)
+    assert missing.returncode == 1
+    assert "set DRAWBRIDGE_ADMIN_TOKEN" in missing.stderr
+
+    unsafe = drawbridge("tools", "list", "--url", url, token="two words")
+    assert unsafe.returncode == 2
+    assert "two words" not in unsafe.stderr
+
+    closed = url.rsplit(":", 1)[0] + ":1"
+    unreachable = drawbridge("grants", "list", "--url", closed)
+    assert unreachable.returncode == 2
+    assert "cannot reach the drawbridge control plane" in unreachable.stderr
