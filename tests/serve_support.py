@@ -84,6 +84,7 @@ class Running:
     process: subprocess.Popen[bytes]
     stderr: list[str] = field(default_factory=list)
     url: str | None = None
+    config: Path | None = None
 
     def text(self) -> str:
         return "".join(self.stderr)
@@ -117,7 +118,7 @@ def http_gateway(config: Path, env: dict[str, str] | None = None, timeout: float
     process = subprocess.Popen(
         serve_argv(config), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env(env)
     )
-    running = Running(process)
+    running = Running(process, config=config)
     ready = threading.Event()
     thread = threading.Thread(target=_drain, args=(running, ready), daemon=True)
     thread.start()

@@ -7,6 +7,8 @@ started for the anonymous-agent case. Raw requests use httpx; protocol flows use
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -286,3 +288,23 @@ async def _post_async(url: str, body: dict[str, Any], headers: dict[str, str]) -
     async with httpx.AsyncClient(timeout=15) as client:
         response = await client.post(url, content=json.dumps(body), headers={**JSON_HEADERS, **headers})
         return response.json()
+
+
+def test_decisions_over_http_are_in_the_verifiable_trace(gateway: Running) -> None:
+    assert gateway.url is not None and gateway.config is not None
+    session = _initialize(gateway.url, BOB).headers["mcp-session-id"]
+    body = {"jsonrpc": "2.0", "id": "t1", "method": "tools/call", "params": {"name": "github.delete_repo", "arguments": {"owner": "zz-marker-owner", "name": "x"}}}
+    refused = _post(gateway.url, BOB, body, **{"mcp-session-id": session}).json()["result"]
+    assert refused["isError"] is True
+    trace = gateway.config.parent / "evidence" / "trace.ndjson"
+    entries = [json.loads(line) for line in trace.read_text().splitlines()]
+    mine = [e["body"] for e in entries if e["kind"] == "tool_decision" and e["body"].get("request_id") == "t1"]
+    assert mine and mine[-1]["agent"] == "bob" and mine[-1]["tool"] == "github.delete_repo"
+    assert mine[-1]["action"] == "deny" and mine[-1]["policy"] == "bob" and mine[-1]["rule_index"] == 0
+    assert "zz-marker-owner" not in trace.read_text()  # arguments are digested, never stored raw
+    surfaces = (gateway.config.parent / "evidence" / "tool-decisions.ndjson").read_text()
+    assert '"id":"github"' in surfaces and "zz-marker-owner" not in surfaces
+    verified = subprocess.run(
+        [sys.executable, "-m", "drawbridge", "evidence", "verify-chain", str(trace)], capture_output=True, text=True, timeout=60
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -19,7 +19,8 @@ from conftest import PYTHON, SERVERS
 from drawbridge.config import UpstreamConfig
 from drawbridge.gateway.jsonrpc import parse_client_message
 from drawbridge.gateway.pipeline import Action, CallRecord, Outcome, Provenance, RelayEvent, ToolCall, Verdict
-from drawbridge.gateway.router import DownstreamSession, Gateway, GatewaySettings
+from drawbridge.gateway.hub import Gateway, GatewaySettings
+from drawbridge.gateway.router import DownstreamSession
 from drawbridge.gateway.upstream_session import UpstreamSession
 
 pytestmark = pytest.mark.anyio

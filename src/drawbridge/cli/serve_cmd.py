@@ -28,19 +28,13 @@ import click
 
 from drawbridge.cli.output import EXIT_INPUT
 from drawbridge.config import ConfigError, GatewayConfig, load_config
-from drawbridge.gateway.pipeline import (
-    Action,
-    Decider,
-    Provenance,
-    Recorder,
-    ToolCall,
-    Verdict,
-    null_recorder,
-)
+from drawbridge.gateway.catalogue import split_namespaced
+from drawbridge.gateway.pipeline import PolicyDecider, Recorder, policy_decider
+from drawbridge.gateway.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
+from drawbridge.gateway.truth_key import TruthKeyError, truth_key_from_env
 from drawbridge.gateway.upstream import EnvPolicy
 
 STARTUP_WAIT_SECONDS: Final = 45.0
-_NOT_BUILT: Final = "not available in this build yet"
 
 
 class _Startup(Exception):
@@ -70,53 +64,53 @@ def preflight(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
 
 
 def secret_env_names(config: GatewayConfig) -> frozenset[str]:
-    """Environment variables that hold the gateway's upstream credentials: never passed to stdio children."""
-    return frozenset(name for upstream in config.upstreams for name in upstream.headers_env.values())
+    """Environment variables that hold the gateway's own credentials: never passed to stdio children
+    (``DRAWBRIDGE_*`` never is either, see ``EnvPolicy``)."""
+    names = {name for upstream in config.upstreams for name in upstream.headers_env.values()}
+    return frozenset(names | set(TRUTH_KEY_NAMES))
 
 
-def _store_decider(path: str) -> Decider:
-    """The native policy engine through its store (same engine and provenance as the pipeline's decider)."""
-    from drawbridge.policy import PolicyStore
-
-    store = PolicyStore.open(path)
-
-    async def decide(call: ToolCall) -> Verdict:
-        decision = store.evaluate(call.agent, call.tool, call.arguments)
-        return Verdict(
-            Action(decision.action.value),
-            decision.reason,
-            Provenance(decision.policy, decision.source_file, decision.rule_index),
-        )
-
-    return decide
-
-
-def load_decider(config: GatewayConfig) -> Decider:
+def load_decider(config: GatewayConfig) -> PolicyDecider:
+    """The native policy engine for ``policy_dir`` or ``policy_file`` (the same decider ``wrap`` uses)."""
     path = config.policy_dir or config.policy_file
     assert path is not None  # the configuration requires one of them
-    from drawbridge.gateway import pipeline
-
     try:
-        return pipeline.policy_decider(path)
-    except (OSError, ValueError) as exc:
-        if _NOT_BUILT not in str(exc):
-            raise _Startup(f"cannot load the policy: {exc}") from exc
-    try:
-        return _store_decider(path)
+        return policy_decider(path)
     except (OSError, ValueError) as exc:
         raise _Startup(f"cannot load the policy: {exc}") from exc
 
 
-def load_recorder(config: GatewayConfig) -> Recorder:
-    from drawbridge.gateway import pipeline
+def upstream_of(tool: str) -> str:
+    """The surface record's ``server.id`` of a namespaced tool: the upstream's configured name."""
+    split = split_namespaced(tool)
+    return split[0] if split is not None else "drawbridge"
+
+
+def load_recorder(config: GatewayConfig, decide: PolicyDecider) -> Recorder:
+    """The evidence recorder, built as ``wrap`` builds it; truth key variables leave the environment first."""
+    truth_key = None
+    try:
+        if config.tool_decision_truth_out is not None:
+            truth_key = truth_key_from_env(os.environ)
+        else:
+            for name in TRUTH_KEY_NAMES:
+                os.environ.pop(name, None)
+    except TruthKeyError as exc:
+        raise _Startup(f"tool-decision truth producer: {exc}") from None
+    from drawbridge.gateway.recorder import EvidenceRecorder
+    from drawbridge.policy.declared import DeclaredContracts
 
     try:
-        return pipeline.evidence_recorder(config.evidence_dir, config.tool_decision_truth_out)
+        return EvidenceRecorder(
+            config.evidence_dir,
+            route=upstream_of,
+            truth_out=config.tool_decision_truth_out,
+            truth_key=truth_key,
+            declared=DeclaredContracts(lambda: decide.store.current),
+            fsync=config.fsync,  # type: ignore[arg-type]
+        )
     except (OSError, ValueError) as exc:
-        if _NOT_BUILT not in str(exc):
-            raise _Startup(f"cannot open the evidence output: {exc}") from exc
-    click.echo("drawbridge: evidence recording is not part of this build; no evidence is written", err=True)
-    return null_recorder
+        raise _Startup(f"cannot open the evidence output: {exc}") from exc
 
 
 @click.command(name="serve", context_settings={"help_option_names": ["-h", "--help"]})
@@ -144,13 +138,13 @@ def command(config_path: str, stdio: bool, agent: str | None, verbose: bool) -> 
     except ConfigError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INPUT)
+    record: Recorder | None = None
+    sock: socket.socket | None = None
     try:
         problems = preflight(config, os.environ)
         if problems:
             raise _Startup("\n".join(problems))
         decide = load_decider(config)
-        record = load_recorder(config)
-        sock: socket.socket | None = None
         if not stdio:
             from drawbridge.gateway.http_server import bind
 
@@ -160,16 +154,23 @@ def command(config_path: str, stdio: bool, agent: str | None, verbose: bool) -> 
                 raise _Startup(
                     f"cannot listen on {config.listen_host}:{config.listen_port}: {exc.strerror or exc}"
                 ) from exc
+        record = load_recorder(config, decide)
         anyio.run(_serve, config, decide, record, agent or config.anonymous_agent or "anonymous", sock)
     except _Startup as exc:
         click.echo(str(exc) if str(exc).startswith(config.source_file) else f"drawbridge: {exc}", err=True)
         sys.exit(EXIT_INPUT)
     except KeyboardInterrupt:
         pass
+    finally:
+        close = getattr(record, "close", None)
+        if close is not None:
+            close()
+        if sock is not None:
+            sock.close()
 
 
 async def _serve(
-    config: GatewayConfig, decide: Decider, record: Recorder, agent: str, sock: socket.socket | None
+    config: GatewayConfig, decide: PolicyDecider, record: Recorder, agent: str, sock: socket.socket | None
 ) -> None:
     if sock is None:
         from drawbridge.gateway.process_stdio import process_stdio
@@ -177,21 +178,18 @@ async def _serve(
         async with process_stdio() as (client_in, client_out):
             await _run(config, decide, record, agent, None, (client_in, client_out))
     else:
-        try:
-            await _run(config, decide, record, agent, sock, None)
-        finally:
-            sock.close()
+        await _run(config, decide, record, agent, sock, None)
 
 
 async def _run(
     config: GatewayConfig,
-    decide: Decider,
+    decide: PolicyDecider,
     record: Recorder,
     agent: str,
     sock: socket.socket | None,
     pipes: tuple[Any, Any] | None,
 ) -> None:
-    from drawbridge.gateway.router import Gateway, GatewaySettings
+    from drawbridge.gateway.hub import Gateway, GatewaySettings
     from drawbridge.gateway.upstream_session import UpstreamSession
 
     denied = secret_env_names(config)
@@ -202,7 +200,11 @@ async def _run(
         upstreams, decide=decide, record=record, settings=GatewaySettings(call_timeout=config.call_timeout_seconds)
     )
     failed: list[str] = []
+    from drawbridge.policy import watch_policies
+
     async with anyio.create_task_group() as tg:
+        # Edits to the policy take effect on the next call; a broken edit keeps the previous policy.
+        tg.start_soon(watch_policies, decide.store)
         await tg.start(gateway.run)
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
         await gateway.wait_settled(STARTUP_WAIT_SECONDS)

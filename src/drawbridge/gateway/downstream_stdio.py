@@ -26,7 +26,8 @@ from drawbridge.gateway.jsonrpc import (
     oversize_message,
     parse_client_message,
 )
-from drawbridge.gateway.router import Gateway, safe_render
+from drawbridge.gateway.hub import Gateway
+from drawbridge.gateway.router import safe_render
 
 READ_CHUNK = 65536
 SHUTDOWN_GRACE_SECONDS = 2.0

@@ -66,7 +66,8 @@ from drawbridge.gateway.jsonrpc import (
     id_key,
     parse_client_message,
 )
-from drawbridge.gateway.router import DownstreamSession, Gateway, error_response, safe_render
+from drawbridge.gateway.hub import Gateway
+from drawbridge.gateway.router import DownstreamSession, error_response, safe_render
 
 logger = logging.getLogger("drawbridge.gateway.http")
 
@@ -293,7 +294,7 @@ class McpEndpoint:
         if not sid:
             return "missing"
         state = self.sessions.get(sid)
-        if state is None or not hmac.compare_digest(state.agent, agent) or state.session.closed:
+        if state is None or state.agent != agent or state.session.closed:
             return None
         state.last_used = time.monotonic()
         return state

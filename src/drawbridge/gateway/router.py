@@ -1,19 +1,17 @@
-"""The gateway between many agents and several upstreams: one ``Gateway``, one ``DownstreamSession`` per agent connection.
+"""One agent connection: ``DownstreamSession``, whatever transport carries it (stdio, HTTP, in-process).
 
 Invariant: only ``tools/call`` is decided, and a call reaches an upstream only after the decider said
 ``allow`` for the namespaced name the agent used and the exact arguments the upstream receives. Every
 request an agent sends gets exactly one answer (unless the agent cancelled it): the upstream's, with
-only the per-hop parts rewritten (``hop.py``), or one written by the gateway. Nothing one agent sends
-is ever delivered to another agent, and a message from an upstream goes to the agent whose request
-caused it whenever the gateway can tell.
+only the per-hop parts rewritten (``hop.py``), or one written by the gateway.
 
-Theory of operation. The ``Gateway`` owns the upstream sessions (``upstream_session.py``), the merged
-tool catalogue (``catalogue.py``), and the tables that map between the two id spaces: upstream
-request id -> (session, agent's request id), gateway progress token -> (session, agent's token),
-resource URI -> upstream, (upstream, URI) -> subscribed sessions. A ``DownstreamSession`` holds one
-agent connection, whatever its transport: its era (2025-11-25 handshake or 2026-07-28 envelope), its
-requests in flight (each in its own cancel scope), and the requests the gateway sent it (relayed
-sampling and elicitation). Transports feed it parsed messages and give it an ``Outbound`` to write to.
+Theory of operation. A transport feeds the session parsed messages (``handle``) and gives it an
+``Outbound`` to write to. Each request runs in its own cancel scope, so ``notifications/cancelled``
+(or, at 2026-07-28 over HTTP, a closed connection) stops it and tells the upstream. The session
+knows its era: 2025-11-25 and older after ``initialize``, or 2026-07-28 from the per-request envelope,
+which is checked with the SDK's inbound ladder before anything else. Requests the gateway relays to
+the agent (an upstream's sampling or elicitation) get ids of the session's own. The shared tables and
+the upstreams live in the ``Gateway`` (``hub.py``).
 
 Who answers what:
 
@@ -30,40 +28,28 @@ completion/complete        by the reference: a namespaced prompt, or a resource 
 logging/setLevel           answered by the gateway and not forwarded (upstream sessions are shared)
 anything else              -32601: the gateway cannot tell which upstream serves it
 =========================  ==============================================================================
-
-Messages from upstreams: progress notifications go back by token; list-changed notifications are
-broadcast (tools: once the gateway's own merged list has changed); resource updates go to the
-sessions that subscribed; other notifications and server requests go to the request they belong to
-(HTTP upstreams say which), else to the one session with requests in flight on that upstream; a server
-request that cannot be attributed to exactly one agent is refused rather than guessed.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import anyio
-from anyio.abc import TaskStatus
 from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
-from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 from mcp_types import PROTOCOL_VERSION_META_KEY
 
 import drawbridge
-from drawbridge.gateway.catalogue import Catalogue, build_catalogue, split_namespaced
+from drawbridge.gateway.catalogue import build_catalogue, split_namespaced
 from drawbridge.gateway.hop import (
     MODERN_VERSION,
-    combined_instructions,
     downstream_result,
     gateway_result,
     negotiate_version,
     outbound_params,
     progress_token,
-    union_capabilities,
-    valid_token,
 )
 from drawbridge.gateway.jsonrpc import (
     INTERNAL_ERROR,
@@ -83,25 +69,20 @@ from drawbridge.gateway.jsonrpc import (
     valid_id,
 )
 from drawbridge.gateway.pipeline import (
-    Action,
     CallRecord,
-    Decider,
     Outcome,
-    Provenance,
-    Recorder,
-    RelayEvent,
-    RelayIncident,
-    ToolCall,
     Verdict,
-    decider_failure,
     parse_tool_call,
     refusal_for,
     refusal_result,
     requested_tool_name,
     tool_name_problem,
 )
-from drawbridge.gateway.stdio_relay import RECORD_TIMEOUT_SECONDS, RECORDING_FAILED, outcome_of_response
-from drawbridge.gateway.upstream_session import PendingCall, State, UpstreamLost, UpstreamSession, UpstreamUnavailable
+from drawbridge.gateway.stdio_relay import outcome_of_response
+from drawbridge.gateway.upstream_session import UpstreamLost, UpstreamSession, UpstreamUnavailable
+
+if TYPE_CHECKING:
+    from drawbridge.gateway.hub import Gateway
 
 logger = logging.getLogger("drawbridge.gateway")
 
@@ -164,322 +145,8 @@ class NoBackChannel(Exception):
     """The agent's connection cannot take a request from the server."""
 
 
-@dataclass(frozen=True)
-class GatewaySettings:
-    call_timeout: float = 120.0
-    """Seconds a forwarded request may wait for its upstream (tools/call and the others alike)."""
-    refuse_after_record_failure: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class _Forward:
-    session: DownstreamSession
-    request_id: RequestId
-
-
-@dataclass(frozen=True, slots=True)
-class _ProgressRoute:
-    session: DownstreamSession
-    token: str | int
-    request_id: RequestId
-
-
 class _Timeout(Exception):
     pass
-
-
-# ------------------------------------------------------------------------------------------ gateway
-
-
-class Gateway:
-    def __init__(
-        self,
-        upstreams: Sequence[UpstreamSession],
-        *,
-        decide: Decider,
-        record: Recorder,
-        settings: GatewaySettings | None = None,
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        self.upstreams: dict[str, UpstreamSession] = {}
-        for upstream in upstreams:
-            if upstream.name in self.upstreams:
-                raise ValueError(f"duplicate upstream name {upstream.name!r}")
-            self.upstreams[upstream.name] = upstream
-            upstream.listener = self
-        self.settings = settings or GatewaySettings()
-        self.clock = clock
-        self._decide = decide
-        self._record_hook = record
-        self.record_failed = False
-        self.tools: Catalogue = build_catalogue([])
-        self.sessions: set[DownstreamSession] = set()
-        self._inflight: dict[tuple[str, int], _Forward] = {}
-        self._progress: dict[tuple[str, str], _ProgressRoute] = {}
-        self._client_progress: dict[tuple[DownstreamSession, str | int], UpstreamSession] = {}
-        self._next_token = 0
-        self._resource_owner: dict[str, str] = {}
-        self._templates: list[tuple[str, str, UriTemplate]] = []
-        self._subscriptions: dict[tuple[str, str], set[DownstreamSession]] = {}
-        self._reported_problems: set[str] = set()
-
-    # ------------------------------------------------------------------------------ lifecycle
-
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Run every upstream session (connect, reconnect) until cancelled; started at once."""
-        try:
-            async with anyio.create_task_group() as tg:
-                for upstream in self.upstreams.values():
-                    tg.start_soon(upstream.run)
-                task_status.started()
-        finally:
-            with anyio.CancelScope(shield=True):
-                for session in list(self.sessions):
-                    await session.close()
-
-    async def wait_settled(self, timeout: float) -> None:
-        """Wait until every upstream's first connection attempt ended (or ``timeout`` seconds)."""
-        with anyio.move_on_after(timeout):
-            for upstream in self.upstreams.values():
-                await upstream.wait_settled()
-
-    def start_errors(self) -> list[str]:
-        return [u.unavailable_reason() for u in self.upstreams.values() if u.start_error is not None]
-
-    async def close(self) -> None:
-        for session in list(self.sessions):
-            await session.close()
-        for upstream in self.upstreams.values():
-            await upstream.close()
-
-    def open_session(self, agent: str, outbound: Outbound, *, transport: str) -> DownstreamSession:
-        session = DownstreamSession(self, agent, outbound, transport=transport)
-        self.sessions.add(session)
-        return session
-
-    def forget_session(self, session: DownstreamSession) -> None:
-        self.sessions.discard(session)
-        for key in [k for k, route in self._progress.items() if route.session is session]:
-            del self._progress[key]
-        for key in [k for k in self._client_progress if k[0] is session]:
-            del self._client_progress[key]
-        for subscribers in self._subscriptions.values():
-            subscribers.discard(session)
-
-    # ------------------------------------------------------------------------------ catalogue
-
-    def capabilities(self) -> dict[str, Any]:
-        return union_capabilities([u.capabilities for u in self.upstreams.values() if u.capabilities])
-
-    def instructions(self) -> str | None:
-        return combined_instructions([(u.name, u.instructions) for u in self.upstreams.values()])
-
-    def rebuild_catalogue(self) -> bool:
-        """Merge the upstreams' tool lists again; True when what agents see has changed."""
-        catalogue = build_catalogue([(u.name, u.tools) for u in self.upstreams.values()], "tool")
-        changed = catalogue.listing() != self.tools.listing()
-        self.tools = catalogue
-        return changed
-
-    # -------------------------------------------------------------------------- upstream events
-
-    async def upstream_catalogue(self, upstream: UpstreamSession, changed: bool) -> None:
-        if not self.rebuild_catalogue():
-            return
-        for problem in self.tools.problems:
-            text = problem.describe()
-            if text not in self._reported_problems:
-                self._reported_problems.add(text)
-                await self.incident("catalogue_refused", "upstream", f"not served: {text}")
-        await self.broadcast({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
-
-    async def upstream_state(self, upstream: UpstreamSession) -> None:
-        if upstream.state in (State.RECONNECTING, State.FAILED):
-            await self.incident("upstream_exited", "upstream", upstream.unavailable_reason())
-
-    async def upstream_notification(self, upstream: UpstreamSession, message: dict[str, Any], related: int | None) -> None:
-        method = message.get("method")
-        params = message.get("params")
-        if method == "notifications/progress":
-            token = params.get("progressToken") if isinstance(params, dict) else None
-            route = self._progress.get((upstream.name, token)) if isinstance(token, str) else None
-            if route is not None:
-                assert isinstance(params, dict)
-                await route.session.emit(
-                    {"jsonrpc": "2.0", "method": method, "params": {**params, "progressToken": route.token}},
-                    route.request_id,
-                )
-            return
-        if method in ("notifications/resources/list_changed", "notifications/prompts/list_changed"):
-            if method == "notifications/resources/list_changed":
-                self._forget_resources(upstream.name)
-            await self.broadcast(message)
-            return
-        if method == "notifications/resources/updated":
-            uri = params.get("uri") if isinstance(params, dict) else None
-            for session in list(self._subscriptions.get((upstream.name, uri), ())) if isinstance(uri, str) else ():
-                await session.emit(message, None)
-            return
-        for session, request_id in self._targets(upstream, related):
-            await session.emit(message, request_id)
-
-    async def upstream_request(self, upstream: UpstreamSession, message: dict[str, Any], related: int | None) -> dict[str, Any]:
-        method = message.get("method")
-        if method == "roots/list":
-            return {"error": {"code": METHOD_NOT_FOUND, "message": "the gateway does not relay roots"}}
-        targets = self._targets(upstream, related, for_request=True)
-        if len(targets) != 1:
-            return {"error": {"code": INTERNAL_ERROR, "message": UNATTRIBUTABLE}}
-        session, request_id = targets[0]
-        params = message.get("params")
-        token = progress_token(params)
-        if token is not None:
-            self._client_progress[(session, token)] = upstream
-        try:
-            return await session.request(str(method), params if isinstance(params, dict) else None, request_id)
-        except NoBackChannel:
-            return {
-                "error": {
-                    "code": INTERNAL_ERROR,
-                    "message": "the agent's connection cannot take requests from the server",
-                }
-            }
-        finally:
-            if token is not None:
-                self._client_progress.pop((session, token), None)
-
-    def _targets(
-        self, upstream: UpstreamSession, related: int | None, *, for_request: bool = False
-    ) -> list[tuple[DownstreamSession, RequestId | None]]:
-        """Which agent connections a message from ``upstream`` is for (see the module docstring)."""
-        if related is not None:
-            forward = self._inflight.get((upstream.name, related))
-            if forward is not None:
-                return [(forward.session, forward.request_id)]
-        inflight = [f for (name, _), f in self._inflight.items() if name == upstream.name]
-        sessions = {f.session for f in inflight}
-        if len(inflight) == 1:
-            return [(inflight[0].session, inflight[0].request_id)]
-        if sessions:
-            return [(session, None) for session in sessions] if not for_request or len(sessions) == 1 else []
-        if for_request:
-            return []
-        return [(session, None) for session in self.sessions]
-
-    async def broadcast(self, message: dict[str, Any]) -> None:
-        for session in list(self.sessions):
-            if session.initialized and not session.modern:
-                await session.emit(message, None)
-
-    # ------------------------------------------------------------------------------ resources
-
-    def _forget_resources(self, upstream: str) -> None:
-        for uri in [u for u, owner in self._resource_owner.items() if owner == upstream]:
-            del self._resource_owner[uri]
-        self._templates = [t for t in self._templates if t[0] != upstream]
-
-    def learn_resources(self, upstream: str, items: Sequence[Any]) -> None:
-        for item in items:
-            uri = item.get("uri") if isinstance(item, dict) else None
-            if isinstance(uri, str):
-                self._resource_owner.setdefault(uri, upstream)
-
-    def learn_templates(self, upstream: str, items: Sequence[Any]) -> None:
-        self._templates = [t for t in self._templates if t[0] != upstream]
-        for item in items:
-            text = item.get("uriTemplate") if isinstance(item, dict) else None
-            if not isinstance(text, str):
-                continue
-            try:
-                self._templates.append((upstream, text, UriTemplate.parse(text)))
-            except (InvalidUriTemplate, ValueError):
-                logger.info("upstream %r lists a resource template that cannot be parsed; not routable", upstream)
-
-    def resource_upstream(self, uri: str) -> UpstreamSession | None:
-        owner = self._resource_owner.get(uri)
-        if owner is None:
-            for name, text, template in self._templates:
-                if text == uri or template.match(uri) is not None:
-                    owner = name
-                    break
-        if owner is None:
-            offering = [u for u in self.upstreams.values() if "resources" in u.capabilities]
-            if len(offering) == 1:
-                return offering[0]
-            return None
-        return self.upstreams.get(owner)
-
-    def resource_upstreams(self) -> list[UpstreamSession]:
-        return [u for u in self.upstreams.values() if u.ready and "resources" in u.capabilities]
-
-    async def relearn_resources(self) -> None:
-        for upstream in self.resource_upstreams():
-            try:
-                self.learn_resources(upstream.name, await upstream.list_all("resources/list", "resources"))
-                self.learn_templates(
-                    upstream.name, await upstream.list_all("resources/templates/list", "resourceTemplates")
-                )
-            except Exception as exc:  # noqa: BLE001 -- one upstream's failure leaves the others routable
-                logger.warning("listing the resources of upstream %r failed (%s)", upstream.name, type(exc).__name__)
-
-    def subscribe(self, upstream: str, uri: str, session: DownstreamSession) -> None:
-        self._subscriptions.setdefault((upstream, uri), set()).add(session)
-
-    def unsubscribe(self, upstream: str, uri: str, session: DownstreamSession) -> None:
-        subscribers = self._subscriptions.get((upstream, uri))
-        if subscribers is not None:
-            subscribers.discard(session)
-            if not subscribers:
-                del self._subscriptions[(upstream, uri)]
-
-    # -------------------------------------------------------------------------- id bookkeeping
-
-    def track(self, upstream: UpstreamSession, call: PendingCall, session: DownstreamSession, request_id: RequestId) -> None:
-        self._inflight[(upstream.name, call.id)] = _Forward(session, request_id)
-
-    def untrack(self, upstream: UpstreamSession, call: PendingCall) -> None:
-        self._inflight.pop((upstream.name, call.id), None)
-
-    def new_progress_route(
-        self, upstream: UpstreamSession, session: DownstreamSession, token: str | int, request_id: RequestId
-    ) -> str:
-        self._next_token += 1
-        gateway_token = f"drawbridge-{self._next_token}"
-        self._progress[(upstream.name, gateway_token)] = _ProgressRoute(session, token, request_id)
-        return gateway_token
-
-    def drop_progress_route(self, upstream: UpstreamSession, gateway_token: str) -> None:
-        self._progress.pop((upstream.name, gateway_token), None)
-
-    def client_progress_upstream(self, session: DownstreamSession, token: Any) -> UpstreamSession | None:
-        return self._client_progress.get((session, token)) if valid_token(token) else None
-
-    # ------------------------------------------------------------------------- decide, record
-
-    async def decide(self, call: ToolCall) -> Verdict:
-        if self.record_failed and self.settings.refuse_after_record_failure:
-            return Verdict(Action.DENY, RECORDING_FAILED, Provenance("drawbridge"))
-        try:
-            verdict = await self._decide(call)
-        except Exception as exc:  # noqa: BLE001 -- a failing decider is a deny, whatever it raised
-            logger.error("the decider raised %s; the call is refused", type(exc).__name__)
-            return decider_failure(exc)
-        if not isinstance(verdict, Verdict) or not isinstance(verdict.action, Action):
-            return decider_failure(TypeError("decider returned something other than a Verdict"))
-        return verdict
-
-    async def record(self, event: RelayEvent) -> None:
-        with anyio.CancelScope(shield=True):
-            try:
-                with anyio.fail_after(RECORD_TIMEOUT_SECONDS):
-                    await self._record_hook(event)
-            except Exception as exc:  # noqa: BLE001 -- any recorder failure is reported the same way
-                self.record_failed = True
-                logger.error("recording an event failed (%s); later tools/call requests are refused", type(exc).__name__)
-
-    async def incident(self, kind: str, direction: str, detail: str, code: int | None = None) -> None:
-        logger.warning("%s (%s): %s", kind, direction, detail)
-        await self.record(RelayIncident(kind, direction, detail, code))
 
 
 # ------------------------------------------------------------------------------- downstream session

@@ -1,0 +1,365 @@
+"""The hub between many agent connections and several upstreams: one ``Gateway`` per process.
+
+Invariant: the ``Gateway`` is the only place where the two sides' id spaces meet, and every table that
+maps between them is keyed so that nothing one agent sent or caused is ever attributed to another:
+upstream request id -> (session, agent's request id), gateway progress token -> (session, agent's
+token), (session, token of a relayed server request) -> upstream, resource URI -> upstream, and
+(upstream, URI) -> subscribed sessions. It also holds the merged tool catalogue, rebuilt whenever an
+upstream's tool list changes, and the two hooks shared with ``drawbridge wrap``: ``decide`` (a decider
+that fails or returns garbage is a deny; after a recording failure every call is refused) and
+``record`` (bounded in time, failures remembered).
+
+Theory of operation. The gateway runs every ``UpstreamSession`` and is their listener. Messages from an
+upstream are routed here: progress notifications go back by token; list-changed notifications are
+broadcast to handshake-era sessions (tools: once the merged list has actually changed); resource
+updates go to the sessions that subscribed; other notifications and server requests go to the request
+they belong to when the upstream says so (HTTP: the SSE stream of one of our POSTs), else to the one
+session with requests in flight on that upstream (notifications: each such session, or every session
+when none has). A server request that cannot be attributed to exactly one agent is refused rather
+than guessed, and ``roots/list`` is refused outright (the shared session declares no roots).
+Everything an agent sends is handled by its ``DownstreamSession`` (``router.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
+
+from drawbridge.gateway.catalogue import Catalogue, build_catalogue
+from drawbridge.gateway.hop import combined_instructions, progress_token, union_capabilities, valid_token
+from drawbridge.gateway.jsonrpc import INTERNAL_ERROR, METHOD_NOT_FOUND, RequestId
+from drawbridge.gateway.pipeline import (
+    Action,
+    Decider,
+    Provenance,
+    Recorder,
+    RelayEvent,
+    RelayIncident,
+    ToolCall,
+    Verdict,
+    decider_failure,
+)
+from drawbridge.gateway.router import UNATTRIBUTABLE, DownstreamSession, NoBackChannel, Outbound
+from drawbridge.gateway.stdio_relay import RECORD_TIMEOUT_SECONDS, RECORDING_FAILED
+from drawbridge.gateway.upstream_session import PendingCall, State, UpstreamSession
+
+logger = logging.getLogger("drawbridge.gateway")
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    call_timeout: float = 120.0
+    """Seconds a forwarded request may wait for its upstream (tools/call and the others alike)."""
+    refuse_after_record_failure: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Forward:
+    session: DownstreamSession
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class _ProgressRoute:
+    session: DownstreamSession
+    token: str | int
+    request_id: RequestId
+
+
+class Gateway:
+    def __init__(
+        self,
+        upstreams: Sequence[UpstreamSession],
+        *,
+        decide: Decider,
+        record: Recorder,
+        settings: GatewaySettings | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.upstreams: dict[str, UpstreamSession] = {}
+        for upstream in upstreams:
+            if upstream.name in self.upstreams:
+                raise ValueError(f"duplicate upstream name {upstream.name!r}")
+            self.upstreams[upstream.name] = upstream
+            upstream.listener = self
+        self.settings = settings or GatewaySettings()
+        self.clock = clock
+        self._decide = decide
+        self._record_hook = record
+        self.record_failed = False
+        self.tools: Catalogue = build_catalogue([])
+        self.sessions: set[DownstreamSession] = set()
+        self._inflight: dict[tuple[str, int], _Forward] = {}
+        self._progress: dict[tuple[str, str], _ProgressRoute] = {}
+        self._client_progress: dict[tuple[DownstreamSession, str | int], UpstreamSession] = {}
+        self._next_token = 0
+        self._resource_owner: dict[str, str] = {}
+        self._templates: list[tuple[str, str, UriTemplate]] = []
+        self._subscriptions: dict[tuple[str, str], set[DownstreamSession]] = {}
+        self._reported_problems: set[str] = set()
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run every upstream session (connect, reconnect) until cancelled; started at once."""
+        try:
+            async with anyio.create_task_group() as tg:
+                for upstream in self.upstreams.values():
+                    tg.start_soon(upstream.run)
+                task_status.started()
+        finally:
+            with anyio.CancelScope(shield=True):
+                for session in list(self.sessions):
+                    await session.close()
+
+    async def wait_settled(self, timeout: float) -> None:
+        """Wait until every upstream's first connection attempt ended (or ``timeout`` seconds)."""
+        with anyio.move_on_after(timeout):
+            for upstream in self.upstreams.values():
+                await upstream.wait_settled()
+
+    def start_errors(self) -> list[str]:
+        return [u.unavailable_reason() for u in self.upstreams.values() if u.start_error is not None]
+
+    async def close(self) -> None:
+        for session in list(self.sessions):
+            await session.close()
+        for upstream in self.upstreams.values():
+            await upstream.close()
+
+    def open_session(self, agent: str, outbound: Outbound, *, transport: str) -> DownstreamSession:
+        session = DownstreamSession(self, agent, outbound, transport=transport)
+        self.sessions.add(session)
+        return session
+
+    def forget_session(self, session: DownstreamSession) -> None:
+        self.sessions.discard(session)
+        for key in [k for k, route in self._progress.items() if route.session is session]:
+            del self._progress[key]
+        for key in [k for k in self._client_progress if k[0] is session]:
+            del self._client_progress[key]
+        for subscribers in self._subscriptions.values():
+            subscribers.discard(session)
+
+    # ------------------------------------------------------------------------------ catalogue
+
+    def capabilities(self) -> dict[str, Any]:
+        return union_capabilities([u.capabilities for u in self.upstreams.values() if u.capabilities])
+
+    def instructions(self) -> str | None:
+        return combined_instructions([(u.name, u.instructions) for u in self.upstreams.values()])
+
+    def rebuild_catalogue(self) -> bool:
+        """Merge the upstreams' tool lists again; True when what agents see has changed."""
+        catalogue = build_catalogue([(u.name, u.tools) for u in self.upstreams.values()], "tool")
+        changed = catalogue.listing() != self.tools.listing()
+        self.tools = catalogue
+        return changed
+
+    # -------------------------------------------------------------------------- upstream events
+
+    async def upstream_catalogue(self, upstream: UpstreamSession, changed: bool) -> None:
+        if not self.rebuild_catalogue():
+            return
+        for problem in self.tools.problems:
+            text = problem.describe()
+            if text not in self._reported_problems:
+                self._reported_problems.add(text)
+                await self.incident("catalogue_refused", "upstream", f"not served: {text}")
+        await self.broadcast({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+
+    async def upstream_state(self, upstream: UpstreamSession) -> None:
+        if upstream.state in (State.RECONNECTING, State.FAILED):
+            await self.incident("upstream_exited", "upstream", upstream.unavailable_reason())
+
+    async def upstream_notification(self, upstream: UpstreamSession, message: dict[str, Any], related: int | None) -> None:
+        method = message.get("method")
+        params = message.get("params")
+        if method == "notifications/progress":
+            token = params.get("progressToken") if isinstance(params, dict) else None
+            route = self._progress.get((upstream.name, token)) if isinstance(token, str) else None
+            if route is not None:
+                assert isinstance(params, dict)
+                await route.session.emit(
+                    {"jsonrpc": "2.0", "method": method, "params": {**params, "progressToken": route.token}},
+                    route.request_id,
+                )
+            return
+        if method in ("notifications/resources/list_changed", "notifications/prompts/list_changed"):
+            if method == "notifications/resources/list_changed":
+                self._forget_resources(upstream.name)
+            await self.broadcast(message)
+            return
+        if method == "notifications/resources/updated":
+            uri = params.get("uri") if isinstance(params, dict) else None
+            for session in list(self._subscriptions.get((upstream.name, uri), ())) if isinstance(uri, str) else ():
+                await session.emit(message, None)
+            return
+        for session, request_id in self._targets(upstream, related):
+            await session.emit(message, request_id)
+
+    async def upstream_request(self, upstream: UpstreamSession, message: dict[str, Any], related: int | None) -> dict[str, Any]:
+        method = message.get("method")
+        if method == "roots/list":
+            return {"error": {"code": METHOD_NOT_FOUND, "message": "the gateway does not relay roots"}}
+        targets = self._targets(upstream, related, for_request=True)
+        if len(targets) != 1:
+            return {"error": {"code": INTERNAL_ERROR, "message": UNATTRIBUTABLE}}
+        session, request_id = targets[0]
+        params = message.get("params")
+        token = progress_token(params)
+        if token is not None:
+            self._client_progress[(session, token)] = upstream
+        try:
+            return await session.request(str(method), params if isinstance(params, dict) else None, request_id)
+        except NoBackChannel:
+            return {
+                "error": {
+                    "code": INTERNAL_ERROR,
+                    "message": "the agent's connection cannot take requests from the server",
+                }
+            }
+        finally:
+            if token is not None:
+                self._client_progress.pop((session, token), None)
+
+    def _targets(
+        self, upstream: UpstreamSession, related: int | None, *, for_request: bool = False
+    ) -> list[tuple[DownstreamSession, RequestId | None]]:
+        """Which agent connections a message from ``upstream`` is for (see the module docstring)."""
+        if related is not None:
+            # It came on the stream of one of our requests: that request's agent, or nobody (the
+            # request was the gateway's own, like a catalogue reload, or is already answered).
+            forward = self._inflight.get((upstream.name, related))
+            return [(forward.session, forward.request_id)] if forward is not None else []
+        inflight = [f for (name, _), f in self._inflight.items() if name == upstream.name]
+        sessions = {f.session for f in inflight}
+        if len(inflight) == 1:
+            return [(inflight[0].session, inflight[0].request_id)]
+        if sessions:
+            return [(session, None) for session in sessions] if not for_request or len(sessions) == 1 else []
+        if for_request:
+            return []
+        return [(session, None) for session in self.sessions]
+
+    async def broadcast(self, message: dict[str, Any]) -> None:
+        for session in list(self.sessions):
+            if session.initialized and not session.modern:
+                await session.emit(message, None)
+
+    # ------------------------------------------------------------------------------ resources
+
+    def _forget_resources(self, upstream: str) -> None:
+        for uri in [u for u, owner in self._resource_owner.items() if owner == upstream]:
+            del self._resource_owner[uri]
+        self._templates = [t for t in self._templates if t[0] != upstream]
+
+    def learn_resources(self, upstream: str, items: Sequence[Any]) -> None:
+        for item in items:
+            uri = item.get("uri") if isinstance(item, dict) else None
+            if isinstance(uri, str):
+                self._resource_owner.setdefault(uri, upstream)
+
+    def learn_templates(self, upstream: str, items: Sequence[Any]) -> None:
+        self._templates = [t for t in self._templates if t[0] != upstream]
+        for item in items:
+            text = item.get("uriTemplate") if isinstance(item, dict) else None
+            if not isinstance(text, str):
+                continue
+            try:
+                self._templates.append((upstream, text, UriTemplate.parse(text)))
+            except (InvalidUriTemplate, ValueError):
+                logger.info("upstream %r lists a resource template that cannot be parsed; not routable", upstream)
+
+    def resource_upstream(self, uri: str) -> UpstreamSession | None:
+        owner = self._resource_owner.get(uri)
+        if owner is None:
+            for name, text, template in self._templates:
+                if text == uri or template.match(uri) is not None:
+                    owner = name
+                    break
+        if owner is None:
+            offering = [u for u in self.upstreams.values() if "resources" in u.capabilities]
+            if len(offering) == 1:
+                return offering[0]
+            return None
+        return self.upstreams.get(owner)
+
+    def resource_upstreams(self) -> list[UpstreamSession]:
+        return [u for u in self.upstreams.values() if u.ready and "resources" in u.capabilities]
+
+    async def relearn_resources(self) -> None:
+        for upstream in self.resource_upstreams():
+            try:
+                self.learn_resources(upstream.name, await upstream.list_all("resources/list", "resources"))
+                self.learn_templates(
+                    upstream.name, await upstream.list_all("resources/templates/list", "resourceTemplates")
+                )
+            except Exception as exc:  # noqa: BLE001 -- one upstream's failure leaves the others routable
+                logger.warning("listing the resources of upstream %r failed (%s)", upstream.name, type(exc).__name__)
+
+    def subscribe(self, upstream: str, uri: str, session: DownstreamSession) -> None:
+        self._subscriptions.setdefault((upstream, uri), set()).add(session)
+
+    def unsubscribe(self, upstream: str, uri: str, session: DownstreamSession) -> None:
+        subscribers = self._subscriptions.get((upstream, uri))
+        if subscribers is not None:
+            subscribers.discard(session)
+            if not subscribers:
+                del self._subscriptions[(upstream, uri)]
+
+    # -------------------------------------------------------------------------- id bookkeeping
+
+    def track(self, upstream: UpstreamSession, call: PendingCall, session: DownstreamSession, request_id: RequestId) -> None:
+        self._inflight[(upstream.name, call.id)] = _Forward(session, request_id)
+
+    def untrack(self, upstream: UpstreamSession, call: PendingCall) -> None:
+        self._inflight.pop((upstream.name, call.id), None)
+
+    def new_progress_route(
+        self, upstream: UpstreamSession, session: DownstreamSession, token: str | int, request_id: RequestId
+    ) -> str:
+        self._next_token += 1
+        gateway_token = f"drawbridge-{self._next_token}"
+        self._progress[(upstream.name, gateway_token)] = _ProgressRoute(session, token, request_id)
+        return gateway_token
+
+    def drop_progress_route(self, upstream: UpstreamSession, gateway_token: str) -> None:
+        self._progress.pop((upstream.name, gateway_token), None)
+
+    def client_progress_upstream(self, session: DownstreamSession, token: Any) -> UpstreamSession | None:
+        return self._client_progress.get((session, token)) if valid_token(token) else None
+
+    # ------------------------------------------------------------------------- decide, record
+
+    async def decide(self, call: ToolCall) -> Verdict:
+        if self.record_failed and self.settings.refuse_after_record_failure:
+            return Verdict(Action.DENY, RECORDING_FAILED, Provenance("drawbridge"))
+        try:
+            verdict = await self._decide(call)
+        except Exception as exc:  # noqa: BLE001 -- a failing decider is a deny, whatever it raised
+            logger.error("the decider raised %s; the call is refused", type(exc).__name__)
+            return decider_failure(exc)
+        if not isinstance(verdict, Verdict) or not isinstance(verdict.action, Action):
+            return decider_failure(TypeError("decider returned something other than a Verdict"))
+        return verdict
+
+    async def record(self, event: RelayEvent) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                with anyio.fail_after(RECORD_TIMEOUT_SECONDS):
+                    await self._record_hook(event)
+            except Exception as exc:  # noqa: BLE001 -- any recorder failure is reported the same way
+                self.record_failed = True
+                logger.error("recording an event failed (%s); later tools/call requests are refused", type(exc).__name__)
+
+    async def incident(self, kind: str, direction: str, detail: str, code: int | None = None) -> None:
+        logger.warning("%s (%s): %s", kind, direction, detail)
+        await self.record(RelayIncident(kind, direction, detail, code))
