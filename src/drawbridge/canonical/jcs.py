@@ -12,16 +12,43 @@ becomes ``9007199254740992`` and ``2**64 - 1`` becomes
 convert such integers to floats before handing the value to the library; the
 library's ECMAScript formatter then produces Assay's bytes. Booleans are
 ``int`` subclasses in Python and are left alone.
+
+Fast path. The library is pure Python; the evidence of every call goes through
+here several times. For the common shape of a value -- plain ``dict``/``list``
+with ASCII-only (or BMP-only) keys, strings, booleans, null, integers within
+2**53 and floats whose shortest form has no exponent -- the standard library's
+C encoder (``sort_keys``, compact separators, no ASCII escaping) writes the
+same bytes, for these reasons, each one a rule of the library we fall back to:
+
+* keys: UTF-16 code-unit order equals code-point order when no key holds a
+  character beyond U+FFFF, and the C encoder sorts by code point;
+* strings: both escape exactly ``"``, ``\\`` and U+0000..U+001F (``\\b \\t \\n
+  \\f \\r`` short, the rest as lowercase ``\\u00xx``) and write everything else
+  as UTF-8; a lone surrogate cannot be encoded, and then the library decides;
+* integers within 2**53 - 1 are their decimal digits in both;
+* a float with an integral value below 2**53 is written as that integer (JCS
+  drops ``.0``), and any other finite float whose ``repr`` has no exponent is
+  its ``repr`` in both (the library formats ``repr`` and only rewrites ``.0``
+  and exponents).
+
+Anything else (a float with an exponent form, a large integer, a key beyond the
+BMP, a non-plain type, NaN) takes the library route, so the fast path can never
+change a byte; ``tests/test_canonical.py`` checks the two routes against each
+other on generated values and on the RFC 8785 corpus.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import rfc8785
 
 _SAFE = 2**53 - 1
+_FAST_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False, check_circular=False
+)
 
 
 class CanonicalizationError(ValueError):
@@ -47,8 +74,87 @@ def _as_doubles(value: Any) -> Any:
     raise CanonicalizationError(f"not a JSON value: {type(value).__name__}")
 
 
+class _NotPlain(Exception):
+    """The value needs the library route (see the module docstring)."""
+
+
+_NOT_PLAIN = _NotPlain()
+_MAX_BMP = "\uffff"
+
+
+def _scan(value: Any) -> bool:
+    """True: the C encoder renders ``value`` as JCS as it is. False: only after ``_convert`` (a float
+    with an integral value is somewhere in it). Raises ``_NotPlain`` when the library must do it."""
+    kind = type(value)
+    if kind is dict:
+        as_is = True
+        for key, item in value.items():
+            if type(key) is not str or not (key.isascii() or max(key) <= _MAX_BMP):
+                raise _NOT_PLAIN
+            item_kind = type(item)
+            if item_kind is str or item is None or item_kind is bool:
+                continue
+            if item_kind is int:
+                if -_SAFE <= item <= _SAFE:
+                    continue
+                raise _NOT_PLAIN
+            if not _scan(item):
+                as_is = False
+        return as_is
+    if kind is str or value is None or kind is bool:
+        return True
+    if kind is int:
+        if -_SAFE <= value <= _SAFE:
+            return True
+        raise _NOT_PLAIN
+    if kind is list or kind is tuple:
+        as_is = True
+        for item in value:
+            if not _scan(item):
+                as_is = False
+        return as_is
+    if kind is float:
+        if value.is_integer():
+            if -_SAFE <= value <= _SAFE:
+                return False  # written as the integer (JCS drops ".0")
+            raise _NOT_PLAIN
+        if math.isfinite(value) and "e" not in repr(value):
+            return True
+    raise _NOT_PLAIN
+
+
+def _convert(value: Any) -> Any:
+    """A copy of a value ``_scan`` accepted, with integral floats as integers."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _convert(item) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return [_convert(item) for item in value]
+    if kind is float and value.is_integer():
+        return int(value)
+    return value
+
+
+def _fast_bytes(value: Any) -> bytes | None:
+    """The JCS bytes through the C encoder, or None when the value needs the library route."""
+    try:
+        if not _scan(value):
+            value = _convert(value)
+        return _FAST_ENCODER.encode(value).encode("utf-8")
+    except (_NotPlain, UnicodeEncodeError, RecursionError):
+        return None
+
+
 def canonical_bytes(value: Any) -> bytes:
     """The JCS bytes of a parsed JSON value."""
+    fast = _fast_bytes(value)
+    if fast is not None:
+        return fast
+    return library_canonical_bytes(value)
+
+
+def library_canonical_bytes(value: Any) -> bytes:
+    """The JCS bytes through the ``rfc8785`` library alone (the reference for the fast path)."""
     try:
         return rfc8785.dumps(_as_doubles(value))
     except rfc8785.CanonicalizationError as exc:  # NaN, infinity, bad types
@@ -66,9 +172,17 @@ def _reject_constant(name: str) -> Any:
     raise CanonicalizationError(f"{name} is not JSON")
 
 
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def parse_json(text: str | bytes) -> Any:
     """Parse JSON text strictly: NaN/Infinity literals are refused, as in Rust serde_json."""
     try:
+        # What ``json.loads(text, parse_constant=...)`` does, without building a decoder per call.
+        if type(text) is bytes:
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        if type(text) is str and not text.startswith("\ufeff"):
+            return _STRICT_DECODER.decode(text)
         return json.loads(text, parse_constant=_reject_constant)
     except CanonicalizationError:
         raise

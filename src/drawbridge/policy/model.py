@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from drawbridge.policy.globs import Glob
+from drawbridge.policy.globs import Glob, GlobKind
 
 
 class Action(enum.StrEnum):
@@ -200,6 +200,7 @@ class Policy:
     decisions: tuple[Decision, ...] = field(init=False, repr=False, compare=False)
     _by_exact: Mapping[str, tuple[int, ...]] = field(init=False, repr=False, compare=False)
     _by_pattern: tuple[Rule, ...] = field(init=False, repr=False, compare=False)
+    _index: _PatternIndex = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.schemas, MappingProxyType):
@@ -219,18 +220,81 @@ class Policy:
                     positions.append(rule.index)
         object.__setattr__(self, "_by_exact", MappingProxyType({k: tuple(v) for k, v in by_exact.items()}))
         object.__setattr__(self, "_by_pattern", tuple(by_pattern))
+        object.__setattr__(self, "_index", _PatternIndex(tuple(by_pattern)))
 
     def rules_for_tool(self, tool: str) -> tuple[Rule, ...]:
         """Rules whose ``tools`` match ``tool``, in file order.
 
-        Rules that name tools only exactly are found through an index, so a
-        policy of many one-tool rules costs one dict lookup here.
+        A rule that names tools only exactly matches when one of its names is
+        ``tool`` (found through a dict). A rule with a wildcard pattern matches
+        when one of its patterns' ``matches`` says so; ``_PatternIndex`` finds
+        those rules without trying every pattern, so a policy of many rules
+        costs a few dict lookups here.
         """
         positions = set(self._by_exact.get(tool, ()))
-        for rule in self._by_pattern:
-            if rule.matches_tool(tool):
-                positions.add(rule.index)
+        self._index.add_matching(tool, positions)
         return tuple(self.rules[i] for i in sorted(positions))
+
+
+class _PatternIndex:
+    """Finds the rules (by index) one of whose patterns matches a name, as ``Rule.matches_tool`` would.
+
+    Each pattern goes where its ``matches`` can be decided without trying it on every name:
+
+    * a mesh7 ``Glob`` is true for its own ``text`` (the "pattern equals value" rule) and, if it
+      names one tool, for that name: both go in ``_certain``; ``*`` is true for every name
+      (``_everything``); any other glob's anchored regex begins with its literal prefix, so it can
+      only match a name that starts with that prefix: it is filed under the prefix
+      (``_by_prefix``) and tried only on such names;
+    * any other pattern kind (an Assay pattern with a star, an ``OutsidePattern``) is tried on
+      every name (``_try_always``).
+
+    Only whether a rule matches is computed here; order and provenance come from the rules.
+    """
+
+    __slots__ = ("_by_prefix", "_certain", "_everything", "_lengths", "_try_always")
+
+    def __init__(self, rules: tuple[Rule, ...]) -> None:
+        certain: dict[str, set[int]] = {}
+        by_prefix: dict[str, list[tuple[int, ToolPattern]]] = {}
+        everything: set[int] = set()
+        try_always: list[tuple[int, ToolPattern]] = []
+        for rule in rules:
+            for pattern in rule.tools:
+                if not isinstance(pattern, Glob):
+                    try_always.append((rule.index, pattern))
+                elif pattern.kind is GlobKind.CATCH_ALL:
+                    everything.add(rule.index)
+                else:
+                    certain.setdefault(pattern.text, set()).add(rule.index)
+                    if pattern.exact_value is not None:
+                        certain.setdefault(pattern.exact_value, set()).add(rule.index)
+                    else:
+                        by_prefix.setdefault(pattern.literal_prefix, []).append((rule.index, pattern))
+        self._certain = {name: frozenset(found) for name, found in certain.items()}
+        self._by_prefix = {prefix: tuple(found) for prefix, found in by_prefix.items()}
+        self._lengths = tuple(sorted({len(prefix) for prefix in by_prefix}))
+        self._everything = frozenset(everything)
+        self._try_always = tuple(try_always)
+
+    def add_matching(self, name: str, positions: set[int]) -> None:
+        """Add to ``positions`` the index of every rule one of whose patterns matches ``name``."""
+        found = self._certain.get(name)
+        if found:
+            positions |= found
+        if self._everything:
+            positions |= self._everything
+        by_prefix = self._by_prefix
+        size = len(name)
+        for length in self._lengths:
+            if length > size:
+                break
+            for index, pattern in by_prefix.get(name[:length], ()):
+                if index not in positions and pattern.matches(name):
+                    positions.add(index)
+        for index, pattern in self._try_always:
+            if index not in positions and pattern.matches(name):
+                positions.add(index)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,11 @@ may skip for local references: where the two differ we say ``invalid``, the
 fail-closed side.) Formats assert for drafts 4/6/7 only, as in the reference.
 Regex dialects differ between Python's ``re`` and the reference's engine beyond
 the committed vectors (7.1); a pattern Python cannot compile is malformed.
+
+A producer that judges every call against one declared contract reads it once:
+``prepare_policy`` keeps the normalized view and each tool's compiled schema, and
+``prepared_decision_verdict`` folds the same axes over them, so its verdict is
+``decision_verdict``'s without re-reading the policy per call.
 """
 
 from __future__ import annotations
@@ -77,10 +82,13 @@ __all__ = [
     "JSON_NULL",
     "VERDICTS",
     "ArgsCheck",
+    "PreparedPolicy",
     "check_tool_args",
     "decision_axes",
     "decision_verdict",
     "lattice_max",
+    "prepare_policy",
+    "prepared_decision_verdict",
     "run_verdict",
     "verdict_rank",
 ]
@@ -247,12 +255,26 @@ def _prepare(schemas: Mapping[str, Any], tool_name: str) -> Any:
     return schema
 
 
-def _check_args(schemas: Mapping[str, Any], tool_name: str, instance: Any) -> ArgsCheck:
+def _validator_for(schemas: Mapping[str, Any], tool_name: str) -> Any:
+    """The compiled validator of ``tool_name``'s schema (present, not ``$defs``), or None if malformed."""
+    try:
+        return _compile(_prepare(schemas, tool_name))
+    except _Malformed:
+        return None
+
+
+def _check_args(
+    schemas: Mapping[str, Any], tool_name: str, instance: Any, validators: dict[str, Any] | None = None
+) -> ArgsCheck:
     if tool_name == "$defs" or tool_name not in schemas:
         return ArgsCheck.NO_SCHEMA
-    try:
-        validator = _compile(_prepare(schemas, tool_name))
-    except _Malformed:
+    if validators is None:
+        validator = _validator_for(schemas, tool_name)
+    elif tool_name in validators:
+        validator = validators[tool_name]
+    else:
+        validator = validators[tool_name] = _validator_for(schemas, tool_name)
+    if validator is None:
         return ArgsCheck.MALFORMED
     try:
         return ArgsCheck.VALID if validator.is_valid(instance) else ArgsCheck.INVALID
@@ -281,10 +303,12 @@ def _tool_axis(tools: Mapping[str, Any], mode: str, tool_name: str) -> str:
     return _ENFORCEMENT[mode]
 
 
-def _args_axis(schemas: Mapping[str, Any], mode: str, tool_name: str, args: Any) -> str:
+def _args_axis(
+    schemas: Mapping[str, Any], mode: str, tool_name: str, args: Any, validators: dict[str, Any] | None = None
+) -> str:
     if args is None:
         return _INCOMPLETE
-    outcome = _check_args(schemas, tool_name, None if args is JSON_NULL else args)
+    outcome = _check_args(schemas, tool_name, None if args is JSON_NULL else args, validators)
     if outcome is ArgsCheck.NO_SCHEMA:
         return _ENFORCEMENT[mode]
     return {ArgsCheck.VALID: _MATCH, ArgsCheck.INVALID: _MISMATCH, ArgsCheck.MALFORMED: _INVALID}[outcome]
@@ -345,8 +369,18 @@ def decision_axes(
     """Each axis's verdict by name (see ``AXES``): the explanation behind ``decision_verdict``."""
     if not isinstance(tool_name, str):
         raise TypeError("tool_name must be a string")
+    return _axes(normalize_assay_policy(policy), None, tool_name, args, identity_state, evidence)
+
+
+def _axes(
+    view: Mapping[str, Any],
+    validators: dict[str, Any] | None,
+    tool_name: str,
+    args: Any | None,
+    identity_state: str,
+    evidence: Evidence | None,
+) -> dict[str, str]:
     evidence = Evidence() if evidence is None else evidence
-    view = normalize_assay_policy(policy)
     tools = view["tools"]
     mode = view["enforcement"]["unconstrained_tools"]
     observed = evidence.tool_classes
@@ -358,7 +392,7 @@ def decision_axes(
 
     return {
         "tool": _tool_axis(tools, mode, tool_name),
-        "args": _args_axis(view["schemas"], mode, tool_name, args),
+        "args": _args_axis(view["schemas"], mode, tool_name, args, validators),
         "identity": _identity_axis(identity_state),
         "class": _class_axis(tools, observed),
         "approval": obligation("approval_required", evidence.approval_obtained),
@@ -382,6 +416,70 @@ def decision_verdict(
     A policy that cannot be read raises ``AssayPolicyError``: there is nothing to compare against.
     """
     return lattice_max(decision_axes(policy, tool_name, args, identity_state, evidence).values())
+
+
+_FIXED_MAX = 1024
+
+
+class PreparedPolicy:
+    """A policy read once for many verdicts: its normalized view and each tool's compiled schema.
+
+    ``decision_verdict`` reads the policy (``normalize_assay_policy``) and prepares the tool's
+    schema on every call; a producer that judges every call against the same declared contract
+    prepares it once here and calls ``prepared_decision_verdict``, which gives the same verdict.
+    The view is a private copy, never handed out, so what was prepared cannot change afterwards.
+    A policy that cannot be read raises ``AssayPolicyError`` here, as ``decision_verdict`` would.
+    """
+
+    __slots__ = ("_fixed", "_validators", "_view")
+
+    def __init__(self, policy: Mapping[str, Any]) -> None:
+        self._view = normalize_assay_policy(policy)
+        self._validators: dict[str, Any] = {}
+        self._fixed: dict[Any, dict[str, str]] = {}
+
+    def axes(
+        self, tool_name: str, args: Any | None, identity_state: str, evidence: Evidence | None = None
+    ) -> dict[str, str]:
+        return dict(self._axes(tool_name, args, identity_state, evidence))
+
+    def _axes(
+        self, tool_name: str, args: Any | None, identity_state: str, evidence: Evidence | None
+    ) -> dict[str, str]:
+        """The axes; kept per (tool, captured or not, identity, evidence) for a tool without a schema,
+        whose arguments then count only as captured or not (the args axis is ``incomplete`` or the
+        unconstrained mode). The returned dict is shared: callers copy it before handing it out."""
+        if not isinstance(tool_name, str):
+            raise TypeError("tool_name must be a string")
+        if tool_name != "$defs" and tool_name in self._view["schemas"]:
+            return _axes(self._view, self._validators, tool_name, args, identity_state, evidence)
+        key = (tool_name, args is None, identity_state, evidence)
+        try:
+            found = self._fixed.get(key)
+        except TypeError:  # an unhashable identity state or evidence: nothing to keep
+            return _axes(self._view, self._validators, tool_name, args, identity_state, evidence)
+        if found is None:
+            found = _axes(self._view, self._validators, tool_name, args, identity_state, evidence)
+            if len(self._fixed) >= _FIXED_MAX:
+                self._fixed.clear()
+            self._fixed[key] = found
+        return found
+
+
+def prepare_policy(policy: Mapping[str, Any]) -> PreparedPolicy:
+    """Read ``policy`` once for ``prepared_decision_verdict``."""
+    return PreparedPolicy(policy)
+
+
+def prepared_decision_verdict(
+    prepared: PreparedPolicy,
+    tool_name: str,
+    args: Any | None,
+    identity_state: str,
+    evidence: Evidence | None = None,
+) -> str:
+    """``decision_verdict`` against a policy prepared by ``prepare_policy``: the same verdict."""
+    return lattice_max(prepared._axes(tool_name, args, identity_state, evidence).values())
 
 
 def run_verdict(verdicts: list[str], orders: list[int]) -> str:
