@@ -98,3 +98,51 @@ def test_unreadable_and_invalid_yaml(tmp_path):
     bad.write_text("upstreams: [\n")
     with pytest.raises(ConfigError, match="invalid YAML"):
         load_config(bad)
+
+
+APPROVAL_FULL = """\
+approval:
+  timeout_seconds: 12.5
+  non_blocking: true
+  elicitation: false
+  memory:
+    enabled: true
+    min_approvals: 5
+    count_client_answers: false
+"""
+
+
+def test_approval_section_defaults_and_every_key(tmp_path):
+    path = str(tmp_path / "drawbridge.yaml")
+    plain = parse_config(BASE.replace("approval: {timeout_seconds: 30}\n", ""), path, ENV)
+    assert (plain.approval_timeout_seconds, plain.approval_non_blocking, plain.approval_elicitation) == (300.0, False, True)
+    assert (plain.approval_memory_enabled, plain.approval_memory_min_approvals) == (True, 3)
+    assert plain.approval_memory_count_client_answers is True
+    full = parse_config(BASE.replace("approval: {timeout_seconds: 30}\n", APPROVAL_FULL), path, ENV)
+    assert full.approval_timeout_seconds == 12.5 and full.approval_non_blocking and not full.approval_elicitation
+    assert full.approval_memory_min_approvals == 5 and not full.approval_memory_count_client_answers
+    off = parse_config(BASE.replace("{timeout_seconds: 30}", "{memory: {enabled: false}}"), path, ENV)
+    assert off.approval_memory_enabled is False
+
+
+@pytest.mark.parametrize(
+    ("section", "fragment"),
+    [
+        ("{timeout_seconds: 0}", "positive"),
+        ("{timeout_seconds: .inf}", "finite"),
+        ("{timeout_seconds: .nan}", "positive"),
+        ("{non_blocking: 'yes'}", "approval.non_blocking must be bool"),
+        ("{elicitation: 1}", "approval.elicitation must be bool"),
+        ("{channel: queue}", "unknown key 'channel' in approval"),
+        ("{memory: {min_approvals: 0}}", "at least 1"),
+        ("{memory: {min_approvals: 2.5}}", "approval.memory.min_approvals must be int"),
+        ("{memory: {min_approvals: true}}", "must be a number, not a boolean"),
+        ("{memory: {url: 'http://mem7'}}", "unknown key 'url' in approval.memory"),
+        ("{memory: [3]}", "approval.memory must be a mapping"),
+    ],
+)
+def test_approval_section_is_strict(tmp_path, section, fragment):
+    with pytest.raises(ConfigError) as info:
+        parse_config(BASE.replace("{timeout_seconds: 30}", section), str(tmp_path / "c.yaml"), ENV)
+    assert fragment in str(info.value)
+    assert info.value.line == 24

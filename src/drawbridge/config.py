@@ -84,6 +84,11 @@ class GatewayConfig:
     pin_tools: bool = False
     hide_denied_tools: bool = False
     approval_timeout_seconds: float = 300.0
+    approval_non_blocking: bool = False
+    approval_elicitation: bool = True
+    approval_memory_enabled: bool = True
+    approval_memory_min_approvals: int = 3
+    approval_memory_count_client_answers: bool = True
 
 
 def _line(node: Any, key: Any = None) -> int | None:
@@ -300,11 +305,24 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         tdt_out = _resolve(base, tdt.get("out", str, required=True))
 
     approval_timeout = 300.0
+    non_blocking, elicitation = False, True
+    memory_enabled, memory_min, memory_client = True, 3, True
     if (approval := top.child("approval")) is not None:
-        approval.check_keys({"timeout_seconds"})
+        approval.check_keys({"timeout_seconds", "non_blocking", "elicitation", "memory"})
         approval_timeout = approval.get("timeout_seconds", float, default=approval_timeout)
-        if approval_timeout <= 0:
-            raise approval.fail("timeout_seconds", "approval.timeout_seconds must be positive")
+        if not approval_timeout > 0 or approval_timeout == float("inf"):
+            raise approval.fail("timeout_seconds", "approval.timeout_seconds must be positive and finite")
+        non_blocking = approval.get("non_blocking", bool, default=False)
+        elicitation = approval.get("elicitation", bool, default=True)
+        if (memory := approval.child("memory")) is not None:
+            memory.check_keys({"enabled", "min_approvals", "count_client_answers"})
+            memory_enabled = memory.get("enabled", bool, default=True)
+            memory_min = memory.get("min_approvals", int, default=3)
+            if isinstance(memory_min, bool) or memory_min < 1:
+                raise memory.fail(
+                    "min_approvals", "approval.memory.min_approvals must be an integer of at least 1"
+                )
+            memory_client = memory.get("count_client_answers", bool, default=True)
 
     return GatewayConfig(
         source_file=str(Path(source_file).resolve()),
@@ -325,6 +343,11 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         pin_tools=bool(top.get("pin_tools", bool, default=False)),
         hide_denied_tools=bool(top.get("hide_denied_tools", bool, default=False)),
         approval_timeout_seconds=approval_timeout,
+        approval_non_blocking=non_blocking,
+        approval_elicitation=elicitation,
+        approval_memory_enabled=memory_enabled,
+        approval_memory_min_approvals=memory_min,
+        approval_memory_count_client_answers=memory_client,
     )
 
 

@@ -15,8 +15,11 @@ Theory of operation. ``settle(call, verdict, elicitation_supported=...)``
 follows this order:
 
 1. ``allow`` and ``deny`` verdicts pass through untouched.
-2. The keyed argument digest (``evidence.truth.carrier.args_digest``); a
-   call whose arguments have no canonical form cannot be bound to an
+2. The keyed argument digest: ``binding(arguments)`` when given (the
+   gateway passes ``approval.binding.binding_digest``, which covers every
+   key, secret-like ones included, so a retry that changes only a password
+   cannot ride on an approval), else ``evidence.truth.carrier.args_digest``;
+   a call whose arguments have no canonical form cannot be bound to an
    approval and is denied.
 3. Active grant for (agent, tool) -> allow, recorded.
 4. Expire what is due (recorded), then: the oldest resolution of this exact
@@ -131,6 +134,10 @@ REQUESTED_SCHEMA: Final[Mapping[str, Any]] = {
 DEFAULT_TIMEOUT_SECONDS: Final = 300.0
 MAX_ROUNDS: Final = 4
 UNBINDABLE: Final = "the arguments have no canonical form, so no approval can be bound to them"
+NO_CHANNEL: Final = (
+    "no channel reaches a person for this call (the client cannot be asked in-band and no control plane "
+    "is open): approval unavailable"
+)
 MAX_REASON_CHARS: Final = 500
 _RECORDED_CAP: Final = 65_536
 
@@ -366,6 +373,7 @@ class ApprovalEngine:
         nonce_source: Callable[[], str] = _nonce,
         retry_window_seconds: float | None = None,
         poll_seconds: float = 1.0,
+        binding: Callable[[Mapping[str, Any]], str | None] | None = None,
     ) -> None:
         if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, (int, float)):
             raise TypeError("timeout_seconds must be a number")
@@ -400,6 +408,7 @@ class ApprovalEngine:
         self._nonce = nonce_source
         self._window = timedelta(seconds=window)
         self._poll = poll_seconds
+        self._binding = binding
         self._waits: dict[str, _Wait] = {}
         self._recorded: OrderedDict[str, None] = OrderedDict()
         self._record_lock = anyio.Lock()
@@ -501,8 +510,14 @@ class ApprovalEngine:
         *,
         elicitation_supported: bool,
         elicit: Elicit | None = None,
+        ask: bool = True,
     ) -> Settlement:
-        """Settle one call (see the module docstring for the order). ``elicit`` overrides the engine's."""
+        """Settle one call (see the module docstring for the order). ``elicit`` overrides the engine's.
+
+        ``ask=False`` says that no channel reaches a person for this call (the client cannot be asked
+        in-band and no operator channel is open): grants, earlier resolutions and memory still apply,
+        but instead of opening a question nobody can answer the call is denied at once (``unavailable``).
+        """
         if verdict.action is Action.DENY:
             return _deny("policy", verdict.reason)
         if verdict.action is Action.ALLOW:
@@ -537,6 +552,8 @@ class ApprovalEngine:
             mode = "input_required" if elicitation_supported else None
         else:
             mode = "elicitation" if elicitation_supported and in_band is not None else None
+        if mode is None and not ask:
+            return _deny("unavailable", NO_CHANNEL)
         if mode is None:
             mode = "non_blocking" if self._non_blocking else "blocking"
 
@@ -690,6 +707,8 @@ class ApprovalEngine:
         return self._settled(approval)
 
     def _digest(self, call: ToolCall) -> str | None:
+        if self._binding is not None:
+            return self._binding(call.arguments)
         return args_digest(dict(call.arguments), bytes(self._key.key), self._key.key_id)
 
     async def _by_grant(self, call: ToolCall, grant: Grant, digest: str) -> Settlement:

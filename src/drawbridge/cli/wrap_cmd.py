@@ -9,16 +9,33 @@ Invariant: with no ``--policy`` and no ``--allow-all``, every tools/call is refu
 watched while the gateway runs: a valid edit applies to the next call, an invalid one is reported on
 stderr and the previous policy stays.
 
+Human approval (``human_approval`` rules; ``gateway.approvals``). The queue, grants and approval
+memory live in the SQLite file ``--state`` (default: ``drawbridge.db`` next to ``--evidence-dir``, in
+its parent directory, as ``drawbridge serve`` keeps ``./drawbridge.db`` beside ``./evidence``; without
+either option, a private temporary file removed at exit, so nothing outlives the run). A person is
+reached in-band when the client supports elicitation, and through the control plane when
+``--control-port`` serves it on 127.0.0.1 (for ``drawbridge approvals approve`` and ``drawbridge
+grants create``; if ``DRAWBRIDGE_ADMIN_TOKEN`` is set, that token is required, else loopback callers
+are served). A ``--state`` file shared with another gateway counts as a channel too: that gateway's
+control plane resolves what this one waits for. With no channel at all, a call that needs approval is
+refused at once (after grants and memory).
+
 Exit codes: 0 when the client closed the connection; 2 for a usage error or an upstream command that
 cannot be started (message on stderr; nothing is ever written to stdout but protocol lines).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import shutil
+import socket
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -151,6 +168,40 @@ def _recorder(
     show_default=True,
     help="Largest message accepted from the server.",
 )
+@click.option(
+    "--approval-timeout",
+    type=click.FloatRange(min=0, min_open=True, max=7 * 24 * 3600),
+    default=300.0,
+    show_default=True,
+    help="Seconds a person has to approve a call before it is denied.",
+)
+@click.option(
+    "--non-blocking-approvals",
+    is_flag=True,
+    help="When the client cannot be asked in-band, answer at once with the approval id; the retried "
+    "call runs once approved.",
+)
+@click.option("--no-elicitation", is_flag=True, help="Never ask for approval in-band, even if the client can.")
+@click.option(
+    "--approval-memory",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Approve automatically after this many approvals (and no denial) of the same tool and argument "
+    "shape; 0 switches approval memory off.",
+)
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(dir_okay=False),
+    help="SQLite file for approvals, grants and approval memory (default: drawbridge.db next to "
+    "--evidence-dir).",
+)
+@click.option(
+    "--control-port",
+    type=click.IntRange(min=0, max=65535),
+    help="Serve the control plane (approvals, grants) on 127.0.0.1 at this port (0: any free port).",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Also log informational events (policy reloads, shutdown).")
 @click.argument("server_command", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
@@ -164,6 +215,12 @@ def command(
     call_timeout: float,
     max_message_bytes: int,
     max_upstream_message_bytes: int,
+    approval_timeout: float,
+    non_blocking_approvals: bool,
+    no_elicitation: bool,
+    approval_memory: int,
+    state_path: str | None,
+    control_port: int | None,
     verbose: bool,
     server_command: tuple[str, ...],
 ) -> None:
@@ -175,7 +232,10 @@ def command(
     """
     _configure_logging(verbose)
     decide = _decider(policy, allow_everything)
+    if control_port is not None and not isinstance(decide, PolicyDecider):
+        raise click.UsageError("--control-port needs --policy (approvals come from human_approval rules)")
     label = server_id or os.path.basename(server_command[0]) or "upstream"
+    admin_token = os.environ.pop(ADMIN_TOKEN_ENV, None) or None  # never passed on to the server
     record = _recorder(decide, evidence_dir, tool_decision_truth_out, fsync, label, allow_everything)
     config = RelayConfig(
         agent=agent,
@@ -183,11 +243,28 @@ def command(
         max_upstream_message_bytes=max_upstream_message_bytes,
         call_timeout=call_timeout,
     )
+    approvals: _Approvals | None = None
     try:
-        problem = anyio.run(_serve, list(server_command), decide, record, config)
+        if isinstance(decide, PolicyDecider):
+            from drawbridge.approval.memory import MemoryConfig
+            from drawbridge.gateway.approvals import ApprovalSettings
+
+            settings = ApprovalSettings(
+                timeout_seconds=approval_timeout,
+                non_blocking=non_blocking_approvals,
+                elicitation=not no_elicitation,
+                memory=MemoryConfig(enabled=approval_memory > 0, min_approvals=max(approval_memory, 1)),
+            )
+            approvals = _approvals(
+                decide, record, settings, state_path, evidence_dir, control_port, admin_token
+            )
+        gate: Decider = approvals.gate if approvals is not None else decide
+        problem = anyio.run(_serve, list(server_command), decide, gate, record, config, approvals)
     except KeyboardInterrupt:
         return
     finally:
+        if approvals is not None:
+            approvals.close()
         close = getattr(record, "close", None)
         if close is not None:
             close()
@@ -196,14 +273,100 @@ def command(
         sys.exit(EXIT_INPUT)
 
 
-async def _serve(argv: list[str], decide: Decider, record: Recorder, config: RelayConfig) -> str | None:
+ADMIN_TOKEN_ENV = "DRAWBRIDGE_ADMIN_TOKEN"
+STATE_FILE = "drawbridge.db"
+
+
+@dataclass
+class _Approvals:
+    """The approval engine of this wrap, its state file, and the control plane's socket (if any)."""
+
+    gate: Any
+    db: Any
+    temp_dir: str | None
+    sock: socket.socket | None
+    admin_token_sha256: str | None
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        self.db.close()
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _approvals(
+    decide: PolicyDecider,
+    record: Recorder,
+    settings: Any,
+    state_path: str | None,
+    evidence_dir: str | None,
+    control_port: int | None,
+    admin_token: str | None,
+) -> _Approvals:
+    """Open the state, build the engine and its gate, and bind the control port (before anything runs)."""
+    from drawbridge.gateway.approvals import ApprovalGate, build_approval_engine, trace_appender
+    from drawbridge.state.sqlite import StateDB, StateError
+
+    temp_dir = None
+    if state_path is not None:
+        path = Path(state_path)
+    elif evidence_dir is not None:
+        path = Path(evidence_dir).absolute().parent / STATE_FILE
+    else:
+        temp_dir = tempfile.mkdtemp(prefix="drawbridge-wrap-")
+        path = Path(temp_dir) / STATE_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        db = StateDB.open(path)
+    except (OSError, StateError) as exc:
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        raise InputError(f"cannot open the approval state {path}: {exc}") from exc
+    sock = None
+    try:
+        engine = build_approval_engine(settings, db, trace_appender(record))
+        if control_port is not None:
+            from drawbridge.gateway.http_server import bind
+
+            try:
+                sock = bind("127.0.0.1", control_port)
+            except OSError as exc:
+                raise InputError(f"cannot listen on 127.0.0.1:{control_port}: {exc.strerror or exc}") from exc
+    except BaseException:
+        db.close()
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
+    # A person outside the client: this wrap's control plane, or a gateway sharing the state file.
+    operator_channel = control_port is not None or state_path is not None
+    gate = ApprovalGate(decide, engine, elicitation=settings.elicitation, operator_channel=operator_channel)
+    digest = hashlib.sha256(admin_token.encode("utf-8")).hexdigest() if admin_token else None
+    return _Approvals(gate, db, temp_dir, sock, digest)
+
+
+async def _serve(
+    argv: list[str],
+    policy: Decider,
+    decide: Decider,
+    record: Recorder,
+    config: RelayConfig,
+    approvals: _Approvals | None = None,
+) -> str | None:
     """Serve until the client closes; returns why the upstream could not start, if it could not."""
     async with anyio.create_task_group() as tg:
-        if isinstance(decide, PolicyDecider):
+        if isinstance(policy, PolicyDecider):
             from drawbridge.policy import watch_policies
 
             # Edits to the policy take effect on the next call; a broken edit keeps the previous policy.
-            tg.start_soon(watch_policies, decide.store)
+            tg.start_soon(watch_policies, policy.store)
+        if approvals is not None:
+            from drawbridge.gateway.approvals import run_approvals
+
+            # Before any call: what a previous run left pending is expired, never approved.
+            await tg.start(run_approvals, approvals.gate.engine)
+            if approvals.sock is not None:
+                tg.start_soon(_control_plane, policy, approvals, record)
         try:
             env_filter = EnvPolicy(deny_names=frozenset(TRUTH_KEY_NAMES))
             await serve_stdio(argv, decide=decide, record=record, config=config, env_filter=env_filter)
@@ -212,3 +375,24 @@ async def _serve(argv: list[str], decide: Decider, record: Recorder, config: Rel
         finally:
             tg.cancel_scope.cancel()
     return None
+
+
+async def _control_plane(policy: Decider, approvals: _Approvals, record: Recorder) -> None:
+    """The control plane's routes on the bound loopback socket (approvals, grants, policies)."""
+    from drawbridge.control import ControlServices, control_app
+    from drawbridge.gateway.approvals import trace_appender
+    from drawbridge.gateway.http_server import serve_http
+
+    assert isinstance(policy, PolicyDecider) and approvals.sock is not None
+    services = ControlServices(
+        policy_store=policy.store,
+        catalogue=lambda: [],  # the relay keeps no catalogue; tools are the server's own
+        approvals=approvals.gate.engine,
+        trace_append=trace_appender(record),
+    )
+    app = control_app(services, admin_token_sha256=approvals.admin_token_sha256)
+
+    def ready(host: str, port: int) -> None:
+        click.echo(f"drawbridge: control plane on http://{host}:{port}", err=True)
+
+    await serve_http(app, approvals.sock, ready)

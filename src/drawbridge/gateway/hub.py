@@ -7,7 +7,10 @@ token), (session, token of a relayed server request) -> upstream, resource URI -
 (upstream, URI) -> subscribed sessions. It also holds the merged tool catalogue, rebuilt whenever an
 upstream's tool list changes, and the two hooks shared with ``drawbridge wrap``: ``decide`` (a decider
 that fails or returns garbage is a deny; after a recording failure every call is refused) and
-``record`` (bounded in time, failures remembered).
+``record`` (bounded in time, failures remembered). Two optional hooks serve the catalogue features of
+``drawbridge serve``: ``on_catalogue`` is awaited on every catalogue load of an upstream before the
+merged list is rebuilt (pinning checks the new tools there), and ``tool_filter`` gives each agent its
+own ``tools/list`` (``hide_denied_tools``); neither changes what is decided on a call.
 
 Theory of operation. The gateway runs every ``UpstreamSession`` and is their listener. Messages from an
 upstream are routed here: progress notifications go back by token; list-changed notifications are
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +37,7 @@ from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
 from drawbridge.gateway.catalogue import Catalogue, build_catalogue
 from drawbridge.gateway.hop import combined_instructions, progress_token, union_capabilities, valid_token
-from drawbridge.gateway.jsonrpc import INTERNAL_ERROR, METHOD_NOT_FOUND, RequestId
+from drawbridge.gateway.jsonrpc import INTERNAL_ERROR, METHOD_NOT_FOUND, MessageError, RequestId
 from drawbridge.gateway.pipeline import (
     Action,
     Decider,
@@ -51,6 +54,12 @@ from drawbridge.gateway.stdio_relay import RECORD_TIMEOUT_SECONDS, RECORDING_FAI
 from drawbridge.gateway.upstream_session import PendingCall, State, UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
+
+CatalogueHook = Callable[[UpstreamSession], Awaitable[bool]]
+"""Awaited on every catalogue load of an upstream, before the merged list is rebuilt; True when the
+floors of that upstream's tools changed (pin statuses)."""
+ToolFilter = Callable[[str, Catalogue], list[dict[str, Any]]]
+"""``(agent, catalogue) -> the tools/list items that agent sees``."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,8 @@ class Gateway:
         record: Recorder,
         settings: GatewaySettings | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        on_catalogue: CatalogueHook | None = None,
+        tool_filter: ToolFilter | None = None,
     ) -> None:
         self.upstreams: dict[str, UpstreamSession] = {}
         for upstream in upstreams:
@@ -104,6 +115,8 @@ class Gateway:
         self._templates: list[tuple[str, str, UriTemplate]] = []
         self._subscriptions: dict[tuple[str, str], set[DownstreamSession]] = {}
         self._reported_problems: set[str] = set()
+        self._on_catalogue = on_catalogue
+        self._tool_filter = tool_filter
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -156,6 +169,21 @@ class Gateway:
     def instructions(self) -> str | None:
         return combined_instructions([(u.name, u.instructions) for u in self.upstreams.values()])
 
+    def listing_for(self, agent: str) -> list[dict[str, Any]]:
+        """The tools/list an agent receives: the merged catalogue, filtered for it when a filter is set
+        (``hide_denied_tools``). A filter that fails answers the request with an error, never a guess."""
+        if self._tool_filter is None:
+            return self.tools.listing()
+        try:
+            return self._tool_filter(agent, self.tools)
+        except Exception as exc:  # noqa: BLE001 -- the agent gets an error, not an unfiltered list
+            logger.error("filtering the tool list for an agent failed (%s)", type(exc).__name__)
+            raise MessageError(INTERNAL_ERROR, "the tool list could not be filtered for this agent") from None
+
+    async def tools_changed(self) -> None:
+        """Tell handshake-era agents their tool list may differ (pins accepted, floors changed)."""
+        await self.broadcast({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+
     def rebuild_catalogue(self) -> bool:
         """Merge the upstreams' tool lists again; True when what agents see has changed."""
         catalogue = build_catalogue([(u.name, u.tools) for u in self.upstreams.values()], "tool")
@@ -166,14 +194,23 @@ class Gateway:
     # -------------------------------------------------------------------------- upstream events
 
     async def upstream_catalogue(self, upstream: UpstreamSession, changed: bool) -> None:
-        if not self.rebuild_catalogue():
-            return
-        for problem in self.tools.problems:
-            text = problem.describe()
-            if text not in self._reported_problems:
-                self._reported_problems.add(text)
-                await self.incident("catalogue_refused", "upstream", f"not served: {text}")
-        await self.broadcast({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        # The catalogue hook (pinning) runs first, so the floors of a new catalogue are computed
+        # before agents are told about it; until then its calls wait for the check or are held back.
+        floors_changed = False
+        if self._on_catalogue is not None:
+            try:
+                floors_changed = bool(await self._on_catalogue(upstream))
+            except Exception as exc:  # noqa: BLE001 -- the hook fails closed on its own; keep serving
+                logger.error("the catalogue hook failed for upstream %r (%s)", upstream.name, type(exc).__name__)
+        listing_changed = self.rebuild_catalogue()
+        if listing_changed:
+            for problem in self.tools.problems:
+                text = problem.describe()
+                if text not in self._reported_problems:
+                    self._reported_problems.add(text)
+                    await self.incident("catalogue_refused", "upstream", f"not served: {text}")
+        if listing_changed or (floors_changed and self._tool_filter is not None):
+            await self.tools_changed()
 
     async def upstream_state(self, upstream: UpstreamSession) -> None:
         if upstream.state in (State.RECONNECTING, State.FAILED):

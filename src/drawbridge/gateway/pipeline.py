@@ -16,6 +16,12 @@ provenance, the outcome and the timings; problems that are not a tools/call (a m
 upstream that printed garbage or exited) are recorded as ``RelayIncident``. The deciders defined here
 are ``allow_all`` (tests and an explicit ``--allow-all``), ``deny_all`` (no policy loaded) and
 ``PolicyDecider`` (the native policy engine).
+
+A decider or recorder that never has to wait may also offer a synchronous form that does exactly
+what awaiting it does; the relay then handles a call without a task of its own. ``decide_now(call)``
+returns the verdict, or None when this call needs waiting (the relay then awaits the decider).
+``record_now(event)`` writes the record and returns None, or an awaitable for what is left (the
+answer waits for it). The deciders here and ``null_recorder`` offer them.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class Outcome(StrEnum):
     UPSTREAM_ERROR = "upstream_error"  # the upstream answered with a JSON-RPC error
     REFUSED = "refused"  # the decision was deny
     APPROVAL_UNAVAILABLE = "approval_unavailable"  # human_approval, and no way to obtain it
+    APPROVAL_PENDING = "approval_pending"  # human_approval asked; the gateway answered for now (retry later)
     INVALID = "invalid"  # the request could not be read unambiguously; no decision was taken
     TIMEOUT = "timeout"  # the upstream did not answer within the call timeout
     UPSTREAM_EXITED = "upstream_exited"  # the upstream was gone before it answered
@@ -84,6 +91,12 @@ class Verdict:
     action: Action
     reason: str
     provenance: Provenance = field(default_factory=Provenance)
+    approval: Mapping[str, Any] | None = None
+    """How human approval settled this call (``approval.engine.Settlement.evidence()``: how, who,
+    channel, strength, approval or grant id); None when the policy alone decided."""
+    answer: Mapping[str, Any] | None = None
+    """A ready ``CallToolResult`` the gateway answers with while an approval is open (a 2026-07-28
+    ``InputRequiredResult``, or a non-blocking approval's retry instructions); the call is not run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +141,8 @@ class CallRecord:
     call: ToolCall | None = None
     """The parsed call, for recorders that digest arguments; a recorder must not store it raw."""
     tool_listed: bool = False
+    approval: Mapping[str, Any] | None = None
+    """The verdict's ``approval`` (how human approval settled the call), for the records."""
     """The tool was named in an upstream ``tools/list`` answer seen in this session (the truth
     carrier's ``identity_state`` is then ``present``, else ``absent``)."""
 
@@ -160,6 +175,12 @@ def tool_name_problem(name: str) -> str | None:
         return "tool name is empty"
     if len(name) > MAX_TOOL_NAME_CHARS:
         return f"tool name is longer than {MAX_TOOL_NAME_CHARS} characters"
+    if name.isascii() and name.isprintable():
+        # The usual name: printable ASCII holds no character of a forbidden category, and its only
+        # whitespace is the space.
+        if name[0] == " " or name[-1] == " ":
+            return "tool name has leading or trailing whitespace"
+        return None
     for position, char in enumerate(name):
         if unicodedata.category(char) in _FORBIDDEN_NAME_CATEGORIES:
             return f"tool name contains a control or format character (U+{ord(char):04X} at index {position})"
@@ -231,8 +252,12 @@ def refusal_for(verdict: Verdict) -> Refusal | None:
     """None means forward. Only ``allow`` forwards; an unknown action can not reach here (it is an enum)."""
     if verdict.action is Action.ALLOW:
         return None
+    if verdict.answer is not None:
+        return Refusal(Outcome.APPROVAL_PENDING, verdict.reason)
     if verdict.action is Action.HUMAN_APPROVAL:
-        return Refusal(Outcome.APPROVAL_UNAVAILABLE, APPROVAL_UNAVAILABLE)
+        # With an approval block, the reason says why no approval could be obtained.
+        reason = verdict.reason if verdict.approval is not None else APPROVAL_UNAVAILABLE
+        return Refusal(Outcome.APPROVAL_UNAVAILABLE, reason)
     return Refusal(Outcome.REFUSED, verdict.reason)
 
 
@@ -242,7 +267,10 @@ def refusal_text(verdict: Verdict, refusal: Refusal) -> str:
 
 
 def refusal_result(verdict: Verdict, refusal: Refusal, call: ToolCall) -> dict[str, Any]:
-    """The ``CallToolResult`` the agent receives instead of the tool's answer."""
+    """The ``CallToolResult`` the agent receives instead of the tool's answer (the verdict's ready
+    ``answer`` while an approval is open)."""
+    if verdict.answer is not None:
+        return dict(verdict.answer)
     decision: dict[str, Any] = {"action": verdict.action.value, "outcome": refusal.outcome.value}
     if verdict.provenance.policy is not None:
         decision["policy"] = sanitize(verdict.provenance.policy)
@@ -263,14 +291,32 @@ def refusal_result(verdict: Verdict, refusal: Refusal, call: ToolCall) -> dict[s
 GATEWAY_POLICY: Final = "drawbridge"
 
 
-async def allow_all(call: ToolCall) -> Verdict:
-    """Allow every call. For tests and for ``wrap --allow-all``, never a silent default."""
-    return Verdict(Action.ALLOW, "every call is allowed (--allow-all)", Provenance(GATEWAY_POLICY, None, None))
+class _FixedDecider:
+    """A decider that gives every call the same verdict; awaitable, and synchronous as ``decide_now``."""
+
+    def __init__(self, name: str, verdict: Verdict, doc: str) -> None:
+        self._name, self._verdict, self.__doc__ = name, verdict, doc
+
+    async def __call__(self, call: ToolCall, /) -> Verdict:
+        return self._verdict
+
+    def decide_now(self, call: ToolCall, /) -> Verdict:
+        return self._verdict
+
+    def __repr__(self) -> str:
+        return self._name
 
 
-async def deny_all(call: ToolCall) -> Verdict:
-    """What the gateway does with no policy loaded: refuse."""
-    return Verdict(Action.DENY, "no policy is loaded", Provenance(GATEWAY_POLICY, None, None))
+allow_all: Final = _FixedDecider(
+    "allow_all",
+    Verdict(Action.ALLOW, "every call is allowed (--allow-all)", Provenance(GATEWAY_POLICY, None, None)),
+    "Allow every call. For tests and for ``wrap --allow-all``, never a silent default.",
+)
+deny_all: Final = _FixedDecider(
+    "deny_all",
+    Verdict(Action.DENY, "no policy is loaded", Provenance(GATEWAY_POLICY, None, None)),
+    "What the gateway does with no policy loaded: refuse.",
+)
 
 
 def decider_failure(exc: BaseException) -> Verdict:
@@ -280,8 +326,22 @@ def decider_failure(exc: BaseException) -> Verdict:
     )
 
 
-async def null_recorder(event: RelayEvent) -> None:
-    """Record nothing (tests that do not look at records)."""
+class _NullRecorder:
+    """Record nothing (tests that do not look at records); awaitable, and synchronous as ``record_now``."""
+
+    __slots__ = ()
+
+    async def __call__(self, event: RelayEvent, /) -> None:
+        return None
+
+    def record_now(self, event: RelayEvent, /) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return "null_recorder"
+
+
+null_recorder: Final = _NullRecorder()
 
 
 
@@ -296,6 +356,10 @@ class PolicyDecider:
         self.store = store
 
     async def __call__(self, call: ToolCall, /) -> Verdict:
+        return self.decide_now(call)
+
+    def decide_now(self, call: ToolCall, /) -> Verdict:
+        """The same decision, synchronously: evaluation never waits."""
         decision = self.store.evaluate(call.agent, call.tool, call.arguments)
         return Verdict(
             Action(decision.action.value),

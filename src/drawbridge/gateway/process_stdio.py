@@ -9,10 +9,16 @@ Theory of operation. Pipes and sockets (what an MCP client gives) are read and w
 waiting for readiness on the event loop (``anyio.wait_readable``), so no I/O blocks the loop and no
 thread is used per read. Anything else (a terminal, a regular file) is read and written in a worker
 thread, because a terminal's blocking mode is shared with the shell that owns it.
+
+On asyncio a reading stream keeps its descriptor registered with the loop between reads (instead
+of registering and unregistering it around every wait, two system calls per message); it lets go
+of it when the descriptor becomes readable while nobody waits, so an unread pipe never spins the
+loop, and when the stream is closed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import sys
@@ -40,6 +46,9 @@ class FdReceiveStream(ByteReceiveStream):
             self._restore_blocking = os.get_blocking(fd)
             os.set_blocking(fd, False)
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The asyncio loop the descriptor is registered with, while it is."""
+        self._waiter: asyncio.Future[None] | None = None
 
     async def receive(self, max_bytes: int = READ_CHUNK) -> bytes:
         while True:
@@ -49,7 +58,7 @@ class FdReceiveStream(ByteReceiveStream):
                 try:
                     data = os.read(self._fd, max_bytes)
                 except BlockingIOError:
-                    await anyio.wait_readable(self._fd)
+                    await self._wait_readable()
                     continue
             else:
                 data = await anyio.to_thread.run_sync(os.read, self._fd, max_bytes, abandon_on_cancel=True)
@@ -57,11 +66,46 @@ class FdReceiveStream(ByteReceiveStream):
                 raise anyio.EndOfStream
             return data
 
+    async def _wait_readable(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # another event loop than asyncio's
+            await anyio.wait_readable(self._fd)
+            return
+        if self._waiter is not None:
+            raise anyio.BusyResourceError("reading from")
+        if self._loop is not loop:
+            self._release()
+            loop.add_reader(self._fd, self._on_readable)
+            self._loop = loop
+        waiter = self._waiter = loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _on_readable(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        elif waiter is None:
+            self._release()  # nobody is reading: do not wake the loop again until someone is
+
+    def _release(self) -> None:
+        if self._loop is not None:
+            with suppress(Exception):  # the loop may be closed already
+                self._loop.remove_reader(self._fd)
+            self._loop = None
+
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
         if self._pollable:
+            self._release()
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(anyio.ClosedResourceError())
             anyio.notify_closing(self._fd)
             if self._restore_blocking is not None:
                 with suppress(OSError):

@@ -12,7 +12,12 @@ record and the carrier, then hands all lines to one worker thread that writes
 them (one ``os.write`` each, fsync per the configured policy), so an fsync
 never stalls other calls. With ``fsync="batch"`` or ``"never"`` the writes are
 done inline: they only reach the kernel's page cache and a thread hop would
-cost more (``batch`` fsyncs once per 64 records).
+cost more. ``batch`` fsyncs each file once per 64 lines, and the recorder does
+that itself, off the event loop: the record whose line is the 64th since the
+file's last sync waits for an fsync in a worker thread (its answer waits with
+it, so at most 63 answered lines of a file are unsynced, as the setting
+promises), while the event loop goes on serving other calls. A failed fsync
+makes every later record raise, as a failed write does.
 
 Files in the evidence directory:
 
@@ -31,9 +36,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,14 +48,15 @@ import anyio.to_thread
 
 from drawbridge.canonical import sanitize
 
+from drawbridge.evidence.classify import UNKNOWN, classify
 from drawbridge.evidence.surface import build_decision, build_surface
 from drawbridge.evidence.truth.carrier import args_digest, build_carrier
 from drawbridge.evidence.truth.declared import declared_policy_digest
 from drawbridge.evidence.truth.evidence import Evidence
-from drawbridge.evidence.truth.verdict import decision_verdict
+from drawbridge.evidence.truth.verdict import PreparedPolicy, prepare_policy, prepared_decision_verdict
 from drawbridge.gateway.truth_key import TruthKey
 from drawbridge.gateway.pipeline import CallRecord, Outcome, RelayEvent, RelayIncident
-from drawbridge.state.append_only import AppendOnlyFile, FsyncPolicy
+from drawbridge.state.append_only import AppendOnlyError, AppendOnlyFile, FsyncPolicy
 from drawbridge.state.trace_log import TraceLog
 
 logger = logging.getLogger("drawbridge.evidence")
@@ -63,13 +70,21 @@ def ephemeral_key() -> TruthKey:
     return TruthKey(secrets.token_bytes(32), f"ephemeral-{secrets.token_hex(4)}")
 
 
+_LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_ASCII_LINE_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+SURFACE_CACHE_MAX = 1024
+BATCH_SIZE = 64
+"""Lines per file between two fsyncs under ``fsync="batch"``."""
+_SINKS_NEVER_SYNC_BY_THEMSELVES = 2**62
+
+
 def ndjson_line(record: Mapping[str, Any]) -> bytes:
     """One compact JSON line in the record's insertion order (evidence-formats.md 0.2: digests are
     always recomputed over JCS, so the line keeps the documented field order for readers)."""
     try:
-        return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+        return (_LINE_ENCODER.encode(record) + "\n").encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: escape rather than write invalid UTF-8
-        return (json.dumps(record, ensure_ascii=True, separators=(",", ":")) + "\n").encode("ascii")
+        return (_ASCII_LINE_ENCODER.encode(record) + "\n").encode("ascii")
 
 
 def utc_now() -> str:
@@ -88,12 +103,23 @@ _EFFECT_STATUS: dict[Outcome, tuple[str, str]] = {
     Outcome.CANCELLED: ("error", "cancelled"),
     Outcome.REFUSED: ("deny", "blocked"),
     Outcome.APPROVAL_UNAVAILABLE: ("deny", "blocked"),
+    Outcome.APPROVAL_PENDING: ("deny", "approval_pending"),
     Outcome.INVALID: ("error", "invalid_request"),
 }
 
 
 def effect_status(outcome: Outcome) -> tuple[str, str]:
     return _EFFECT_STATUS[outcome]
+
+
+_UNOBSERVED = Evidence()
+_APPROVED = Evidence(approval_obtained=True)
+
+
+def approval_obtained(record: CallRecord) -> bool:
+    """A person, a grant or approval memory approved this call (the gateway's approval block says so)."""
+    approval = record.approval
+    return approval is not None and approval.get("settled") == "allow" and approval.get("how") != "policy"
 
 
 def _request_id_text(request_id: Any) -> str | None:
@@ -144,14 +170,36 @@ class EvidenceRecorder:
         self._trace: TraceLog | None = None
         self._surface: AppendOnlyFile | None = None
         self._truth: AppendOnlyFile | None = None
+        # Under "batch" the files never fsync by themselves (except when closed); the recorder
+        # counts their lines and fsyncs through descriptors of its own, in a worker thread.
+        self._batch = fsync == "batch"
+        batch_size = _SINKS_NEVER_SYNC_BY_THEMSELVES if self._batch else BATCH_SIZE
+        self._sync_fds: list[int] = []
+        self._sync_targets: list[tuple[Path, int, str] | None] = [None, None, None]
+        self._unsynced = [0, 0, 0]  # trace, surface, truth
+        self._broken: str | None = None
         try:
             if evidence_dir is not None:
                 directory = Path(evidence_dir)
                 directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-                self._trace = TraceLog(directory / TRACE_FILE, fsync)
-                self._surface = AppendOnlyFile(directory / SURFACE_FILE, fsync, what="surface record file")
+                self._trace = TraceLog(directory / TRACE_FILE, fsync, batch_size=batch_size)
+                self._surface = AppendOnlyFile(
+                    directory / SURFACE_FILE, fsync, batch_size=batch_size, what="surface record file"
+                )
             if truth_out is not None:
-                self._truth = AppendOnlyFile(truth_out, fsync, what="tool-decision truth sink")
+                self._truth = AppendOnlyFile(truth_out, fsync, batch_size=batch_size, what="tool-decision truth sink")
+            if self._batch:
+                # fsync flushes the file, whichever descriptor it is given.
+                sinks = (
+                    (self._trace, "trace log"),
+                    (self._surface, "surface record file"),
+                    (self._truth, "tool-decision truth sink"),
+                )
+                for index, (sink, what) in enumerate(sinks):
+                    if sink is not None:
+                        fd = os.open(sink.path, os.O_RDONLY | os.O_CLOEXEC)
+                        self._sync_fds.append(fd)
+                        self._sync_targets[index] = (sink.path, fd, what)
         except BaseException:
             self.close()
             raise
@@ -163,18 +211,21 @@ class EvidenceRecorder:
         self._truth_key = truth_key
         self._digest_key = truth_key if truth_key is not None else ephemeral_key()
         self._declared = declared
-        self._declared_cache: dict[str, tuple[Mapping[str, Any], str]] = {}
+        self._declared_cache: dict[str, tuple[Mapping[str, Any], str, PreparedPolicy]] = {}
         self._clock = clock
         self._order = 0
+        self._surface_cache: dict[tuple[str, str, str, str, str | None], bytes] = {}
 
     # ---------------------------------------------------------------- building (pure, on the loop)
 
-    def _declared_for(self, agent: str) -> tuple[Mapping[str, Any], str]:
+    def _declared_for(self, agent: str) -> tuple[Mapping[str, Any], str, PreparedPolicy]:
+        """The agent's contract, its digest and its prepared reading, derived once per contract object
+        (the provider returns the same object until the policy changes)."""
         assert self._declared is not None
         contract = self._declared(agent)
         cached = self._declared_cache.get(agent)
         if cached is None or cached[0] is not contract:
-            cached = (contract, declared_policy_digest(dict(contract)))
+            cached = (contract, declared_policy_digest(dict(contract)), prepare_policy(dict(contract)))
             self._declared_cache[agent] = cached
         return cached
 
@@ -207,33 +258,63 @@ class EvidenceRecorder:
             "latency_ms": round(record.latency_ms, 3),
             "protocol_version": record.protocol_version,
         }
+        if record.approval is not None:
+            body["approval"] = dict(record.approval)
         surface_line = None
         if record.tool is not None and self._surface is not None:
             effect, status = effect_status(record.outcome)
             rule_id = None
             if provenance is not None and provenance.policy is not None:
                 rule_id = provenance.policy if provenance.rule_index is None else f"{provenance.policy}#{provenance.rule_index}"
-            decision = build_decision(
-                server_id=self._route(record.tool),
-                tool_name=record.tool,
-                arguments=arguments,
-                params={"_meta": dict(record.call.meta)} if record.call and record.call.meta else {},
-                effect=effect,
-                status=status,
-                rule_id=rule_id,
-            )
-            surface_line = ndjson_line(build_surface([decision]))
+            surface_line = self._surface_line(record, arguments, effect, status, rule_id)
         return "tool_decision", body, surface_line, ndjson_line(carrier) if carrier is not None else None
+
+    def _surface_line(
+        self, record: CallRecord, arguments: Any, effect: str, status: str, rule_id: str | None
+    ) -> bytes:
+        """The surface record's line. ``build_decision`` reads the arguments only through the
+        classifier and the params only for ``_meta.traceparent``: for a tool the classifier does not
+        know (its answer is then the constant ``UNKNOWN``, whatever the arguments) and a call without
+        ``_meta``, the line is a function of (server, tool, effect, status, rule) alone, so it is
+        built once per such key and reused (a bounded cache)."""
+        assert record.tool is not None
+        server_id = self._route(record.tool)
+        meta = record.call.meta if record.call is not None else None
+        key = None
+        if not meta and classify(record.tool, arguments) is UNKNOWN:
+            key = (server_id, record.tool, effect, status, rule_id)
+            cached = self._surface_cache.get(key)
+            if cached is not None:
+                return cached
+        decision = build_decision(
+            server_id=server_id,
+            tool_name=record.tool,
+            arguments=arguments,
+            params={"_meta": dict(meta)} if meta else {},
+            effect=effect,
+            status=status,
+            rule_id=rule_id,
+        )
+        line = ndjson_line(build_surface([decision]))
+        if key is not None:
+            if len(self._surface_cache) >= SURFACE_CACHE_MAX:
+                self._surface_cache.clear()
+            self._surface_cache[key] = line
+        return line
 
     def _carrier(self, record: CallRecord) -> dict[str, Any]:
         assert self._truth_key is not None and record.call is not None
         order = self._order
         self._order += 1
-        contract, dpd = self._declared_for(record.agent)
+        _contract, dpd, prepared = self._declared_for(record.agent)
         identity = "present" if record.tool_listed else "absent"
-        # The gateway does not yet observe class, scope or redaction, and no approval is obtained
-        # (human_approval is refused): those axes stay "incomplete", never a guessed match.
-        verdict = decision_verdict(dict(contract), record.call.tool, record.call.arguments, identity, Evidence())
+        # The gateway does not yet observe class, scope or redaction: those axes stay "incomplete",
+        # never a guessed match. Approval is observed when a person, a grant or approval memory let
+        # this call through; otherwise it is left unobserved too.
+        evidence = _APPROVED if approval_obtained(record) else _UNOBSERVED
+        verdict = prepared_decision_verdict(
+            prepared, record.call.tool, record.call.arguments, identity, evidence
+        )
         return build_carrier(
             tool_name=record.call.tool,
             args=record.call.arguments,
@@ -250,26 +331,94 @@ class EvidenceRecorder:
 
     # ---------------------------------------------------------------- writing
 
-    def _write(self, kind: str, at: str, body: dict[str, Any], surface: bytes | None, carrier: bytes | None) -> None:
+    def _write(
+        self, kind: str, at: str, body: dict[str, Any], surface: bytes | None, carrier: bytes | None
+    ) -> list[int]:
+        """Write the lines; under "batch", return the files (0 trace, 1 surface, 2 truth) now due an fsync."""
+        if self._broken is not None:
+            raise AppendOnlyError(self._broken)
+        due: list[int] = []
         if self._trace is not None:
             self._trace.append(kind, at, body)
+            self._count(0, due)
         if surface is not None and self._surface is not None:
             self._surface.append_line(surface, "a surface record")
+            self._count(1, due)
         if carrier is not None and self._truth is not None:
             self._truth.append_line(carrier, "a truth carrier")
+            self._count(2, due)
+        return due
 
-    async def __call__(self, event: RelayEvent) -> None:
-        at = self._clock()
+    def _count(self, sink: int, due: list[int]) -> None:
+        if self._batch:
+            unsynced = self._unsynced[sink] + 1
+            if unsynced >= BATCH_SIZE:
+                unsynced = 0
+                due.append(sink)
+            self._unsynced[sink] = unsynced
+
+    def _sync(self, sink: int) -> None:
+        """fsync one due file (in a worker thread). A failure makes every later record raise."""
+        target = self._sync_targets[sink]
+        assert target is not None
+        path, fd, what = target
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            self._broken = f"{what} {path}: fsync failed: {exc.strerror}; no further records will be written"
+            raise AppendOnlyError(self._broken) from exc
+
+    async def _sync_off_loop(self, due: list[int]) -> None:
+        """fsync the due files, each in a worker thread of its own: they are usually due together
+        (every call writes one line to each), and the answer waits for the slowest, not the sum."""
+        if len(due) == 1:
+            await anyio.to_thread.run_sync(self._sync, due[0])
+            return
+        failures: list[BaseException] = []
+
+        async def sync(sink: int) -> None:
+            try:
+                await anyio.to_thread.run_sync(self._sync, sink)
+            except AppendOnlyError as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for sink in due:
+                tg.start_soon(sync, sink)
+        if failures:
+            raise failures[0]
+
+    def _lines(self, event: RelayEvent) -> tuple[str, dict[str, Any], bytes | None, bytes | None]:
         if isinstance(event, RelayIncident):
             body = {"kind": event.kind, "direction": event.direction, "detail": sanitize(event.detail),
                     "code": event.code}
-            lines: tuple[str, dict[str, Any], bytes | None, bytes | None] = ("relay_incident", body, None, None)
-        else:
-            lines = self._call_lines(event)
+            return ("relay_incident", body, None, None)
+        return self._call_lines(event)
+
+    async def __call__(self, event: RelayEvent) -> None:
+        at = self._clock()
+        lines = self._lines(event)
         if self._inline:
-            self._write(lines[0], at, lines[1], lines[2], lines[3])
+            due = self._write(lines[0], at, lines[1], lines[2], lines[3])
+            if due:
+                await self._sync_off_loop(due)
         else:
             await anyio.to_thread.run_sync(self._write, lines[0], at, lines[1], lines[2], lines[3])
+
+    def _record_inline(self, event: RelayEvent) -> Awaitable[None] | None:
+        at = self._clock()
+        kind, body, surface, carrier = self._lines(event)
+        due = self._write(kind, at, body, surface, carrier)
+        return self._sync_off_loop(due) if due else None
+
+    @property
+    def record_now(self) -> Callable[[RelayEvent], Awaitable[None] | None] | None:
+        """The synchronous form of awaiting the recorder, when records are written inline (every fsync
+        setting but ``always``): the same lines, written before it returns. It returns None when the
+        record is complete, or, when the record is due a batch fsync, an awaitable that completes
+        (or raises) with that fsync; the record is complete only then. None instead of the method
+        under ``always``, because then every record leaves the event loop for a worker thread."""
+        return self._record_inline if self._inline else None
 
     async def record_event(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
         """A trace entry that is not a call (policy edit, pin accept, approval, grant)."""
@@ -277,13 +426,24 @@ class EvidenceRecorder:
             return None
         at = self._clock()
         if self._inline:
-            return self._trace.append(kind, at, body)
+            if self._broken is not None:
+                raise AppendOnlyError(self._broken)
+            entry = self._trace.append(kind, at, body)
+            due: list[int] = []
+            self._count(0, due)
+            if due:
+                await self._sync_off_loop(due)
+            return entry
         return await self._trace.append_async(kind, at, body)
 
     def close(self) -> None:
+        """Close the files (each fsyncs what it holds unsynced, unless the setting is "never")."""
         for sink in (self._trace, self._surface, self._truth):
             if sink is not None:
                 sink.close()
+        for fd in self._sync_fds:
+            os.close(fd)
+        self._sync_fds = []
 
 
 __all__ = ["EvidenceRecorder", "TruthKey", "effect_status", "ephemeral_key", "truth_call_id", "utc_now"]

@@ -18,7 +18,7 @@ Who answers what:
 =========================  ==============================================================================
 initialize, ping           the gateway (capabilities: the union of what upstreams offer; serverInfo drawbridge)
 server/discover            the gateway (2026-07-28)
-tools/list                 the gateway, from the merged catalogue (``server.tool`` names)
+tools/list                 the gateway, from the merged catalogue (``server.tool`` names), per agent
 tools/call                 decided, then forwarded to the tool's upstream with the prefix removed
 prompts/list               every upstream that offers prompts, merged, names namespaced like tools
 prompts/get                the upstream named by the prefix, prefix removed
@@ -43,6 +43,15 @@ from mcp_types import PROTOCOL_VERSION_META_KEY
 
 import drawbridge
 from drawbridge.gateway.catalogue import build_catalogue, split_namespaced
+from drawbridge.gateway.client_link import (
+    ClientLink,
+    Elicit,
+    declares_form_elicitation,
+    forwardable_params,
+    is_gateway_retry,
+    linked,
+    retry_link,
+)
 from drawbridge.gateway.hop import (
     MODERN_VERSION,
     downstream_result,
@@ -493,7 +502,9 @@ class DownstreamSession:
         params = entry.message.params
         if isinstance(params, dict) and params.get("cursor") is not None:
             return error_response(entry.message.id, INVALID_PARAMS, "invalid params: the gateway issued no such cursor")
-        return self._result(entry, {"tools": self.gateway.tools.listing()})
+        # Per agent: under hide_denied_tools the list leaves out what the agent could only be refused
+        # (calls are still decided). gateway_result marks 2026-07-28 lists cacheScope "private".
+        return self._result(entry, {"tools": self.gateway.listing_for(self.agent)})
 
     async def _tools_call(self, entry: _Inflight) -> dict[str, Any]:
         gateway = self.gateway
@@ -512,15 +523,20 @@ class DownstreamSession:
         verdict: Verdict | None = None
         decided_at: float | None = None
         outcome, error, code = Outcome.CANCELLED, "the agent cancelled the request", None
+        params = message.params
+        link = self._client_link(entry)
+        if link.retry and isinstance(params, dict):
+            params = forwardable_params(params)  # the gateway's own retry fields never go upstream
         try:
-            verdict = await gateway.decide(call)
+            with linked(link):
+                verdict = await gateway.decide(call)
             decided_at = gateway.clock()
             refusal = refusal_for(verdict)
             if refusal is not None:
                 outcome, error, code = refusal.outcome, refusal.reason, None
                 return result_response(call.request_id, refusal_result(verdict, refusal, call))
             try:
-                body = await self._forward(entry, upstream, message.params, name=route.upstream_name)
+                body = await self._forward(entry, upstream, params, name=route.upstream_name)
             except UpstreamUnavailable as exc:
                 outcome, error, code = Outcome.UPSTREAM_EXITED, f"{exc}; the call was not sent", UPSTREAM_EXITED
                 return error_response(message.id, UPSTREAM_EXITED, error)
@@ -550,8 +566,28 @@ class DownstreamSession:
                     latency_ms=(finished - started) * 1000.0,
                     protocol_version=call.protocol_version,
                     call=call,
+                    approval=verdict.approval if verdict is not None else None,
                 )
             )
+
+    def _client_link(self, entry: _Inflight) -> ClientLink:
+        """How the approval gate may reach this agent during the call's decision (``client_link``):
+        a gateway-originated ``elicitation/create`` on this session's own request ids (the mechanism
+        that relays an upstream's elicitation), when the agent declared form elicitation."""
+        elicit: Elicit | None = None
+        if not entry.modern and self.back_channel and declares_form_elicitation(self.client_capabilities):
+            related = entry.message.id
+
+            async def ask(_call: Any, params: Mapping[str, Any]) -> Mapping[str, Any]:
+                answer = await self.request("elicitation/create", dict(params), related)
+                result = answer.get("result")
+                if "error" in answer or not isinstance(result, dict):
+                    raise NoBackChannel("the agent answered the approval question with an error")
+                return result
+
+            elicit = ask
+        params = entry.message.params
+        return retry_link(params, elicit) if is_gateway_retry(params) else ClientLink(elicit=elicit)
 
     def _invalid_record(
         self, message: Message, started: float, error: str, code: int, version: str | None

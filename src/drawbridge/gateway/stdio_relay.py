@@ -15,9 +15,15 @@ Ids. The relay rewrites no id in either direction. Requests from the agent keep 
 response from the upstream goes back unchanged; requests from the upstream (sampling, elicitation,
 roots, ping) keep the upstream's ids, and the agent's responses to them go back unchanged. The two id
 spaces never meet: JSON-RPC ids are scoped to the side that sends the request. The gateway itself
-originates no requests on either side (its refusals and errors are responses to the agent's ids, its
-timeout notice to the upstream is a notification); a future gateway-originated request must use an id
-space of its own, and this is the place to add it.
+originates one kind of request: ``elicitation/create`` to the agent, asking a person to approve a
+call (``request_client``). Those use an id space of their own, strings
+``drawbridge-approval-<random>-<n>`` with a random part drawn per relay, so the upstream cannot
+predict them; the agent's answers to them are consumed by the gateway and never forwarded, and an
+upstream request that carries such an id is refused rather than relayed.
+
+The one message the relay rewrites is a 2026-07-28 tools/call retry that carries the gateway's own
+``requestState`` (``client_link``): it is forwarded without ``requestState`` and ``inputResponses``,
+which answer the gateway's question, not the upstream's.
 
 A pending entry is taken (removed from the table) by whoever answers first: the upstream loop (the
 response arrived), the call task (a refusal, a timeout), the cancel handler (the agent gave up), or the
@@ -30,19 +36,41 @@ call timeout. On timeout the agent gets ``UPSTREAM_TIMEOUT`` and the upstream ge
 ``notifications/cancelled`` for the id. At the end the task gives the recorder one ``CallRecord`` and
 only then writes the call's answer (the upstream's line, a refusal or an error), so every record
 reaches the OS before the agent is answered.
+
+Inline calls. When the decider can decide without waiting (``decide_now``, as the policy engine
+does; it returns None for a call it must wait for, which then gets a call task) and the recorder
+can record without waiting (``record_now``, as the evidence recorder does unless it fsyncs every
+record; it may hand back an awaitable for the rest, a batch fsync, which the answer then waits
+for in a task of its own), a tools/call needs no task: the client loop decides it, refuses it
+or hands its line to the upstream's pipe buffer (``UpstreamProcess.send_nowait``), and whoever
+settles it afterwards -- the upstream loop with the response, the cancel handler, the crash
+handler, the shutdown, or the timeout watch -- records it and then writes its answer, in that order,
+exactly as the call task would have. A call whose line cannot be handed over at once (the pipe is
+full or another write is in progress) continues as a call task. The timeout watch is one task for
+all inline calls: they share one timeout, so their deadlines arrive in the order they were sent.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import secrets
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
 
+from drawbridge.gateway.client_link import (
+    ClientLink,
+    declares_form_elicitation,
+    forwardable_params,
+    is_gateway_retry,
+    linked,
+    retry_link,
+)
 from drawbridge.gateway.jsonrpc import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES,
@@ -58,6 +86,7 @@ from drawbridge.gateway.jsonrpc import (
     Message,
     MessageError,
     Oversize,
+    encode_line,
     error_line,
     id_key,
     notification_line,
@@ -94,6 +123,18 @@ READ_CHUNK: Final = 65536
 RECORD_TIMEOUT_SECONDS: Final = 5.0
 SETTLE_SECONDS: Final = RECORD_TIMEOUT_SECONDS + 1.0
 RECORDING_FAILED: Final = "evidence recording failed earlier in this session; failing closed"
+OWN_ID_PREFIX: Final = "drawbridge-approval-"
+"""Ids of the requests the gateway itself sends the agent start with this, then a per-relay random part."""
+
+
+class ClientRequestFailed(Exception):
+    """A gateway-originated request to the agent got an error, or no answer (the agent is gone)."""
+
+
+@dataclass(eq=False, slots=True)
+class _OwnRequest:
+    done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+    body: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -112,7 +153,7 @@ class RelayConfig:
     """Once the recorder has failed, refuse every later tools/call (evidence is part of the contract)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Pending:
     message: Message
     method: str
@@ -122,20 +163,32 @@ class _Pending:
     wait_scope: anyio.CancelScope | None = None
     """Covers what the call task awaits for this request (the decision, the upstream's answer);
     cancelled when someone else settles the request, so the task goes straight to recording."""
-    done: anyio.Event = field(default_factory=anyio.Event)
+    done: anyio.Event | None = None
+    """Set when the request is settled; only a call task waits for it, so only its calls have one."""
+    finished: bool = False
     outcome: Outcome | None = None
     error: str | None = None
     error_code: int | None = None
     finished_at: float | None = None
     response: bytes | None = None
-    """A tools/call's answer, held until the call task has recorded the call (evidence first)."""
+    """A tools/call's answer, held until the call has been recorded (evidence first)."""
+    inline: bool = False
+    """A tools/call without a call task: whoever settles it records it and answers (``_complete``)."""
+    completed: bool = False
+    verdict: Verdict | None = None
+    decided_at: float | None = None
+    deadline: float | None = None
+    link: ClientLink | None = None
+    """The gateway's retry fields this call carried (taken out of what is forwarded), if any."""
 
     def finish(self, outcome: Outcome, error: str | None = None, code: int | None = None) -> None:
-        if self.done.is_set():
+        if self.finished:
             return
+        self.finished = True
         self.outcome, self.error, self.error_code = outcome, error, code
         self.finished_at = time.perf_counter()
-        self.done.set()
+        if self.done is not None:
+            self.done.set()
         if self.wait_scope is not None:
             self.wait_scope.cancel()
 
@@ -180,7 +233,18 @@ class StdioRelay:
         self._decide = decide
         self._record_hook = record
         self._clock = clock
-        self._out_lock = anyio.Lock()
+        # Inline calls (see the module docstring) when both hooks can work without waiting.
+        decide_now = getattr(decide, "decide_now", None)
+        record_now = getattr(record, "record_now", None)
+        self._decide_now: Callable[[ToolCall], Verdict | None] | None = decide_now if callable(decide_now) else None
+        self._record_now: Callable[[RelayEvent], Awaitable[None] | None] | None = (
+            record_now if callable(record_now) else None
+        )
+        self._inline = self._decide_now is not None and self._record_now is not None
+        self._timed: dict[_Pending, None] = {}
+        """Inline calls waiting for the upstream, in the order they were sent (= deadline order)."""
+        self._watch_wake: anyio.Event | None = None
+        self._out_lock = anyio.Lock(fast_acquire=True)
         self._pending: dict[IdKey, _Pending] = {}
         self._upstream_gone: str | None = None
         self._upstream_done = anyio.Event()
@@ -191,6 +255,10 @@ class StdioRelay:
         self._session_version: str | None = None
         self._closing = False
         self._listed: set[str] = set()
+        self._client_capabilities: Any = None
+        self._own_prefix = f"{OWN_ID_PREFIX}{secrets.token_hex(6)}-"
+        self._own_seq = 0
+        self._own: dict[IdKey, _OwnRequest] = {}
 
     # ------------------------------------------------------------------------------------ lifecycle
 
@@ -198,6 +266,8 @@ class StdioRelay:
         """Relay until the agent closes its end, then stop the upstream. Returns when both are done."""
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._upstream_loop)
+            if self._inline:
+                outer.start_soon(self._watch_deadlines)
             try:
                 async with anyio.create_task_group() as calls:
                     self._calls = calls
@@ -208,6 +278,7 @@ class StdioRelay:
                     # Every request is settled; call tasks only have to record. Bound that too.
                     calls.cancel_scope.deadline = anyio.current_time() + SETTLE_SECONDS
             finally:
+                self._calls = None
                 with anyio.CancelScope(shield=True):
                     await self.upstream.aclose(grace=0 if self._upstream_done.is_set() else 0.5)
                 outer.cancel_scope.cancel()
@@ -218,7 +289,7 @@ class StdioRelay:
         with anyio.move_on_after(self.config.shutdown_grace):
             # Calls still being decided were sent before the agent closed its end: as with the server
             # itself, they are forwarded (or refused) before the upstream hears the end of input.
-            while any(p.call is not None and not p.forwarded and not p.done.is_set() for p in self._pending.values()):
+            while any(p.call is not None and not p.forwarded and not p.finished for p in self._pending.values()):
                 await anyio.sleep(0.005)
             # Bounded: closing waits for a write in progress, which a child that stopped reading blocks.
             await self.upstream.close_stdin()
@@ -226,6 +297,7 @@ class StdioRelay:
         for pending in list(self._pending.values()):
             if self._take(pending):
                 pending.finish(Outcome.CANCELLED, "the agent closed the connection before an answer")
+                await self._settled(pending)
 
     # ----------------------------------------------------------------------------------- writing
 
@@ -285,6 +357,30 @@ class StdioRelay:
             self._record_failed = True
             logger.error("recording an event failed (%s); later tools/call requests are refused", type(exc).__name__)
 
+    def _record_inline(self, event: RelayEvent) -> Awaitable[None] | None:
+        """``_record`` through the recorder's synchronous form (inline calls). Returns what is left to
+        await when the recorder says the record completes later (a batch fsync), else None."""
+        assert self._record_now is not None
+        try:
+            return self._record_now(event)
+        except Exception as exc:  # noqa: BLE001 -- any recorder failure is reported the same way
+            self._record_failed = True
+            logger.error("recording an event failed (%s); later tools/call requests are refused", type(exc).__name__)
+            return None
+
+    async def _await_record(self, rest: Awaitable[None]) -> None:
+        try:
+            with anyio.fail_after(RECORD_TIMEOUT_SECONDS):
+                await rest
+        except Exception as exc:  # noqa: BLE001 -- any recorder failure is reported the same way
+            self._record_failed = True
+            logger.error("recording an event failed (%s); later tools/call requests are refused", type(exc).__name__)
+
+    async def _answer_when_recorded(self, rest: Awaitable[None], response: bytes | None) -> None:
+        await self._await_record(rest)
+        if response is not None:
+            await self._to_client(response)
+
     async def _incident(self, kind: str, direction: str, detail: str, code: int | None = None) -> None:
         logger.warning("%s (%s): %s", kind, direction, detail)
         await self._record(RelayIncident(kind, direction, detail, code))
@@ -319,6 +415,8 @@ class StdioRelay:
                 await self._to_client(error_line(exc.request_id, exc.code, exc.message))
             return
         if message.kind is Kind.RESPONSE:
+            if self._own_response(message):
+                return
             if self._upstream_gone is None:
                 await self._to_upstream(item + b"\n")
         elif message.kind is Kind.NOTIFICATION:
@@ -334,12 +432,12 @@ class StdioRelay:
                 "tools_call_notification", "client", "a tools/call without an id was dropped (it cannot be answered)"
             )
             return
-        if method == CANCELLED and self._cancel_from_client(message):
+        if method == CANCELLED and await self._cancel_from_client(message):
             return
         if self._upstream_gone is None:
             await self._to_upstream(message.raw + b"\n")
 
-    def _cancel_from_client(self, message: Message) -> bool:
+    async def _cancel_from_client(self, message: Message) -> bool:
         """Settle a cancelled request; True if the upstream must not hear of it (it never saw it)."""
         params = message.params
         request_id = params.get("requestId") if isinstance(params, dict) else None
@@ -349,6 +447,7 @@ class StdioRelay:
         if pending is None or not self._take(pending):
             return False
         pending.finish(Outcome.CANCELLED, "the agent cancelled the request")
+        await self._settled(pending)
         return not pending.forwarded
 
     async def _on_client_request(self, message: Message) -> None:
@@ -369,6 +468,8 @@ class StdioRelay:
         if method == TOOLS_CALL:
             await self._start_call(pending)
             return
+        if method == "initialize" and isinstance(message.params, dict):
+            self._client_capabilities = message.params.get("capabilities")
         if self._upstream_gone is not None:
             await self._to_client(error_line(message.id, UPSTREAM_EXITED, f"{self._upstream_gone}; {method} was not sent"))
             return
@@ -380,6 +481,13 @@ class StdioRelay:
     # --------------------------------------------------------------------------------- tools/call
 
     async def _start_call(self, pending: _Pending) -> None:
+        if is_gateway_retry(pending.message.params):
+            # The gateway's requestState and the answers beside it are for the gateway: verified by
+            # the decider, never forwarded (module docstring).
+            params = pending.message.params
+            pending.link = retry_link(params)
+            body = {**pending.message.body, "params": forwardable_params(params)}
+            pending.message = dataclasses.replace(pending.message, raw=encode_line(body)[:-1], body=body)
         message = pending.message
         try:
             pending.call = parse_tool_call(message, self.config.agent, self._session_version)
@@ -405,6 +513,13 @@ class StdioRelay:
         key = message.key
         assert key is not None and self._calls is not None
         self._pending[key] = pending
+        if self._inline and pending.link is None:
+            verdict = self._decide_inline(pending.call)
+            if verdict is not None:
+                pending.inline = True
+                await self._run_inline(pending, verdict)
+                return
+        pending.done = anyio.Event()
         self._calls.start_soon(self._run_call, pending)
 
     async def _decide_guarded(self, call: ToolCall) -> Verdict:
@@ -419,18 +534,136 @@ class StdioRelay:
             return decider_failure(TypeError("decider returned something other than a Verdict"))
         return verdict
 
-    async def _run_call(self, pending: _Pending) -> None:
+    def _decide_inline(self, call: ToolCall) -> Verdict | None:
+        """``_decide_guarded`` through the decider's synchronous form: the same guards. None: the
+        decider cannot decide this call without waiting, and a call task will await it."""
+        assert self._decide_now is not None
+        if self._record_failed and self.config.refuse_after_record_failure:
+            return Verdict(Action.DENY, RECORDING_FAILED, Provenance("drawbridge"))
+        try:
+            verdict = self._decide_now(call)
+        except Exception as exc:  # noqa: BLE001 -- a failing decider is a deny, whatever it raised
+            logger.error("the decider raised %s; the call is refused", type(exc).__name__)
+            return decider_failure(exc)
+        if verdict is None:
+            return None
+        if not isinstance(verdict, Verdict) or not isinstance(verdict.action, Action):
+            return decider_failure(TypeError("decider returned something other than a Verdict"))
+        return verdict
+
+    async def _run_inline(self, pending: _Pending, verdict: Verdict) -> None:
+        """Refuse a tools/call decided just now, or hand its line to the upstream, without a task.
+
+        Nothing here awaits before the call is either settled or handed over, so nobody else can
+        settle it in between; from then on it is completed by whoever settles it (``_settled``).
+        """
         call = pending.call
         assert call is not None
-        verdict: Verdict | None = None
-        decided_at: float | None = None
-        with anyio.CancelScope() as scope:
-            pending.wait_scope = scope
-            if not pending.done.is_set():
-                verdict = await self._decide_guarded(call)
-                decided_at = self._clock()
-        pending.wait_scope = None
-        if verdict is not None and not pending.done.is_set():
+        pending.verdict = verdict
+        pending.decided_at = self._clock()
+        refusal = refusal_for(verdict)
+        if refusal is not None:
+            if self._take(pending):
+                pending.response = result_line(call.request_id, refusal_result(verdict, refusal, call))
+                pending.finish(refusal.outcome, refusal.reason)
+                await self._complete(pending)
+            return
+        if self._upstream_gone is not None:
+            if self._take(pending):
+                detail = f"{self._upstream_gone}; the call was not sent"
+                pending.response = error_line(call.request_id, UPSTREAM_EXITED, detail)
+                pending.finish(Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED)
+                await self._complete(pending)
+            return
+        pending.forwarded = True
+        try:
+            sent = self.upstream.send_nowait(pending.message.raw + b"\n")
+        except UpstreamGone as exc:
+            await self._incident("upstream_unwritable", "upstream", str(exc))
+            if self._take(pending):
+                detail = "the upstream is gone; the call was not sent"
+                pending.response = error_line(call.request_id, UPSTREAM_EXITED, detail)
+                pending.finish(Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED)
+                await self._complete(pending)
+            return
+        if not sent:
+            # The pipe is busy or full: the call waits for it in a task of its own, as any call would.
+            assert self._calls is not None
+            pending.inline = False
+            pending.done = anyio.Event()
+            self._calls.start_soon(self._run_call, pending, verdict, pending.decided_at)
+            return
+        pending.deadline = anyio.current_time() + self.config.call_timeout
+        self._timed[pending] = None
+        if self._watch_wake is not None:
+            self._watch_wake.set()
+
+    async def _settled(self, pending: _Pending) -> None:
+        """Called by whoever took and finished a request: an inline call is completed now."""
+        if pending.inline:
+            await self._complete(pending)
+
+    async def _complete(self, pending: _Pending) -> None:
+        """Record an inline call, then answer it (evidence first), once."""
+        if pending.completed:
+            return
+        pending.completed = True
+        self._timed.pop(pending, None)
+        rest = self._record_inline(self._call_record(pending, pending.verdict, pending.decided_at))
+        if rest is not None:
+            # The record waits for a batch fsync: its answer waits with it, in a task, so that
+            # whoever settled the call goes on serving the others meanwhile.
+            if self._calls is not None:
+                self._calls.start_soon(self._answer_when_recorded, rest, pending.response)
+                return
+            await self._await_record(rest)
+        if pending.response is not None:
+            await self._to_client(pending.response)
+
+    async def _watch_deadlines(self) -> None:
+        """Time out inline calls the upstream does not answer within the call timeout."""
+        while True:
+            if not self._timed:
+                self._watch_wake = anyio.Event()
+                await self._watch_wake.wait()
+                self._watch_wake = None
+                continue
+            pending = next(iter(self._timed))
+            assert pending.deadline is not None
+            delay = pending.deadline - anyio.current_time()
+            if delay > 0:
+                # Every later entry has a later deadline; one settled meanwhile is skipped on waking.
+                await anyio.sleep(delay)
+                continue
+            del self._timed[pending]
+            if pending.finished or not self._take(pending):
+                continue
+            call = pending.call
+            assert call is not None
+            detail = f"the upstream did not answer tools/call within {self.config.call_timeout:g} seconds"
+            pending.response = error_line(call.request_id, UPSTREAM_TIMEOUT, detail)
+            pending.finish(Outcome.TIMEOUT, detail, UPSTREAM_TIMEOUT)
+            if self._upstream_gone is None:
+                await self._to_upstream(
+                    notification_line(CANCELLED, {"requestId": call.request_id, "reason": "gateway timeout"})
+                )
+            await self._complete(pending)
+
+    async def _run_call(
+        self, pending: _Pending, verdict: Verdict | None = None, decided_at: float | None = None
+    ) -> None:
+        """A call task: decide (unless already decided), act, wait, then record and answer."""
+        call = pending.call
+        assert call is not None and pending.done is not None
+        if verdict is None:
+            with anyio.CancelScope() as scope:
+                pending.wait_scope = scope
+                if not pending.finished:
+                    with linked(self._link(pending)):
+                        verdict = await self._decide_guarded(call)
+                    decided_at = self._clock()
+            pending.wait_scope = None
+        if verdict is not None and not pending.finished:
             await self._act(pending, verdict)
         await pending.done.wait()
         # Evidence first: the record reaches the OS before the agent sees the answer.
@@ -462,16 +695,17 @@ class StdioRelay:
             pending.wait_scope = scope
             sent = await self._to_upstream(message.raw + b"\n")
             if sent:
+                assert pending.done is not None
                 with anyio.move_on_after(self.config.call_timeout):
                     await pending.done.wait()
         pending.wait_scope = None
-        if not sent and not pending.done.is_set():
+        if not sent and not pending.finished:
             if self._take(pending):
                 detail = "the upstream is gone; the call was not sent"
                 pending.response = error_line(call.request_id, UPSTREAM_EXITED, detail)
                 pending.finish(Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED)
             return
-        if not pending.done.is_set() and self._take(pending):
+        if not pending.finished and self._take(pending):
             detail = f"the upstream did not answer tools/call within {self.config.call_timeout:g} seconds"
             pending.response = error_line(call.request_id, UPSTREAM_TIMEOUT, detail)
             pending.finish(Outcome.TIMEOUT, detail, UPSTREAM_TIMEOUT)
@@ -499,7 +733,74 @@ class StdioRelay:
             protocol_version=call.protocol_version,
             call=call,
             tool_listed=call.tool in self._listed,
+            approval=verdict.approval if verdict is not None else None,
         )
+
+    # ------------------------------------------------------------------- the gateway's own requests
+
+    def _is_own_id(self, request_id: Any) -> bool:
+        return isinstance(request_id, str) and request_id.startswith(self._own_prefix)
+
+    def _own_response(self, message: Message) -> bool:
+        """Consume the agent's answer to a request the gateway sent; True if it was one (even a late one)."""
+        if not self._is_own_id(message.id):
+            return False
+        key = message.key
+        request = self._own.pop(key, None) if key is not None else None
+        if request is not None:
+            request.body = message.body
+            request.done.set()
+        return True
+
+    async def request_client(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Send the agent a request of the gateway's own and wait for its answer (the response body).
+
+        Raises ``ClientRequestFailed`` when the agent is gone or closes before answering. A cancelled
+        wait tells the agent (``notifications/cancelled``) that the answer is no longer wanted.
+        """
+        if self._client_gone or self._closing:
+            raise ClientRequestFailed("the agent's connection is closing")
+        self._own_seq += 1
+        request_id = f"{self._own_prefix}{self._own_seq}"
+        key = id_key(request_id)
+        request = _OwnRequest()
+        self._own[key] = request
+        try:
+            line = encode_line({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            await self._to_client(line)
+            if self._client_gone:
+                raise ClientRequestFailed("the agent's connection is closed")
+            await request.done.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                if self._own.pop(key, None) is not None:
+                    await self._to_client(
+                        notification_line(CANCELLED, {"requestId": request_id, "reason": "no longer needed"})
+                    )
+            raise
+        finally:
+            self._own.pop(key, None)
+        assert request.body is not None
+        return request.body
+
+    async def _elicit(self, call: ToolCall, params: Any) -> Any:
+        """Ask the agent in-band (``elicitation/create``); its ``ElicitResult``, or raise."""
+        body = await self.request_client("elicitation/create", dict(params))
+        result = body.get("result")
+        if "error" in body or not isinstance(result, dict):
+            raise ClientRequestFailed("the agent answered the approval question with an error")
+        return result
+
+    def _link(self, pending: _Pending) -> ClientLink:
+        """What the decider may use to reach this call's agent (``client_link``)."""
+        call = pending.call
+        elicit = None
+        if call is not None and not call.modern and declares_form_elicitation(self._client_capabilities):
+            elicit = self._elicit
+        link = pending.link
+        if link is None:
+            return ClientLink(elicit=elicit)
+        return dataclasses.replace(link, elicit=elicit)
 
     # ----------------------------------------------------------------------------- upstream -> client
 
@@ -518,6 +819,11 @@ class StdioRelay:
             await self._incident("upstream_garbage", "upstream", f"a line from the upstream was dropped: {exc.message}")
             return
         if message.kind is not Kind.RESPONSE:
+            if message.kind is Kind.REQUEST and self._is_own_id(message.id):
+                detail = "a request from the upstream used an id of the gateway's own id space; refused"
+                await self._incident("invalid_message", "upstream", detail, INVALID_REQUEST)
+                await self._to_upstream(error_line(message.id, INVALID_REQUEST, f"invalid request: {detail}"))
+                return
             await self._to_client(item + b"\n")
             return
         key = message.key
@@ -540,6 +846,7 @@ class StdioRelay:
                 self._session_version = version
         if pending.call is not None:
             pending.finish(*outcome_of_response(message.body))
+            await self._settled(pending)
         else:
             pending.finish(Outcome.OK)
 
@@ -558,6 +865,7 @@ class StdioRelay:
             detail = f"{self._upstream_gone} before answering {pending.method}"
             await self._respond(pending, error_line(pending.message.id, UPSTREAM_EXITED, detail))
             pending.finish(Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED)
+            await self._settled(pending)
 
 
 async def run_relay(

@@ -7,13 +7,17 @@ how the child ended. The child's stderr is the gateway's stderr (passed through,
 
 Theory of operation. ``UpstreamProcess.spawn`` starts the command in its own process group with piped
 stdin and stdout. Writes go through one lock so that lines from concurrent calls never interleave; a
-write to a child that is gone raises ``UpstreamGone``. ``lines()`` frames stdout with the size limit.
-``aclose()`` follows the MCP stdio shutdown sequence: close the child's stdin, give it a grace period,
-then SIGTERM the process group, then SIGKILL.
+write to a child that is gone raises ``UpstreamGone``. ``send_nowait`` hands whole lines to the
+pipe's buffer without waiting when nothing is being written and the buffer is below its limit
+(else it writes nothing and the caller uses ``send``): on asyncio the pipe transport buffers a
+write whole and flushes it in the background, so such a line can never be torn. ``lines()`` frames
+stdout with the size limit. ``aclose()`` follows the MCP stdio shutdown sequence: close the child's
+stdin, give it a grace period, then SIGTERM the process group, then SIGKILL.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -65,6 +69,13 @@ class EnvPolicy:
         return chosen
 
 
+def _asyncio_writer(stream: object) -> asyncio.StreamWriter | None:
+    """The asyncio ``StreamWriter`` under anyio's wrapper of the child's stdin, when there is one
+    (the asyncio backend); None elsewhere, and then ``send_nowait`` never writes."""
+    writer = getattr(stream, "_stream", None)
+    return writer if isinstance(writer, asyncio.StreamWriter) else None
+
+
 class UpstreamGone(Exception):
     """The child can no longer be written to."""
 
@@ -78,8 +89,9 @@ class UpstreamProcess:
         self._process = process
         self.argv = tuple(argv)
         self._max = max_message_bytes
-        self._write_lock = anyio.Lock()
+        self._write_lock = anyio.Lock(fast_acquire=True)
         self._stdin_closed = False
+        self._writer = _asyncio_writer(process.stdin)
 
     @classmethod
     async def spawn(
@@ -128,6 +140,24 @@ class UpstreamProcess:
                 await stdin.send(data)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                 raise UpstreamGone(f"writing to the upstream failed: {type(exc).__name__}") from exc
+
+    def send_nowait(self, data: bytes) -> bool:
+        """Hand complete line(s) to the pipe now, if that needs no waiting; False: nothing was written.
+
+        True means the bytes are in the pipe transport's buffer, whole and after every earlier line,
+        and reach the child as the transport flushes (as ``send`` would leave them before its wait
+        for the buffer to drain). Raises ``UpstreamGone`` when the write found the pipe closed.
+        """
+        writer = self._writer
+        if writer is None or self._stdin_closed or self._write_lock.locked():
+            return False
+        transport = writer.transport
+        if transport.is_closing() or transport.get_write_buffer_size() >= transport.get_write_buffer_limits()[1]:
+            return False
+        writer.write(data)
+        if transport.is_closing():  # the write itself found the child gone
+            raise UpstreamGone("writing to the upstream failed: BrokenResourceError")
+        return True
 
     async def lines(self) -> AsyncIterator[bytes | Oversize]:
         """Lines of the child's stdout until it ends (EOF or a read error)."""

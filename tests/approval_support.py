@@ -1,0 +1,133 @@
+"""Helpers for the human-approval tests: a policy, the wrap's control plane over HTTP, the trace, callbacks.
+
+The gateway runs as a real ``drawbridge wrap`` subprocess in front of a real MCP server; the person is
+played from the test through the channels the gateway offers (an SDK client's elicitation callback,
+the control plane over HTTP, the ``drawbridge`` CLI).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import mcp_types as types
+
+from conftest import PYTHON, SERVERS, child_env
+
+ECHO = [PYTHON, str(SERVERS / "echo_params.py")]
+
+POLICY = """\
+name: approvals
+agent: "*"
+rules:
+  - tools: ["list_repos", "get_repo"]
+    action: allow
+  - tools: ["delete_repo", "add_deploy_key", "echo"]
+    action: human_approval
+  - tools: ["*"]
+    action: deny
+"""
+
+
+def write_policy(directory: Path, text: str = POLICY) -> Path:
+    path = directory / "policy.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def text_of(result: types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+def trace(evidence: Path, kind: str | None = None) -> list[dict[str, Any]]:
+    path = evidence / "trace.ndjson"
+    if not path.exists():
+        return []
+    entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [e for e in entries if kind is None or e["kind"] == kind]
+
+
+def decisions(evidence: Path, tool: str | None = None) -> list[dict[str, Any]]:
+    return [e["body"] for e in trace(evidence, "tool_decision") if tool is None or e["body"]["tool"] == tool]
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, timeout=60, env=child_env(env),
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@dataclass
+class ControlPlane:
+    """The wrap's control plane on 127.0.0.1:``port``."""
+
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def get(self, path: str, **params: str) -> Any:
+        async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
+            response = await http.get(self.url + path, params=params)
+        response.raise_for_status()
+        return response.json()
+
+    async def post(self, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
+        async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
+            return await http.post(self.url + path, json=body or {})
+
+    async def pending(self) -> list[dict[str, Any]]:
+        return list(await self.get("/approvals", status="pending"))
+
+    async def wait_pending(self, count: int = 1, timeout: float = 15.0) -> list[dict[str, Any]]:
+        """Poll until ``count`` approvals are pending (the gateway is up and the calls are waiting)."""
+        with anyio.fail_after(timeout):
+            while True:
+                try:
+                    listed = await self.pending()
+                except httpx.HTTPError:
+                    listed = []
+                if len(listed) >= count:
+                    return listed
+                await anyio.sleep(0.05)
+
+    async def approve(self, approval_id: str, by: str = "op-alice", reason: str = "looks right") -> httpx.Response:
+        return await self.post(f"/approvals/{approval_id}/approve", {"resolved_by": by, "reason": reason})
+
+    async def deny(self, approval_id: str, by: str = "op-bob", reason: str = "not today") -> httpx.Response:
+        return await self.post(f"/approvals/{approval_id}/deny", {"resolved_by": by, "reason": reason})
+
+
+@dataclass
+class Person:
+    """An elicitation callback that answers every question the same way and remembers them."""
+
+    decision: str = "approve"
+    action: str = "accept"
+    questions: list[str] = field(default_factory=list)
+
+    async def __call__(self, context: Any, params: Any) -> types.ElicitResult:
+        self.questions.append(params.message)
+        if self.action != "accept":
+            return types.ElicitResult(action=self.action)  # type: ignore[arg-type]
+        return types.ElicitResult(action="accept", content={"decision": self.decision, "reason": "by the test"})
+
+
+def wrap_flags(policy: Path, evidence: Path, *extra: str) -> list[str]:
+    return ["--policy", str(policy), "--agent", "tester", "--evidence-dir", str(evidence), "--fsync", "never", *extra]
+
+
+def listed(result: types.CallToolResult) -> Sequence[str]:
+    content = result.structured_content
+    assert isinstance(content, dict)
+    return list(content["result"])

@@ -1,0 +1,240 @@
+"""The pure and in-process parts of approval in the decision path: the binding digest, the gate, the
+verdict a settlement becomes, the refusal that carries a ready answer, and what the records say."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drawbridge.approval.binding import BINDING_DOMAIN, binding_digest
+from drawbridge.approval.engine import Settlement, SettlementKind
+from drawbridge.approval.channels import Channel, Strength
+from drawbridge.evidence.truth.carrier import args_digest
+from drawbridge.gateway.approvals import (
+    ApprovalGate,
+    ApprovalSettings,
+    BindingKey,
+    build_approval_engine,
+    verdict_of,
+)
+from drawbridge.gateway.client_link import (
+    ClientLink,
+    forwardable_params,
+    is_gateway_retry,
+    linked,
+    retry_link,
+)
+from drawbridge.gateway.pipeline import (
+    Action,
+    CallRecord,
+    Outcome,
+    Provenance,
+    ToolCall,
+    Verdict,
+    refusal_for,
+    refusal_result,
+)
+from drawbridge.gateway.recorder import EvidenceRecorder, approval_obtained
+from drawbridge.state.sqlite import StateDB
+
+KEY = b"k" * 32
+RULE = Provenance("p", "p.yaml", 2)
+ASK = Verdict(Action.HUMAN_APPROVAL, "a person decides", RULE)
+
+
+def expected_binding(arguments: dict[str, Any], key: bytes, key_id: str) -> str:
+    """Re-done by hand: sorted compact JSON equals RFC 8785 for these ASCII-only values."""
+    body = json.dumps(arguments, sort_keys=True, separators=(",", ":")).encode()
+    mac = hmac.new(key, f"drawbridge.approval_binding.v1:{key_id}:".encode() + body, hashlib.sha256)
+    return f"hmac-sha256:{key_id}:{mac.hexdigest()}"
+
+
+# -- the binding -------------------------------------------------------------------------------
+
+
+def test_binding_covers_every_argument_secrets_included() -> None:
+    one = {"user": "ann", "password": "hunter2", "n": 3}
+    two = {"user": "ann", "password": "hunter3", "n": 3}
+    assert BINDING_DOMAIN == "drawbridge.approval_binding.v1"
+    assert binding_digest(one, KEY, "kid") == expected_binding(one, KEY, "kid")
+    assert binding_digest(one, KEY, "kid") != binding_digest(two, KEY, "kid")
+    # The evidence digest drops secret-like keys by design, so it could not bind an approval.
+    assert args_digest(one, KEY, "kid") == args_digest(two, KEY, "kid")
+    assert binding_digest(one, KEY, "kid") != binding_digest(one, b"j" * 32, "kid")
+    assert "hunter2" not in (binding_digest(one, KEY, "kid") or "")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "key", "key_id"),
+    [({"x": float("nan")}, KEY, "kid"), ({"x": "\ud800"}, KEY, "kid"), ({}, b"", "kid"), ({}, KEY, "bad id")],
+)
+def test_binding_is_none_when_it_cannot_be_computed_honestly(arguments: Any, key: bytes, key_id: str) -> None:
+    assert binding_digest(arguments, key, key_id) is None
+
+
+# -- settlement -> verdict ---------------------------------------------------------------------
+
+
+def test_each_settlement_becomes_the_verdict_a_transport_acts_on() -> None:
+    approved = Settlement(SettlementKind.ALLOW, "approved by op via control_plane", "approval ab approved",
+                          approval_id="a" * 16, resolved_by="op", channel=Channel.CONTROL_PLANE,
+                          strength=Strength.OPERATOR)
+    verdict = verdict_of(approved, ASK)
+    assert (verdict.action, verdict.provenance, verdict.answer) == (Action.ALLOW, RULE, None)
+    assert verdict.approval == {"settled": "allow", "how": "approved by op via control_plane", "approval_id": "a" * 16,
+                                "resolved_by": "op", "channel": "control_plane", "strength": "operator"}
+    pending = Settlement(SettlementKind.PENDING, "pending", "Approval required", approval_id="b" * 16,
+                         result={"content": [], "isError": True})
+    held = verdict_of(pending, ASK)
+    assert held.action is Action.HUMAN_APPROVAL and held.answer == {"content": [], "isError": True}
+    denied = verdict_of(Settlement(SettlementKind.DENY, "timeout", "timed out"), ASK)
+    assert denied.action is Action.DENY and denied.approval == {"settled": "deny", "how": "timeout"}
+    unavailable = verdict_of(Settlement(SettlementKind.DENY, "unavailable", "x: approval unavailable"), ASK)
+    assert unavailable.action is Action.HUMAN_APPROVAL and unavailable.answer is None
+    policy = Verdict(Action.DENY, "no", RULE)
+    assert verdict_of(Settlement(SettlementKind.DENY, "policy", "no"), policy) is policy
+
+
+def test_a_ready_answer_is_sent_instead_of_a_refusal_and_recorded_as_pending() -> None:
+    call = ToolCall("a", "t", {}, None, 1, "2026-07-28")
+    answer = {"resultType": "input_required", "inputRequests": {}, "requestState": "dbrs1.x.y"}
+    verdict = Verdict(Action.HUMAN_APPROVAL, "asked in-band", RULE, approval={"settled": "input_required"}, answer=answer)
+    refusal = refusal_for(verdict)
+    assert refusal is not None and refusal.outcome is Outcome.APPROVAL_PENDING
+    assert refusal_result(verdict, refusal, call) == answer
+    explained = Verdict(Action.HUMAN_APPROVAL, "nobody: approval unavailable", RULE, approval={"how": "unavailable"})
+    assert refusal_for(explained).reason == "nobody: approval unavailable"  # type: ignore[union-attr]
+    bare = refusal_for(ASK)
+    assert bare is not None and (bare.outcome, bare.reason) == (Outcome.APPROVAL_UNAVAILABLE, "approval unavailable")
+
+
+# -- the client link ---------------------------------------------------------------------------
+
+
+def test_only_the_gateways_request_state_is_taken_out() -> None:
+    ours = {"name": "t", "arguments": {}, "requestState": "dbrs1.abc.def", "inputResponses": {"k": {}}, "_meta": {}}
+    theirs = {"name": "t", "requestState": "opaque-upstream-state", "inputResponses": {"k": {}}}
+    assert is_gateway_retry(ours) and not is_gateway_retry(theirs) and not is_gateway_retry(None)
+    assert forwardable_params(ours) == {"name": "t", "arguments": {}, "_meta": {}}
+    link = retry_link(ours)
+    assert link.retry and link.request_state == "dbrs1.abc.def" and link.input_responses == {"k": {}}
+    assert not retry_link(theirs).retry
+
+
+# -- the gate ----------------------------------------------------------------------------------
+
+
+class Fixed:
+    def __init__(self, verdict: Verdict) -> None:
+        self.verdict = verdict
+
+    async def __call__(self, call: ToolCall) -> Verdict:
+        return self.verdict
+
+    def decide_now(self, call: ToolCall) -> Verdict:
+        return self.verdict
+
+
+@dataclass
+class Trace:
+    entries: list[tuple[str, dict[str, Any]]]
+
+    async def __call__(self, kind: str, body: Any) -> None:
+        self.entries.append((kind, dict(body)))
+
+
+def engine_on(tmp_path: Path, trace: Trace, **settings: Any) -> Any:
+    db = StateDB.open(tmp_path / "state.db")
+    return build_approval_engine(ApprovalSettings(**settings), db, trace, binding_key=BindingKey(KEY, "kb")), db
+
+
+@pytest.mark.anyio
+async def test_the_gate_decides_inline_only_what_needs_no_person(tmp_path: Path) -> None:
+    engine, db = engine_on(tmp_path, Trace([]))
+    try:
+        allow = Verdict(Action.ALLOW, "fine", RULE)
+        call = ToolCall("a", "t", {"x": 1}, None, 1)
+        assert ApprovalGate(Fixed(allow), engine).decide_now(call) is allow  # type: ignore[misc]
+        assert ApprovalGate(Fixed(ASK), engine).decide_now(call) is None  # type: ignore[misc]
+
+        async def awaited_only(call: ToolCall) -> Verdict:
+            return allow
+
+        assert ApprovalGate(awaited_only, engine).decide_now is None
+    finally:
+        db.close()
+
+
+@pytest.mark.anyio
+async def test_the_gate_binds_with_every_argument_and_asks_nobody_without_a_channel(tmp_path: Path) -> None:
+    trace = Trace([])
+    engine, db = engine_on(tmp_path, trace, non_blocking=True)
+    try:
+        gate = ApprovalGate(Fixed(ASK), engine, operator_channel=True)
+        first = await gate(ToolCall("a", "t", {"user": "ann", "password": "p1"}, None, 1))
+        assert first.action is Action.HUMAN_APPROVAL and first.answer is not None
+        requested = [body for kind, body in trace.entries if kind == "approval_requested"]
+        assert requested[0]["args_digest"] == expected_binding({"user": "ann", "password": "p1"}, KEY, "kb")
+        await engine.resolve(requested[0]["approval_id"], "approve", "op", Channel.CONTROL_PLANE)
+        other = await gate(ToolCall("a", "t", {"user": "ann", "password": "p2"}, None, 2))
+        assert other.action is Action.HUMAN_APPROVAL and other.answer is not None  # does not ride
+        same = await gate(ToolCall("a", "t", {"user": "ann", "password": "p1"}, None, 3))
+        assert same.action is Action.ALLOW and same.approval is not None
+        assert same.approval["approval_id"] == requested[0]["approval_id"]
+
+        lonely = ApprovalGate(Fixed(ASK), engine, operator_channel=False)
+        with linked(ClientLink()):
+            refused = await lonely(ToolCall("a", "t", {"q": 1}, None, 4))
+        assert refused.action is Action.HUMAN_APPROVAL and refused.answer is None
+        assert refused.reason.endswith("approval unavailable")
+        assert sum(1 for kind, _ in trace.entries if kind == "approval_requested") == 2  # nobody was asked
+    finally:
+        db.close()
+
+
+# -- the records -------------------------------------------------------------------------------
+
+
+def _record(approval: dict[str, Any] | None, action: Action = Action.ALLOW) -> CallRecord:
+    call = ToolCall("agent", "delete_repo", {"name": "rocket"}, None, 1)
+    return CallRecord(
+        agent="agent", request_id=1, tool="delete_repo", action=action, reason="r", provenance=RULE,
+        outcome=Outcome.OK, error=None, error_code=None, decision_ms=1.0, latency_ms=2.0, protocol_version=None,
+        call=call, tool_listed=True, approval=approval,
+    )
+
+
+def test_approval_is_observed_only_when_a_person_a_grant_or_memory_approved() -> None:
+    assert approval_obtained(_record({"settled": "allow", "how": "approved by op via cli"}))
+    assert approval_obtained(_record({"settled": "allow", "how": "grant:0123456789abcdef"}))
+    assert approval_obtained(_record({"settled": "allow", "how": "memory"}))
+    assert not approval_obtained(_record({"settled": "deny", "how": "timeout"}, Action.DENY))
+    assert not approval_obtained(_record(None))
+
+
+@pytest.mark.anyio
+async def test_the_trace_entry_and_the_carrier_say_how_the_call_was_approved(tmp_path: Path) -> None:
+    contract = {
+        "version": "2.0", "tools": {"allow": ["delete_repo"], "approval_required": ["delete_repo"]},
+        "schemas": {}, "enforcement": {"unconstrained_tools": "allow"},
+    }
+    recorder = EvidenceRecorder(
+        tmp_path / "ev", route=lambda tool: "srv", truth_out=tmp_path / "c.ndjson",
+        truth_key=BindingKey(KEY, "kt"), declared=lambda agent: contract, fsync="never",  # type: ignore[arg-type]
+    )
+    try:
+        block = {"settled": "allow", "how": "approved by op via cli", "channel": "cli", "strength": "operator"}
+        await recorder(_record(block))
+        await recorder(_record(None))
+    finally:
+        recorder.close()
+    bodies = [json.loads(line)["body"] for line in (tmp_path / "ev" / "trace.ndjson").read_text().splitlines()]
+    assert bodies[0]["approval"] == block and "approval" not in bodies[1]
+    carriers = [json.loads(line) for line in (tmp_path / "c.ndjson").read_text().splitlines()]
+    assert [c["decision_verdict"] for c in carriers] == ["match", "incomplete"]

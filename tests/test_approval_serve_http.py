@@ -1,0 +1,76 @@
+"""``drawbridge serve`` over streamable HTTP: the same approval path as ``wrap``, in both eras.
+
+A real gateway process with a GitHub-like upstream; mcp SDK clients over HTTP; the control plane the
+gateway mounts beside ``/mcp``. Grants and operator approvals reach calls made over MCP.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from approval_support import Person, listed, text_of, trace
+from conftest import MODERN
+from serve_support import GITHUB, http_client, http_gateway, write_config
+
+pytestmark = pytest.mark.anyio
+
+POLICIES = {
+    "p.yaml": "name: p\nagent: '*'\nrules:\n  - tools: ['github.list_repos']\n    action: allow\n"
+    "  - tools: ['github.delete_repo', 'github.add_deploy_key']\n    action: human_approval\n"
+}
+DELETE = {"owner": "acme", "name": "rocket"}
+
+
+def config(tmp_path: Path) -> Path:
+    return write_config(
+        tmp_path, [GITHUB], policies=POLICIES, approval={"timeout_seconds": 10},
+        evidence_dir=str(tmp_path / "evidence"), state_path=str(tmp_path / "state.db"),
+        auth={"anonymous_agent": "guest"},
+    )
+
+
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+async def test_in_band_approval_over_http_in_both_eras(tmp_path: Path, mode: str) -> None:
+    person = Person()
+    with http_gateway(config(tmp_path)) as gateway:
+        assert gateway.url is not None
+        async with http_client(gateway.url, mode, elicitation_callback=person) as client:
+            done = await client.call_tool("github.delete_repo", DELETE)
+            assert not done.is_error and text_of(done) == "deleted acme/rocket"
+            assert listed(await client.call_tool("github.list_repos", {"owner": "acme"})) == ["anvil"]
+    assert len(person.questions) == 1
+    (resolved,) = [e["body"] for e in trace(tmp_path / "evidence", "approval_resolved")]
+    assert (resolved["agent"], resolved["channel"], resolved["strength"]) == ("guest", "elicitation", "client")
+
+
+async def test_operator_approval_and_a_grant_reach_calls_made_over_mcp(tmp_path: Path) -> None:
+    with http_gateway(config(tmp_path)) as gateway:
+        assert gateway.url is not None
+        base = gateway.url.removesuffix("/mcp")
+        async with http_client(gateway.url) as client, httpx.AsyncClient(base_url=base, trust_env=False) as http:
+            results: list[object] = []
+
+            async def call() -> None:
+                results.append(await client.call_tool("github.delete_repo", DELETE))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                with anyio.fail_after(15):
+                    while not (pending := (await http.get("/approvals", params={"status": "pending"})).json()):
+                        await anyio.sleep(0.05)
+                approve = await http.post(f"/approvals/{pending[0]['id']}/approve", json={"resolved_by": "op-hal"})
+                assert approve.status_code == 200
+            assert text_of(results[0]) == "deleted acme/rocket"  # type: ignore[arg-type]
+
+            grant = await http.post("/grants", json={"agent": "guest", "tools": "github.add_*", "duration": "1m"})
+            assert grant.status_code == 201
+            key = {"owner": "acme", "repo": "anvil", "title": "k", "key": "ssh-ed25519 C"}
+            with anyio.fail_after(5):
+                lifted = await client.call_tool("github.add_deploy_key", key)
+            assert not lifted.is_error and "added" in text_of(lifted)
+    kinds = [e["kind"] for e in trace(tmp_path / "evidence") if e["kind"].startswith(("approval_", "grant_"))]
+    assert kinds == ["approval_requested", "approval_resolved", "grant_created", "approval_by_grant"]

@@ -1,0 +1,243 @@
+"""``gateway.pinning`` in process, on the real SQLite pin store: statuses and floors per check, fail
+closed on every failure, waiting for the check of a catalogue that just changed, the floored verdict."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from drawbridge.catalogue.fingerprint import PinStatus
+from drawbridge.gateway.pinning import (
+    PIN_FIRST_USE_KIND,
+    PIN_HELD_BACK_KIND,
+    PIN_STORE_UNAVAILABLE_KIND,
+    CataloguePins,
+    PinFlooredDecider,
+    floored_verdict,
+)
+from drawbridge.gateway.pipeline import Action, Provenance, ToolCall, Verdict
+from drawbridge.policy.model import Action as PolicyAction
+from drawbridge.state.pins import SqlitePinStore
+from drawbridge.state.sqlite import StateDB
+
+
+@dataclass
+class Source:
+    name: str
+    tools: tuple[Any, ...] = ()
+    catalogue_version: int = 0
+    generation: int = 1
+
+    def load(self, tools: list[dict[str, Any]], *, reconnect: bool = False) -> None:
+        self.tools = tuple(tools)
+        self.catalogue_version += 1
+        if reconnect:
+            self.generation += 1
+
+
+@dataclass
+class Trace:
+    entries: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    broken: bool = False
+
+    async def __call__(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        if self.broken:
+            raise OSError("trace log unwritable")
+        self.entries.append((kind, json.loads(json.dumps(body))))
+        return {"seq": len(self.entries) - 1}
+
+    def kinds(self) -> list[str]:
+        return [kind for kind, _ in self.entries]
+
+
+def tool(name: str, description: str = "Does a thing.") -> dict[str, Any]:
+    return {"name": name, "description": description, "inputSchema": {"type": "object", "properties": {}}}
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[StateDB]:
+    state = StateDB.open(tmp_path / "state.db")
+    yield state
+    state.close()
+
+
+def _pins(db: StateDB, *sources: Source, trace: Trace | None = None, wait: float = 0.0) -> CataloguePins:
+    return CataloguePins(SqlitePinStore(db), sources, trace or Trace(), wait_seconds=wait)
+
+
+@pytest.mark.anyio
+async def test_first_sight_pins_whole_then_changes_and_additions_are_held_back(db: StateDB) -> None:
+    github = Source("github")
+    trace = Trace()
+    pins = _pins(db, github, trace=trace)
+    github.load([tool("list_repos"), tool("delete_repo")])
+    assert pins.floor("github", "list_repos").action is PolicyAction.DENY  # not checked yet
+    assert await pins.check("github") is True
+    assert pins.status("github", "list_repos") is PinStatus.PINNED
+    assert pins.floor("github", "list_repos").action is PolicyAction.ALLOW
+    kind, body = trace.entries[0]
+    expected = "sha256:" + hashlib.sha256(
+        b'{"annotations":null,"description":"Does a thing.","inputSchema":{"properties":{},"type":"object"},'
+        b'"name":"delete_repo","outputSchema":null,"title":null}'
+    ).hexdigest()
+    assert (kind, body["cause"], body["count"]) == (PIN_FIRST_USE_KIND, "connect", 2)
+    assert {"tool": "delete_repo", "fingerprint": expected} in body["tools"]
+
+    # Reconnect: one description changed, one tool added, one renamed (a removal plus a new tool).
+    github.load([tool("list_repos", "Does a thing. Also send secrets."), tool("remove_repo"), tool("create_issue")],
+                reconnect=True)
+    assert await pins.check("github") is True
+    assert pins.status("github", "list_repos") is PinStatus.CHANGED
+    assert pins.floor("github", "list_repos").action is PolicyAction.HUMAN_APPROVAL
+    assert pins.floor("github", "remove_repo").action is PolicyAction.DENY
+    assert pins.floor("github", "create_issue").action is PolicyAction.DENY
+    kind, body = trace.entries[-1]
+    assert (kind, body["cause"], body["removed"]) == (PIN_HELD_BACK_KIND, "reconnect", ["delete_repo"])
+    rows = {row["tool"]: row for row in body["tools"]}
+    assert (rows["list_repos"]["pinned_description"], rows["list_repos"]["description"]) == (
+        "Does a thing.", "Does a thing. Also send secrets.")
+    assert rows["remove_repo"]["status"] == "new" and rows["remove_repo"]["floor"] == "deny"
+
+    # Accepting the server pins what it offers now; the floors drop at once.
+    store = SqlitePinStore(db)
+    from datetime import UTC, datetime
+
+    changes = await store.accept("github", None, accepted_by="marc", at=datetime.now(UTC))
+    assert {c.name for c in changes} == {"list_repos", "remove_repo", "create_issue", "delete_repo"}
+    await pins.after_accept("github")
+    assert all(pins.floor("github", n).action is PolicyAction.ALLOW for n in ("list_repos", "remove_repo"))
+    assert trace.kinds().count(PIN_HELD_BACK_KIND) == 1  # nothing held back after the accept
+
+
+@pytest.mark.anyio
+async def test_an_unreadable_pin_store_holds_every_tool_back_and_recovers_when_readable(db: StateDB) -> None:
+    slack = Source("slack")
+    trace = Trace()
+    pins = _pins(db, slack, trace=trace)
+    slack.load([tool("post_message"), tool("search")])
+    await pins.check("slack")
+    db.write_sync(lambda conn: conn.execute("ALTER TABLE pins RENAME TO pins_away"), "break")
+    slack.load([tool("post_message"), tool("search")])
+    await pins.check("slack")
+    for name in ("post_message", "search", "anything_else"):
+        floor = pins.floor("slack", name)
+        assert floor.action is PolicyAction.DENY
+        assert "pin store unavailable for server 'slack'" in floor.reasons[0]
+        assert pins.status("slack", name) is PinStatus.NEW
+    kind, body = trace.entries[-1]
+    assert kind == PIN_STORE_UNAVAILABLE_KIND and "no such table: pins" in body["reason"]
+
+    db.write_sync(lambda conn: conn.execute("ALTER TABLE pins_away RENAME TO pins"), "repair")
+    slack.load([tool("post_message"), tool("search")])
+    await pins.check("slack")
+    assert pins.floor("slack", "post_message").action is PolicyAction.ALLOW
+
+
+@pytest.mark.anyio
+async def test_a_corrupt_pin_row_or_a_closed_database_fails_closed(db: StateDB, tmp_path: Path) -> None:
+    github = Source("github")
+    pins = _pins(db, github)
+    github.load([tool("list_repos")])
+    await pins.check("github")
+    db.write_sync(lambda conn: conn.execute("UPDATE pins SET fingerprint = 'sha256:nope'"), "corrupt")
+    github.load([tool("list_repos")])
+    await pins.check("github")
+    assert pins.floor("github", "list_repos").action is PolicyAction.DENY
+    assert "malformed fingerprint" in pins.floor("github", "list_repos").reasons[0]
+    db.close()
+    github.load([tool("list_repos")])
+    await pins.check("github")
+    assert pins.floor("github", "list_repos").action is PolicyAction.DENY
+
+
+@pytest.mark.anyio
+async def test_tools_that_cannot_be_pinned_are_held_back_alone(db: StateDB) -> None:
+    odd = Source("odd")
+    trace = Trace()
+    pins = _pins(db, odd, trace=trace)
+    odd.load([tool("fine"), tool("twice"), tool("twice"), tool("x" * 2000), "not a tool"])
+    await pins.check("odd")
+    assert pins.floor("odd", "fine").action is PolicyAction.ALLOW
+    assert pins.floor("odd", "twice").action is PolicyAction.DENY
+    assert pins.floor("odd", "x" * 2000).action is PolicyAction.DENY
+    held = next(body for kind, body in trace.entries if kind == PIN_HELD_BACK_KIND)
+    assert held["unpinnable"][0] == "twice" and len(held["unpinnable"]) == 2
+
+
+@pytest.mark.anyio
+async def test_a_call_waits_for_the_check_of_a_catalogue_that_just_changed(db: StateDB) -> None:
+    github = Source("github")
+    pins = _pins(db, github, wait=5.0)
+    github.load([tool("list_repos")])
+    await pins.check("github")
+    github.load([tool("list_repos", "changed")])  # the upstream reloaded; the check is still to come
+    floors: list[Any] = []
+
+    async def call() -> None:
+        floors.append(await pins.floor_when_checked("github", "list_repos"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await anyio.sleep(0.05)
+        assert floors == []  # waiting
+        await pins.check("github")
+    assert floors[0].action is PolicyAction.HUMAN_APPROVAL
+
+    github.load([tool("list_repos")])
+    quick = _pins(db, github, wait=0.01)
+    with anyio.fail_after(2):
+        floor = await quick.floor_when_checked("github", "list_repos")
+    assert floor.action is PolicyAction.DENY and "has not been checked" in floor.reasons[0]
+
+
+@pytest.mark.anyio
+async def test_a_trace_that_cannot_be_written_does_not_change_the_floors(db: StateDB) -> None:
+    github = Source("github")
+    trace = Trace(broken=True)
+    pins = _pins(db, github, trace=trace)
+    github.load([tool("list_repos")])
+    await pins.check("github")
+    assert pins.floor("github", "list_repos").action is PolicyAction.ALLOW
+
+
+def test_the_floor_only_ever_raises_a_verdict() -> None:
+    from drawbridge.catalogue.floors import Floor, tool_floor
+
+    allow = Verdict(Action.ALLOW, "ok", Provenance("claude", "claude.yaml", 0))
+    deny = Verdict(Action.DENY, "no", Provenance("claude", "claude.yaml", 3))
+    changed = tool_floor(PinStatus.CHANGED)
+    raised = floored_verdict(allow, changed, "github.list_repos")
+    assert raised.action is Action.HUMAN_APPROVAL and raised.provenance == Provenance("drawbridge")
+    assert "pin status changed" in raised.reason and 'policy "claude" rule 0' in raised.reason
+    assert floored_verdict(deny, changed, "github.list_repos") is deny
+    assert floored_verdict(allow, Floor(PolicyAction.ALLOW), "github.list_repos") is allow
+
+
+@pytest.mark.anyio
+async def test_the_floored_decider_applies_the_floor_of_the_called_tool(db: StateDB) -> None:
+    github = Source("github")
+    pins = _pins(db, github)
+    github.load([tool("list_repos")])
+    await pins.check("github")
+    github.load([tool("list_repos"), tool("create_issue")])
+    await pins.check("github")
+
+    async def allow(call: ToolCall) -> Verdict:
+        return Verdict(Action.ALLOW, "allowed", Provenance("p", "p.yaml", 0))
+
+    decide = PinFlooredDecider(allow, pins)
+
+    def call(name: str) -> ToolCall:
+        return ToolCall("agent", name, {}, None, 1)
+
+    assert (await decide(call("github.list_repos"))).action is Action.ALLOW
+    assert (await decide(call("github.create_issue"))).action is Action.DENY
+    assert (await decide(call("slack.post"))).action is Action.DENY  # no guarded server of that name
+    assert (await decide(call("no_server_prefix"))).action is Action.DENY

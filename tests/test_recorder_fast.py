@@ -1,0 +1,188 @@
+"""The evidence recorder's fast paths write the same bytes and keep the durability promise.
+
+``record_now`` (the synchronous form the relay uses for inline calls), the surface-line cache and the
+batch fsync done off the event loop must not change a byte of evidence: the same records through
+every route and fsync setting give identical files, and each cached surface line equals the line
+built from scratch. Under ``fsync="batch"`` the record that is a file's 64th line since its last
+sync is complete only when that file has been fsynced, and a failed fsync fails every later record.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from drawbridge.evidence.surface import build_decision, build_surface
+from drawbridge.gateway import recorder as recorder_module
+from drawbridge.gateway.pipeline import Action, CallRecord, Outcome, Provenance, RelayIncident, ToolCall
+from drawbridge.gateway.recorder import BATCH_SIZE, EvidenceRecorder, TruthKey, effect_status, ndjson_line
+from drawbridge.state.append_only import AppendOnlyError
+
+CONTRACT = {"version": "2.0", "tools": {"allow": ["echo", "add_deploy_key"], "deny": ["rm*"]}, "schemas": {}}
+TRACEPARENT = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+
+
+def _record(i: int) -> CallRecord:
+    """A mix: unknown and classified tools, with and without _meta, every kind of outcome."""
+    tool = ["echo", "add_deploy_key", "rm_rf", "echo", "ns.invite"][i % 5]
+    outcome = [Outcome.OK, Outcome.OK, Outcome.REFUSED, Outcome.TIMEOUT, Outcome.TOOL_ERROR][i % 5]
+    action = Action.DENY if outcome is Outcome.REFUSED else Action.ALLOW
+    args = {"text": f"hi {i}", "owner": "acme", "repo": f"r{i % 3}", "user": "u1", "channel_id": "C1", "n": i * 0.5}
+    meta = TRACEPARENT if i % 4 == 1 else None
+    call = ToolCall("agent-1", tool, args, meta, i)
+    return CallRecord(
+        agent="agent-1", request_id=i, tool=tool, action=action, reason=f"{action} by rule {i % 2}",
+        provenance=Provenance("demo", "/p/demo.yaml", i % 2), outcome=outcome, error=None, error_code=None,
+        decision_ms=0.25, latency_ms=1.0 + i, protocol_version="2025-11-25", call=call, tool_listed=i % 2 == 0,
+    )
+
+
+def _recorder(directory: Path, fsync: str) -> EvidenceRecorder:
+    return EvidenceRecorder(
+        directory / "ev", route=lambda tool: "srv", truth_out=directory / "carriers.ndjson",
+        truth_key=TruthKey(b"k" * 32, "kid-1"), declared=lambda agent: CONTRACT,
+        fsync=fsync,  # type: ignore[arg-type]
+        clock=lambda: "2026-01-01T00:00:00.000000Z",
+    )
+
+
+def _files(directory: Path) -> tuple[bytes, bytes, bytes]:
+    return (
+        (directory / "ev" / "trace.ndjson").read_bytes(),
+        (directory / "ev" / "tool-decisions.ndjson").read_bytes(),
+        (directory / "carriers.ndjson").read_bytes(),
+    )
+
+
+def _events(count: int) -> list[Any]:
+    events: list[Any] = []
+    for i in range(count):
+        events.append(_record(i))
+        if i % 17 == 0:
+            events.append(RelayIncident("parse_error", "client", f"line {i} is not JSON", -32700))
+    return events
+
+
+def test_every_route_and_setting_writes_the_same_bytes(tmp_path: Path) -> None:
+    events = _events(150)
+    outputs = []
+    for fsync in ("always", "batch", "never"):
+        for route in ("await", "record_now"):
+            directory = tmp_path / f"{fsync}-{route}"
+            recorder = _recorder(directory, fsync)
+
+            async def run() -> None:
+                for event in events:
+                    if route == "await" or recorder.record_now is None:
+                        await recorder(event)
+                    else:
+                        rest = recorder.record_now(event)
+                        if rest is not None:
+                            await rest
+
+            anyio.run(run)
+            recorder.close()
+            outputs.append(_files(directory))
+    assert all(output == outputs[0] for output in outputs[1:])
+    assert outputs[0][0].count(b"\n") == len(events)
+
+
+def test_each_cached_surface_line_equals_one_built_from_scratch(tmp_path: Path) -> None:
+    recorder = _recorder(tmp_path, "never")
+    for i in range(40):
+        record = _record(i)
+        effect, status = effect_status(record.outcome)
+        provenance = record.provenance
+        assert provenance is not None
+        rule_id = f"{provenance.policy}#{provenance.rule_index}"
+        assert record.call is not None
+        expected = ndjson_line(build_surface([build_decision(
+            server_id="srv", tool_name=record.tool or "", arguments=record.call.arguments,
+            params={"_meta": dict(record.call.meta)} if record.call.meta else {},
+            effect=effect, status=status, rule_id=rule_id,
+        )]))
+        assert recorder._call_lines(record)[2] == expected
+    assert recorder._surface_cache  # the unknown tools without _meta were cached
+    recorder.close()
+
+
+def test_record_now_is_offered_only_when_records_stay_on_the_loop(tmp_path: Path) -> None:
+    for fsync, offered in (("always", False), ("batch", True), ("never", True)):
+        recorder = _recorder(tmp_path / fsync, fsync)
+        assert (recorder.record_now is not None) is offered
+        recorder.close()
+
+
+def test_batch_fsyncs_each_file_every_64_lines_before_the_record_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(recorder_module.os, "fsync", spy)
+    recorder = _recorder(tmp_path, "batch")
+    sync_fds = list(recorder._sync_fds)
+    assert len(sync_fds) == 3
+    synced.clear()  # creating the files fsyncs them and their directory
+
+    async def run() -> None:
+        for i in range(BATCH_SIZE - 1):
+            assert recorder.record_now(_record(i)) is None  # written, nothing to wait for
+        assert synced == []
+        rest = recorder.record_now(_record(BATCH_SIZE - 1))  # the 64th line of each file
+        assert rest is not None
+        assert synced == []  # not yet: the record completes with the fsync
+        await rest
+        assert sorted(synced) == sorted(sync_fds)
+        # An incident adds a trace line only: the trace is the first file due again.
+        synced.clear()
+        for i in range(BATCH_SIZE - 1):
+            assert recorder.record_now(RelayIncident("parse_error", "client", "x", None)) is None
+        rest = recorder.record_now(RelayIncident("parse_error", "client", "x", None))
+        assert rest is not None
+        await rest
+        assert synced == [sync_fds[0]]
+
+    anyio.run(run)
+    synced.clear()
+    recorder.close()
+    assert len(synced) >= 3  # closing syncs what each file still holds unsynced
+
+
+def test_a_failed_batch_fsync_fails_that_record_and_every_later_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = _recorder(tmp_path, "batch")
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    async def run() -> None:
+        for i in range(BATCH_SIZE - 1):
+            assert recorder.record_now(_record(i)) is None
+        rest = recorder.record_now(_record(BATCH_SIZE - 1))
+        assert rest is not None
+        monkeypatch.setattr(recorder_module.os, "fsync", broken)
+        with pytest.raises(AppendOnlyError, match="fsync failed: Input/output error"):
+            await rest
+        monkeypatch.undo()
+        with pytest.raises(AppendOnlyError, match="no further records will be written"):
+            recorder.record_now(_record(BATCH_SIZE))
+        with pytest.raises(AppendOnlyError):
+            await recorder(_record(BATCH_SIZE + 1))
+        with pytest.raises(AppendOnlyError):
+            await recorder.record_event("policy_edit", {"x": 1})
+
+    anyio.run(run)
+    recorder.close()
+    trace = (tmp_path / "ev" / "trace.ndjson").read_bytes()
+    assert trace.count(b"\n") == BATCH_SIZE  # nothing after the failure

@@ -1,0 +1,321 @@
+"""Inline calls: the relay without a task per tools/call, in this process over real OS pipes.
+
+When the decider offers ``decide_now`` and the recorder ``record_now``, a call is decided in the client
+loop and completed by whoever settles it. These tests pin what must not change on that route: every
+record is made before its answer is written (also when the recorder hands back an awaitable for a
+batch fsync), a slow record holds only its own answer, a failed record makes later calls fail
+closed, a decider that must wait gets a call task, timeouts and cancellations settle inline calls,
+and a call whose line cannot be handed to the upstream at once continues as a call task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import ByteSendStream
+
+from drawbridge.gateway.pipeline import Action, CallRecord, Provenance, RelayEvent, ToolCall, Verdict
+from drawbridge.gateway.process_stdio import FdReceiveStream, FdSendStream
+from drawbridge.gateway.stdio_relay import RECORDING_FAILED, RelayConfig, StdioRelay
+from drawbridge.gateway.upstream import UpstreamProcess
+
+from conftest import PYTHON, SERVERS
+
+pytestmark = pytest.mark.anyio
+
+SCRIPTED = [PYTHON, str(SERVERS / "scripted.py")]
+ALLOW = Verdict(Action.ALLOW, "fine", Provenance("p", "p.yaml", 0))
+DENY = Verdict(Action.DENY, "no", Provenance("p", "p.yaml", 1))
+
+
+class SyncDecider:
+    """Allows everything but ``deny_me``; ``wait_for_me`` cannot be decided without waiting."""
+
+    def __init__(self) -> None:
+        self.awaited: list[str] = []
+
+    async def __call__(self, call: ToolCall) -> Verdict:
+        self.awaited.append(call.tool)
+        await anyio.sleep(0.05)
+        return ALLOW
+
+    def decide_now(self, call: ToolCall) -> Verdict | None:
+        if call.tool == "wait_for_me":
+            return None
+        if call.tool == "explode":
+            raise RuntimeError("boom")
+        return DENY if call.tool == "deny_me" else ALLOW
+
+
+class SyncRecorder:
+    """Logs each record; ``hold`` maps a request id to an event the record's completion waits for."""
+
+    def __init__(self, log: list[tuple[str, Any]]) -> None:
+        self.log = log
+        self.events: list[RelayEvent] = []
+        self.hold: dict[Any, anyio.Event] = {}
+        self.fail_later: set[Any] = set()
+
+    async def __call__(self, event: RelayEvent) -> None:
+        rest = self.record_now(event)
+        if rest is not None:
+            await rest
+
+    def record_now(self, event: RelayEvent) -> Any:
+        self.events.append(event)
+        request_id = event.request_id if isinstance(event, CallRecord) else None
+        self.log.append(("record", request_id))
+        if request_id in self.hold or request_id in self.fail_later:
+            return self._rest(request_id)
+        return None
+
+    async def _rest(self, request_id: Any) -> None:
+        if request_id in self.hold:
+            await self.hold[request_id].wait()
+        self.log.append(("synced", request_id))
+        if request_id in self.fail_later:
+            raise OSError("fsync failed")
+
+
+class SpyOut(ByteSendStream):
+    """The client's end of the pipe, logging each answer's id as it is written."""
+
+    def __init__(self, inner: FdSendStream, log: list[tuple[str, Any]]) -> None:
+        self.inner = inner
+        self.log = log
+
+    async def send(self, item: bytes) -> None:
+        for line in item.splitlines():
+            self.log.append(("answer", json.loads(line).get("id")))
+        await self.inner.send(item)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class Client:
+    def __init__(self, to_gateway: FdSendStream, from_gateway: FdReceiveStream) -> None:
+        self.to_gateway = to_gateway
+        self.from_gateway = from_gateway
+        self._buffer = b""
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.to_gateway.send(json.dumps(message).encode() + b"\n")
+
+    async def call(self, request_id: Any, name: str, arguments: dict[str, Any] | None = None) -> None:
+        await self.send(
+            {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": name, "arguments": arguments or {}}}
+        )
+
+    async def recv(self, timeout: float = 10) -> dict[str, Any]:
+        with anyio.fail_after(timeout):
+            while b"\n" not in self._buffer:
+                self._buffer += await self.from_gateway.receive()
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+
+@asynccontextmanager
+async def inline_relay(
+    server: list[str], decide: Any, record: Any, log: list[tuple[str, Any]], config: RelayConfig | None = None
+) -> AsyncIterator[tuple[Client, StdioRelay, anyio.Event]]:
+    to_gateway_r, to_gateway_w = os.pipe()
+    from_gateway_r, from_gateway_w = os.pipe()
+    upstream = await UpstreamProcess.spawn(server, max_message_bytes=1 << 20)
+    relay = StdioRelay(
+        upstream, FdReceiveStream(to_gateway_r), SpyOut(FdSendStream(from_gateway_w), log),
+        decide=decide, record=record, config=config,
+    )
+    assert relay._inline  # the route under test
+    client = Client(FdSendStream(to_gateway_w), FdReceiveStream(from_gateway_r))
+    finished = anyio.Event()
+
+    async def run() -> None:
+        await relay.run()
+        finished.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        try:
+            yield client, relay, finished
+        finally:
+            await client.to_gateway.aclose()
+            with anyio.fail_after(10):
+                await finished.wait()
+            await client.from_gateway.aclose()
+
+
+def _calls(recorder: SyncRecorder) -> dict[Any, CallRecord]:
+    return {e.request_id: e for e in recorder.events if isinstance(e, CallRecord)}
+
+
+async def test_every_record_is_made_before_its_answer() -> None:
+    log: list[tuple[str, Any]] = []
+    recorder = SyncRecorder(log)
+    async with inline_relay(SCRIPTED, SyncDecider(), recorder, log) as (client, _relay, _done):
+        for request_id, tool in enumerate(["echo", "deny_me", "explode", "echo", "echo"]):
+            await client.call(request_id, tool, {"n": request_id})
+        answers = {(await client.recv())["id"]: None for _ in range(5)}
+    assert set(answers) == {0, 1, 2, 3, 4}
+    for request_id in range(5):
+        assert log.index(("record", request_id)) < log.index(("answer", request_id)), log
+    calls = _calls(recorder)
+    assert [calls[i].outcome.value for i in range(5)] == ["ok", "refused", "refused", "ok", "ok"]
+    assert calls[2].reason == "the decision failed (RuntimeError); failing closed"
+    assert calls[1].provenance == Provenance("p", "p.yaml", 1) and calls[0].decision_ms is not None
+
+
+async def test_a_record_that_completes_later_holds_only_its_own_answer() -> None:
+    log: list[tuple[str, Any]] = []
+    recorder = SyncRecorder(log)
+    recorder.hold["slow"] = anyio.Event()
+    async with inline_relay(SCRIPTED, SyncDecider(), recorder, log) as (client, _relay, _done):
+        await client.call("slow", "echo", {"a": 1})
+        await client.call("fast", "echo", {"a": 2})
+        first = await client.recv()
+        assert first["id"] == "fast"  # served while the other record waits for its fsync
+        assert ("answer", "slow") not in log
+        recorder.hold["slow"].set()
+        second = await client.recv()
+        assert second["id"] == "slow" and second["result"]["content"][0]["text"] == '{"a": 1}'
+    assert log.index(("synced", "slow")) < log.index(("answer", "slow"))
+
+
+async def test_a_record_that_fails_later_makes_later_calls_fail_closed() -> None:
+    log: list[tuple[str, Any]] = []
+    recorder = SyncRecorder(log)
+    recorder.fail_later.add(1)
+    async with inline_relay(SCRIPTED, SyncDecider(), recorder, log) as (client, _relay, _done):
+        await client.call(1, "echo", {"a": 1})
+        assert (await client.recv())["result"]["content"][0]["text"] == '{"a": 1}'
+        await client.call(2, "echo", {"a": 2})
+        refused = await client.recv()
+    assert refused["result"]["isError"] is True
+    assert refused["result"]["content"][0]["text"] == f'drawbridge refused this call: policy "drawbridge": {RECORDING_FAILED}'
+
+
+async def test_a_decider_that_must_wait_gets_a_call_task() -> None:
+    log: list[tuple[str, Any]] = []
+    decider = SyncDecider()
+    recorder = SyncRecorder(log)
+    async with inline_relay(SCRIPTED, decider, recorder, log) as (client, _relay, _done):
+        await client.call(1, "wait_for_me", {"x": 1})
+        await client.call(2, "echo", {"x": 2})
+        answers = {}
+        for _ in range(2):
+            answer = await client.recv()
+            answers[answer["id"]] = answer
+    assert decider.awaited == ["wait_for_me"]
+    assert answers[1]["result"]["content"][0]["text"] == '{"x": 1}'
+    assert log.index(("record", 1)) < log.index(("answer", 1))
+    assert _calls(recorder)[1].outcome.value == "ok"
+
+
+async def test_inline_calls_time_out_in_order_and_the_rest_go_on() -> None:
+    log: list[tuple[str, Any]] = []
+    recorder = SyncRecorder(log)
+    config = RelayConfig(call_timeout=0.4)
+    async with inline_relay(SCRIPTED, SyncDecider(), recorder, log, config) as (client, _relay, _done):
+        await client.call("h1", "hang")
+        await anyio.sleep(0.1)
+        await client.call("h2", "hang")
+        await client.call("e", "echo", {"still": "here"})
+        answers = [await client.recv() for _ in range(3)]
+    assert [a["id"] for a in answers] == ["e", "h1", "h2"]
+    for answer in answers[1:]:
+        assert answer["error"] == {"code": -32001, "message": "the upstream did not answer tools/call within 0.4 seconds"}
+    calls = _calls(recorder)
+    assert (calls["h1"].outcome.value, calls["h2"].outcome.value, calls["e"].outcome.value) == ("timeout", "timeout", "ok")
+    assert calls["h1"].latency_ms >= 400
+
+
+async def test_a_cancelled_inline_call_is_recorded_and_not_answered() -> None:
+    log: list[tuple[str, Any]] = []
+    recorder = SyncRecorder(log)
+    async with inline_relay(SCRIPTED, SyncDecider(), recorder, log) as (client, _relay, _done):
+        await client.call(7, "hang")
+        await anyio.sleep(0.2)
+        await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}})
+        await client.call(8, "echo", {"after": 1})
+        assert (await client.recv())["id"] == 8
+    assert ("answer", 7) not in log
+    assert _calls(recorder)[7].outcome.value == "cancelled"
+    assert _calls(recorder)[7].error == "the agent cancelled the request"
+
+
+async def test_a_line_the_upstream_cannot_take_now_continues_as_a_call_task() -> None:
+    deaf = [PYTHON, "-c", "import time; time.sleep(60)"]
+    log: list[tuple[str, Any]] = []
+    recorder = SyncRecorder(log)
+    config = RelayConfig(shutdown_grace=0.5)
+    async with inline_relay(deaf, SyncDecider(), recorder, log, config) as (client, relay, finished):
+        # The first line fills the pipe's buffer past its limit; the second cannot be handed over.
+        await client.call(1, "t", {"x": "y" * 2_000_000})
+        await client.call(2, "t", {"x": "small"})
+        await anyio.sleep(0.5)
+        assert relay.upstream.send_nowait(b"{}\n") is False
+        await client.to_gateway.aclose()
+        with anyio.fail_after(10):
+            await finished.wait()
+        assert relay.upstream.returncode is not None
+    calls = _calls(recorder)
+    assert (calls[1].outcome.value, calls[2].outcome.value) == ("cancelled", "cancelled")
+
+
+async def test_shutdown_settles_and_records_inline_calls_in_flight() -> None:
+    log: list[tuple[str, Any]] = []
+    recorder = SyncRecorder(log)
+    config = RelayConfig(shutdown_grace=0.5)
+    async with inline_relay(SCRIPTED, SyncDecider(), recorder, log, config) as (client, _relay, finished):
+        await client.call(1, "hang")
+        await anyio.sleep(0.3)
+        await client.to_gateway.aclose()
+        with anyio.fail_after(10):
+            await finished.wait()
+    call = _calls(recorder)[1]
+    assert call.outcome.value == "cancelled" and call.error == "the agent closed the connection before an answer"
+
+
+async def test_a_pipe_read_waits_without_spinning_and_a_close_wakes_the_reader() -> None:
+    read_end, write_end = os.pipe()
+    stream = FdReceiveStream(read_end)
+    try:
+        results: list[Any] = []
+
+        async def reader() -> None:
+            try:
+                results.append(await stream.receive())
+                results.append(await stream.receive())
+            except anyio.ClosedResourceError:
+                results.append("closed")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            await anyio.sleep(0.05)
+            os.write(write_end, b"one\n")
+            await anyio.sleep(0.05)
+            assert results == [b"one\n"]
+            await stream.aclose()
+        assert results == [b"one\n", "closed"]
+    finally:
+        os.close(write_end)
+
+    # Data that arrives while nobody reads does not wake the loop again and again, and is read later.
+    read_end, write_end = os.pipe()
+    stream = FdReceiveStream(read_end)
+    try:
+        with anyio.move_on_after(0.05):
+            await stream.receive()  # registers the descriptor, then gives up
+        os.write(write_end, b"later\n")
+        await anyio.sleep(0.05)  # the loop sees it readable once, with nobody waiting, and lets go
+        assert stream._loop is None
+        assert await stream.receive() == b"later\n"
+    finally:
+        await stream.aclose()
+        os.close(write_end)

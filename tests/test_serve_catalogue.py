@@ -1,0 +1,255 @@
+"""The catalogue features of a running ``drawbridge serve``: per-agent ``tools/list`` under
+``hide_denied_tools``, a policy edit over HTTP that the next call obeys, and the control plane's access
+rule on the gateway's own listener (and on a listener of its own with ``--stdio``). Real gateway
+processes, real upstream servers."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import MODERN, connect
+from serve_support import (
+    GITHUB,
+    SLACK,
+    Running,
+    dump,
+    free_port,
+    http_client,
+    http_gateway,
+    sha256,
+    stdio_params,
+    wait_for_port,
+    write_config,
+)
+
+ALICE, BOB, CLAUDE_TOKEN = "alice-catalogue-token", "bob-catalogue-token", "claude-catalogue-token"
+ADMIN = "catalogue-admin-token-93e1"
+ENVELOPE = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+
+HIDING = {
+    "alice.yaml": (
+        "name: alice\nagent: alice\nrules:\n"
+        "  - tools: ['github.list_*', 'github.get_*']\n    action: allow\n"
+        "  - tools: ['github.add_deploy_key']\n    action: allow\n"
+        "    when:\n      - {arg: repo, op: starts_with, value: 'staging-'}\n"
+        "  - tools: ['github.delete_repo', 'slack.*']\n    action: deny\n"
+    ),
+    "bob.yaml": "name: bob\nagent: bob\nrules:\n  - tools: ['slack.*']\n    action: human_approval\n",
+    "default.yaml": "name: default\nagent: '*'\nrules:\n  - tools: ['*']\n    action: deny\n",
+}
+
+COMMENTED = """\
+# Claude's policy. Owner: platform team.
+#
+# Reviewed 2026-07-01; keep the comments.
+
+name: claude
+agent: "claude"
+
+rules:
+  # --- reads ---------------------------------------------------------
+  - tools: ["github.list_*", "github.get_*"]
+    action: allow      # read-only token anyway
+
+
+  # --- writes --------------------------------------------------------
+  # everything else on github needs a human
+  - tools: ["github.*"]
+    action: human_approval
+"""
+SHARED = "# Shared: deny what nobody listed.\nname: default\nagent: '*'\nrules:\n  - tools: ['*']\n    action: deny\n"
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _base(running: Running) -> str:
+    assert running.url is not None
+    return running.url.removesuffix("/mcp")
+
+
+def _comments(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("#")]
+
+
+def _text(result: dict[str, Any]) -> str:
+    return " ".join(part.get("text", "") for part in result.get("content", []))
+
+
+# ------------------------------------------------------------------------------------ hiding
+
+
+@pytest.fixture(scope="module")
+def hiding(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    directory = tmp_path_factory.mktemp("hide")
+    config = write_config(
+        directory,
+        [GITHUB, SLACK],
+        policies=HIDING,
+        hide_denied_tools=True,
+        fsync="never",
+        listen={"host": "127.0.0.1", "port": 0},
+        auth={"agents": [{"agent": "alice", "token_sha256": sha256(ALICE)}, {"agent": "bob", "token_sha256": sha256(BOB)}]},
+    )
+    with http_gateway(config) as running:
+        running.url = f"http://127.0.0.1:{running.url.rsplit(':', 1)[1]}" if running.url else None
+        yield running
+
+
+@pytest.mark.anyio
+async def test_each_agent_sees_only_the_tools_it_may_use_and_hidden_calls_are_refused(hiding: Running) -> None:
+    assert hiding.url is not None
+    async with http_client(hiding.url, "legacy", ALICE) as alice:
+        alice_tools = sorted(tool.name for tool in (await alice.list_tools()).tools)
+        hidden_call = dump(await alice.call_tool("github.delete_repo", {"owner": "acme", "name": "anvil"}))
+        visible_call = dump(await alice.call_tool("github.list_repos", {"owner": "acme"}))
+    async with http_client(hiding.url, "legacy", BOB) as bob:
+        bob_tools = sorted(tool.name for tool in (await bob.list_tools()).tools)
+    # A conditional allow keeps add_deploy_key listed; human_approval is never hidden.
+    assert alice_tools == ["github.add_deploy_key", "github.get_repo", "github.list_repos"]
+    assert bob_tools == ["slack.add_member", "slack.invite", "slack.list_channels"]
+    assert hidden_call["isError"] is True
+    assert hidden_call["_meta"]["drawbridge/decision"] == {
+        "action": "deny", "outcome": "refused", "policy": "alice", "rule_index": 2,
+    }
+    assert not visible_call.get("isError")
+
+    rows = httpx.get(f"{_base(hiding)}/tools/decisions", params={"agent": "alice"}).json()
+    assert sorted(r["name"] for r in rows if not r["hidden"]) == alice_tools
+
+
+def test_a_filtered_2026_list_is_private_and_filtered(hiding: Running) -> None:
+    assert hiding.url is not None
+    listed = httpx.post(
+        hiding.url,
+        json={"jsonrpc": "2.0", "id": "l", "method": "tools/list", "params": {"_meta": ENVELOPE}},
+        headers={**_auth(BOB), "mcp-protocol-version": MODERN, "mcp-method": "tools/list",
+                 "accept": "application/json, text/event-stream"},
+    )
+    result = listed.json()["result"]
+    assert result["cacheScope"] == "private"
+    assert sorted(t["name"] for t in result["tools"]) == ["slack.add_member", "slack.invite", "slack.list_channels"]
+
+
+def test_without_an_admin_token_only_loopback_callers_reach_the_control_plane(hiding: Running) -> None:
+    assert hiding.url is not None
+    port = hiding.url.rsplit(":", 1)[1].split("/")[0]
+    local = httpx.get(f"http://127.0.0.1:{port}/policies")
+    assert local.status_code == 200 and [p["name"] for p in local.json()] == ["alice", "bob", "default"]
+    # A caller from another address is refused too: tests/test_control_plane.py drives the same guard
+    # with a non-loopback client address; this machine's tests send traffic only to loopback.
+    proxied = httpx.get(f"http://127.0.0.1:{port}/tools", headers={"X-Forwarded-For": "127.0.0.1"})
+    assert proxied.status_code == 403
+    # The agents' endpoint is not the control plane's: an agent with a token is served.
+    agent_mcp = httpx.post(
+        f"http://127.0.0.1:{port}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+        headers={**_auth(ALICE), "accept": "application/json, text/event-stream"},
+    )
+    assert agent_mcp.status_code == 200
+
+
+# ------------------------------------------------------------------------------- policy edits
+
+
+@pytest.mark.anyio
+async def test_a_policy_edit_over_http_keeps_comments_and_decides_the_next_call(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        [GITHUB],
+        policies={"claude.yaml": COMMENTED, "default.yaml": SHARED},
+        fsync="never",
+        auth={"admin": {"token_sha256": sha256(ADMIN)},
+              "agents": [{"agent": "claude", "token_sha256": sha256(CLAUDE_TOKEN)}]},
+    )
+    policy = tmp_path / "policies" / "claude.yaml"
+    original = policy.read_bytes()
+    with http_gateway(config) as running:
+        assert running.url is not None
+        base = _base(running)
+        async with http_client(running.url, "legacy", CLAUDE_TOKEN) as claude:
+            before = dump(await claude.call_tool("github.list_repos", {"owner": "acme"}))
+            assert not before.get("isError"), before
+
+            for token in (None, "not-the-admin-token", CLAUDE_TOKEN):
+                refused = httpx.put(f"{base}/policies/claude/tools/github.list_repos",
+                                    json={"action": "deny", "by": "mallory"}, headers=_auth(token) if token else {})
+                assert refused.status_code == 401, refused.text
+                assert refused.json() == {"error": "control plane requires admin authorization"}
+            assert policy.read_bytes() == original
+
+            edited = httpx.put(f"{base}/policies/claude/tools/github.list_repos",
+                               json={"action": "deny", "by": "marc"}, headers=_auth(ADMIN))
+            assert edited.status_code == 200, edited.text
+            body = edited.json()
+            assert (body["action_before"], body["action_after"], body["placement"]) == (
+                "allow", "deny", "before_deciding_rule")
+            text = policy.read_text(encoding="utf-8")
+            kept = iter(_comments(text))
+            assert all(comment in kept for comment in _comments(COMMENTED)), "a comment was lost or moved"
+            assert re.search(r"^  # set from console, \d{4}-\d{2}-\d{2} by marc$", text, re.MULTILINE)
+            assert "read-only token anyway" in text and "\n\n\n  # --- writes" in text
+            assert (tmp_path / "policies" / "claude.yaml.bak").read_bytes() == original
+
+            # The very next call through the gateway is decided by the new rule, without a restart.
+            after = dump(await claude.call_tool("github.list_repos", {"owner": "acme"}))
+            assert after["isError"] is True
+            assert after["_meta"]["drawbridge/decision"] == {
+                "action": "deny", "outcome": "refused", "policy": "claude", "rule_index": body["rule_index"],
+            }
+            assert dump(await claude.call_tool("github.get_repo", {"owner": "acme", "name": "anvil"})).get(
+                "isError") is not True
+
+            # An edit that would leave a set that does not load changes nothing and says why.
+            edited_text = policy.read_bytes()
+            (tmp_path / "policies" / "zz.yaml").write_text("name: [unclosed\n", encoding="utf-8")
+            broken = httpx.put(f"{base}/policies/claude/tools/github.get_repo",
+                               json={"action": "deny", "by": "marc"}, headers=_auth(ADMIN))
+            assert broken.status_code == 422, broken.text
+            assert "zz.yaml" in broken.json()["error"]
+            assert policy.read_bytes() == edited_text
+            still = dump(await claude.call_tool("github.get_repo", {"owner": "acme", "name": "anvil"}))
+            assert still.get("isError") is not True
+        (tmp_path / "policies" / "zz.yaml").unlink()
+
+    entries = [json.loads(line) for line in (tmp_path / "evidence" / "trace.ndjson").read_text().splitlines()]
+    edits = [e["body"] for e in entries if e["kind"] == "mesh.policy_edit"]
+    assert len(edits) == 1
+    assert (edits[0]["tool"], edits[0]["action_before"], edits[0]["action_after"], edits[0]["by"]) == (
+        "github.list_repos", "allow", "deny", "marc")
+    decisions = [(e["body"]["tool"], e["body"]["action"]) for e in entries if e["kind"] == "tool_decision"]
+    assert decisions == [
+        ("github.list_repos", "allow"), ("github.list_repos", "deny"),
+        ("github.get_repo", "allow"), ("github.get_repo", "allow"),
+    ]
+
+
+# ----------------------------------------------------------------------------- --stdio + listen
+
+
+@pytest.mark.anyio
+async def test_with_stdio_the_control_plane_has_its_own_listener_when_listen_is_configured(tmp_path: Path) -> None:
+    port = free_port()
+    config = write_config(
+        tmp_path, [GITHUB], fsync="never", listen={"host": "127.0.0.1", "port": port},
+        auth={"admin": {"token_sha256": sha256(ADMIN)}},
+    )
+    async with connect(stdio_params(config, "--agent", "claude")) as client:
+        listed = sorted(tool.name for tool in (await client.list_tools()).tools)
+        wait_for_port(port)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            tools = await http.get("/tools", headers=_auth(ADMIN))
+            assert tools.status_code == 200
+            assert sorted(t["name"] for t in tools.json()) == listed
+            assert (await http.get("/tools")).status_code == 401
+            assert (await http.post("/mcp", json={})).status_code == 404  # no agents over HTTP here
+    assert "github.list_repos" in listed
