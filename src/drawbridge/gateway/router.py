@@ -10,7 +10,10 @@ Theory of operation. A transport feeds the session parsed messages (``handle``) 
 (or, at 2026-07-28 over HTTP, a closed connection) stops it and tells the upstream. The session
 knows its era: 2025-11-25 and older after ``initialize``, or 2026-07-28 from the per-request envelope,
 which is checked with the SDK's inbound ladder before anything else. Requests the gateway relays to
-the agent (an upstream's sampling or elicitation) get ids of the session's own. The shared tables and
+the agent (an upstream's sampling or elicitation) get ids of the session's own, and so do the
+gateway's own approval questions: during a tools/call's decision the session offers the approval
+gate a ``client_link`` (an ``elicitation/create`` on this session, when the agent declared form
+elicitation; the gateway's ``requestState`` of a 2026-07-28 retry, which is never forwarded). The shared tables and
 the upstreams live in the ``Gateway`` (``hub.py``).
 
 Who answers what:
