@@ -73,9 +73,10 @@ class Clock:
 
 
 def expected_digest(arguments: dict[str, Any]) -> str:
-    """The keyed argument digest, re-done here: HMAC over 'assay.tool_args.v0:<kid>:' + sorted JSON."""
+    """The approval binding, re-done here: HMAC over 'drawbridge.approval_binding.v1:<kid>:' + sorted JSON
+    of every argument (secret-like keys included)."""
     body = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    preimage = b"assay.tool_args.v0:k1:" + body
+    preimage = b"drawbridge.approval_binding.v1:k1:" + body
     return "hmac-sha256:k1:" + hmac.new(DIGEST_KEY.key, preimage, hashlib.sha256).hexdigest()
 
 
@@ -835,3 +836,19 @@ def test_the_engine_refuses_a_bad_configuration(tmp_path: Path) -> None:
                 ApprovalEngine.on_state_db(db, sink, **kwargs)
     finally:
         db.close()
+
+
+async def test_a_pin_floor_is_lifted_only_by_a_person(tmp_path: Path) -> None:
+    """A changed pin raises a call to human_approval; neither a grant nor approval memory may lift it."""
+    async with rig(tmp_path, non_blocking=True, memory_config=MemoryConfig(min_approvals=1)) as r:
+        await r.engine.grant_service.create(agent="*", tools="*", duration="1h", granted_by="http:ops")
+        floored = Verdict(Action.HUMAN_APPROVAL, "catalogue floor: changed", Provenance("drawbridge"), person_only=True)
+        first = await r.engine.settle(make_call({"path": "/a", "content": "1"}), floored, elicitation_supported=False)
+        assert first.kind is SettlementKind.PENDING  # the grant did not apply
+        await r.engine.resolve(first.approval_id or "", "approve", "cli:alice", Channel.CLI)
+        again = await r.engine.settle(make_call({"path": "/b", "content": "2"}), floored, elicitation_supported=False)
+        assert again.kind is SettlementKind.PENDING  # neither did memory (threshold 1 reached)
+        assert r.entries("approval_by_grant") == [] and r.entries("approval_by_memory") == []
+        # The same call without the floor is lifted by the grant.
+        plain = await r.engine.settle(make_call({"path": "/b", "content": "2"}), NEEDS_PERSON, elicitation_supported=False)
+        assert plain.allowed

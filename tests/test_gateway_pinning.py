@@ -215,6 +215,7 @@ def test_the_floor_only_ever_raises_a_verdict() -> None:
     changed = tool_floor(PinStatus.CHANGED)
     raised = floored_verdict(allow, changed, "github.list_repos")
     assert raised.action is Action.HUMAN_APPROVAL and raised.provenance == Provenance("drawbridge")
+    assert raised.person_only and not allow.person_only  # grants and memory may not lift a pin floor
     assert "pin status changed" in raised.reason and 'policy "claude" rule 0' in raised.reason
     assert floored_verdict(deny, changed, "github.list_repos") is deny
     assert floored_verdict(allow, Floor(PolicyAction.ALLOW), "github.list_repos") is allow

@@ -16,9 +16,9 @@ follows this order:
 
 1. ``allow`` and ``deny`` verdicts pass through untouched.
 2. The keyed argument digest: ``binding(arguments)`` when given (the
-   gateway passes ``approval.binding.binding_digest``, which covers every
-   key, secret-like ones included, so a retry that changes only a password
-   cannot ride on an approval), else ``evidence.truth.carrier.args_digest``;
+   gateway passes its own), else ``approval.binding.binding_digest`` under
+   ``key_for_args_digest``: it covers every key, secret-like ones included, so
+   a retry that changes only a password cannot ride on an approval;
    a call whose arguments have no canonical form cannot be bound to an
    approval and is denied.
 3. Active grant for (agent, tool) -> allow, recorded.
@@ -87,7 +87,7 @@ from drawbridge.approval.memory import MEMORY_RESOLVER, MemoryConfig, decide
 from drawbridge.approval.request_state import RequestStateError, check_key_ring, open_state, seal
 from drawbridge.approval.shape import ArgumentShape, ShapeError, argument_shape, injection_findings
 from drawbridge.canonical import sanitize
-from drawbridge.evidence.truth.carrier import args_digest
+from drawbridge.approval.binding import binding_digest
 from drawbridge.gateway.pipeline import REFUSAL_META_KEY, Action, Decider, ToolCall, Verdict
 from drawbridge.state.approval_uses import ApprovalUses, SqliteApprovalUses
 from drawbridge.state.approvals import (
@@ -529,7 +529,9 @@ class ApprovalEngine:
             return _deny("unbindable", UNBINDABLE)
         now = self._clock()
 
-        grant = await self._grants.active_for(call.agent, call.tool, now)
+        # A floor's human_approval (a changed pin) is for a person: grants and memory do not lift it.
+        person_only = getattr(verdict, "person_only", False)
+        grant = None if person_only else await self._grants.active_for(call.agent, call.tool, now)
         if grant is not None:
             return await self._by_grant(call, grant, digest)
 
@@ -543,7 +545,7 @@ class ApprovalEngine:
             shape: ArgumentShape | None = argument_shape(call.arguments)
         except ShapeError:
             shape = None
-        remembered = await self._by_memory(call, verdict, digest, shape, findings, now)
+        remembered = None if person_only else await self._by_memory(call, verdict, digest, shape, findings, now)
         if remembered is not None:
             return remembered
 
@@ -709,7 +711,7 @@ class ApprovalEngine:
     def _digest(self, call: ToolCall) -> str | None:
         if self._binding is not None:
             return self._binding(call.arguments)
-        return args_digest(dict(call.arguments), bytes(self._key.key), self._key.key_id)
+        return binding_digest(dict(call.arguments), bytes(self._key.key), self._key.key_id)
 
     async def _by_grant(self, call: ToolCall, grant: Grant, digest: str) -> Settlement:
         at = self._clock()

@@ -360,7 +360,8 @@ def floored_verdict(verdict: Verdict, floor: Floor, tool: str) -> Verdict:
         return verdict
     said = f"the policy said {verdict.action.value} ({verdict.provenance.label()})"
     reason = f"catalogue floor on {sanitize(tool)}: {'; '.join(floor.reasons)}; {said}"
-    return Verdict(Action(floored.action.value), reason, Provenance(GATEWAY_POLICY))
+    action = Action(floored.action.value)
+    return Verdict(action, reason, Provenance(GATEWAY_POLICY), person_only=action is Action.HUMAN_APPROVAL)
 
 
 class PinFlooredDecider:

@@ -97,6 +97,9 @@ class Verdict:
     answer: Mapping[str, Any] | None = None
     """A ready ``CallToolResult`` the gateway answers with while an approval is open (a 2026-07-28
     ``InputRequiredResult``, or a non-blocking approval's retry instructions); the call is not run."""
+    person_only: bool = False
+    """Only a person may lift this ``human_approval``: it was raised by a catalogue floor (a changed
+    pin), which no grant and no approval memory may relax."""
 
 
 @dataclass(frozen=True, slots=True)
