@@ -13,7 +13,6 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
 
 from conftest import GITHUB_LIKE, PYTHON, child_env
 

@@ -51,6 +51,7 @@ from drawbridge.catalogue.floors import (
 )
 
 __all__ = [
+    "tool_fingerprint",
     "DISPATCHER_FLOOR",
     "DISPATCHER_WORD",
     "EXECUTOR_WORDS",

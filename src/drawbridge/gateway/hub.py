@@ -39,18 +39,16 @@ from drawbridge.gateway.catalogue import Catalogue, build_catalogue
 from drawbridge.gateway.hop import combined_instructions, progress_token, union_capabilities, valid_token
 from drawbridge.gateway.jsonrpc import INTERNAL_ERROR, METHOD_NOT_FOUND, MessageError, RequestId
 from drawbridge.gateway.pipeline import (
-    Action,
     Decider,
-    Provenance,
     Recorder,
     RelayEvent,
     RelayIncident,
     ToolCall,
     Verdict,
-    decider_failure,
+    guarded_decision,
 )
 from drawbridge.gateway.router import UNATTRIBUTABLE, DownstreamSession, NoBackChannel, Outbound
-from drawbridge.gateway.stdio_relay import RECORD_TIMEOUT_SECONDS, RECORDING_FAILED
+from drawbridge.gateway.stdio_relay import RECORD_TIMEOUT_SECONDS
 from drawbridge.gateway.upstream_session import PendingCall, State, UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
@@ -377,16 +375,8 @@ class Gateway:
     # ------------------------------------------------------------------------- decide, record
 
     async def decide(self, call: ToolCall) -> Verdict:
-        if self.record_failed and self.settings.refuse_after_record_failure:
-            return Verdict(Action.DENY, RECORDING_FAILED, Provenance("drawbridge"))
-        try:
-            verdict = await self._decide(call)
-        except Exception as exc:  # noqa: BLE001 -- a failing decider is a deny, whatever it raised
-            logger.error("the decider raised %s; the call is refused", type(exc).__name__)
-            return decider_failure(exc)
-        if not isinstance(verdict, Verdict) or not isinstance(verdict.action, Action):
-            return decider_failure(TypeError("decider returned something other than a Verdict"))
-        return verdict
+        refuse = self.record_failed and self.settings.refuse_after_record_failure
+        return await guarded_decision(self._decide, call, refuse=refuse)
 
     async def record(self, event: RelayEvent) -> None:
         with anyio.CancelScope(shield=True):

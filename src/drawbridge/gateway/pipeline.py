@@ -26,8 +26,10 @@ answer waits for it). The deciders here and ``null_recorder`` offer them.
 
 from __future__ import annotations
 
+import logging
+
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, Protocol
@@ -35,6 +37,7 @@ from typing import Any, Final, Protocol
 from drawbridge.canonical import sanitize
 from drawbridge.gateway.jsonrpc import INVALID_PARAMS, Message, MessageError, RequestId
 
+_log = logging.getLogger("drawbridge.gateway")
 MAX_TOOL_NAME_CHARS: Final = 1024
 PROTOCOL_VERSION_META_KEY: Final = "io.modelcontextprotocol/protocolVersion"
 MODERN_PROTOCOL_VERSIONS: Final = frozenset({"2026-07-28"})
@@ -320,6 +323,42 @@ deny_all: Final = _FixedDecider(
     Verdict(Action.DENY, "no policy is loaded", Provenance(GATEWAY_POLICY, None, None)),
     "What the gateway does with no policy loaded: refuse.",
 )
+
+
+RECORDING_FAILED: Final = "evidence recording failed earlier in this session; failing closed"
+
+
+def _checked(verdict: object) -> Verdict:
+    if not isinstance(verdict, Verdict) or not isinstance(verdict.action, Action):
+        return decider_failure(TypeError("decider returned something other than a Verdict"))
+    return verdict
+
+
+async def guarded_decision(decide: Decider, call: ToolCall, *, refuse: bool) -> Verdict:
+    """Ask ``decide``, failing closed: ``refuse`` (evidence recording has failed) is a deny, and so
+    is a decider that raises or returns something other than a ``Verdict``. Used by every relay."""
+    if refuse:
+        return Verdict(Action.DENY, RECORDING_FAILED, Provenance(GATEWAY_POLICY))
+    try:
+        verdict = await decide(call)
+    except Exception as exc:  # noqa: BLE001 -- a failing decider is a deny, whatever it raised
+        _log.error("the decider raised %s; the call is refused", type(exc).__name__)
+        return decider_failure(exc)
+    return _checked(verdict)
+
+
+def guarded_decision_now(
+    decide_now: Callable[[ToolCall], Verdict | None], call: ToolCall, *, refuse: bool
+) -> Verdict | None:
+    """``guarded_decision`` through a decider's synchronous form; None: it cannot decide without waiting."""
+    if refuse:
+        return Verdict(Action.DENY, RECORDING_FAILED, Provenance(GATEWAY_POLICY))
+    try:
+        verdict = decide_now(call)
+    except Exception as exc:  # noqa: BLE001 -- a failing decider is a deny, whatever it raised
+        _log.error("the decider raised %s; the call is refused", type(exc).__name__)
+        return decider_failure(exc)
+    return None if verdict is None else _checked(verdict)
 
 
 def decider_failure(exc: BaseException) -> Verdict:

@@ -74,7 +74,6 @@ from drawbridge.gateway.client_link import (
 from drawbridge.gateway.jsonrpc import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES,
-    INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
@@ -97,17 +96,17 @@ from drawbridge.gateway.jsonrpc import (
     valid_id,
 )
 from drawbridge.gateway.pipeline import (
-    Action,
     CallRecord,
     Decider,
     Outcome,
-    Provenance,
     Recorder,
     RelayEvent,
     RelayIncident,
     ToolCall,
     Verdict,
-    decider_failure,
+    RECORDING_FAILED as RECORDING_FAILED,  # re-exported: the text of that refusal
+    guarded_decision,
+    guarded_decision_now,
     parse_tool_call,
     refusal_for,
     refusal_result,
@@ -122,7 +121,6 @@ CANCELLED: Final = "notifications/cancelled"
 READ_CHUNK: Final = 65536
 RECORD_TIMEOUT_SECONDS: Final = 5.0
 SETTLE_SECONDS: Final = RECORD_TIMEOUT_SECONDS + 1.0
-RECORDING_FAILED: Final = "evidence recording failed earlier in this session; failing closed"
 OWN_ID_PREFIX: Final = "drawbridge-approval-"
 """Ids of the requests the gateway itself sends the agent start with this, then a per-relay random part."""
 
@@ -523,33 +521,15 @@ class StdioRelay:
         self._calls.start_soon(self._run_call, pending)
 
     async def _decide_guarded(self, call: ToolCall) -> Verdict:
-        if self._record_failed and self.config.refuse_after_record_failure:
-            return Verdict(Action.DENY, RECORDING_FAILED, Provenance("drawbridge"))
-        try:
-            verdict = await self._decide(call)
-        except Exception as exc:  # noqa: BLE001 -- a failing decider is a deny, whatever it raised
-            logger.error("the decider raised %s; the call is refused", type(exc).__name__)
-            return decider_failure(exc)
-        if not isinstance(verdict, Verdict) or not isinstance(verdict.action, Action):
-            return decider_failure(TypeError("decider returned something other than a Verdict"))
-        return verdict
+        refuse = self._record_failed and self.config.refuse_after_record_failure
+        return await guarded_decision(self._decide, call, refuse=refuse)
 
     def _decide_inline(self, call: ToolCall) -> Verdict | None:
         """``_decide_guarded`` through the decider's synchronous form: the same guards. None: the
         decider cannot decide this call without waiting, and a call task will await it."""
         assert self._decide_now is not None
-        if self._record_failed and self.config.refuse_after_record_failure:
-            return Verdict(Action.DENY, RECORDING_FAILED, Provenance("drawbridge"))
-        try:
-            verdict = self._decide_now(call)
-        except Exception as exc:  # noqa: BLE001 -- a failing decider is a deny, whatever it raised
-            logger.error("the decider raised %s; the call is refused", type(exc).__name__)
-            return decider_failure(exc)
-        if verdict is None:
-            return None
-        if not isinstance(verdict, Verdict) or not isinstance(verdict.action, Action):
-            return decider_failure(TypeError("decider returned something other than a Verdict"))
-        return verdict
+        refuse = self._record_failed and self.config.refuse_after_record_failure
+        return guarded_decision_now(self._decide_now, call, refuse=refuse)
 
     async def _run_inline(self, pending: _Pending, verdict: Verdict) -> None:
         """Refuse a tools/call decided just now, or hand its line to the upstream, without a task.
