@@ -58,8 +58,6 @@ MAX_TEXT: Final = 4096
 """Longest reason, resolver name, agent or tool name accepted (characters)."""
 RESOLVED_BY_TIMEOUT: Final = "system:timeout"
 RESOLVED_BY_RESTART: Final = "system:restart"
-TRACE_KIND_REQUESTED: Final = "approval.requested"
-TRACE_KIND_RESOLVED: Final = "approval.resolved"
 _ID_ATTEMPTS: Final = 8
 
 
@@ -155,7 +153,7 @@ class Approval:
         return max(self.expires_at - now, timedelta(0))
 
     def request_record(self) -> dict[str, Any]:
-        """Trace-chain body for ``approval.requested``: no argument values, only digest and shape."""
+        """Trace-chain body for ``approval_requested``: no argument values, only digest and shape."""
         body: dict[str, Any] = {
             "approval_id": self.id,
             "agent": self.agent,
@@ -177,7 +175,7 @@ class Approval:
         return body
 
     def resolution_record(self) -> dict[str, Any]:
-        """Trace-chain body for ``approval.resolved``: who, when, channel, strength, reason, outcome."""
+        """Trace-chain body for ``approval_resolved``: who, when, channel, strength, reason, outcome."""
         if self.pending:
             raise ValueError(f"approval {self.id} is still pending")
         assert self.resolved_at is not None and self.channel is not None
@@ -542,8 +540,6 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "RESOLVED_BY_RESTART",
     "RESOLVED_BY_TIMEOUT",
-    "TRACE_KIND_REQUESTED",
-    "TRACE_KIND_RESOLVED",
     "AlreadyResolved",
     "AmbiguousApprovalId",
     "Approval",

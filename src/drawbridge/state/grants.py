@@ -43,8 +43,6 @@ from drawbridge.state.sqlite import StateDB, StateError, StateUnavailable, from_
 
 DEFAULT_MAX_DURATION: Final = timedelta(hours=24)
 MAX_TEXT: Final = 1024
-TRACE_KIND_CREATED: Final = "grant.created"
-TRACE_KIND_REVOKED: Final = "grant.revoked"
 _ID_ATTEMPTS: Final = 8
 _HUMAN_APPROVAL: Final = "human_approval"
 _ALLOW: Final = "allow"
@@ -92,7 +90,7 @@ class Grant:
         return max(self.expires_at - now, timedelta(0)) if self.revoked_at is None else timedelta(0)
 
     def created_record(self) -> dict[str, Any]:
-        """Trace-chain body for ``grant.created``."""
+        """Trace-chain body for ``grant_created``."""
         return {
             "grant_id": self.id,
             "agent": self.agent_glob,
@@ -104,7 +102,7 @@ class Grant:
         }
 
     def revoked_record(self) -> dict[str, Any]:
-        """Trace-chain body for ``grant.revoked``."""
+        """Trace-chain body for ``grant_revoked``."""
         if self.revoked_at is None:
             raise ValueError(f"grant {self.id} is not revoked")
         return {
@@ -295,8 +293,6 @@ class SqliteGrantStore:
 
 __all__ = [
     "DEFAULT_MAX_DURATION",
-    "TRACE_KIND_CREATED",
-    "TRACE_KIND_REVOKED",
     "AmbiguousGrantId",
     "Grant",
     "GrantAlreadyRevoked",

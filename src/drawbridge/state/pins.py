@@ -25,7 +25,7 @@ only keeps three things per server:
 observed definition of each named tool (or of every tool that differs from
 its pin, when ``names`` is None) and drops the pin of a named tool the server
 no longer offers; it returns one ``PinAcceptance`` per change, whose
-``record()`` is the trace-chain body (``pin.accepted``: both descriptions and
+``record()`` is the trace-chain body (``mesh.pin_accept``: both descriptions and
 the new fingerprint). Descriptions are stored because a person deciding
 whether to accept a change needs to read what changed.
 """
@@ -44,7 +44,6 @@ from drawbridge.state.sqlite import StateDB, StateError, StateUnavailable, from_
 T = TypeVar("T")
 
 FIRST_USE_BY: Final = "system:first-use"
-TRACE_KIND_ACCEPTED: Final = "pin.accepted"
 MAX_NAME: Final = 1024
 
 
@@ -107,7 +106,7 @@ class PinAcceptance:
     at: datetime
 
     def record(self) -> dict[str, Any]:
-        """Trace-chain body for ``pin.accepted``."""
+        """Trace-chain body for ``mesh.pin_accept``."""
         body: dict[str, Any] = {
             "server": self.server,
             "tool": self.name,
@@ -387,7 +386,6 @@ class SqlitePinStore:
 
 __all__ = [
     "FIRST_USE_BY",
-    "TRACE_KIND_ACCEPTED",
     "InvalidPin",
     "ObservedTool",
     "PinAcceptance",
