@@ -40,13 +40,13 @@ def test_new_file_is_0600_wal_and_versioned(tmp_path: Path) -> None:
     db.write_sync(lambda c: c.execute("INSERT INTO pin_servers VALUES ('s', 'x', 'y')"), "touch")
     wal = tmp_path / "state.db-wal"
     assert wal.exists() and _mode(wal) == 0o600
-    assert db.schema_version() == SCHEMA_VERSION == 1
+    assert db.schema_version() == SCHEMA_VERSION == 2
     raw = sqlite3.connect(path)
     try:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert raw.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
         rows = raw.execute("SELECT version, name FROM schema_version").fetchall()
-        assert rows == [(1, "approvals, grants, pins")]
+        assert rows == [(1, "approvals, grants, pins"), (2, "approval uses: each resolution delivered to one call")]
     finally:
         raw.close()
         db.close()
@@ -66,7 +66,7 @@ def test_reopen_does_not_rerun_migrations(tmp_path: Path) -> None:
         StateDB.open(path).close()
     raw = sqlite3.connect(path)
     try:
-        assert raw.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 1
+        assert raw.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 2
     finally:
         raw.close()
 
@@ -103,7 +103,7 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     raw.execute("INSERT INTO schema_version VALUES (99, 'future', '2030-01-01T00:00:00.000000Z')")
     raw.commit()
     raw.close()
-    newer = r"schema version 99, newer than this drawbridge supports \(1\)"
+    newer = r"schema version 99, newer than this drawbridge supports \(2\)"
     with pytest.raises(StateUnavailable, match=newer):
         StateDB.open(path)
 

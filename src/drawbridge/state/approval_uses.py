@@ -19,9 +19,9 @@ to another call: memory approves the call that asked, and that call claims
 its row at once. ``find_pending`` lets a retry join the question already
 open for the same call instead of asking the person twice.
 
-This table is not part of ``drawbridge.state.sqlite.MIGRATIONS`` yet; it is
-created with ``CREATE TABLE IF NOT EXISTS`` when the ledger is built. It
-should move into the next migration (keeping ``IF NOT EXISTS``).
+The table is created by migration 2 of ``drawbridge.state.sqlite.MIGRATIONS``
+(with ``IF NOT EXISTS``, so databases that created it before the migration
+existed upgrade cleanly); the ledger also runs ``SCHEMA`` when it is built.
 """
 
 from __future__ import annotations

@@ -164,6 +164,17 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             )""",
         ),
     ),
+    Migration(
+        2,
+        "approval uses: each resolution delivered to one call",
+        (
+            """CREATE TABLE IF NOT EXISTS approval_uses (
+                approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
+                used_at TEXT NOT NULL,
+                outcome TEXT NOT NULL CHECK (outcome IN ('approved', 'denied', 'expired'))
+            )""",
+        ),
+    ),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 
