@@ -134,6 +134,6 @@ def test_demo_command_passes(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "demo passed" in result.stdout
-    assert result.stdout.count("VERIFIED") == 4
+    assert result.stdout.count("VERIFIED") == 5
     evidence = next(tmp_path.glob("run-*/evidence"))
     assert {p.name for p in evidence.iterdir()} == {"trace.ndjson", "tool-decisions.ndjson", "carriers.ndjson"}

@@ -2,11 +2,12 @@
 
 What it shows, end to end, with real processes and pipes: the agent (the mcp
 SDK's client) launches ``drawbridge wrap`` over the bundled GitHub-like MCP
-server with the example policy; it makes an allowed read, a denied write and a
-privileged call that the policy sends to a human (refused, since no approval
-channel is configured); then the evidence the gateway wrote is verified
-offline, as a receiver would, and every evidence file is scanned for the
-secret the agent planted in its arguments.
+server with the example policy; it makes an allowed read, a denied write, a
+privileged call that the policy sends to a person (the gateway asks in-band,
+through the client's elicitation, and the script's "person" approves it) and a
+privileged call the policy denies; then the evidence the gateway wrote is
+verified offline, as a receiver would, and every evidence file is scanned for
+the secret the agent planted in its arguments.
 
 Exit code 0 when every call was decided as the policy says and every check
 passed; 1 otherwise.
@@ -48,10 +49,10 @@ STEPS = (
     Step("allowed read", "list_repos", {"owner": "acme"}, "allowed"),
     Step("denied write", "delete_repo", {"owner": "acme", "name": "rocket"}, "refused"),
     Step(
-        "privileged call (needs a human)",
+        "privileged call, approved by a person",
         "add_deploy_key",
         {"owner": "acme", "repo": "rocket", "title": "ci", "key": "ssh-ed25519 AAAAC3Nz demo", "token": PLANTED_SECRET},
-        "refused",
+        "allowed",
     ),
     Step(
         "privileged write key (denied)",
@@ -79,8 +80,14 @@ async def _run_agent(run_dir: Path, env: dict[str, str]) -> list[tuple[Step, boo
         ],
         env=env,
     )
+    from mcp import types
+
+    async def person(context: Any, request: Any) -> types.ElicitResult:
+        """The person at the client: reads the gateway's question and approves."""
+        return types.ElicitResult(action="accept", content={"decision": "approve", "reason": "demo: reviewed"})
+
     results: list[tuple[Step, bool, str]] = []
-    async with Client(params, cache=None) as client:
+    async with Client(params, cache=None, mode="legacy", elicitation_callback=person) as client:
         for step in STEPS:
             result = await client.call_tool(step.tool, step.arguments)
             text = " ".join(getattr(block, "text", "") for block in result.content).strip()
@@ -110,6 +117,11 @@ def _checks(run_dir: Path) -> list[tuple[str, bool, str]]:
          f"{len(carriers)} carriers, verdicts: " + ", ".join(c["decision_verdict"] for c in carriers))
     )
     leaked = [path.name for path in evidence.iterdir() if PLANTED_SECRET.encode() in path.read_bytes()]
+    approvals = [json.loads(line)["body"] for line in trace.splitlines() if b'"kind":"approval_resolved"' in line]
+    checks.append(
+        ("approval in the trace", len(approvals) == 1 and approvals[0].get("status") == "approved",
+         ", ".join(f"{a.get('status')} via {a.get('channel')} ({a.get('strength')} strength)" for a in approvals))
+    )
     checks.append(("planted secret absent from evidence", not leaked, ", ".join(leaked) or "not found in any file"))
     return checks
 

@@ -104,5 +104,5 @@ def review_pr(repo: str, number: str) -> str:
 
 if __name__ == "__main__":
     # The demo's progress and log notifications use the 2025-era logging capability on purpose.
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message="The logging capability is deprecated")
     server.run("stdio")
