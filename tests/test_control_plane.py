@@ -262,7 +262,7 @@ async def test_an_edit_that_cannot_be_recorded_is_undone(plane: Plane) -> None:
     app = control_app(dataclasses.replace(plane.services, trace_append=broken_trace), admin_token_sha256=None)
     path = plane.policy_dir / "claude.yaml"
     original = path.read_bytes()
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
         response = await client.put("/policies/claude/tools/github.delete_repo", json={"action": "deny", "by": "marc"})
     assert response.status_code == 500
     assert response.json()["error"] == "the edit could not be recorded in the trace chain, so it was undone"
@@ -493,7 +493,7 @@ async def test_without_a_token_only_loopback_peers_are_served(plane: Plane) -> N
     for host, status in [("10.0.0.5", 403), ("192.168.1.20", 403), ("::ffff:10.0.0.5", 403), ("testclient", 403),
                          ("127.0.0.1", 200), ("127.8.9.10", 200), ("::1", 200), ("::ffff:127.0.0.1", 200)]:
         transport = httpx.ASGITransport(app=app, client=(host, 4321))
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8787") as client:
             response = await client.get("/policies")
             assert response.status_code == status, host
     # A configured token works from anywhere, and only the token matters there.
@@ -547,3 +547,27 @@ def test_admin_digest_must_be_a_sha256_hex() -> None:
 )
 def test_is_loopback(host: Any, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": "https://evil.example"},
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"},
+        {"Host": "rebind.example:8787"},
+    ],
+)
+def test_without_a_token_browser_requests_are_refused_even_from_loopback(headers: dict[str, str]) -> None:
+    """A web page on this host could POST a grant as text/plain without a preflight: refused."""
+    from drawbridge.control.auth import AdminAuth
+
+    raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    if "Host" not in headers:
+        raw.append((b"host", b"127.0.0.1:8787"))
+    scope = {"type": "http", "client": ("127.0.0.1", 50000), "headers": raw}
+    refusal = AdminAuth(None).check(scope)
+    assert refusal is not None and refusal.status == 403
+    plain = {"type": "http", "client": ("127.0.0.1", 50000), "headers": [(b"host", b"localhost:8787")]}
+    assert AdminAuth(None).check(plain) is None
+    assert AdminAuth(None).check({**plain, "headers": [(b"host", b"[::1]:8787")]}) is None

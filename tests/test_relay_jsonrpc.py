@@ -179,3 +179,15 @@ def test_rendered_lines_are_compact_single_lines() -> None:
         "params": {"requestId": 1},
     }
     assert "at least 20 bytes exceeds the limit of 10 bytes" in oversize_message(Oversize(20, 10))
+
+
+def test_a_number_beyond_a_double_is_a_parse_error_not_an_infinity() -> None:
+    """``1e400`` would parse to inf: no JSON number, no canonical form for the evidence, so refused."""
+    from drawbridge.gateway.jsonrpc import PARSE_ERROR, MessageError, parse_client_message
+
+    line = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"x":1e400}}}'
+    with pytest.raises(MessageError) as info:
+        parse_client_message(line)
+    assert info.value.code == PARSE_ERROR and "too large" in info.value.message
+    ok = parse_client_message(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"x":1e300}}}')
+    assert ok.body["params"]["arguments"]["x"] == 1e300

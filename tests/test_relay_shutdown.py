@@ -33,3 +33,26 @@ def test_calls_in_decision_when_input_ends_are_still_forwarded(harness) -> None:
     assert set(answers) == {0, 1, 2}, result.stdout + result.stderr
     assert "result" in answers[1] and "result" in answers[2], answers
     assert [c["outcome"] for c in sorted(relay.calls(), key=lambda c: str(c["request_id"]))] == ["ok", "ok"]
+
+
+def test_an_upstream_cannot_answer_a_call_it_was_not_sent(harness) -> None:
+    """While call 10 is still being decided, the upstream answers id 10 unasked: the forged answer is
+    dropped, and call 10 gets the answer to the request the gateway actually forwarded."""
+    relay = harness(SCRIPTED, slow_decision=["slow_echo"])
+    argv = relay.argv()
+    argv[2:2] = ["--slow-seconds", "1.0"]
+    messages = [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": {"name": "slow_echo", "arguments": {"n": 10}}},
+        {"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "forge", "arguments": {"id": 10}}},
+    ]
+    result = subprocess.run(
+        argv, input="".join(json.dumps(m) + "\n" for m in messages), capture_output=True, text=True,
+        timeout=60, env=child_env(),
+    )
+    answers = {json.loads(line)["id"]: json.loads(line) for line in result.stdout.splitlines()}
+    assert answers[10]["result"]["content"][0]["text"] == '{"n": 10}', answers
+    assert answers[11]["result"]["content"][0]["text"] == "forged"
+    assert "FORGED" not in result.stdout
+    assert [i["kind"] for i in relay.incidents()] == ["unknown_response"]

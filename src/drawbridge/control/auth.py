@@ -13,7 +13,10 @@ Invariant: no control-plane handler runs unless ``AdminAuth.check`` returned Non
 
 Proxy headers (``Forwarded``, ``X-Forwarded-For``, ``X-Real-IP`` and kin) never grant anything.
 Without a token, a request that carries one is refused (403) even from a loopback peer: a reverse
-proxy on the same host would otherwise turn every remote caller into a loopback one. (uvicorn, by
+proxy on the same host would otherwise turn every remote caller into a loopback one. For the same
+reason a request that a browser sends (``Origin``, ``Sec-Fetch-*``) or whose ``Host`` is not a loopback
+address or ``localhost`` is refused: a web page open on this host (or a DNS-rebinding one) would
+otherwise reach the control plane from loopback. (uvicorn, by
 default, also rewrites ``client`` from ``X-Forwarded-For`` when the peer is 127.0.0.1 or ::1; that
 can only make a loopback-looking request look remote, never the reverse, and the header rule above
 refuses it either way.) To put the control plane behind a proxy, configure an admin token.
@@ -50,6 +53,11 @@ PROXIED: Final = (
 PROXY_HEADERS: Final = frozenset(
     {b"forwarded", b"x-forwarded-for", b"x-real-ip", b"x-client-ip", b"true-client-ip", b"cf-connecting-ip"}
 )
+BROWSER: Final = (
+    "control plane requires admin authorization: no admin token is configured, so requests a browser "
+    "sends (Origin or Sec-Fetch headers) or that name a host other than a loopback address are refused"
+)
+BROWSER_HEADERS: Final = frozenset({b"origin", b"sec-fetch-site", b"sec-fetch-mode"})
 WWW_AUTHENTICATE: Final = 'Bearer realm="drawbridge-control-plane"'
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
@@ -88,6 +96,23 @@ def _has_proxy_header(headers: Iterable[tuple[bytes, bytes]]) -> bool:
     return any(key.lower() in PROXY_HEADERS for key, _ in headers)
 
 
+def _browser_or_foreign_host(scope: Any) -> bool:
+    """A request a web page could have made: it carries browser fetch headers, or its Host names
+    something other than a loopback literal or ``localhost`` (a DNS-rebinding page's own name)."""
+    headers = scope.get("headers", ())
+    if any(key.lower() in BROWSER_HEADERS for key, _ in headers):
+        return True
+    hosts = _headers(scope, b"host")
+    if not hosts:
+        return False
+    name = hosts[0].decode("latin-1").strip()
+    if name.startswith("["):
+        name = name[: name.find("]") + 1]
+    elif name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    return name.lower() != "localhost" and not is_loopback(name)
+
+
 class AdminAuth:
     """The control plane's access check (module docstring)."""
 
@@ -108,6 +133,10 @@ class AdminAuth:
             return None if self._token_matches(scope) else Refusal(401, ADMIN_REQUIRED)
         if _has_proxy_header(scope.get("headers", ())):
             return Refusal(403, PROXIED)
+        # A web page in a browser on this host is a loopback caller too: without a token, refuse what
+        # only a browser sends (cross-site requests need no preflight for a text/plain POST).
+        if _browser_or_foreign_host(scope):
+            return Refusal(403, BROWSER)
         client = scope.get("client")
         host = client[0] if client else None
         return None if is_loopback(host) else Refusal(403, LOOPBACK_ONLY)

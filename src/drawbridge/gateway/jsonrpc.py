@@ -18,6 +18,7 @@ The ``*_line`` builders render the few messages the relay writes itself.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -174,7 +175,16 @@ def _refuse_constant(_name: str) -> Any:
     raise ValueError("NaN and Infinity are not JSON")
 
 
-_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_strict_object, parse_constant=_refuse_constant)
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):  # 1e400: no JSON number, and no canonical form for evidence
+        raise ValueError("a number is too large for a double")
+    return value
+
+
+_STRICT_DECODER = json.JSONDecoder(
+    object_pairs_hook=_strict_object, parse_constant=_refuse_constant, parse_float=_finite_float
+)
 _LENIENT_DECODER = json.JSONDecoder()
 
 

@@ -570,6 +570,7 @@ class DownstreamSession:
                     protocol_version=call.protocol_version,
                     call=call,
                     approval=verdict.approval if verdict is not None else None,
+                    tool_listed=True,  # routed calls name a tool of the served catalogue
                 )
             )
 

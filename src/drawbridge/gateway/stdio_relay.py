@@ -809,7 +809,9 @@ class StdioRelay:
         key = message.key
         assert key is not None
         pending = self._pending.get(key)
-        if pending is None or not self._take(pending):
+        # Only a request the upstream was actually sent can be answered by it: a response for a call
+        # still being decided (a guessable id) must not settle it.
+        if pending is None or not pending.forwarded or not self._take(pending):
             await self._incident(
                 "unknown_response",
                 "upstream",
