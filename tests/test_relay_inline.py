@@ -22,6 +22,7 @@ from anyio.abc import ByteSendStream
 
 from drawbridge.gateway.pipeline import Action, CallRecord, Provenance, RelayEvent, ToolCall, Verdict
 from drawbridge.gateway.process_stdio import FdReceiveStream, FdSendStream
+from drawbridge.gateway.jsonrpc import EVIDENCE_UNWRITTEN, RESULT_WITHHELD
 from drawbridge.gateway.stdio_relay import RECORDING_FAILED, RelayConfig, StdioRelay
 from drawbridge.gateway.upstream import UpstreamProcess
 
@@ -193,7 +194,8 @@ async def test_a_record_that_fails_later_makes_later_calls_fail_closed() -> None
     recorder.fail_later.add(1)
     async with inline_relay(SCRIPTED, SyncDecider(), recorder, log) as (client, _relay, _done):
         await client.call(1, "echo", {"a": 1})
-        assert (await client.recv())["result"]["content"][0]["text"] == '{"a": 1}'
+        withheld = await client.recv()  # it ran, but its record failed: the result is withheld
+        assert withheld["error"]["code"] == EVIDENCE_UNWRITTEN and withheld["error"]["message"] == RESULT_WITHHELD
         await client.call(2, "echo", {"a": 2})
         refused = await client.recv()
     assert refused["result"]["isError"] is True

@@ -22,6 +22,7 @@ from drawbridge.gateway.pipeline import (
     null_recorder,
 )
 from drawbridge.gateway.process_stdio import FdReceiveStream, FdSendStream
+from drawbridge.gateway.jsonrpc import EVIDENCE_UNWRITTEN, RESULT_WITHHELD
 from drawbridge.gateway.stdio_relay import RECORDING_FAILED, RelayConfig, StdioRelay
 from drawbridge.gateway.upstream import UpstreamProcess
 
@@ -89,7 +90,8 @@ async def test_a_failing_recorder_makes_later_calls_fail_closed() -> None:
 
     async with relay_over_pipes(SCRIPTED, record=broken) as (client, _relay, _done):
         first = await client.call(1, "echo", {"a": 1})
-        assert first["result"]["content"][0]["text"] == '{"a": 1}'
+        # The call ran but its record failed: nothing is answered without evidence.
+        assert first["error"]["code"] == EVIDENCE_UNWRITTEN and first["error"]["message"] == RESULT_WITHHELD
         second = await client.call(2, "echo", {"a": 2})
         assert second["result"]["isError"] is True
         assert second["result"]["content"][0]["text"] == f'drawbridge refused this call: policy "drawbridge": {RECORDING_FAILED}'

@@ -269,3 +269,18 @@ async def test_list_changed_from_an_upstream_reloads_and_notifies_agents() -> No
         assert [tool["name"] for tool in listed] == [f"paged.t{i}" for i in range(6)]
         assert (await call(session, "paged.t5", {}))["result"]["content"][0]["text"] == "t5"
         tg.cancel_scope.cancel()
+
+
+async def test_a_call_that_ran_but_could_not_be_recorded_is_not_answered_with_its_result() -> None:
+    from drawbridge.gateway.jsonrpc import EVIDENCE_UNWRITTEN, RESULT_WITHHELD
+
+    async def record(event: RelayEvent) -> None:
+        if isinstance(event, CallRecord):
+            raise OSError("disk full")
+
+    async with gateway(Script(), record) as (gw, session, _):
+        ran = await call(session, "github.list_repos", {"owner": "acme"})
+        assert ran["error"] == {"code": EVIDENCE_UNWRITTEN, "message": RESULT_WITHHELD}
+        assert "rocket" not in json.dumps(ran)
+        after = await call(session, "github.list_repos", {"owner": "acme"})
+    assert after["result"]["isError"] is True

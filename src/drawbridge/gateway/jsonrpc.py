@@ -35,6 +35,13 @@ INTERNAL_ERROR: Final = -32603
 # coincide with what the mcp SDK uses internally for the same situations (connection closed, timeout).
 UPSTREAM_EXITED: Final = -32000
 UPSTREAM_TIMEOUT: Final = -32001
+EVIDENCE_UNWRITTEN: Final = -32002
+"""The call ran, but its evidence could not be written: its result is withheld (nothing is answered
+without evidence) and the gateway refuses every later call."""
+RESULT_WITHHELD: Final = (
+    "the call ran, but its evidence could not be written, so its result is withheld; "
+    "this gateway refuses further calls until it is restarted with working evidence storage"
+)
 
 DEFAULT_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES: Final = 64 * 1024 * 1024

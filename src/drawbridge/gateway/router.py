@@ -68,6 +68,8 @@ from drawbridge.gateway.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
+    EVIDENCE_UNWRITTEN,
+    RESULT_WITHHELD,
     UPSTREAM_EXITED,
     UPSTREAM_TIMEOUT,
     IdKey,
@@ -551,7 +553,7 @@ class DownstreamSession:
                 error = f"the upstream did not answer tools/call within {gateway.settings.call_timeout:g} seconds"
                 return error_response(message.id, UPSTREAM_TIMEOUT, error)
             outcome, error, code = outcome_of_response(body)
-            return self._answer(entry, body)
+            answer = self._answer(entry, body)
         finally:
             finished = gateway.clock()
             await gateway.record(
@@ -573,6 +575,9 @@ class DownstreamSession:
                     tool_listed=True,  # routed calls name a tool of the served catalogue
                 )
             )
+        if gateway.record_failed:  # nothing is answered without evidence (the call ran, so say so)
+            return error_response(message.id, EVIDENCE_UNWRITTEN, RESULT_WITHHELD)
+        return answer
 
     def _client_link(self, entry: _Inflight) -> ClientLink:
         """How the approval gate may reach this agent during the call's decision (``client_link``):

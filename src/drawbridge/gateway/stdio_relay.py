@@ -77,6 +77,8 @@ from drawbridge.gateway.jsonrpc import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
+    EVIDENCE_UNWRITTEN,
+    RESULT_WITHHELD,
     UPSTREAM_EXITED,
     UPSTREAM_TIMEOUT,
     IdKey,
@@ -374,8 +376,16 @@ class StdioRelay:
             self._record_failed = True
             logger.error("recording an event failed (%s); later tools/call requests are refused", type(exc).__name__)
 
-    async def _answer_when_recorded(self, rest: Awaitable[None], response: bytes | None) -> None:
+    async def _answer_when_recorded(self, rest: Awaitable[None], pending: _Pending) -> None:
         await self._await_record(rest)
+        await self._answer_recorded(pending)
+
+    async def _answer_recorded(self, pending: _Pending) -> None:
+        """Send a recorded call's answer; nothing that ran is answered without evidence: when
+        recording has failed, a forwarded call's result is withheld (the agent is told why)."""
+        response = pending.response
+        if self._record_failed and pending.forwarded:
+            response = error_line(pending.message.id, EVIDENCE_UNWRITTEN, RESULT_WITHHELD)
         if response is not None:
             await self._to_client(response)
 
@@ -594,11 +604,10 @@ class StdioRelay:
             # The record waits for a batch fsync: its answer waits with it, in a task, so that
             # whoever settled the call goes on serving the others meanwhile.
             if self._calls is not None:
-                self._calls.start_soon(self._answer_when_recorded, rest, pending.response)
+                self._calls.start_soon(self._answer_when_recorded, rest, pending)
                 return
             await self._await_record(rest)
-        if pending.response is not None:
-            await self._to_client(pending.response)
+        await self._answer_recorded(pending)
 
     async def _watch_deadlines(self) -> None:
         """Time out inline calls the upstream does not answer within the call timeout."""
@@ -648,8 +657,7 @@ class StdioRelay:
         await pending.done.wait()
         # Evidence first: the record reaches the OS before the agent sees the answer.
         await self._record(self._call_record(pending, verdict, decided_at))
-        if pending.response is not None:
-            await self._to_client(pending.response)
+        await self._answer_recorded(pending)
 
     async def _act(self, pending: _Pending, verdict: Verdict) -> None:
         call = pending.call
