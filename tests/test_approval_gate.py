@@ -238,3 +238,38 @@ async def test_the_trace_entry_and_the_carrier_say_how_the_call_was_approved(tmp
     assert bodies[0]["approval"] == block and "approval" not in bodies[1]
     carriers = [json.loads(line) for line in (tmp_path / "c.ndjson").read_text().splitlines()]
     assert [c["decision_verdict"] for c in carriers] == ["match", "incomplete"]
+
+
+class Sequence_:
+    """A decider whose verdict changes after the first call (the catalogue changed during the wait)."""
+
+    def __init__(self, first: Verdict, then: Verdict) -> None:
+        self.verdicts = [first, then]
+
+    async def __call__(self, call: ToolCall) -> Verdict:
+        return self.verdicts[0] if len(self.verdicts) == 1 else self.verdicts.pop(0)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "then",
+    [
+        Verdict(Action.DENY, "the tool is new since its pins", RULE),
+        Verdict(Action.HUMAN_APPROVAL, "catalogue floor: changed", RULE, person_only=True),
+    ],
+)
+async def test_an_approval_runs_the_call_only_if_the_decision_still_stands(tmp_path: Path, then: Verdict) -> None:
+    trace = Trace([])
+    engine, db = engine_on(tmp_path, trace, non_blocking=True)
+    try:
+        call = ToolCall("a", "t", {"q": 1}, None, 1)
+        await ApprovalGate(Fixed(ASK), engine)(call)  # asked once
+        requested = [body for kind, body in trace.entries if kind == "approval_requested"]
+        await engine.resolve(requested[0]["approval_id"], "approve", "op", Channel.CONTROL_PLANE)
+        stale = await ApprovalGate(Sequence_(ASK, then), engine)(ToolCall("a", "t", {"q": 1}, None, 2))
+        assert stale.action is Action.DENY and "changed while the approval was pending" in stale.reason
+        unchanged = ApprovalGate(Fixed(ASK), engine)
+        again = await unchanged(ToolCall("a", "t", {"q": 1}, None, 3))
+        assert again.action is not Action.ALLOW  # the approval was used by the refused call
+    finally:
+        db.close()

@@ -261,7 +261,19 @@ class ApprovalGate:
             elicit=elicit,
             ask=supported or self._operator_channel,
         )
-        return verdict_of(settlement, verdict)
+        settled = verdict_of(settlement, verdict)
+        if settled.action is Action.ALLOW:
+            # A person may have taken minutes: decide again (policy and catalogue floors never wait)
+            # and run the call only if what was approved is still what would be asked.
+            now = await self._decide(call)
+            if now.action is not verdict.action or now.person_only != verdict.person_only:
+                return Verdict(
+                    Action.DENY,
+                    "the decision changed while the approval was pending (the policy or the tool's "
+                    f"catalogue entry changed; it now says {now.action.value}); call again",
+                    now.provenance,
+                )
+        return settled
 
 
 def approval_gate(
