@@ -84,6 +84,9 @@ async def test_control_plane_and_cli_approvals_release_waiting_calls(tmp_path: P
             assert waiting["tool"] == "delete_repo" and waiting["agent"] == "tester"
             assert "rocket" not in json.dumps(waiting)  # digests and shapes only
             assert listed(await client.call_tool("list_repos", {"owner": "acme"})) == ["anvil", "rocket"]
+            detail = await control.get(f"/approvals/{waiting['id']}")
+            recent = detail["recent_calls"]
+            assert [c["tool"] for c in recent] == ["list_repos"] and recent[0]["outcome"] == "ok"
             response = await control.approve(waiting["id"])
             assert response.status_code == 200 and response.json()["status"] == "approved"
         assert text_of(results["delete_repo"]) == "deleted acme/rocket"  # type: ignore[arg-type]

@@ -366,7 +366,13 @@ async def _serve(
             # Before any call: what a previous run left pending is expired, never approved.
             await tg.start(run_approvals, approvals.gate.engine)
             if approvals.sock is not None:
-                tg.start_soon(_control_plane, policy, approvals, record)
+                from drawbridge.control import RecentCallRing
+                from drawbridge.gateway.services import RecordingTap
+
+                # The approval view shows the agent's recent calls: the recorder feeds them.
+                recent = RecentCallRing()
+                tg.start_soon(_control_plane, policy, approvals, record, recent)  # the trace: the recorder's own
+                record = RecordingTap(record, recent)
         try:
             env_filter = EnvPolicy(deny_names=frozenset(TRUTH_KEY_NAMES))
             await serve_stdio(argv, decide=decide, record=record, config=config, env_filter=env_filter)
@@ -377,7 +383,7 @@ async def _serve(
     return None
 
 
-async def _control_plane(policy: Decider, approvals: _Approvals, record: Recorder) -> None:
+async def _control_plane(policy: Decider, approvals: _Approvals, record: Recorder, recent: Any) -> None:
     """The control plane's routes on the bound loopback socket (approvals, grants, policies)."""
     from drawbridge.control import ControlServices, control_app
     from drawbridge.gateway.approvals import trace_appender
@@ -389,6 +395,7 @@ async def _control_plane(policy: Decider, approvals: _Approvals, record: Recorde
         catalogue=lambda: [],  # the relay keeps no catalogue; tools are the server's own
         approvals=approvals.gate.engine,
         trace_append=trace_appender(record),
+        recent_calls=recent,
     )
     app = control_app(services, admin_token_sha256=approvals.admin_token_sha256)
 
