@@ -25,7 +25,13 @@ from drawbridge.gateway.pipeline import (
     null_recorder,
 )
 from drawbridge.gateway.stdio_relay import RelayConfig, StdioRelay, run_relay, serve_stdio
-from drawbridge.gateway.upstream import EnvFilter, EnvPolicy, UpstreamGone, UpstreamProcess, UpstreamStartError
+from drawbridge.gateway.upstream import (
+    EnvFilter,
+    EnvPolicy,
+    UpstreamGone,
+    UpstreamProcess,
+    UpstreamStartError,
+)
 
 __all__ = [
     "INTERNAL_ERROR",

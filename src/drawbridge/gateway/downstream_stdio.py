@@ -14,19 +14,15 @@ from typing import Any
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
+from drawbridge.gateway.hub import Gateway
 from drawbridge.gateway.jsonrpc import (
-    INVALID_REQUEST,
-    PARSE_ERROR,
     Kind,
     LineFramer,
+    LineRefusal,
     Message,
-    MessageError,
     Oversize,
-    error_line,
-    oversize_message,
-    parse_client_message,
+    read_client_line,
 )
-from drawbridge.gateway.hub import Gateway
 from drawbridge.gateway.router import safe_render
 
 READ_CHUNK = 65536
@@ -74,18 +70,11 @@ async def serve_stdio_session(
                 await session.close()
 
     async def on_line(item: bytes | Oversize, tg: Any) -> None:
-        if isinstance(item, Oversize):
-            detail = oversize_message(item)
-            await gateway.incident("oversize", "client", detail, INVALID_REQUEST)
-            await outbound.write(error_line(None, INVALID_REQUEST, detail))
-            return
-        try:
-            message = parse_client_message(item)
-        except MessageError as exc:
-            kind = "parse_error" if exc.code == PARSE_ERROR else "invalid_message"
-            await gateway.incident(kind, "client", exc.message, exc.code)
-            if exc.request_id is not None or exc.code in (PARSE_ERROR, INVALID_REQUEST):
-                await outbound.write(error_line(exc.request_id, exc.code, exc.message))
+        message = read_client_line(item)
+        if isinstance(message, LineRefusal):
+            await gateway.incident(message.kind, "client", message.detail, message.code)
+            if message.reply is not None:
+                await outbound.write(message.reply)
             return
         if message.kind is Kind.REQUEST:
             tg.start_soon(answer, message)

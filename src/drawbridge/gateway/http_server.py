@@ -57,6 +57,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from drawbridge.config import AgentToken, GatewayConfig
+from drawbridge.gateway.hub import Gateway
 from drawbridge.gateway.jsonrpc import (
     INVALID_REQUEST,
     Kind,
@@ -66,7 +67,6 @@ from drawbridge.gateway.jsonrpc import (
     id_key,
     parse_client_message,
 )
-from drawbridge.gateway.hub import Gateway
 from drawbridge.gateway.router import DownstreamSession, error_response, safe_render
 
 logger = logging.getLogger("drawbridge.gateway.http")

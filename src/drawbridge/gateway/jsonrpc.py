@@ -281,3 +281,28 @@ def oversize_message(oversize: Oversize) -> str:
         f"invalid request: message of at least {oversize.size} bytes exceeds the limit of "
         f"{oversize.limit} bytes; it was discarded unread"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class LineRefusal:
+    """A client line the gateway cannot take: the incident to record and the answer, if any."""
+
+    kind: str  # "oversize" | "parse_error" | "invalid_message"
+    detail: str
+    code: int
+    reply: bytes | None
+
+
+def read_client_line(item: bytes | Oversize) -> Message | LineRefusal:
+    """One framed client line, parsed strictly, or the refusal every transport gives for it."""
+    if isinstance(item, Oversize):
+        detail = oversize_message(item)
+        return LineRefusal("oversize", detail, INVALID_REQUEST, error_line(None, INVALID_REQUEST, detail))
+    try:
+        return parse_client_message(item)
+    except MessageError as exc:
+        kind = "parse_error" if exc.code == PARSE_ERROR else "invalid_message"
+        answerable = exc.request_id is not None or exc.code in (PARSE_ERROR, INVALID_REQUEST)
+        reply = error_line(exc.request_id, exc.code, exc.message) if answerable else None
+        return LineRefusal(kind, exc.message, exc.code, reply)
+

@@ -27,7 +27,6 @@ answer waits for it). The deciders here and ``null_recorder`` offer them.
 from __future__ import annotations
 
 import logging
-
 import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field

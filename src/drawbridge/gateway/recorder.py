@@ -47,15 +47,14 @@ from typing import Any
 import anyio.to_thread
 
 from drawbridge.canonical import sanitize
-
 from drawbridge.evidence.classify import UNKNOWN, classify
 from drawbridge.evidence.surface import build_decision, build_surface
 from drawbridge.evidence.truth.carrier import args_digest, build_carrier
 from drawbridge.evidence.truth.declared import declared_policy_digest
 from drawbridge.evidence.truth.evidence import Evidence
 from drawbridge.evidence.truth.verdict import PreparedPolicy, prepare_policy, prepared_decision_verdict
-from drawbridge.gateway.truth_key import TruthKey
 from drawbridge.gateway.pipeline import CallRecord, Outcome, RelayEvent, RelayIncident
+from drawbridge.gateway.truth_key import TruthKey
 from drawbridge.state.append_only import AppendOnlyError, AppendOnlyFile, FsyncPolicy
 from drawbridge.state.trace_log import TraceLog
 

@@ -64,11 +64,11 @@ from drawbridge.gateway.hop import (
     progress_token,
 )
 from drawbridge.gateway.jsonrpc import (
+    EVIDENCE_UNWRITTEN,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
-    EVIDENCE_UNWRITTEN,
     RESULT_WITHHELD,
     UPSTREAM_EXITED,
     UPSTREAM_TIMEOUT,

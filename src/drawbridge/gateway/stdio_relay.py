@@ -74,16 +74,16 @@ from drawbridge.gateway.client_link import (
 from drawbridge.gateway.jsonrpc import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES,
+    EVIDENCE_UNWRITTEN,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
-    PARSE_ERROR,
-    EVIDENCE_UNWRITTEN,
     RESULT_WITHHELD,
     UPSTREAM_EXITED,
     UPSTREAM_TIMEOUT,
     IdKey,
     Kind,
     LineFramer,
+    LineRefusal,
     Message,
     MessageError,
     Oversize,
@@ -92,10 +92,13 @@ from drawbridge.gateway.jsonrpc import (
     id_key,
     notification_line,
     oversize_message,
-    parse_client_message,
     parse_upstream_message,
+    read_client_line,
     result_line,
     valid_id,
+)
+from drawbridge.gateway.pipeline import (
+    RECORDING_FAILED as RECORDING_FAILED,  # re-exported: the text of that refusal
 )
 from drawbridge.gateway.pipeline import (
     CallRecord,
@@ -106,7 +109,6 @@ from drawbridge.gateway.pipeline import (
     RelayIncident,
     ToolCall,
     Verdict,
-    RECORDING_FAILED as RECORDING_FAILED,  # re-exported: the text of that refusal
     guarded_decision,
     guarded_decision_now,
     parse_tool_call,
@@ -409,18 +411,11 @@ class StdioRelay:
             await self._on_client_line(last)
 
     async def _on_client_line(self, item: bytes | Oversize) -> None:
-        if isinstance(item, Oversize):
-            detail = oversize_message(item)
-            await self._incident("oversize", "client", detail, INVALID_REQUEST)
-            await self._to_client(error_line(None, INVALID_REQUEST, detail))
-            return
-        try:
-            message = parse_client_message(item)
-        except MessageError as exc:
-            kind = "parse_error" if exc.code == PARSE_ERROR else "invalid_message"
-            await self._incident(kind, "client", exc.message, exc.code)
-            if exc.request_id is not None or exc.code in (PARSE_ERROR, INVALID_REQUEST):
-                await self._to_client(error_line(exc.request_id, exc.code, exc.message))
+        message = read_client_line(item)
+        if isinstance(message, LineRefusal):
+            await self._incident(message.kind, "client", message.detail, message.code)
+            if message.reply is not None:
+                await self._to_client(message.reply)
             return
         if message.kind is Kind.RESPONSE:
             if self._own_response(message):

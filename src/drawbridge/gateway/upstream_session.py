@@ -64,7 +64,13 @@ from drawbridge.gateway.jsonrpc import (
     encode_line,
     parse_upstream_message,
 )
-from drawbridge.gateway.upstream import EnvFilter, EnvPolicy, UpstreamGone, UpstreamProcess, UpstreamStartError
+from drawbridge.gateway.upstream import (
+    EnvFilter,
+    EnvPolicy,
+    UpstreamGone,
+    UpstreamProcess,
+    UpstreamStartError,
+)
 
 logger = logging.getLogger("drawbridge.gateway.upstream")
 

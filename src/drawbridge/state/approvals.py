@@ -48,8 +48,7 @@ from drawbridge.state.ids import (
     UnknownId,
     default_id_source,
     new_id,
-    parse_prefix,
-    prefix_range,
+    rows_by_prefix,
 )
 from drawbridge.state.sqlite import StateDB, StateError, StateUnavailable, from_db_time, to_db_time
 
@@ -309,11 +308,7 @@ def _findings(text: str) -> tuple[str, ...]:
 
 
 def _find(conn: sqlite3.Connection, id_or_prefix: str) -> Approval:
-    prefix = parse_prefix(id_or_prefix, "approval")
-    low, high = prefix_range(prefix)
-    rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM approvals WHERE id >= ? AND id < ? ORDER BY id LIMIT 2", (low, high)
-    ).fetchall()
+    prefix, rows = rows_by_prefix(conn, "approvals", _COLUMNS, id_or_prefix, "approval")
     if not rows:
         raise ApprovalNotFound("approval", f"no approval with id {prefix}")
     if len(rows) > 1:

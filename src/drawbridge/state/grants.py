@@ -36,8 +36,7 @@ from drawbridge.state.ids import (
     UnknownId,
     default_id_source,
     new_id,
-    parse_prefix,
-    prefix_range,
+    rows_by_prefix,
 )
 from drawbridge.state.sqlite import StateDB, StateError, StateUnavailable, from_db_time, to_db_time
 
@@ -164,11 +163,7 @@ def _row_to_grant(row: tuple[Any, ...]) -> Grant:
 
 
 def _find(conn: sqlite3.Connection, id_or_prefix: str) -> Grant:
-    prefix = parse_prefix(id_or_prefix, "grant")
-    low, high = prefix_range(prefix)
-    rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM grants WHERE id >= ? AND id < ? ORDER BY id LIMIT 2", (low, high)
-    ).fetchall()
+    prefix, rows = rows_by_prefix(conn, "grants", _COLUMNS, id_or_prefix, "grant")
     if not rows:
         raise GrantNotFound("grant", f"no grant with id {prefix}")
     if len(rows) > 1:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from drawbridge.canonical import sanitize
 
@@ -89,3 +89,15 @@ def parse_prefix(text: object, what: str) -> str:
 def prefix_range(prefix: str) -> tuple[str, str]:
     """``(low, high)`` such that a hex id starts with ``prefix`` iff ``low <= id < high`` (index-friendly)."""
     return prefix, prefix + "~"  # "~" sorts after every hex digit
+
+
+def rows_by_prefix(conn: Any, table: str, columns: str, id_or_prefix: object, what: str) -> tuple[str, list[Any]]:
+    """The parsed prefix and at most two rows of ``table`` whose id starts with it (two means
+    ambiguous); ``table`` and ``columns`` are the caller's constants, never input."""
+    prefix = parse_prefix(id_or_prefix, what)
+    low, high = prefix_range(prefix)
+    rows = conn.execute(
+        f"SELECT {columns} FROM {table} WHERE id >= ? AND id < ? ORDER BY id LIMIT 2", (low, high)
+    ).fetchall()
+    return prefix, rows
+
