@@ -3,14 +3,16 @@
 The workload is a small echo call driven over real pipes by a raw JSON-lines client (no client SDK
 cost): by default the ``echo`` tool of ``@modelcontextprotocol/server-everything`` (installed by
 scripts/test), or with ``--server raw`` bench/echo_server.py, a raw JSON-RPC echo whose own cost is
-close to nothing, which gives the harshest ratio. The gateway runs
-the allow path with evidence on: a policy file, the hash-chained trace, surface records and truth
-carriers (fsync as given, default ``batch``; ``always`` measures the disk too).
+close to nothing, which gives the harshest ratio. The gateway runs the allow path with a policy file
+and evidence on, in two configurations: the hash-chained trace and the surface records (what every
+run writes), and the same plus truth carriers (opt-in). fsync as given, default ``batch``;
+``always`` measures the disk too.
 
 Prints p50/p99 latency of sequential calls, calls per second with many calls in flight, and the
-ratios gateway/direct; then the policy engine's evaluation time at 10, 100 and 1,000 rules.
+ratios to direct (medians over rounds that alternate the configurations); then the policy engine's
+evaluation time at 10, 100 and 1,000 rules.
 
-    python bench/overhead.py [--server everything|raw] [--calls 2000] [--inflight 32] [--fsync batch]
+    python bench/overhead.py [--server everything|raw] [--calls 2000] [--inflight 32] [--rounds 3] [--fsync batch]
 """
 
 from __future__ import annotations
@@ -127,31 +129,56 @@ def policy_bench() -> list[tuple[int, float, float]]:
     return rows
 
 
+CONFIGS = ("direct", "evidence", "evidence+carriers")
+"""direct: the server alone; evidence: through the gateway with the trace and surface records (what
+every run writes); evidence+carriers: the same plus tool-decision truth carriers (opt-in)."""
+
+
+def _gateway(tmp: Path, config: str, fsync: str, echo: list[str]) -> list[str]:
+    policy = tmp / "policies"
+    policy.mkdir(exist_ok=True)
+    (policy / "bench.yaml").write_text('name: bench\nagent: "*"\nrules:\n  - tools: ["echo"]\n    action: allow\n')
+    argv = [sys.executable, "-m", "drawbridge", "wrap", "--policy", str(policy), "--agent", "bench",
+            "--evidence-dir", str(tmp / "evidence"), "--fsync", fsync]
+    if config == "evidence+carriers":
+        argv += ["--tool-decision-truth-out", str(tmp / "carriers.ndjson")]
+    return [*argv, "--", *echo]
+
+
 async def main_async(args: argparse.Namespace) -> None:
     env = dict(os.environ)
     env["DRAWBRIDGE_TDT_HMAC_KEY"] = "bench-key-0123456789abcdef"
     env["DRAWBRIDGE_TDT_HMAC_KEY_ID"] = "bench-kid"
     echo = SERVERS[args.server]
-    with tempfile.TemporaryDirectory() as tmp:
-        policy = Path(tmp) / "policies"
-        policy.mkdir()
-        (policy / "bench.yaml").write_text('name: bench\nagent: "*"\nrules:\n  - tools: ["echo"]\n    action: allow\n')
-        gateway = [sys.executable, "-m", "drawbridge", "wrap", "--policy", str(policy), "--agent", "bench",
-                   "--evidence-dir", str(Path(tmp) / "evidence"), "--tool-decision-truth-out",
-                   str(Path(tmp) / "carriers.ndjson"), "--fsync", args.fsync, "--", *echo]
-        direct_lat, direct_rate = await _session(echo, env, args.calls, args.inflight)
-        gw_lat, gw_rate = await _session(gateway, env, args.calls, args.inflight)
-        entries = sum(1 for _ in open(Path(tmp) / "evidence" / "trace.ndjson", "rb"))
-    d50, d99, g50, g99 = (_pct(direct_lat, 0.5), _pct(direct_lat, 0.99), _pct(gw_lat, 0.5), _pct(gw_lat, 0.99))
-    print(f"upstream: {args.server}; tools/call echo, {args.calls} sequential calls; throughput with {args.inflight} in flight; "
-          f"gateway: allow path, evidence on (fsync={args.fsync}, {entries} trace entries written)")
-    print(f"{'':<22}{'p50 ms':>10}{'p99 ms':>10}{'calls/s':>12}")
-    print(f"{'direct':<22}{d50:>10.3f}{d99:>10.3f}{direct_rate:>12.0f}")
-    print(f"{'through drawbridge':<22}{g50:>10.3f}{g99:>10.3f}{gw_rate:>12.0f}")
-    print(f"{'added latency':<22}{g50 - d50:>10.3f}{g99 - d99:>10.3f}")
-    print(f"{'ratio gateway/direct':<22}{g50 / d50:>10.2f}{g99 / d99:>10.2f}{gw_rate / direct_rate:>12.2f}")
-    print(f"median of per-call latency stdev: direct {statistics.pstdev(direct_lat):.3f} ms, "
-          f"gateway {statistics.pstdev(gw_lat):.3f} ms")
+    latencies: dict[str, list[float]] = {config: [] for config in CONFIGS}
+    rates: dict[str, list[float]] = {config: [] for config in CONFIGS}
+    entries = 0
+    # Rounds alternate the configurations, so that whatever else the machine does at the time
+    # weighs on all of them alike; each figure is the median over the rounds.
+    for _ in range(args.rounds):
+        for config in CONFIGS:
+            with tempfile.TemporaryDirectory() as tmp:
+                argv = echo if config == "direct" else _gateway(Path(tmp), config, args.fsync, echo)
+                lat, rate = await _session(argv, env, args.calls, args.inflight)
+                latencies[config].extend(lat)
+                rates[config].append(rate)
+                if config != "direct":
+                    entries += sum(1 for _ in open(Path(tmp) / "evidence" / "trace.ndjson", "rb"))
+    print(f"upstream: {args.server}; tools/call echo, {args.calls} sequential calls and {args.calls} with "
+          f"{args.inflight} in flight, per configuration and round; {args.rounds} rounds; gateway: allow path, "
+          f"fsync={args.fsync} ({entries} trace entries written)")
+    direct_p50 = _pct(latencies["direct"], 0.5)
+    direct_p99 = _pct(latencies["direct"], 0.99)
+    direct_rate = statistics.median(rates["direct"])
+    print(f"{'':<22}{'p50 ms':>10}{'p99 ms':>10}{'calls/s':>12}{'added p50':>12}{'throughput':>12}")
+    for config in CONFIGS:
+        p50, p99 = _pct(latencies[config], 0.5), _pct(latencies[config], 0.99)
+        rate = statistics.median(rates[config])
+        added = "" if config == "direct" else f"{p50 - direct_p50:>12.3f}"
+        ratio = "" if config == "direct" else f"{rate / direct_rate:>12.2f}"
+        print(f"{config:<22}{p50:>10.3f}{p99:>10.3f}{rate:>12.0f}{added:>12}{ratio:>12}")
+    print(f"(added p50 in ms over direct; throughput as a ratio of direct's; direct p99 {direct_p99:.3f} ms; "
+          f"calls/s per round: " + "; ".join(f"{c} " + ", ".join(f"{r:.0f}" for r in rates[c]) for c in CONFIGS) + ")")
     print()
     print(f"{'policy evaluation':<22}{'repeat us':>12}{'cold us':>12}")
     for count, warm, cold in policy_bench():
@@ -162,6 +189,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--inflight", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fsync", choices=["always", "batch", "never"], default="batch")
     parser.add_argument("--server", choices=sorted(SERVERS), default="everything",
                         help="everything: server-everything's echo (default); raw: a minimal Python echo")

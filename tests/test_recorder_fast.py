@@ -1,16 +1,20 @@
 """The evidence recorder's fast paths write the same bytes and keep the durability promise.
 
-``record_now`` (the synchronous form the relay uses for inline calls), the surface-line cache and the
-batch fsync done off the event loop must not change a byte of evidence: the same records through
-every route and fsync setting give identical files, and each cached surface line equals the line
-built from scratch. Under ``fsync="batch"`` the record that is a file's 64th line since its last
-sync is complete only when that file has been fsynced, and a failed fsync fails every later record.
+``record_now`` (the synchronous form the relay uses, for several records at once), the surface-line
+cache and the fsyncs done off the event loop must not change a byte of evidence: the same records
+through every route and fsync setting give identical files, and each cached surface line equals the
+line built from scratch. Under ``fsync="always"`` records complete only after one fsync per file
+they were written to, shared by the records written together; under ``"batch"`` the record that is
+a file's 64th line since its last sync is complete only when that file has been fsynced, and a file
+with unsynced lines is fsynced within the time bound without further records; a failed fsync fails
+every later record.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +52,7 @@ def _recorder(directory: Path, fsync: str) -> EvidenceRecorder:
         truth_key=TruthKey(b"k" * 32, "kid-1"), declared=lambda agent: CONTRACT,
         fsync=fsync,  # type: ignore[arg-type]
         clock=lambda: "2026-01-01T00:00:00.000000Z",
+        batch_seconds=60,  # the time bound stays out of the way of the counts tested here
     )
 
 
@@ -72,18 +77,20 @@ def test_every_route_and_setting_writes_the_same_bytes(tmp_path: Path) -> None:
     events = _events(150)
     outputs = []
     for fsync in ("always", "batch", "never"):
-        for route in ("await", "record_now"):
+        for route in ("await", "record_now", "record_now in batches"):
             directory = tmp_path / f"{fsync}-{route}"
             recorder = _recorder(directory, fsync)
 
             async def run() -> None:
-                for event in events:
-                    if route == "await" or recorder.record_now is None:
+                if route == "await" or recorder.record_now is None:
+                    for event in events:
                         await recorder(event)
-                    else:
-                        rest = recorder.record_now(event)
-                        if rest is not None:
-                            await rest
+                    return
+                size = 1 if route == "record_now" else 7  # batches that straddle the 64-line fsyncs
+                for start in range(0, len(events), size):
+                    rest = recorder.record_now(events[start : start + size])
+                    if rest is not None:
+                        await rest
 
             anyio.run(run)
             recorder.close()
@@ -111,16 +118,7 @@ def test_each_cached_surface_line_equals_one_built_from_scratch(tmp_path: Path) 
     recorder.close()
 
 
-def test_record_now_is_offered_only_when_records_stay_on_the_loop(tmp_path: Path) -> None:
-    for fsync, offered in (("always", False), ("batch", True), ("never", True)):
-        recorder = _recorder(tmp_path / fsync, fsync)
-        assert (recorder.record_now is not None) is offered
-        recorder.close()
-
-
-def test_batch_fsyncs_each_file_every_64_lines_before_the_record_completes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _spy_fsync(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     synced: list[int] = []
     real_fsync = os.fsync
 
@@ -129,16 +127,98 @@ def test_batch_fsyncs_each_file_every_64_lines_before_the_record_completes(
         real_fsync(fd)
 
     monkeypatch.setattr(recorder_module.os, "fsync", spy)
-    recorder = _recorder(tmp_path, "batch")
+    return synced
+
+
+def _spied_recorder(
+    tmp_path: Path, fsync: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[EvidenceRecorder, list[int], list[int]]:
+    """A recorder, the list its fsyncs go to (emptied of those made when the files were created:
+    each file and its directory) and its three sync descriptors."""
+    synced = _spy_fsync(monkeypatch)
+    recorder = _recorder(tmp_path, fsync)
     sync_fds = list(recorder._sync_fds)
     assert len(sync_fds) == 3
-    synced.clear()  # creating the files fsyncs them and their directory
+    synced.clear()
+    return recorder, synced, sync_fds
+
+
+def test_always_completes_records_only_after_one_shared_fsync_per_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder, synced, sync_fds = _spied_recorder(tmp_path, "always", monkeypatch)
+
+    async def run() -> None:
+        rest = recorder.record_now([_record(i) for i in range(5)])
+        assert rest is not None and synced == []  # written, not yet complete
+        await rest
+        assert sorted(synced) == sorted(sync_fds)  # one fsync per file for the five records
+        synced.clear()
+        await recorder(RelayIncident("parse_error", "client", "x", None))  # a trace line only
+        assert synced == [sync_fds[0]]
+
+    anyio.run(run)
+    recorder.close()
+
+
+def test_batch_fsyncs_a_file_within_its_time_bound_without_further_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced = _spy_fsync(monkeypatch)
+    recorder = EvidenceRecorder(
+        tmp_path / "ev", route=lambda tool: "srv", truth_out=tmp_path / "carriers.ndjson",
+        truth_key=TruthKey(b"k" * 32, "kid-1"), declared=lambda agent: CONTRACT, fsync="batch",
+        batch_seconds=0.2,
+    )
+    sync_fds = list(recorder._sync_fds)
+    synced.clear()
+    try:
+        assert recorder.record_now([_record(0)]) is None  # complete at once: in the kernel
+        deadline = time.monotonic() + 5
+        while sorted(set(synced)) != sorted(sync_fds) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sorted(set(synced)) == sorted(sync_fds)
+        assert recorder._unsynced == [0, 0, 0]
+        synced.clear()
+        time.sleep(0.5)
+        assert synced == []  # nothing unsynced, nothing to do
+    finally:
+        recorder.close()
+    assert recorder._syncer is None
+
+
+def test_a_failed_timed_fsync_fails_every_later_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = EvidenceRecorder(
+        tmp_path / "ev", route=lambda tool: "srv", fsync="batch", batch_seconds=0.1,
+    )
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(recorder_module.os, "fsync", broken)
+    try:
+        assert recorder.record_now([_record(0)]) is None
+        deadline = time.monotonic() + 5
+        while recorder._broken is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with pytest.raises(AppendOnlyError, match="fsync failed: Input/output error"):
+            recorder.record_now([_record(1)])
+    finally:
+        monkeypatch.undo()
+        recorder.close()
+    assert (tmp_path / "ev" / "trace.ndjson").read_bytes().count(b"\n") == 1
+
+
+def test_batch_fsyncs_each_file_every_64_lines_before_the_record_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder, synced, sync_fds = _spied_recorder(tmp_path, "batch", monkeypatch)
 
     async def run() -> None:
         for i in range(BATCH_SIZE - 1):
-            assert recorder.record_now(_record(i)) is None  # written, nothing to wait for
+            assert recorder.record_now([_record(i)]) is None  # written, nothing to wait for
         assert synced == []
-        rest = recorder.record_now(_record(BATCH_SIZE - 1))  # the 64th line of each file
+        rest = recorder.record_now([_record(BATCH_SIZE - 1)])  # the 64th line of each file
         assert rest is not None
         assert synced == []  # not yet: the record completes with the fsync
         await rest
@@ -146,8 +226,8 @@ def test_batch_fsyncs_each_file_every_64_lines_before_the_record_completes(
         # An incident adds a trace line only: the trace is the first file due again.
         synced.clear()
         for i in range(BATCH_SIZE - 1):
-            assert recorder.record_now(RelayIncident("parse_error", "client", "x", None)) is None
-        rest = recorder.record_now(RelayIncident("parse_error", "client", "x", None))
+            assert recorder.record_now([RelayIncident("parse_error", "client", "x", None)]) is None
+        rest = recorder.record_now([RelayIncident("parse_error", "client", "x", None)])
         assert rest is not None
         await rest
         assert synced == [sync_fds[0]]
@@ -156,6 +236,38 @@ def test_batch_fsyncs_each_file_every_64_lines_before_the_record_completes(
     synced.clear()
     recorder.close()
     assert len(synced) >= 3  # closing syncs what each file still holds unsynced
+
+
+def test_records_written_together_take_one_write_per_file_and_are_synced_if_they_cross_the_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[int] = []
+    real_write = os.write
+
+    def write_spy(fd: int, data: bytes) -> int:
+        writes.append(data.count(b"\n"))
+        return real_write(fd, data)
+
+    recorder = _recorder(tmp_path, "batch")
+    sync_fds = list(recorder._sync_fds)
+    monkeypatch.setattr("drawbridge.state.append_only.os.write", write_spy)
+    synced = _spy_fsync(monkeypatch)
+
+    async def run() -> None:
+        assert recorder.record_now([_record(i) for i in range(BATCH_SIZE - 5)]) is None
+        assert writes == [BATCH_SIZE - 5] * 3  # trace, surface, carriers: one write each
+        assert synced == []
+        writes.clear()
+        rest = recorder.record_now([_record(i) for i in range(10)])  # crosses the 64th line of each file
+        assert writes == [10] * 3
+        assert rest is not None and synced == []  # complete only with the fsync
+        await rest
+        assert sorted(synced) == sorted(sync_fds)
+
+    anyio.run(run)
+    recorder.close()
+    trace = (tmp_path / "ev" / "trace.ndjson").read_bytes()
+    assert trace.count(b"\n") == BATCH_SIZE + 5
 
 
 def test_a_failed_batch_fsync_fails_that_record_and_every_later_one(
@@ -168,15 +280,15 @@ def test_a_failed_batch_fsync_fails_that_record_and_every_later_one(
 
     async def run() -> None:
         for i in range(BATCH_SIZE - 1):
-            assert recorder.record_now(_record(i)) is None
-        rest = recorder.record_now(_record(BATCH_SIZE - 1))
+            assert recorder.record_now([_record(i)]) is None
+        rest = recorder.record_now([_record(BATCH_SIZE - 1)])
         assert rest is not None
         monkeypatch.setattr(recorder_module.os, "fsync", broken)
         with pytest.raises(AppendOnlyError, match="fsync failed: Input/output error"):
             await rest
         monkeypatch.undo()
         with pytest.raises(AppendOnlyError, match="no further records will be written"):
-            recorder.record_now(_record(BATCH_SIZE))
+            recorder.record_now([_record(BATCH_SIZE)])
         with pytest.raises(AppendOnlyError):
             await recorder(_record(BATCH_SIZE + 1))
         with pytest.raises(AppendOnlyError):
@@ -186,3 +298,24 @@ def test_a_failed_batch_fsync_fails_that_record_and_every_later_one(
     recorder.close()
     trace = (tmp_path / "ev" / "trace.ndjson").read_bytes()
     assert trace.count(b"\n") == BATCH_SIZE  # nothing after the failure
+
+
+def test_the_control_plane_tap_keeps_the_synchronous_form_and_notes_each_call(tmp_path: Path) -> None:
+    from drawbridge.control.services import RecentCallRing
+    from drawbridge.gateway.services import RecordingTap
+
+    recorder = _recorder(tmp_path, "never")
+    ring = RecentCallRing()
+    tap = RecordingTap(recorder, ring)
+    record_now = tap.record_now
+    assert record_now is not None
+    assert record_now([_record(0), RelayIncident("parse_error", "client", "x", None), _record(2)]) is None
+    recorder.close()
+    assert _files(tmp_path)[0].count(b"\n") == 3
+    recent = anyio.run(ring, "agent-1", 10)
+    assert sorted(call["tool"] for call in recent) == ["echo", "rm_rf"]
+
+    async def awaitable_only(event: Any) -> None:
+        return None
+
+    assert RecordingTap(awaitable_only, ring).record_now is None  # type: ignore[arg-type]

@@ -5,7 +5,10 @@ loop and completed by whoever settles it. These tests pin what must not change o
 record is made before its answer is written (also when the recorder hands back an awaitable for a
 batch fsync), a slow record holds only its own answer, a failed record makes later calls fail
 closed, a decider that must wait gets a call task, timeouts and cancellations settle inline calls,
-and a call whose line cannot be handed to the upstream at once continues as a call task.
+and lines the upstream cannot take at once wait in a task while the client loop reads on. What
+arrives in one read is handled together: the calls decided from one read of the agent reach the
+upstream in one write, the calls answered in one read of the upstream are recorded together and
+answered in one write, and neither changes the order of lines.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from conftest import PYTHON, SERVERS
 pytestmark = pytest.mark.anyio
 
 SCRIPTED = [PYTHON, str(SERVERS / "scripted.py")]
+BATCHED = [PYTHON, str(SERVERS / "batched.py")]
 ALLOW = Verdict(Action.ALLOW, "fine", Provenance("p", "p.yaml", 0))
 DENY = Verdict(Action.DENY, "no", Provenance("p", "p.yaml", 1))
 
@@ -60,27 +64,33 @@ class SyncRecorder:
     def __init__(self, log: list[tuple[str, Any]]) -> None:
         self.log = log
         self.events: list[RelayEvent] = []
+        self.batches: list[int] = []
         self.hold: dict[Any, anyio.Event] = {}
         self.fail_later: set[Any] = set()
 
     async def __call__(self, event: RelayEvent) -> None:
-        rest = self.record_now(event)
+        rest = self.record_now([event])
         if rest is not None:
             await rest
 
-    def record_now(self, event: RelayEvent) -> Any:
-        self.events.append(event)
-        request_id = event.request_id if isinstance(event, CallRecord) else None
-        self.log.append(("record", request_id))
-        if request_id in self.hold or request_id in self.fail_later:
-            return self._rest(request_id)
-        return None
+    def record_now(self, events: list[RelayEvent]) -> Any:
+        """Records written together complete together: later, if one of them is held or fails."""
+        later = []
+        self.batches.append(len(events))
+        for event in events:
+            self.events.append(event)
+            request_id = event.request_id if isinstance(event, CallRecord) else None
+            self.log.append(("record", request_id))
+            if request_id in self.hold or request_id in self.fail_later:
+                later.append(request_id)
+        return self._rest(later) if later else None
 
-    async def _rest(self, request_id: Any) -> None:
-        if request_id in self.hold:
-            await self.hold[request_id].wait()
-        self.log.append(("synced", request_id))
-        if request_id in self.fail_later:
+    async def _rest(self, request_ids: list[Any]) -> None:
+        for request_id in request_ids:
+            if request_id in self.hold:
+                await self.hold[request_id].wait()
+            self.log.append(("synced", request_id))
+        if any(request_id in self.fail_later for request_id in request_ids):
             raise OSError("fsync failed")
 
 
@@ -92,6 +102,7 @@ class SpyOut(ByteSendStream):
         self.log = log
 
     async def send(self, item: bytes) -> None:
+        self.log.append(("write", item.count(b"\n")))
         for line in item.splitlines():
             self.log.append(("answer", json.loads(line).get("id")))
         await self.inner.send(item)
@@ -178,6 +189,9 @@ async def test_a_record_that_completes_later_holds_only_its_own_answer() -> None
     recorder.hold["slow"] = anyio.Event()
     async with inline_relay(SCRIPTED, SyncDecider(), recorder, log) as (client, _relay, _done):
         await client.call("slow", "echo", {"a": 1})
+        with anyio.fail_after(10):
+            while ("record", "slow") not in log:  # recorded (its answer held) before the next call
+                await anyio.sleep(0.01)
         await client.call("fast", "echo", {"a": 2})
         first = await client.recv()
         assert first["id"] == "fast"  # served while the other record waits for its fsync
@@ -251,7 +265,7 @@ async def test_a_cancelled_inline_call_is_recorded_and_not_answered() -> None:
     assert _calls(recorder)[7].error == "the agent cancelled the request"
 
 
-async def test_a_line_the_upstream_cannot_take_now_continues_as_a_call_task() -> None:
+async def test_lines_the_upstream_cannot_take_now_wait_in_a_task_while_the_client_loop_reads_on() -> None:
     deaf = [PYTHON, "-c", "import time; time.sleep(60)"]
     log: list[tuple[str, Any]] = []
     recorder = SyncRecorder(log)
@@ -268,6 +282,78 @@ async def test_a_line_the_upstream_cannot_take_now_continues_as_a_call_task() ->
         assert relay.upstream.returncode is not None
     calls = _calls(recorder)
     assert (calls[1].outcome.value, calls[2].outcome.value) == ("cancelled", "cancelled")
+
+
+def _call_line(request_id: Any, name: str, arguments: dict[str, Any] | None = None) -> bytes:
+    params = {"name": name, "arguments": arguments or {}}
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode() + b"\n"
+
+
+def _spy_upstream_writes(relay: StdioRelay) -> list[bytes]:
+    """What the relay hands the upstream's pipe without waiting, one item per write."""
+    written: list[bytes] = []
+    real = relay.upstream.send_nowait
+
+    def spy(data: bytes) -> bool:
+        written.append(data)
+        return real(data)
+
+    relay.upstream.send_nowait = spy  # type: ignore[method-assign]
+    return written
+
+
+async def test_calls_decided_from_one_read_reach_the_upstream_in_one_write_in_order() -> None:
+    log: list[tuple[str, Any]] = []
+    recorder = SyncRecorder(log)
+    async with inline_relay(SCRIPTED, SyncDecider(), recorder, log) as (client, relay, _done):
+        written = _spy_upstream_writes(relay)
+        await client.to_gateway.send(b"".join(_call_line(i, "echo", {"n": i}) for i in range(5)))
+        answers = sorted([(await client.recv())["id"] for _ in range(5)])
+    assert answers == [0, 1, 2, 3, 4]
+    assert len(written) == 1
+    assert [json.loads(line)["id"] for line in written[0].splitlines()] == [0, 1, 2, 3, 4]
+
+
+async def test_a_call_cancelled_in_the_read_that_brought_it_never_reaches_the_upstream(tmp_path: Any) -> None:
+    seen = tmp_path / "seen.ndjson"
+    log: list[tuple[str, Any]] = []
+    recorder = SyncRecorder(log)
+    async with inline_relay([*BATCHED, str(seen)], SyncDecider(), recorder, log) as (client, _relay, _done):
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}
+        await client.to_gateway.send(_call_line(9, "echo") + json.dumps(cancel).encode() + b"\n" + _call_line(10, "echo"))
+        assert (await client.recv())["id"] == 10
+    received = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert [m.get("id") for m in received] == [10]  # neither call 9 nor its cancellation was sent
+    assert ("answer", 9) not in log
+    assert _calls(recorder)[9].outcome.value == "cancelled"
+
+
+async def test_calls_answered_in_one_read_are_recorded_together_then_answered_in_one_write() -> None:
+    log: list[tuple[str, Any]] = []
+    recorder = SyncRecorder(log)
+    async with inline_relay(BATCHED, SyncDecider(), recorder, log) as (client, _relay, _done):
+        for request_id, name in (("a", "hold"), ("b", "hold"), ("c", "release")):
+            await client.call(request_id, name)
+            await anyio.sleep(0.05)
+        answers = [(await client.recv())["id"] for _ in range(3)]
+    assert answers == ["a", "b", "c"]
+    assert 3 in recorder.batches
+    tail = log[log.index(("record", "a")) :]
+    assert tail[:5] == [("record", "a"), ("record", "b"), ("record", "c"), ("write", 3), ("answer", "a")]
+
+
+async def test_a_line_between_answers_read_together_keeps_its_place() -> None:
+    log: list[tuple[str, Any]] = []
+    recorder = SyncRecorder(log)
+    async with inline_relay(BATCHED, SyncDecider(), recorder, log) as (client, _relay, _done):
+        for request_id, name in (("a", "hold"), ("b", "hold")):
+            await client.call(request_id, name)
+            await anyio.sleep(0.05)
+        await client.call("c", "release", {"notify": True})
+        received = [await client.recv() for _ in range(4)]
+    assert [m.get("id", m.get("method")) for m in received] == ["a", "notifications/message", "b", "c"]
+    assert log.index(("record", "a")) < log.index(("answer", "a"))
+    assert log.index(("record", "c")) < log.index(("answer", "c"))
 
 
 async def test_shutdown_settles_and_records_inline_calls_in_flight() -> None:

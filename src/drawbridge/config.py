@@ -72,7 +72,7 @@ class GatewayConfig:
     policy_file: str | None = None
     evidence_dir: str = "./evidence"
     state_path: str = "./drawbridge.db"
-    fsync: str = "always"
+    fsync: str = "batch"
     listen_host: str = "127.0.0.1"
     listen_port: int = 8787
     admin_token_sha256: str | None = None
@@ -257,7 +257,7 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
     if policy_dir is not None and policy_file is not None:
         raise top.fail("policy_file", "set policy_dir or policy_file, not both")
 
-    fsync = top.get("fsync", str, default="always")
+    fsync = top.get("fsync", str, default="batch")
     if fsync not in FSYNC_MODES:
         raise top.fail("fsync", f"fsync must be one of {', '.join(FSYNC_MODES)}, not {fsync!r}")
 

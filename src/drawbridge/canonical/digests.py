@@ -35,7 +35,7 @@ def jcs_digest(value: Any) -> str:
 
 
 def hmac_sha256_hex(key: bytes, message: bytes) -> str:
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
+    return hmac.digest(key, message, "sha256").hex()
 
 
 def is_sha256_digest(value: object) -> bool:

@@ -45,10 +45,10 @@ from typing import Any
 
 import rfc8785
 
+from drawbridge.canonical.encoders import compact_encoder
+
 _SAFE = 2**53 - 1
-_FAST_ENCODER = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False, check_circular=False
-)
+_fast_encode = compact_encoder(sort_keys=True, ensure_ascii=False, allow_nan=False)
 
 
 class CanonicalizationError(ValueError):
@@ -140,7 +140,7 @@ def _fast_bytes(value: Any) -> bytes | None:
     try:
         if not _scan(value):
             value = _convert(value)
-        return _FAST_ENCODER.encode(value).encode("utf-8")
+        return _fast_encode(value).encode("utf-8")
     except (_NotPlain, UnicodeEncodeError, RecursionError):
         return None
 

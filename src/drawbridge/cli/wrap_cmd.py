@@ -138,9 +138,10 @@ def _recorder(
 @click.option(
     "--fsync",
     type=click.Choice(["always", "batch", "never"]),
-    default="always",
+    default="batch",
     show_default=True,
-    help="When evidence reaches the disk: after every record, every 64 records, or when the OS decides.",
+    help="When evidence reaches the disk (it always reaches the OS before the call is answered): "
+    "before each answer; every 64 records and within 1 second; or when the OS decides.",
 )
 @click.option(
     "--server-id",

@@ -179,7 +179,30 @@ def entry_hash_of(entry: Mapping[str, Any]) -> str:
 def build_entry(
     prev: ChainHead | None, kind: str, at: str, body: Mapping[str, Any]
 ) -> tuple[dict[str, Any], bytes]:
-    """The entry that follows ``prev`` and its stored line, canonicalizing the body only once.
+    """The entry that follows ``prev`` and its stored line, canonicalizing the body only once."""
+    head, line, body_bytes = _entry_parts(prev, kind, at, body)
+    entry: dict[str, Any] = {
+        "schema": ENTRY_SCHEMA,
+        "seq": head.seq,
+        "prev_hash": prev.entry_hash if prev is not None else GENESIS_HASH,
+        "kind": kind,
+        "at": at,
+        "body": parse_json(body_bytes),
+        "entry_hash": head.entry_hash,
+    }
+    return entry, line
+
+
+def next_line(prev: ChainHead | None, kind: str, at: str, body: Mapping[str, Any]) -> tuple[ChainHead, bytes]:
+    """``build_entry`` for a writer that keeps only the new head and the line (no parsed entry)."""
+    head, line, _body_bytes = _entry_parts(prev, kind, at, body)
+    return head, line
+
+
+def _entry_parts(
+    prev: ChainHead | None, kind: str, at: str, body: Mapping[str, Any]
+) -> tuple[ChainHead, bytes, bytes]:
+    """The new head, the stored line and the body's canonical bytes.
 
     Every field but ``body`` is a string from a fixed ASCII alphabet (checked here) or a
     small integer, so its JCS form is the string in quotes or the decimal digits; the
@@ -193,7 +216,7 @@ def build_entry(
     if not isinstance(body, Mapping):
         raise ChainFormatError("body must be a JSON object")
     try:
-        body_bytes = canonical_bytes(dict(body))
+        body_bytes = canonical_bytes(body if type(body) is dict else dict(body))
     except CanonicalizationError as exc:
         raise ChainFormatError(f"body has no canonical JSON form: {exc}") from exc
     if prev is None:
@@ -211,20 +234,11 @@ def build_entry(
         + b',"schema":' + schema_b + b',"seq":' + seq_b + b"}"
     )
     entry_hash = sha256_prefixed(preimage)
-    entry: dict[str, Any] = {
-        "schema": ENTRY_SCHEMA,
-        "seq": seq,
-        "prev_hash": prev_hash,
-        "kind": kind,
-        "at": at,
-        "body": parse_json(body_bytes),
-        "entry_hash": entry_hash,
-    }
     line = (
         b'{"schema":' + schema_b + b',"seq":' + seq_b + b',"prev_hash":' + prev_b + b',"kind":' + kind_b
         + b',"at":' + at_b + b',"body":' + body_bytes + b',"entry_hash":"' + entry_hash.encode() + b'"}\n'
     )
-    return entry, line
+    return ChainHead(seq=seq, entry_hash=entry_hash), line, body_bytes
 
 
 def make_entry(prev: ChainHead | None, kind: str, at: str, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,15 +20,15 @@ are ``allow_all`` (tests and an explicit ``--allow-all``), ``deny_all`` (no poli
 A decider or recorder that never has to wait may also offer a synchronous form that does exactly
 what awaiting it does; the relay then handles a call without a task of its own. ``decide_now(call)``
 returns the verdict, or None when this call needs waiting (the relay then awaits the decider).
-``record_now(event)`` writes the record and returns None, or an awaitable for what is left (the
-answer waits for it). The deciders here and ``null_recorder`` offer them.
+``record_now(events)`` writes the records of several events at once and returns None, or an
+awaitable for what is left (the answers wait for it). The deciders here and ``null_recorder`` offer them.
 """
 
 from __future__ import annotations
 
 import logging
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, Protocol
@@ -375,7 +375,7 @@ class _NullRecorder:
     async def __call__(self, event: RelayEvent, /) -> None:
         return None
 
-    def record_now(self, event: RelayEvent, /) -> None:
+    def record_now(self, events: Sequence[RelayEvent], /) -> None:
         return None
 
     def __repr__(self) -> str:

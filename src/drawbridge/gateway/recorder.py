@@ -6,18 +6,29 @@ producer is enabled, exactly one truth carrier; no raw argument value reaches
 any of them. A recorder that cannot write raises, and the relay then fails closed.
 
 Theory of operation. The relay hands the recorder one ``CallRecord`` per
-tools/call and one ``RelayIncident`` per other problem. For a call, the
-recorder builds (pure core, on the event loop) the trace body, the surface
-record and the carrier, then hands all lines to one worker thread that writes
-them (one ``os.write`` each, fsync per the configured policy), so an fsync
-never stalls other calls. With ``fsync="batch"`` or ``"never"`` the writes are
-done inline: they only reach the kernel's page cache and a thread hop would
-cost more. ``batch`` fsyncs each file once per 64 lines, and the recorder does
-that itself, off the event loop: the record whose line is the 64th since the
-file's last sync waits for an fsync in a worker thread (its answer waits with
-it, so at most 63 answered lines of a file are unsynced, as the setting
-promises), while the event loop goes on serving other calls. A failed fsync
-makes every later record raise, as a failed write does.
+tools/call and one ``RelayIncident`` per other problem; the calls its upstream
+answered in one read come together (``record_now``). For each, the recorder
+builds (pure core, on the event loop) the trace body, the surface record and the
+carrier, then writes the lines of them all with one ``os.write`` per file, on the
+event loop: a write only reaches the kernel's page cache, in microseconds, less
+than a hop to a worker thread would cost. Every record has reached the OS when
+the call returns, so a crash of the gateway loses nothing that was answered.
+
+Durability, the ``fsync`` setting (the files' own fsync is off; the recorder
+fsyncs through descriptors of its own, always in worker threads, so an fsync
+never stalls the event loop and other calls go on meanwhile):
+
+- ``"batch"`` (default): the records whose lines take a file to its 64th line
+  since its last sync complete only with that file's fsync (their answers wait
+  for it), and a background thread fsyncs a file at most ``BATCH_SECONDS`` (1 s)
+  after the first line it holds unsynced. A power loss can lose at most the
+  answered records of the last second, and never more than 63 lines per file.
+- ``"always"``: records complete only once every file they were written to is
+  fsynced. Records written together share one fsync (a group commit), so many
+  calls in flight do not queue behind one fsync each.
+- ``"never"``: no fsync; the kernel writes back when it likes.
+
+A failed fsync makes every later record raise, as a failed write does.
 
 Files in the evidence directory:
 
@@ -34,12 +45,12 @@ correlate calls within one run and cannot be brute-forced offline.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
+import threading
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +58,7 @@ from typing import Any
 import anyio.to_thread
 
 from drawbridge.canonical import sanitize
+from drawbridge.canonical.encoders import compact_encoder
 from drawbridge.evidence.classify import UNKNOWN, classify
 from drawbridge.evidence.surface import build_decision, build_surface
 from drawbridge.evidence.truth.carrier import args_digest, build_carrier
@@ -69,11 +81,13 @@ def ephemeral_key() -> TruthKey:
     return TruthKey(secrets.token_bytes(32), f"ephemeral-{secrets.token_hex(4)}")
 
 
-_LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_ASCII_LINE_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+_line_encode = compact_encoder(sort_keys=False, ensure_ascii=False, allow_nan=True)
+_ascii_line_encode = compact_encoder(sort_keys=False, ensure_ascii=True, allow_nan=True)
 SURFACE_CACHE_MAX = 1024
 BATCH_SIZE = 64
 """Lines per file between two fsyncs under ``fsync="batch"``."""
+BATCH_SECONDS = 1.0
+"""Under ``fsync="batch"``, the longest a written line waits for its file's fsync."""
 _SINKS_NEVER_SYNC_BY_THEMSELVES = 2**62
 
 
@@ -81,9 +95,9 @@ def ndjson_line(record: Mapping[str, Any]) -> bytes:
     """One compact JSON line in the record's insertion order (evidence-formats.md 0.2: digests are
     always recomputed over JCS, so the line keeps the documented field order for readers)."""
     try:
-        return (_LINE_ENCODER.encode(record) + "\n").encode("utf-8")
+        return (_line_encode(record) + "\n").encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: escape rather than write invalid UTF-8
-        return (_ASCII_LINE_ENCODER.encode(record) + "\n").encode("ascii")
+        return (_ascii_line_encode(record) + "\n").encode("ascii")
 
 
 def utc_now() -> str:
@@ -144,6 +158,9 @@ def truth_call_id(record: CallRecord) -> str:
     return f"gen_{uuid.uuid4()}"
 
 
+_Lines = tuple[str, dict[str, Any], bytes | None, bytes | None]
+"""One event's records: the trace entry's kind and body, the surface line, the carrier line."""
+
 Route = Callable[[str], str]
 """Downstream tool name -> the id of the upstream server that serves it (surface ``server.id``)."""
 
@@ -159,8 +176,9 @@ class EvidenceRecorder:
         truth_out: str | Path | None = None,
         truth_key: TruthKey | None = None,
         declared: Callable[[str], Mapping[str, Any]] | None = None,
-        fsync: FsyncPolicy = "always",
+        fsync: FsyncPolicy = "batch",
         clock: Callable[[], str] = utc_now,
+        batch_seconds: float = BATCH_SECONDS,
     ) -> None:
         if truth_out is not None and (truth_key is None or declared is None):
             raise ValueError("the truth producer needs a key and a declared contract")
@@ -169,25 +187,34 @@ class EvidenceRecorder:
         self._trace: TraceLog | None = None
         self._surface: AppendOnlyFile | None = None
         self._truth: AppendOnlyFile | None = None
-        # Under "batch" the files never fsync by themselves (except when closed); the recorder
-        # counts their lines and fsyncs through descriptors of its own, in a worker thread.
-        self._batch = fsync == "batch"
-        batch_size = _SINKS_NEVER_SYNC_BY_THEMSELVES if self._batch else BATCH_SIZE
+        # Under "always" and "batch" the files never fsync by themselves (except when closed); the
+        # recorder counts their lines and fsyncs through descriptors of its own, in worker threads.
+        self._fsync = fsync
+        managed = fsync != "never"
         self._sync_fds: list[int] = []
         self._sync_targets: list[tuple[Path, int, str] | None] = [None, None, None]
         self._unsynced = [0, 0, 0]  # trace, surface, truth
+        self._unsynced_lock = threading.Lock()
+        self._batch_seconds = batch_seconds
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._syncer: threading.Thread | None = None
         self._broken: str | None = None
+        file_fsync: FsyncPolicy = "batch" if managed else "never"
+        batch_size = _SINKS_NEVER_SYNC_BY_THEMSELVES
         try:
             if evidence_dir is not None:
                 directory = Path(evidence_dir)
                 directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-                self._trace = TraceLog(directory / TRACE_FILE, fsync, batch_size=batch_size)
+                self._trace = TraceLog(directory / TRACE_FILE, file_fsync, batch_size=batch_size)
                 self._surface = AppendOnlyFile(
-                    directory / SURFACE_FILE, fsync, batch_size=batch_size, what="surface record file"
+                    directory / SURFACE_FILE, file_fsync, batch_size=batch_size, what="surface record file"
                 )
             if truth_out is not None:
-                self._truth = AppendOnlyFile(truth_out, fsync, batch_size=batch_size, what="tool-decision truth sink")
-            if self._batch:
+                self._truth = AppendOnlyFile(
+                    truth_out, file_fsync, batch_size=batch_size, what="tool-decision truth sink"
+                )
+            if managed:
                 # fsync flushes the file, whichever descriptor it is given.
                 sinks = (
                     (self._trace, "trace log"),
@@ -199,13 +226,14 @@ class EvidenceRecorder:
                         fd = os.open(sink.path, os.O_RDONLY | os.O_CLOEXEC)
                         self._sync_fds.append(fd)
                         self._sync_targets[index] = (sink.path, fd, what)
+            if fsync == "batch":
+                self._syncer = threading.Thread(
+                    target=self._sync_periodically, name="drawbridge-evidence-sync", daemon=True
+                )
+                self._syncer.start()
         except BaseException:
             self.close()
             raise
-        # Only "always" fsyncs on every record; that is the one setting whose writes leave the
-        # event loop. Otherwise a write reaches the page cache in microseconds (and "batch" pays
-        # one fsync per 64 records inline), cheaper than a thread hop per call.
-        self._inline = fsync != "always"
         self._route = route
         self._truth_key = truth_key
         self._digest_key = truth_key if truth_key is not None else ephemeral_key()
@@ -228,7 +256,7 @@ class EvidenceRecorder:
             self._declared_cache[agent] = cached
         return cached
 
-    def _call_lines(self, record: CallRecord) -> tuple[str, dict[str, Any], bytes | None, bytes | None]:
+    def _call_lines(self, record: CallRecord) -> _Lines:
         arguments = record.call.arguments if record.call is not None else None
         carrier = None
         if self._truth is not None and record.action is not None and record.call is not None:
@@ -330,31 +358,62 @@ class EvidenceRecorder:
 
     # ---------------------------------------------------------------- writing
 
-    def _write(
-        self, kind: str, at: str, body: dict[str, Any], surface: bytes | None, carrier: bytes | None
-    ) -> list[int]:
-        """Write the lines; under "batch", return the files (0 trace, 1 surface, 2 truth) now due an fsync."""
+    def _write(self, at: str, built: Sequence[_Lines]) -> list[int]:
+        """Write the records' lines, one ``os.write`` per file for them all; under "batch", return
+        the files (0 trace, 1 surface, 2 truth) now due an fsync."""
         if self._broken is not None:
             raise AppendOnlyError(self._broken)
         due: list[int] = []
         if self._trace is not None:
-            self._trace.append(kind, at, body)
-            self._count(0, due)
-        if surface is not None and self._surface is not None:
-            self._surface.append_line(surface, "a surface record")
-            self._count(1, due)
-        if carrier is not None and self._truth is not None:
-            self._truth.append_line(carrier, "a truth carrier")
-            self._count(2, due)
+            self._trace.append_many([(kind, at, body) for kind, body, _surface, _carrier in built])
+            self._count(0, due, len(built))
+        if self._surface is not None:
+            surfaces = [surface for _kind, _body, surface, _carrier in built if surface is not None]
+            if surfaces:
+                self._surface.append_lines(surfaces, "surface records")
+                self._count(1, due, len(surfaces))
+        if self._truth is not None:
+            carriers = [carrier for _kind, _body, _surface, carrier in built if carrier is not None]
+            if carriers:
+                self._truth.append_lines(carriers, "truth carriers")
+                self._count(2, due, len(carriers))
         return due
 
-    def _count(self, sink: int, due: list[int]) -> None:
-        if self._batch:
-            unsynced = self._unsynced[sink] + 1
-            if unsynced >= BATCH_SIZE:
-                unsynced = 0
-                due.append(sink)
-            self._unsynced[sink] = unsynced
+    def _count(self, sink: int, due: list[int], lines: int = 1) -> None:
+        """Note ``lines`` written to ``sink``; add it to ``due`` when the setting says the records
+        complete only once the file is fsynced (every time under "always", at the 64th line
+        since the last sync under "batch")."""
+        if self._fsync == "always":
+            due.append(sink)
+        elif self._fsync == "batch":
+            with self._unsynced_lock:
+                before = self._unsynced[sink]
+                unsynced = before + lines
+                if unsynced >= BATCH_SIZE:
+                    unsynced = 0
+                    due.append(sink)
+                self._unsynced[sink] = unsynced
+            if before == 0 and unsynced:
+                self._wake.set()
+
+    def _sync_periodically(self) -> None:
+        """The time bound of "batch": a file with unsynced lines is fsynced at most ``batch_seconds``
+        after the first of them was written (the worker thread of this recorder)."""
+        while True:
+            self._wake.wait()
+            if self._stopping.wait(self._batch_seconds):
+                return
+            self._wake.clear()
+            with self._unsynced_lock:
+                sinks = [sink for sink, count in enumerate(self._unsynced) if count]
+                for sink in sinks:
+                    self._unsynced[sink] = 0
+            for sink in sinks:
+                try:
+                    self._sync(sink)
+                except AppendOnlyError as exc:
+                    logger.error("%s", exc)
+                    return
 
     def _sync(self, sink: int) -> None:
         """fsync one due file (in a worker thread). A failure makes every later record raise."""
@@ -387,7 +446,7 @@ class EvidenceRecorder:
         if failures:
             raise failures[0]
 
-    def _lines(self, event: RelayEvent) -> tuple[str, dict[str, Any], bytes | None, bytes | None]:
+    def _lines(self, event: RelayEvent) -> _Lines:
         if isinstance(event, RelayIncident):
             body = {"kind": event.kind, "direction": event.direction, "detail": sanitize(event.detail),
                     "code": event.code}
@@ -395,48 +454,46 @@ class EvidenceRecorder:
         return self._call_lines(event)
 
     async def __call__(self, event: RelayEvent) -> None:
-        at = self._clock()
-        lines = self._lines(event)
-        if self._inline:
-            due = self._write(lines[0], at, lines[1], lines[2], lines[3])
-            if due:
-                await self._sync_off_loop(due)
-        else:
-            await anyio.to_thread.run_sync(self._write, lines[0], at, lines[1], lines[2], lines[3])
+        rest = self._record_inline([event])
+        if rest is not None:
+            await rest
 
-    def _record_inline(self, event: RelayEvent) -> Awaitable[None] | None:
+    def _record_inline(self, events: Sequence[RelayEvent]) -> Awaitable[None] | None:
         at = self._clock()
-        kind, body, surface, carrier = self._lines(event)
-        due = self._write(kind, at, body, surface, carrier)
+        due = self._write(at, [self._lines(event) for event in events])
         return self._sync_off_loop(due) if due else None
 
     @property
-    def record_now(self) -> Callable[[RelayEvent], Awaitable[None] | None] | None:
-        """The synchronous form of awaiting the recorder, when records are written inline (every fsync
-        setting but ``always``): the same lines, written before it returns. It returns None when the
-        record is complete, or, when the record is due a batch fsync, an awaitable that completes
-        (or raises) with that fsync; the record is complete only then. None instead of the method
-        under ``always``, because then every record leaves the event loop for a worker thread."""
-        return self._record_inline if self._inline else None
+    def record_now(self) -> Callable[[Sequence[RelayEvent]], Awaitable[None] | None]:
+        """The synchronous form of awaiting the recorder, for several events at once: their lines,
+        one write per file, written (to the kernel) before it returns. It returns None when the
+        records are complete, or, when they are due an fsync ("always", or the 64th line under
+        "batch"), an awaitable that completes (or raises) with that fsync, done in worker threads
+        so the event loop serves other calls meanwhile; they are complete only then. Records
+        written together share that fsync (a group commit)."""
+        return self._record_inline
 
     async def record_event(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
         """A trace entry that is not a call (policy edit, pin accept, approval, grant)."""
         if self._trace is None:
             return None
         at = self._clock()
-        if self._inline:
-            if self._broken is not None:
-                raise AppendOnlyError(self._broken)
-            entry = self._trace.append(kind, at, body)
-            due: list[int] = []
-            self._count(0, due)
-            if due:
-                await self._sync_off_loop(due)
-            return entry
-        return await self._trace.append_async(kind, at, body)
+        if self._broken is not None:
+            raise AppendOnlyError(self._broken)
+        entry = self._trace.append(kind, at, body)
+        due: list[int] = []
+        self._count(0, due)
+        if due:
+            await self._sync_off_loop(due)
+        return entry
 
     def close(self) -> None:
         """Close the files (each fsyncs what it holds unsynced, unless the setting is "never")."""
+        if self._syncer is not None:
+            self._stopping.set()
+            self._wake.set()
+            self._syncer.join()
+            self._syncer = None
         for sink in (self._trace, self._surface, self._truth):
             if sink is not None:
                 sink.close()

@@ -30,7 +30,7 @@ starts; a file that cannot be opened is a startup error. ``build_runtime`` then 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -115,6 +115,24 @@ class RecordingTap:
 
     async def __call__(self, event: RelayEvent, /) -> None:
         await self._recorder(event)
+        self._note(event)
+
+    @property
+    def record_now(self) -> Callable[[Sequence[RelayEvent]], Awaitable[None] | None] | None:
+        """The recorder's synchronous form, when it has one, noting each call as ``__call__`` does."""
+        inner = getattr(self._recorder, "record_now", None)
+        if not callable(inner):
+            return None
+
+        def record_now(events: Sequence[RelayEvent]) -> Awaitable[None] | None:
+            rest = inner(events)
+            for event in events:
+                self._note(event)
+            return rest
+
+        return record_now
+
+    def _note(self, event: RelayEvent) -> None:
         if isinstance(event, CallRecord) and event.tool is not None:
             provenance = event.provenance
             self._ring.add(

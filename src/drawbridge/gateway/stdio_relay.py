@@ -39,15 +39,21 @@ reaches the OS before the agent is answered.
 
 Inline calls. When the decider can decide without waiting (``decide_now``, as the policy engine
 does; it returns None for a call it must wait for, which then gets a call task) and the recorder
-can record without waiting (``record_now``, as the evidence recorder does unless it fsyncs every
-record; it may hand back an awaitable for the rest, a batch fsync, which the answer then waits
-for in a task of its own), a tools/call needs no task: the client loop decides it, refuses it
-or hands its line to the upstream's pipe buffer (``UpstreamProcess.send_nowait``), and whoever
+can record without waiting (``record_now``, as the evidence recorder does; it may hand back an
+awaitable for the rest, an fsync, which the answer then waits for in a task of its own), a
+tools/call needs no task: the client loop decides it, refuses it or queues its line, and whoever
 settles it afterwards -- the upstream loop with the response, the cancel handler, the crash
-handler, the shutdown, or the timeout watch -- records it and then writes its answer, in that order,
-exactly as the call task would have. A call whose line cannot be handed over at once (the pipe is
-full or another write is in progress) continues as a call task. The timeout watch is one task for
-all inline calls: they share one timeout, so their deadlines arrive in the order they were sent.
+handler, the shutdown, or the timeout watch -- records it and then writes its answer, in that
+order, exactly as the call task would have.
+
+Batches. What arrives in one read is handled together. The lines of the inline calls decided
+from one read of the client go to the upstream in one write, at the end of that read (or sooner,
+before any other line the upstream must see after them); when the pipe cannot take them at once,
+a task waits for it while the client loop goes on reading. The inline calls answered in one read
+of the upstream are recorded together (one write per evidence file) and then answered in one
+write, at the end of that read (or sooner, before any other line the agent must see after them).
+The timeout watch is one task for all inline calls: they share one timeout, so their deadlines
+arrive in the order they were sent.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ import dataclasses
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -183,6 +189,12 @@ class _Pending:
     link: ClientLink | None = None
     """The gateway's retry fields this call carried (taken out of what is forwarded), if any."""
 
+    def end_unsent(self, detail: str) -> None:
+        """Settle a request the upstream never received: the agent is told it was not sent."""
+        self.forwarded = False
+        self.response = error_line(self.message.id, UPSTREAM_EXITED, detail)
+        self.finish(Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED)
+
     def finish(self, outcome: Outcome, error: str | None = None, code: int | None = None) -> None:
         if self.finished:
             return
@@ -239,10 +251,12 @@ class StdioRelay:
         decide_now = getattr(decide, "decide_now", None)
         record_now = getattr(record, "record_now", None)
         self._decide_now: Callable[[ToolCall], Verdict | None] | None = decide_now if callable(decide_now) else None
-        self._record_now: Callable[[RelayEvent], Awaitable[None] | None] | None = (
+        self._record_now: Callable[[Sequence[RelayEvent]], Awaitable[None] | None] | None = (
             record_now if callable(record_now) else None
         )
         self._inline = self._decide_now is not None and self._record_now is not None
+        self._to_send: list[_Pending] = []
+        """Inline calls decided from the client's last read, whose lines go to the upstream together."""
         self._timed: dict[_Pending, None] = {}
         """Inline calls waiting for the upstream, in the order they were sent (= deadline order)."""
         self._watch_wake: anyio.Event | None = None
@@ -293,6 +307,7 @@ class StdioRelay:
             # itself, they are forwarded (or refused) before the upstream hears the end of input.
             while any(p.call is not None and not p.forwarded and not p.finished for p in self._pending.values()):
                 await anyio.sleep(0.005)
+            await self._send_decided()
             # Bounded: closing waits for a write in progress, which a child that stopped reading blocks.
             await self.upstream.close_stdin()
             await self._upstream_done.wait()
@@ -316,7 +331,10 @@ class StdioRelay:
                     self._client_scope.cancel()
 
     async def _to_upstream(self, data: bytes) -> bool:
-        """Write to the upstream; False if it cannot be written (the upstream loop then sees it end)."""
+        """Write to the upstream; False if it cannot be written (the upstream loop then sees it end).
+        Inline calls decided earlier go first, so the upstream sees lines in the client's order."""
+        if self._to_send:
+            await self._send_decided()
         try:
             await self.upstream.send(data)
         except UpstreamGone as exc:
@@ -359,12 +377,12 @@ class StdioRelay:
             self._record_failed = True
             logger.error("recording an event failed (%s); later tools/call requests are refused", type(exc).__name__)
 
-    def _record_inline(self, event: RelayEvent) -> Awaitable[None] | None:
-        """``_record`` through the recorder's synchronous form (inline calls). Returns what is left to
-        await when the recorder says the record completes later (a batch fsync), else None."""
+    def _record_inline(self, events: Sequence[RelayEvent]) -> Awaitable[None] | None:
+        """``_record`` through the recorder's synchronous form (inline calls), several at once. Returns
+        what is left to await when the recorder says the records complete later (a batch fsync)."""
         assert self._record_now is not None
         try:
-            return self._record_now(event)
+            return self._record_now(events)
         except Exception as exc:  # noqa: BLE001 -- any recorder failure is reported the same way
             self._record_failed = True
             logger.error("recording an event failed (%s); later tools/call requests are refused", type(exc).__name__)
@@ -378,18 +396,22 @@ class StdioRelay:
             self._record_failed = True
             logger.error("recording an event failed (%s); later tools/call requests are refused", type(exc).__name__)
 
-    async def _answer_when_recorded(self, rest: Awaitable[None], pending: _Pending) -> None:
+    async def _answer_when_recorded(self, rest: Awaitable[None], pendings: list[_Pending]) -> None:
         await self._await_record(rest)
-        await self._answer_recorded(pending)
+        await self._answer_recorded(*pendings)
 
-    async def _answer_recorded(self, pending: _Pending) -> None:
-        """Send a recorded call's answer; nothing that ran is answered without evidence: when
-        recording has failed, a forwarded call's result is withheld (the agent is told why)."""
-        response = pending.response
-        if self._record_failed and pending.forwarded:
-            response = error_line(pending.message.id, EVIDENCE_UNWRITTEN, RESULT_WITHHELD)
-        if response is not None:
-            await self._to_client(response)
+    async def _answer_recorded(self, *pendings: _Pending) -> None:
+        """Send recorded calls' answers (one write); nothing that ran is answered without evidence:
+        when recording has failed, a forwarded call's result is withheld (the agent is told why)."""
+        out = []
+        for pending in pendings:
+            response = pending.response
+            if self._record_failed and pending.forwarded:
+                response = error_line(pending.message.id, EVIDENCE_UNWRITTEN, RESULT_WITHHELD)
+            if response is not None:
+                out.append(response)
+        if out:
+            await self._to_client(out[0] if len(out) == 1 else b"".join(out))
 
     async def _incident(self, kind: str, direction: str, detail: str, code: int | None = None) -> None:
         logger.warning("%s (%s): %s", kind, direction, detail)
@@ -406,9 +428,12 @@ class StdioRelay:
                 break
             for item in framer.feed(chunk):
                 await self._on_client_line(item)
+            if self._to_send:
+                await self._send_decided()
         last = framer.close()
         if last is not None:
             await self._on_client_line(last)
+        await self._send_decided()
 
     async def _on_client_line(self, item: bytes | Oversize) -> None:
         message = read_client_line(item)
@@ -449,6 +474,9 @@ class StdioRelay:
         pending = self._pending.get(id_key(request_id))
         if pending is None or not self._take(pending):
             return False
+        if pending.inline and pending in self._to_send:  # decided, but its line is not handed over yet
+            self._to_send.remove(pending)
+            pending.forwarded = False
         pending.finish(Outcome.CANCELLED, "the agent cancelled the request")
         await self._settled(pending)
         return not pending.forwarded
@@ -555,54 +583,76 @@ class StdioRelay:
             return
         if self._upstream_gone is not None:
             if self._take(pending):
-                detail = f"{self._upstream_gone}; the call was not sent"
-                pending.response = error_line(call.request_id, UPSTREAM_EXITED, detail)
-                pending.finish(Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED)
+                pending.end_unsent(f"{self._upstream_gone}; the call was not sent")
                 await self._complete(pending)
             return
         pending.forwarded = True
-        try:
-            sent = self.upstream.send_nowait(pending.message.raw + b"\n")
-        except UpstreamGone as exc:
-            await self._incident("upstream_unwritable", "upstream", str(exc))
-            if self._take(pending):
-                detail = "the upstream is gone; the call was not sent"
-                pending.response = error_line(call.request_id, UPSTREAM_EXITED, detail)
-                pending.finish(Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED)
-                await self._complete(pending)
-            return
-        if not sent:
-            # The pipe is busy or full: the call waits for it in a task of its own, as any call would.
-            assert self._calls is not None
-            pending.inline = False
-            pending.done = anyio.Event()
-            self._calls.start_soon(self._run_call, pending, verdict, pending.decided_at)
-            return
         pending.deadline = anyio.current_time() + self.config.call_timeout
         self._timed[pending] = None
+        self._to_send.append(pending)
         if self._watch_wake is not None:
             self._watch_wake.set()
+
+    async def _send_decided(self) -> None:
+        """Hand the lines of the inline calls decided since the last time to the upstream, in one write.
+
+        A call settled meanwhile (cancelled by the agent) is not sent. When the pipe cannot take the
+        lines now (it is full, or another write is waiting), a task of their own waits for it, so the
+        client loop goes on reading (cancellations, the agent closing); the upstream's write lock
+        keeps the order. When the upstream is gone, the calls are answered that they were not sent.
+        """
+        batch = [pending for pending in self._to_send if not pending.finished]
+        self._to_send = []
+        if not batch:
+            return
+        data = b"".join([pending.message.raw + b"\n" for pending in batch])
+        try:
+            if self.upstream.send_nowait(data):
+                return
+        except UpstreamGone as exc:
+            await self._not_sent(batch, exc)
+            return
+        assert self._calls is not None
+        self._calls.start_soon(self._send_waiting, batch, data)
+
+    async def _send_waiting(self, batch: list[_Pending], data: bytes) -> None:
+        try:
+            await self.upstream.send(data)
+        except UpstreamGone as exc:
+            await self._not_sent(batch, exc)
+
+    async def _not_sent(self, batch: list[_Pending], exc: UpstreamGone) -> None:
+        await self._incident("upstream_unwritable", "upstream", str(exc))
+        unsent = []
+        for pending in batch:
+            if self._take(pending):
+                pending.end_unsent("the upstream is gone; the call was not sent")
+                unsent.append(pending)
+        await self._complete(*unsent)
 
     async def _settled(self, pending: _Pending) -> None:
         """Called by whoever took and finished a request: an inline call is completed now."""
         if pending.inline:
             await self._complete(pending)
 
-    async def _complete(self, pending: _Pending) -> None:
-        """Record an inline call, then answer it (evidence first), once."""
-        if pending.completed:
+    async def _complete(self, *pendings: _Pending) -> None:
+        """Record inline calls, then answer them (evidence first), each once; several together get
+        one write per evidence file and one write of their answers."""
+        todo = [pending for pending in pendings if not pending.completed]
+        if not todo:
             return
-        pending.completed = True
-        self._timed.pop(pending, None)
-        rest = self._record_inline(self._call_record(pending, pending.verdict, pending.decided_at))
+        for pending in todo:
+            pending.completed = True
+            self._timed.pop(pending, None)
+        rest = self._record_inline([self._call_record(p, p.verdict, p.decided_at) for p in todo])
         if rest is not None:
-            # The record waits for a batch fsync: its answer waits with it, in a task, so that
-            # whoever settled the call goes on serving the others meanwhile.
+            # The records wait for a batch fsync: their answers wait with them, in a task, so that
+            # whoever settled the calls goes on serving the others meanwhile.
             if self._calls is not None:
-                self._calls.start_soon(self._answer_when_recorded, rest, pending)
+                self._calls.start_soon(self._answer_when_recorded, rest, todo)
                 return
             await self._await_record(rest)
-        await self._answer_recorded(pending)
+        await self._answer_recorded(*todo)
 
     async def _watch_deadlines(self) -> None:
         """Time out inline calls the upstream does not answer within the call timeout."""
@@ -633,20 +683,19 @@ class StdioRelay:
                 )
             await self._complete(pending)
 
-    async def _run_call(
-        self, pending: _Pending, verdict: Verdict | None = None, decided_at: float | None = None
-    ) -> None:
-        """A call task: decide (unless already decided), act, wait, then record and answer."""
+    async def _run_call(self, pending: _Pending) -> None:
+        """A call task: decide, act, wait, then record and answer."""
         call = pending.call
         assert call is not None and pending.done is not None
-        if verdict is None:
-            with anyio.CancelScope() as scope:
-                pending.wait_scope = scope
-                if not pending.finished:
-                    with linked(self._link(pending)):
-                        verdict = await self._decide_guarded(call)
-                    decided_at = self._clock()
-            pending.wait_scope = None
+        verdict: Verdict | None = None
+        decided_at: float | None = None
+        with anyio.CancelScope() as scope:
+            pending.wait_scope = scope
+            if not pending.finished:
+                with linked(self._link(pending)):
+                    verdict = await self._decide_guarded(call)
+                decided_at = self._clock()
+        pending.wait_scope = None
         if verdict is not None and not pending.finished:
             await self._act(pending, verdict)
         await pending.done.wait()
@@ -666,9 +715,7 @@ class StdioRelay:
             return
         if self._upstream_gone is not None:
             if self._take(pending):
-                detail = f"{self._upstream_gone}; the call was not sent"
-                pending.response = error_line(call.request_id, UPSTREAM_EXITED, detail)
-                pending.finish(Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED)
+                pending.end_unsent(f"{self._upstream_gone}; the call was not sent")
             return
         pending.forwarded = True
         sent = False
@@ -684,9 +731,7 @@ class StdioRelay:
         pending.wait_scope = None
         if not sent and not pending.finished:
             if self._take(pending):
-                detail = "the upstream is gone; the call was not sent"
-                pending.response = error_line(call.request_id, UPSTREAM_EXITED, detail)
-                pending.finish(Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED)
+                pending.end_unsent("the upstream is gone; the call was not sent")
             return
         if not pending.finished and self._take(pending):
             detail = f"the upstream did not answer tools/call within {self.config.call_timeout:g} seconds"
@@ -788,20 +833,35 @@ class StdioRelay:
     # ----------------------------------------------------------------------------- upstream -> client
 
     async def _upstream_loop(self) -> None:
-        async for item in self.upstream.lines():
-            await self._on_upstream_line(item)
+        answered: list[_Pending] = []
+        async for batch in self.upstream.line_batches():
+            for item in batch:
+                await self._on_upstream_line(item, answered)
+            await self._complete_answered(answered)
         await self._on_upstream_end()
 
-    async def _on_upstream_line(self, item: bytes | Oversize) -> None:
+    async def _complete_answered(self, answered: list[_Pending]) -> None:
+        if answered:
+            pendings = tuple(answered)
+            answered.clear()
+            await self._complete(*pendings)
+
+    async def _on_upstream_line(self, item: bytes | Oversize, answered: list[_Pending]) -> None:
+        """Relay one line from the upstream. An inline call it answers joins ``answered``, to be
+        completed with the others of the same read; anything else first completes those, so the
+        agent receives lines in the upstream's order."""
         if isinstance(item, Oversize):
+            await self._complete_answered(answered)
             await self._incident("upstream_oversize", "upstream", oversize_message(item))
             return
         try:
             message = parse_upstream_message(item)
         except MessageError as exc:
+            await self._complete_answered(answered)
             await self._incident("upstream_garbage", "upstream", f"a line from the upstream was dropped: {exc.message}")
             return
         if message.kind is not Kind.RESPONSE:
+            await self._complete_answered(answered)
             if message.kind is Kind.REQUEST and self._is_own_id(message.id):
                 detail = "a request from the upstream used an id of the gateway's own id space; refused"
                 await self._incident("invalid_message", "upstream", detail, INVALID_REQUEST)
@@ -815,13 +875,22 @@ class StdioRelay:
         # Only a request the upstream was actually sent can be answered by it: a response for a call
         # still being decided (a guessable id) must not settle it.
         if pending is None or not pending.forwarded or not self._take(pending):
+            await self._complete_answered(answered)
             await self._incident(
                 "unknown_response",
                 "upstream",
                 f"a response for id {message.id!r}, which has no request in flight, was dropped",
             )
             return
-        await self._respond(pending, item + b"\n")
+        if pending.call is not None:
+            # Held until the call is recorded (evidence first); a call task sends it itself.
+            pending.response = item + b"\n"
+            pending.finish(*outcome_of_response(message.body))
+            if pending.inline:
+                answered.append(pending)
+            return
+        await self._complete_answered(answered)
+        await self._to_client(item + b"\n")
         if pending.method == "tools/list":
             self._note_listed(message.body.get("result"))
         if pending.method == "initialize":
@@ -829,11 +898,7 @@ class StdioRelay:
             version = result.get("protocolVersion") if isinstance(result, dict) else None
             if isinstance(version, str):
                 self._session_version = version
-        if pending.call is not None:
-            pending.finish(*outcome_of_response(message.body))
-            await self._settled(pending)
-        else:
-            pending.finish(Outcome.OK)
+        pending.finish(Outcome.OK)
 
     async def _on_upstream_end(self) -> None:
         await self.upstream.wait_exit(0.5)

@@ -11,8 +11,9 @@ write to a child that is gone raises ``UpstreamGone``. ``send_nowait`` hands who
 pipe's buffer without waiting when nothing is being written and the buffer is below its limit
 (else it writes nothing and the caller uses ``send``): on asyncio the pipe transport buffers a
 write whole and flushes it in the background, so such a line can never be torn. ``lines()`` frames
-stdout with the size limit. ``aclose()`` follows the MCP stdio shutdown sequence: close the child's
-stdin, give it a grace period, then SIGTERM the process group, then SIGKILL.
+stdout with the size limit (``line_batches()``: the lines of one read together). ``aclose()``
+follows the MCP stdio shutdown sequence: close the child's stdin, give it a grace period, then
+SIGTERM the process group, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -161,6 +162,13 @@ class UpstreamProcess:
 
     async def lines(self) -> AsyncIterator[bytes | Oversize]:
         """Lines of the child's stdout until it ends (EOF or a read error)."""
+        async for batch in self.line_batches():
+            for item in batch:
+                yield item
+
+    async def line_batches(self) -> AsyncIterator[list[bytes | Oversize]]:
+        """The same lines, as the lists that arrived in one read (a reader may then handle them
+        together: one write for their records, one for their answers)."""
         stdout = self._process.stdout
         assert stdout is not None
         framer = LineFramer(self._max)
@@ -169,11 +177,12 @@ class UpstreamProcess:
                 chunk = await stdout.receive(READ_CHUNK)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 break
-            for item in framer.feed(chunk):
-                yield item
+            batch = framer.feed(chunk)
+            if batch:
+                yield batch
         last = framer.close()
         if last is not None:
-            yield last
+            yield [last]
 
     async def wait_exit(self, timeout: float) -> int | None:
         """The exit status if the child exits within ``timeout`` seconds, else None."""

@@ -18,7 +18,8 @@ Theory of operation.
   line, seq and problem. The remedy is a person's decision (keep the file as
   evidence, move it aside, start a new log), never the writer's.
 * Append. ``append(kind, at, body)`` builds the next entry (pure core), renders
-  it as one line and hands the line to a single ``os.write``. With ``O_APPEND``
+  it as one line and hands the line to a single ``os.write`` (``append_many``:
+  several entries, chained in order, joined in one ``os.write``). With ``O_APPEND``
   the kernel places the whole write at the end of the file, so a concurrent
   reader sees whole lines or a partial last line, never an interleaving. A short
   or failed write, or a failed fsync, poisons the writer: every later append
@@ -53,14 +54,14 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import anyio.to_thread
 
-from drawbridge.evidence.chain import ChainHead, build_entry, head_of, verify_chain
+from drawbridge.evidence.chain import ChainHead, build_entry, head_of, next_line, verify_chain
 from drawbridge.state.append_only import (
     FILE_MODE,
     FSYNC_POLICIES,
@@ -154,6 +155,24 @@ class TraceLog:
             self._file.write_line_locked(line, f"entry seq {entry['seq']}")
             self._head = head_of(entry)
             return entry
+
+    def append_many(self, items: Sequence[tuple[str, str, Mapping[str, Any]]]) -> ChainHead | None:
+        """Append several entries, chained in order, with one write (and, under ``"always"``, one
+        fsync); return the new head. All or none of them become the head's ancestors, as the write
+        succeeds or not."""
+        with self._file.lock:
+            self._file.check_usable()
+            head = self._head
+            lines = []
+            for kind, at, body in items:
+                head, line = next_line(head, kind, at, body)
+                lines.append(line)
+            if lines:
+                assert head is not None
+                label = f"entries seq {head.seq - len(lines) + 1}..{head.seq}"
+                self._file.write_lines_locked(b"".join(lines), len(lines), label)
+                self._head = head
+            return self._head
 
     async def append_async(self, kind: str, at: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """``append`` from async code, in a worker thread so that fsync never blocks the event loop."""

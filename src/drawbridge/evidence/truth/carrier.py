@@ -31,6 +31,7 @@ as values and does not evaluate policy.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -109,7 +110,9 @@ def normalize_secret_key(key: str) -> str:
     return "".join(c.lower() for c in key if c not in _SEPARATORS)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_key(key: str) -> bool:
+    """Memoized: argument names repeat from call to call (only ``str`` keys reach it)."""
     return normalize_secret_key(key) in SECRET_KEY_TOKENS
 
 

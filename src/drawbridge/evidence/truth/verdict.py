@@ -431,12 +431,29 @@ class PreparedPolicy:
     A policy that cannot be read raises ``AssayPolicyError`` here, as ``decision_verdict`` would.
     """
 
-    __slots__ = ("_fixed", "_validators", "_view")
+    __slots__ = ("_fixed", "_fixed_verdicts", "_validators", "_view")
 
     def __init__(self, policy: Mapping[str, Any]) -> None:
         self._view = normalize_assay_policy(policy)
         self._validators: dict[str, Any] = {}
         self._fixed: dict[Any, dict[str, str]] = {}
+        self._fixed_verdicts: dict[Any, str] = {}
+
+    def verdict(self, tool_name: str, args: Any | None, identity_state: str, evidence: Evidence | None) -> str:
+        """The lattice maximum of the axes, kept as the axes are for a tool without a schema."""
+        if not isinstance(tool_name, str) or (tool_name != "$defs" and tool_name in self._view["schemas"]):
+            return lattice_max(self._axes(tool_name, args, identity_state, evidence).values())
+        key = (tool_name, args is None, identity_state, evidence)
+        try:
+            found = self._fixed_verdicts.get(key)
+        except TypeError:  # an unhashable identity state or evidence: nothing to keep
+            return lattice_max(self._axes(tool_name, args, identity_state, evidence).values())
+        if found is None:
+            found = lattice_max(self._axes(tool_name, args, identity_state, evidence).values())
+            if len(self._fixed_verdicts) >= _FIXED_MAX:
+                self._fixed_verdicts.clear()
+            self._fixed_verdicts[key] = found
+        return found
 
     def axes(
         self, tool_name: str, args: Any | None, identity_state: str, evidence: Evidence | None = None
@@ -479,7 +496,7 @@ def prepared_decision_verdict(
     evidence: Evidence | None = None,
 ) -> str:
     """``decision_verdict`` against a policy prepared by ``prepare_policy``: the same verdict."""
-    return lattice_max(prepared._axes(tool_name, args, identity_state, evidence).values())
+    return prepared.verdict(tool_name, args, identity_state, evidence)
 
 
 def run_verdict(verdicts: list[str], orders: list[int]) -> str:
