@@ -319,3 +319,14 @@ def test_the_control_plane_tap_keeps_the_synchronous_form_and_notes_each_call(tm
         return None
 
     assert RecordingTap(awaitable_only, ring).record_now is None  # type: ignore[arg-type]
+
+
+def test_utc_now_is_the_utc_time_to_the_microsecond_across_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    instants = (1_700_000_000_123_456_789, 1_700_000_000_999_999_999, 1_700_000_001_000_000_000, 0, 86_399_000_001_000)
+    for ns in instants:
+        monkeypatch.setattr(recorder_module.time, "time_ns", lambda ns=ns: ns)
+        expected = (epoch + timedelta(microseconds=ns // 1000)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        assert recorder_module.utc_now() == expected

@@ -135,13 +135,15 @@ class Client:
 
 @asynccontextmanager
 async def inline_relay(
-    server: list[str], decide: Any, record: Any, log: list[tuple[str, Any]], config: RelayConfig | None = None
+    server: list[str], decide: Any, record: Any, log: list[tuple[str, Any]], config: RelayConfig | None = None,
+    *, spy: bool = True,
 ) -> AsyncIterator[tuple[Client, StdioRelay, anyio.Event]]:
     to_gateway_r, to_gateway_w = os.pipe()
     from_gateway_r, from_gateway_w = os.pipe()
     upstream = await UpstreamProcess.spawn(server, max_message_bytes=1 << 20)
+    out: Any = SpyOut(FdSendStream(from_gateway_w), log) if spy else FdSendStream(from_gateway_w)
     relay = StdioRelay(
-        upstream, FdReceiveStream(to_gateway_r), SpyOut(FdSendStream(from_gateway_w), log),
+        upstream, FdReceiveStream(to_gateway_r), out,
         decide=decide, record=record, config=config,
     )
     assert relay._inline  # the route under test
@@ -354,6 +356,71 @@ async def test_a_line_between_answers_read_together_keeps_its_place() -> None:
     assert [m.get("id", m.get("method")) for m in received] == ["a", "notifications/message", "b", "c"]
     assert log.index(("record", "a")) < log.index(("answer", "a"))
     assert log.index(("record", "c")) < log.index(("answer", "c"))
+
+
+async def test_answers_larger_than_the_pipe_never_interleave_with_others() -> None:
+    """The agent reads late: a big answer is written in part at once and the rest under the lock,
+    and the answers behind it wait for it whole (also the ones that would fit in the pipe)."""
+    log: list[tuple[str, Any]] = []
+    recorder = SyncRecorder(log)
+    big = "x" * 300_000  # several times a pipe's buffer
+    async with inline_relay(SCRIPTED, SyncDecider(), recorder, log, spy=False) as (client, relay, _done):
+        assert relay._client_send_now is not None  # the route under test
+        await client.call("big", "echo", {"blob": big})
+        await anyio.sleep(0.5)  # the upstream loop now waits, mid-answer, for the agent to read
+        for i in range(10):  # refused by the client loop, which writes while that answer waits
+            await client.call(i, "deny_me", {"n": i})
+            await client.call(f"e{i}", "echo", {"n": i})
+        await anyio.sleep(0.3)
+        answers = {}
+        for _ in range(21):
+            answer = await client.recv()
+            answers[answer["id"]] = answer
+    assert set(answers) == {"big", *range(10), *(f"e{i}" for i in range(10))}
+    assert json.loads(answers["big"]["result"]["content"][0]["text"]) == {"blob": big}
+    assert all(answers[i]["result"]["isError"] is True for i in range(10))
+    assert all(json.loads(answers[f"e{i}"]["result"]["content"][0]["text"]) == {"n": i} for i in range(10))
+
+
+class HalfThenWait(ByteSendStream):
+    """The agent's pipe, scripted: the first write takes half of what it is given at once and the
+    rest only when ``release`` is set; later writes take everything at once."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.release = anyio.Event()
+        self.first = True
+
+    def send_nowait(self, item: bytes) -> int:
+        if self.first:
+            self.first = False
+            half = len(item) // 2
+            self.data += item[:half]
+            return half
+        self.data += item
+        return len(item)
+
+    async def send(self, item: bytes) -> None:
+        await self.release.wait()
+        self.data += item
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_write_that_must_wait_keeps_later_lines_behind_it() -> None:
+    out = HalfThenWait()
+    relay = StdioRelay(None, FdReceiveStream(os.pipe()[0]), out, decide=SyncDecider(), record=SyncRecorder([]))  # type: ignore[arg-type]
+    big = b'{"id":"big","pad":"' + b"x" * 1000 + b'"}\n'
+    small = b'{"id":"small"}\n'
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(relay._to_client, big)
+        await anyio.sleep(0.05)  # half of it is written; the rest waits, holding the lock
+        tg.start_soon(relay._to_client, small)
+        await anyio.sleep(0.05)
+        assert bytes(out.data) == big[: len(big) // 2]  # the small line waits too
+        out.release.set()
+    assert bytes(out.data) == big + small
 
 
 async def test_shutdown_settles_and_records_inline_calls_in_flight() -> None:

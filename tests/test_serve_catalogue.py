@@ -11,7 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
+import mcp_types as types
 import pytest
 
 from conftest import MODERN, connect
@@ -231,6 +233,30 @@ async def test_a_policy_edit_over_http_keeps_comments_and_decides_the_next_call(
         ("github.list_repos", "allow"), ("github.list_repos", "deny"),
         ("github.get_repo", "allow"), ("github.get_repo", "allow"),
     ]
+
+
+@pytest.mark.anyio
+async def test_a_policy_reload_tells_filtered_agents_that_their_tool_list_changed(tmp_path: Path) -> None:
+    reads = "name: all\nagent: '*'\nrules:\n  - tools: ['github.list_*']\n    action: allow\n"
+    config = write_config(tmp_path, [GITHUB], policies={"all.yaml": reads}, hide_denied_tools=True, fsync="never")
+    changed: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.append(message.method)
+
+    async with connect(stdio_params(config), "legacy", message_handler=on_message) as client:
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["github.list_repos"]
+        await anyio.sleep(0.6)
+        assert changed == []  # nothing changed, nothing announced
+        (tmp_path / "policies" / "all.yaml").write_text(
+            reads + "  - tools: ['github.get_*']\n    action: allow\n", encoding="utf-8"
+        )
+        with anyio.fail_after(10):
+            while not changed:
+                await anyio.sleep(0.05)
+        names = sorted(tool.name for tool in (await client.list_tools()).tools)
+    assert names == ["github.get_repo", "github.list_repos"]
 
 
 # ----------------------------------------------------------------------------- --stdio + listen

@@ -252,6 +252,7 @@ async def _run(
     async with anyio.create_task_group() as tg:
         # Edits to the policy take effect on the next call; a broken edit keeps the previous policy.
         tg.start_soon(watch_policies, decide.store)
+        tg.start_soon(runtime.announce_policy_changes)
         # Approvals a previous process left pending expire before any call is taken.
         await tg.start(runtime.run_approvals)
         await tg.start(gateway.run)

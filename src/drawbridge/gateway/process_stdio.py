@@ -124,6 +124,20 @@ class FdSendStream(ByteSendStream):
             os.set_blocking(fd, False)
         self._closed = False
 
+    def send_nowait(self, item: bytes) -> int:
+        """Write what the descriptor takes now, without waiting: the number of bytes written (0 when
+        it takes none now, and always for a descriptor that is not a pipe or a socket)."""
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if not self._pollable:
+            return 0
+        try:
+            return os.write(self._fd, item)
+        except BlockingIOError:
+            return 0
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise anyio.BrokenResourceError from exc
+
     async def send(self, item: bytes) -> None:
         view = memoryview(item)
         while view:

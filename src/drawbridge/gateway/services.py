@@ -22,6 +22,8 @@ starts; a file that cannot be opened is a startup error. ``build_runtime`` then 
   person; ``control_open`` says whether an operator channel (the control plane) can answer;
 * with ``hide_denied_tools``: the per-agent ``tools/list`` filter (``policy.decisions.is_hidden``
   with each tool's floor), cached per agent until the policy set, the catalogue or the pins change;
+  agents are told (``notifications/tools/list_changed``) after pins are accepted and after every
+  policy reload (``announce_policy_changes``);
 * the recorder, tapped so a ``RecentCallRing`` keeps each agent's latest decisions (no arguments);
 * ``ControlServices`` with a catalogue provider reading the live merged catalogue, and
   ``control_routes`` behind the admin token (none configured: loopback callers only).
@@ -103,6 +105,10 @@ class TraceAppender:
             logger.error("a %s trace entry could not be written; later tools/call requests are refused", kind)
             raise
         return entry
+
+
+POLICY_POLL_SECONDS: Final = 0.25
+"""How often the policy generation is checked for ``announce_policy_changes``."""
 
 
 class RecordingTap:
@@ -263,6 +269,19 @@ class ServeRuntime:
                 )
             items.append(item)
         return items
+
+    async def announce_policy_changes(self, interval: float = POLICY_POLL_SECONDS) -> None:
+        """Under ``hide_denied_tools``: after every successful policy reload (a file edited, a control
+        plane edit), tell handshake-era agents that their tool list may differ. Runs until cancelled."""
+        if self.visible is None:
+            return
+        seen = self.policy.store.generation
+        while True:
+            await anyio.sleep(interval)
+            generation = self.policy.store.generation
+            if generation != seen:
+                seen = generation
+                await self.gateway.tools_changed()
 
     async def after_accept(self, server: str) -> None:
         """Pins of ``server`` were accepted: recompute its floors now; agents that filter are told."""

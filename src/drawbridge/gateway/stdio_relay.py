@@ -186,6 +186,8 @@ class _Pending:
     verdict: Verdict | None = None
     decided_at: float | None = None
     deadline: float | None = None
+    """``time.monotonic()`` when an inline call times out (a relative wait is derived from it, so
+    the event loop's clock, which anyio reads at a higher cost, is not needed)."""
     link: ClientLink | None = None
     """The gateway's retry fields this call carried (taken out of what is forwarded), if any."""
 
@@ -261,6 +263,8 @@ class StdioRelay:
         """Inline calls waiting for the upstream, in the order they were sent (= deadline order)."""
         self._watch_wake: anyio.Event | None = None
         self._out_lock = anyio.Lock(fast_acquire=True)
+        send_now = getattr(client_out, "send_nowait", None)
+        self._client_send_now: Callable[[bytes], int] | None = send_now if callable(send_now) else None
         self._pending: dict[IdKey, _Pending] = {}
         self._upstream_gone: str | None = None
         self._upstream_done = anyio.Event()
@@ -319,16 +323,24 @@ class StdioRelay:
     # ----------------------------------------------------------------------------------- writing
 
     async def _to_client(self, data: bytes) -> None:
+        """Write to the agent. Lines never interleave: a write that cannot finish at once holds the
+        lock while it waits, and nobody writes without it while it is held. When it is free, what
+        the pipe takes now is written without it (no await, so nobody can come in between)."""
         if self._client_gone:
             return
-        async with self._out_lock:
-            try:
+        try:
+            if self._client_send_now is not None and not self._out_lock.locked():
+                written = self._client_send_now(data)
+                if written == len(data):
+                    return
+                data = data[written:]
+            async with self._out_lock:
                 await self._client_out.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self._client_gone = True
-                logger.warning("the agent's end of the connection is closed; shutting down")
-                if self._client_scope is not None:
-                    self._client_scope.cancel()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._client_gone = True
+            logger.warning("the agent's end of the connection is closed; shutting down")
+            if self._client_scope is not None:
+                self._client_scope.cancel()
 
     async def _to_upstream(self, data: bytes) -> bool:
         """Write to the upstream; False if it cannot be written (the upstream loop then sees it end).
@@ -587,7 +599,7 @@ class StdioRelay:
                 await self._complete(pending)
             return
         pending.forwarded = True
-        pending.deadline = anyio.current_time() + self.config.call_timeout
+        pending.deadline = time.monotonic() + self.config.call_timeout
         self._timed[pending] = None
         self._to_send.append(pending)
         if self._watch_wake is not None:
@@ -664,7 +676,7 @@ class StdioRelay:
                 continue
             pending = next(iter(self._timed))
             assert pending.deadline is not None
-            delay = pending.deadline - anyio.current_time()
+            delay = pending.deadline - time.monotonic()
             if delay > 0:
                 # Every later entry has a later deadline; one settled meanwhile is skipped on waking.
                 await anyio.sleep(delay)

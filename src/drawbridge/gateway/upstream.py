@@ -31,6 +31,7 @@ import anyio
 from anyio.abc import Process
 
 from drawbridge.gateway.jsonrpc import LineFramer, Oversize
+from drawbridge.gateway.process_stdio import FdReceiveStream
 
 GRACE_SECONDS: Final = 2.0
 KILL_SECONDS: Final = 2.0
@@ -86,8 +87,9 @@ class UpstreamStartError(Exception):
 
 
 class UpstreamProcess:
-    def __init__(self, process: Process, argv: Sequence[str], max_message_bytes: int) -> None:
+    def __init__(self, process: Process, argv: Sequence[str], max_message_bytes: int, stdout_fd: int) -> None:
         self._process = process
+        self._stdout = FdReceiveStream(stdout_fd)
         self.argv = tuple(argv)
         self._max = max_message_bytes
         self._write_lock = anyio.Lock(fast_acquire=True)
@@ -108,19 +110,28 @@ class UpstreamProcess:
             raise UpstreamStartError("no upstream command was given")
         source = os.environ if environ is None else environ
         env = (env_filter or EnvPolicy())(source)
+        # The child's stdout is a pipe of our own (close-on-exec here; the child gets it as fd 1),
+        # read directly without a transport: a read takes whatever the child has written so far.
+        stdout_read, stdout_write = os.pipe()
         try:
             process = await anyio.open_process(
                 list(argv),
                 stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
+                stdout=stdout_write,
                 stderr=None,
                 env=env,
                 cwd=cwd,
                 start_new_session=True,
             )
         except OSError as exc:
+            os.close(stdout_read)
             raise UpstreamStartError(f"cannot start upstream {argv[0]!r}: {exc.strerror or exc}") from exc
-        return cls(process, argv, max_message_bytes)
+        except BaseException:
+            os.close(stdout_read)
+            raise
+        finally:
+            os.close(stdout_write)  # the child holds the write end now; EOF comes when it is gone
+        return cls(process, argv, max_message_bytes, stdout_read)
 
     @property
     def pid(self) -> int:
@@ -169,8 +180,7 @@ class UpstreamProcess:
     async def line_batches(self) -> AsyncIterator[list[bytes | Oversize]]:
         """The same lines, as the lists that arrived in one read (a reader may then handle them
         together: one write for their records, one for their answers)."""
-        stdout = self._process.stdout
-        assert stdout is not None
+        stdout = self._stdout
         framer = LineFramer(self._max)
         while True:
             try:
@@ -229,12 +239,7 @@ class UpstreamProcess:
             else:
                 # The leader exited; descendants it left in the group must not outlive the gateway.
                 self._signal_group(signal.SIGTERM)
-            stdout = self._process.stdout
-            if stdout is not None:
-                try:
-                    await stdout.aclose()
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                    pass
+            await self._stdout.aclose()
 
     def _signal_group(self, sig: signal.Signals) -> None:
         if sys.platform == "win32":  # pragma: no cover
