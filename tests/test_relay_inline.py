@@ -474,3 +474,39 @@ async def test_a_pipe_read_waits_without_spinning_and_a_close_wakes_the_reader()
     finally:
         await stream.aclose()
         os.close(write_end)
+
+
+async def test_after_a_short_read_the_next_read_waits_for_data_instead_of_failing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import drawbridge.gateway.process_stdio as process_stdio
+
+    reads: list[int] = []
+    real_read = os.read
+
+    def counting_read(fd: int, size: int) -> bytes:
+        reads.append(fd)
+        return real_read(fd, size)
+
+    read_end, write_end = os.pipe()
+    stream = FdReceiveStream(read_end)
+    monkeypatch.setattr(process_stdio.os, "read", counting_read)
+    try:
+        os.write(write_end, b"x" * 150)
+        assert await stream.receive(100) == b"x" * 100  # a full read: more may be there
+        assert await stream.receive(100) == b"x" * 50  # read at once, without waiting
+        assert len(reads) == 2
+        got: list[bytes] = []
+
+        async def reader() -> None:
+            got.append(await stream.receive(100))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            await anyio.sleep(0.05)
+            assert len(reads) == 2  # the pipe is empty: no read that could only fail
+            os.write(write_end, b"next")
+        assert got == [b"next"] and len(reads) == 3
+    finally:
+        await stream.aclose()
+        os.close(write_end)

@@ -49,17 +49,25 @@ class FdReceiveStream(ByteReceiveStream):
         self._loop: asyncio.AbstractEventLoop | None = None
         """The asyncio loop the descriptor is registered with, while it is."""
         self._waiter: asyncio.Future[None] | None = None
+        self._drained = False
+        """The last read took less than it could: the next one waits for readiness before reading
+        (a read that would only fail with EAGAIN is a system call saved)."""
 
     async def receive(self, max_bytes: int = READ_CHUNK) -> bytes:
         while True:
             if self._closed:
                 raise anyio.ClosedResourceError
             if self._pollable:
+                if self._drained:
+                    self._drained = False
+                    await self._wait_readable()
+                    continue
                 try:
                     data = os.read(self._fd, max_bytes)
                 except BlockingIOError:
                     await self._wait_readable()
                     continue
+                self._drained = len(data) < max_bytes
             else:
                 data = await anyio.to_thread.run_sync(os.read, self._fd, max_bytes, abandon_on_cancel=True)
             if not data:
@@ -67,13 +75,17 @@ class FdReceiveStream(ByteReceiveStream):
             return data
 
     async def _wait_readable(self) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # another event loop than asyncio's
-            await anyio.wait_readable(self._fd)
-            return
         if self._waiter is not None:
             raise anyio.BusyResourceError("reading from")
+        # The loop the descriptor is registered with, as long as it is (asking for the running
+        # loop costs a getpid() system call on Python 3.11).
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # another event loop than asyncio's
+                await anyio.wait_readable(self._fd)
+                return
         if self._loop is not loop:
             self._release()
             loop.add_reader(self._fd, self._on_readable)
