@@ -510,3 +510,31 @@ async def test_after_a_short_read_the_next_read_waits_for_data_instead_of_failin
     finally:
         await stream.aclose()
         os.close(write_end)
+
+
+async def test_lines_written_since_the_last_read_are_taken_without_waiting() -> None:
+    script = "import sys, time; print('one', flush=True); time.sleep(0.3); print('two', flush=True); time.sleep(0.3)"
+    upstream = await UpstreamProcess.spawn([PYTHON, "-c", script], max_message_bytes=1 << 20)
+    try:
+        batches = upstream.line_batches()
+        assert await batches.__anext__() == [b"one"]
+        assert upstream.more_lines() == []  # nothing yet, and no waiting for it
+        await anyio.sleep(0.45)
+        assert upstream.more_lines() == [b"two"]
+        with anyio.fail_after(5):
+            assert [batch async for batch in batches] == []  # then the end of its stdout
+    finally:
+        await upstream.aclose(grace=0)
+
+
+async def test_a_read_that_must_not_wait_says_so() -> None:
+    read_end, write_end = os.pipe()
+    stream = FdReceiveStream(read_end)
+    try:
+        assert stream.receive_nowait(100) is None
+        os.write(write_end, b"abc")
+        assert stream.receive_nowait(100) == b"abc"
+        os.close(write_end)
+        assert stream.receive_nowait(100) == b""  # the end of the stream
+    finally:
+        await stream.aclose()

@@ -74,6 +74,21 @@ class FdReceiveStream(ByteReceiveStream):
                 raise anyio.EndOfStream
             return data
 
+    def receive_nowait(self, max_bytes: int = READ_CHUNK) -> bytes | None:
+        """What can be read now without waiting: data, ``b""`` at the end of the stream, or None
+        when nothing is there yet (or the descriptor cannot be read without waiting)."""
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if not self._pollable:
+            return None
+        try:
+            data = os.read(self._fd, max_bytes)
+        except BlockingIOError:
+            self._drained = True
+            return None
+        self._drained = len(data) < max_bytes
+        return data
+
     async def _wait_readable(self) -> None:
         if self._waiter is not None:
             raise anyio.BusyResourceError("reading from")

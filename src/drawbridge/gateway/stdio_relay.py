@@ -50,8 +50,9 @@ Batches. What arrives in one read is handled together. The lines of the inline c
 from one read of the client go to the upstream in one write, at the end of that read (or sooner,
 before any other line the upstream must see after them); when the pipe cannot take them at once,
 a task waits for it while the client loop goes on reading. The inline calls answered in one read
-of the upstream are recorded together (one write per evidence file) and then answered in one
-write, at the end of that read (or sooner, before any other line the agent must see after them).
+of the upstream, and in what it wrote while they were handled (up to 64 calls), are recorded
+together (one write per evidence file) and then answered in one write (or sooner, before any
+other line the agent must see after them).
 The timeout watch is one task for all inline calls: they share one timeout, so their deadlines
 arrive in the order they were sent.
 """
@@ -129,6 +130,7 @@ logger = logging.getLogger("drawbridge.gateway")
 TOOLS_CALL: Final = "tools/call"
 CANCELLED: Final = "notifications/cancelled"
 READ_CHUNK: Final = 65536
+MAX_ANSWERED_TOGETHER: Final = 64
 RECORD_TIMEOUT_SECONDS: Final = 5.0
 SETTLE_SECONDS: Final = RECORD_TIMEOUT_SECONDS + 1.0
 OWN_ID_PREFIX: Final = "drawbridge-approval-"
@@ -849,6 +851,13 @@ class StdioRelay:
         async for batch in self.upstream.line_batches():
             for item in batch:
                 await self._on_upstream_line(item, answered)
+            # Answers that came while these were handled join them (fewer writes per call).
+            while answered and len(answered) < MAX_ANSWERED_TOGETHER:
+                more = self.upstream.more_lines()
+                if not more:
+                    break
+                for item in more:
+                    await self._on_upstream_line(item, answered)
             await self._complete_answered(answered)
         await self._on_upstream_end()
 

@@ -90,6 +90,7 @@ class UpstreamProcess:
     def __init__(self, process: Process, argv: Sequence[str], max_message_bytes: int, stdout_fd: int) -> None:
         self._process = process
         self._stdout = FdReceiveStream(stdout_fd)
+        self._framer = LineFramer(max_message_bytes)
         self.argv = tuple(argv)
         self._max = max_message_bytes
         self._write_lock = anyio.Lock(fast_acquire=True)
@@ -181,7 +182,7 @@ class UpstreamProcess:
         """The same lines, as the lists that arrived in one read (a reader may then handle them
         together: one write for their records, one for their answers)."""
         stdout = self._stdout
-        framer = LineFramer(self._max)
+        framer = self._framer
         while True:
             try:
                 chunk = await stdout.receive(READ_CHUNK)
@@ -193,6 +194,15 @@ class UpstreamProcess:
         last = framer.close()
         if last is not None:
             yield [last]
+
+    def more_lines(self) -> list[bytes | Oversize]:
+        """Lines the child has written since the last read, without waiting (none at its end: the
+        next ``line_batches`` step sees that)."""
+        try:
+            chunk = self._stdout.receive_nowait(READ_CHUNK)
+        except (anyio.ClosedResourceError, OSError):
+            return []
+        return self._framer.feed(chunk) if chunk else []
 
     async def wait_exit(self, timeout: float) -> int | None:
         """The exit status if the child exits within ``timeout`` seconds, else None."""
