@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,11 +70,19 @@ class EnvPolicy:
         return chosen
 
 
-def _asyncio_writer(stream: object) -> asyncio.StreamWriter | None:
-    """The asyncio ``StreamWriter`` under anyio's wrapper of the child's stdin, when there is one
-    (the asyncio backend); None elsewhere, and then ``send_nowait`` never writes."""
-    writer = getattr(stream, "_stream", None)
-    return writer if isinstance(writer, asyncio.StreamWriter) else None
+async def _pipe_writer(fd: int) -> asyncio.StreamWriter:
+    """An asyncio stream writer over the write end of a pipe (it owns ``fd`` from here on): its
+    transport takes every write whole into a buffer and flushes it in the background."""
+    loop = asyncio.get_running_loop()
+    pipe = open(fd, "wb", buffering=0)  # noqa: SIM115 -- the transport owns and closes it
+    try:
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), pipe
+        )
+    except BaseException:
+        pipe.close()
+        raise
+    return asyncio.StreamWriter(transport, protocol, None, loop)
 
 
 class UpstreamGone(Exception):
@@ -87,7 +94,9 @@ class UpstreamStartError(Exception):
 
 
 class UpstreamProcess:
-    def __init__(self, process: Process, argv: Sequence[str], max_message_bytes: int, stdout_fd: int) -> None:
+    def __init__(
+        self, process: Process, argv: Sequence[str], max_message_bytes: int, stdin: asyncio.StreamWriter, stdout_fd: int
+    ) -> None:
         self._process = process
         self._stdout = FdReceiveStream(stdout_fd)
         self._framer = LineFramer(max_message_bytes)
@@ -95,7 +104,7 @@ class UpstreamProcess:
         self._max = max_message_bytes
         self._write_lock = anyio.Lock(fast_acquire=True)
         self._stdin_closed = False
-        self._writer = _asyncio_writer(process.stdin)
+        self._writer = stdin
 
     @classmethod
     async def spawn(
@@ -111,13 +120,15 @@ class UpstreamProcess:
             raise UpstreamStartError("no upstream command was given")
         source = os.environ if environ is None else environ
         env = (env_filter or EnvPolicy())(source)
-        # The child's stdout is a pipe of our own (close-on-exec here; the child gets it as fd 1),
-        # read directly without a transport: a read takes whatever the child has written so far.
+        # The child's stdin and stdout are pipes of our own (close-on-exec here; the child gets them
+        # as fds 0 and 1): stdout is read directly, without a transport, so a read takes whatever
+        # the child has written so far; stdin is written through an asyncio transport.
+        stdin_read, stdin_write = os.pipe()
         stdout_read, stdout_write = os.pipe()
         try:
             process = await anyio.open_process(
                 list(argv),
-                stdin=subprocess.PIPE,
+                stdin=stdin_read,
                 stdout=stdout_write,
                 stderr=None,
                 env=env,
@@ -125,14 +136,23 @@ class UpstreamProcess:
                 start_new_session=True,
             )
         except OSError as exc:
+            os.close(stdin_write)
             os.close(stdout_read)
             raise UpstreamStartError(f"cannot start upstream {argv[0]!r}: {exc.strerror or exc}") from exc
         except BaseException:
+            os.close(stdin_write)
             os.close(stdout_read)
             raise
         finally:
-            os.close(stdout_write)  # the child holds the write end now; EOF comes when it is gone
-        return cls(process, argv, max_message_bytes, stdout_read)
+            # The child holds these ends now: EOF on its stdout comes when it (and what it started) is gone.
+            os.close(stdin_read)
+            os.close(stdout_write)
+        try:
+            stdin = await _pipe_writer(stdin_write)
+        except BaseException:
+            os.close(stdout_read)
+            raise
+        return cls(process, argv, max_message_bytes, stdin, stdout_read)
 
     @property
     def pid(self) -> int:
@@ -144,14 +164,14 @@ class UpstreamProcess:
 
     async def send(self, data: bytes) -> None:
         """Write complete line(s); concurrent callers are serialized so lines never interleave."""
-        stdin = self._process.stdin
-        assert stdin is not None
+        writer = self._writer
         async with self._write_lock:
-            if self._stdin_closed:
+            if self._stdin_closed or writer.transport.is_closing():
                 raise UpstreamGone("the upstream's stdin is closed")
             try:
-                await stdin.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                writer.write(data)
+                await writer.drain()
+            except (OSError, RuntimeError) as exc:  # BrokenPipeError, ConnectionResetError, ...
                 raise UpstreamGone(f"writing to the upstream failed: {type(exc).__name__}") from exc
 
     def send_nowait(self, data: bytes) -> bool:
@@ -162,14 +182,14 @@ class UpstreamProcess:
         for the buffer to drain). Raises ``UpstreamGone`` when the write found the pipe closed.
         """
         writer = self._writer
-        if writer is None or self._stdin_closed or self._write_lock.locked():
+        if self._stdin_closed or self._write_lock.locked():
             return False
         transport = writer.transport
         if transport.is_closing() or transport.get_write_buffer_size() >= transport.get_write_buffer_limits()[1]:
             return False
         writer.write(data)
         if transport.is_closing():  # the write itself found the child gone
-            raise UpstreamGone("writing to the upstream failed: BrokenResourceError")
+            raise UpstreamGone("writing to the upstream failed: BrokenPipeError")
         return True
 
     async def lines(self) -> AsyncIterator[bytes | Oversize]:
@@ -224,15 +244,14 @@ class UpstreamProcess:
         return f"the upstream exited with status {code}"
 
     async def close_stdin(self) -> None:
-        stdin = self._process.stdin
-        assert stdin is not None
         async with self._write_lock:
             if self._stdin_closed:
                 return
             self._stdin_closed = True
+            self._writer.close()  # what is buffered is still flushed, then the pipe is closed
             try:
-                await stdin.aclose()
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                await self._writer.wait_closed()
+            except (OSError, RuntimeError):
                 pass
 
     async def aclose(self, grace: float = GRACE_SECONDS) -> None:
