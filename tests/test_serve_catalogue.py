@@ -259,6 +259,57 @@ async def test_a_policy_reload_tells_filtered_agents_that_their_tool_list_change
     assert names == ["github.get_repo", "github.list_repos"]
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_2026_agent_listening_for_tool_changes_hears_of_a_policy_reload(tmp_path: Path, transport: str) -> None:
+    reads = "name: all\nagent: '*'\nrules:\n  - tools: ['github.list_*']\n    action: allow\n"
+    options: dict[str, Any] = {"policies": {"all.yaml": reads}, "hide_denied_tools": True, "fsync": "never"}
+    if transport == "http":
+        options.update(listen={"host": "127.0.0.1", "port": 0},
+                       auth={"agents": [{"agent": "alice", "token_sha256": sha256(ALICE)}]})
+    config = write_config(tmp_path, [GITHUB], **options)
+
+    def edit_policy() -> None:
+        (tmp_path / "policies" / "all.yaml").write_text(
+            reads + "  - tools: ['github.get_*']\n    action: allow\n", encoding="utf-8"
+        )
+
+    async def exercise(client: Any) -> list[str]:
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["github.list_repos"]
+        async with client.listen(tools_list_changed=True, resource_subscriptions=["repo://acme/anvil"]) as sub:
+            # Honored: tool list changes; resource subscriptions are not (left out of the ack).
+            assert dump(sub.honored) == {"toolsListChanged": True}
+            edit_policy()
+            with anyio.fail_after(10):
+                event = await sub.__anext__()
+            assert type(event).__name__ == "ToolsListChanged"
+        return sorted(tool.name for tool in (await client.list_tools()).tools)
+
+    if transport == "stdio":
+        async with connect(stdio_params(config), MODERN) as client:
+            names = await exercise(client)
+    else:
+        with http_gateway(config) as running:
+            assert running.url is not None
+            async with http_client(running.url, MODERN, ALICE) as client:
+                names = await exercise(client)
+    assert names == ["github.get_repo", "github.list_repos"]
+
+
+@pytest.mark.anyio
+async def test_listen_is_refused_to_a_handshake_session_and_checks_its_filter(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [GITHUB], policies={"default.yaml": SHARED}, fsync="never")
+    async with connect(stdio_params(config), "legacy") as client:
+        with pytest.raises(Exception) as legacy:
+            await client.session.send_request(
+                types.SubscriptionsListenRequest(
+                    params=types.SubscriptionsListenRequestParams(notifications=types.SubscriptionFilter())
+                ),
+                types.SubscriptionsListenResult,
+            )
+        assert "subscriptions/listen is part of 2026-07-28" in str(legacy.value)
+
+
 # ----------------------------------------------------------------------------- --stdio + listen
 
 

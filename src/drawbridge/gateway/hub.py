@@ -14,7 +14,8 @@ own ``tools/list`` (``hide_denied_tools``); neither changes what is decided on a
 
 Theory of operation. The gateway runs every ``UpstreamSession`` and is their listener. Messages from an
 upstream are routed here: progress notifications go back by token; list-changed notifications are
-broadcast to handshake-era sessions (tools: once the merged list has actually changed); resource
+broadcast to handshake-era sessions and published to the 2026-07-28 ``subscriptions/listen`` streams
+that asked for them (tools: once the merged list has actually changed); resource
 updates go to the sessions that subscribed; other notifications and server requests go to the request
 they belong to when the upstream says so (HTTP: the SSE stream of one of our POSTs), else to the one
 session with requests in flight on that upstream (notifications: each such session, or every session
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.abc
 from anyio.abc import TaskStatus
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
@@ -80,6 +82,19 @@ class _ProgressRoute:
     request_id: RequestId
 
 
+LISTEN_BACKLOG = 256
+"""Events a 2026-07-28 listen stream may hold unsent; a stream whose agent stops reading is ended
+there (the agent listens again and refetches: events are not replayed)."""
+
+
+@dataclass(eq=False)
+class _Listener:
+    """One ``subscriptions/listen`` stream: the notification methods it takes, and its queue."""
+
+    methods: frozenset[str]
+    send: anyio.abc.ObjectSendStream[str]
+
+
 class Gateway:
     def __init__(
         self,
@@ -115,6 +130,7 @@ class Gateway:
         self._reported_problems: set[str] = set()
         self._on_catalogue = on_catalogue
         self._tool_filter = tool_filter
+        self._listeners: dict[object, _Listener] = {}
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -140,6 +156,8 @@ class Gateway:
         return [u.unavailable_reason() for u in self.upstreams.values() if u.start_error is not None]
 
     async def close(self) -> None:
+        for token in list(self._listeners):
+            self.unlisten(token)  # listen streams end gracefully, with their result
         for session in list(self.sessions):
             await session.close()
         for upstream in self.upstreams.values():
@@ -179,7 +197,7 @@ class Gateway:
             raise MessageError(INTERNAL_ERROR, "the tool list could not be filtered for this agent") from None
 
     async def tools_changed(self) -> None:
-        """Tell handshake-era agents their tool list may differ (pins accepted, floors changed)."""
+        """Tell agents their tool list may differ (pins accepted, floors changed, a policy reload)."""
         await self.broadcast({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
 
     def rebuild_catalogue(self) -> bool:
@@ -285,9 +303,40 @@ class Gateway:
         return [(session, None) for session in self.sessions]
 
     async def broadcast(self, message: dict[str, Any]) -> None:
+        """A list_changed notification to every agent: handshake-era sessions directly, 2026-07-28
+        agents on the ``subscriptions/listen`` streams that asked for it."""
         for session in list(self.sessions):
             if session.initialized and not session.modern:
                 await session.emit(message, None)
+        method = message.get("method")
+        if isinstance(method, str):
+            self._publish(method)
+
+    # ------------------------------------------------------------------- 2026-07-28 listen streams
+
+    def listen(self, methods: frozenset[str]) -> tuple[object, anyio.abc.ObjectReceiveStream[str]]:
+        """Open a listen stream for these notification methods: its token and what it receives."""
+        send, receive = anyio.create_memory_object_stream[str](LISTEN_BACKLOG)
+        token = object()
+        self._listeners[token] = _Listener(methods, send)
+        return token, receive
+
+    def unlisten(self, token: object) -> None:
+        listener = self._listeners.pop(token, None)
+        if listener is not None:
+            listener.send.close()
+
+    def _publish(self, method: str) -> None:
+        for token, listener in list(self._listeners.items()):
+            if method not in listener.methods:
+                continue
+            try:
+                listener.send.send_nowait(method)
+            except anyio.WouldBlock:
+                logger.warning("a listen stream's agent stopped reading; the stream is ended")
+                self.unlisten(token)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self._listeners.pop(token, None)
 
     # ------------------------------------------------------------------------------ resources
 

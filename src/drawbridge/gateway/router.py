@@ -29,6 +29,7 @@ resources/list, templates  every upstream that offers resources, merged; URIs ar
 resources/read, subscribe  the upstream that listed the URI (or whose template matches it)
 completion/complete        by the reference: a namespaced prompt, or a resource URI
 logging/setLevel           answered by the gateway and not forwarded (upstream sessions are shared)
+subscriptions/listen       the gateway (2026-07-28): the list changes of tools, prompts and resources
 anything else              -32601: the gateway cannot tell which upstream serves it
 =========================  ==============================================================================
 """
@@ -106,6 +107,17 @@ SERVER_INFO: Final[Mapping[str, str]] = {"name": "drawbridge", "version": drawbr
 SERVER_INFO_META_KEY: Final = "io.modelcontextprotocol/serverInfo"
 UNKNOWN_TOOL: Final = "unknown tool: the gateway serves no tool of this name (see tools/list)"
 UNATTRIBUTABLE: Final = "the gateway cannot tell which agent this request is for"
+SUBSCRIPTION_ID_META_KEY: Final = "io.modelcontextprotocol/subscriptionId"
+LISTEN_EVENTS: Final[Mapping[str, str]] = {
+    "toolsListChanged": "notifications/tools/list_changed",
+    "promptsListChanged": "notifications/prompts/list_changed",
+    "resourcesListChanged": "notifications/resources/list_changed",
+}
+"""The list changes a 2026-07-28 agent can listen for, by the filter field that asks for them."""
+
+
+def notification(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": method, "params": dict(params)}
 
 
 def _response(request_id: RequestId | None, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -704,6 +716,54 @@ class DownstreamSession:
                 self.gateway.unsubscribe(upstream.name, uri, self)  # type: ignore[arg-type]
         return response
 
+    async def _listen(self, entry: _Inflight) -> dict[str, Any]:
+        """``subscriptions/listen`` (2026-07-28): acknowledge what is honored, then relay the list
+        changes asked for, tagged with the stream's id, until the agent cancels (closes) it or the
+        gateway stops (then the result ends the stream). Resource subscriptions are not honored
+        (left out of the acknowledgement): resource updates reach handshake-era sessions only."""
+        message = entry.message
+        assert message.id is not None
+        if not entry.modern:
+            return error_response(
+                message.id, METHOD_NOT_FOUND,
+                "method not found: subscriptions/listen is part of 2026-07-28; this session is told of "
+                "changes by list_changed notifications",
+            )
+        params = message.params if isinstance(message.params, dict) else {}
+        wanted = params.get("notifications")
+        if not isinstance(wanted, dict):
+            return error_response(message.id, INVALID_PARAMS, "invalid params: notifications must be an object")
+        honored: dict[str, Any] = {}
+        methods = set()
+        for field_name, method in LISTEN_EVENTS.items():
+            value = wanted.get(field_name)
+            if value is not None and not isinstance(value, bool):
+                return error_response(message.id, INVALID_PARAMS, f"invalid params: {field_name} must be a boolean")
+            if value:
+                honored[field_name] = True
+                methods.add(method)
+        uris = wanted.get("resourceSubscriptions")
+        if uris is not None and not (isinstance(uris, list) and all(isinstance(uri, str) for uri in uris)):
+            return error_response(
+                message.id, INVALID_PARAMS, "invalid params: resourceSubscriptions must be a list of strings"
+            )
+        meta = {SUBSCRIPTION_ID_META_KEY: message.id}
+        token, events = self.gateway.listen(frozenset(methods))
+        try:
+            ack = {"notifications": honored, "_meta": meta}
+            if not await self.emit(notification("notifications/subscriptions/acknowledged", ack), message.id):
+                return error_response(
+                    message.id, INVALID_REQUEST,
+                    "invalid request: subscriptions/listen needs a response stream (Accept: text/event-stream)",
+                )
+            async with events:
+                async for method in events:
+                    if not await self.emit(notification(method, {"_meta": meta}), message.id):
+                        break
+        finally:
+            self.gateway.unlisten(token)
+        return result_response(message.id, {"_meta": meta})
+
     async def _complete(self, entry: _Inflight) -> dict[str, Any]:
         params = entry.message.params if isinstance(entry.message.params, dict) else {}
         ref = params.get("ref")
@@ -733,4 +793,5 @@ _HANDLERS: Final[Mapping[str, Handler]] = {
     "resources/unsubscribe": DownstreamSession._subscribe,
     "completion/complete": DownstreamSession._complete,
     "logging/setLevel": DownstreamSession._set_level,
+    "subscriptions/listen": DownstreamSession._listen,
 }
