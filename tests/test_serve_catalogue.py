@@ -310,6 +310,21 @@ async def test_listen_is_refused_to_a_handshake_session_and_checks_its_filter(tm
         assert "subscriptions/listen is part of 2026-07-28" in str(legacy.value)
 
 
+def test_a_listen_post_that_takes_no_event_stream_is_refused_at_once(hiding: Running) -> None:
+    assert hiding.url is not None
+    body = {"jsonrpc": "2.0", "id": "sub-1", "method": "subscriptions/listen",
+            "params": {"notifications": {"toolsListChanged": True}, "_meta": ENVELOPE}}
+    headers = {**_auth(BOB), "mcp-protocol-version": MODERN, "mcp-method": "subscriptions/listen"}
+    refused = httpx.post(hiding.url, json=body, headers={**headers, "accept": "application/json"}, timeout=10)
+    assert refused.json()["error"]["message"] == (
+        "invalid request: subscriptions/listen needs a response stream (Accept: text/event-stream)"
+    )
+    body["params"]["notifications"] = {"toolsListChanged": "yes"}
+    bad = httpx.post(hiding.url, json=body, headers={**headers, "accept": "application/json, text/event-stream"},
+                     timeout=10)
+    assert bad.json()["error"]["message"] == "invalid params: toolsListChanged must be a boolean"
+
+
 # ----------------------------------------------------------------------------- --stdio + listen
 
 

@@ -161,6 +161,10 @@ class _HttpOutbound:
         self.streams: dict[Any, _Mailbox] = {}
         self.mailbox = _Mailbox()
 
+    def has_stream(self, related: RequestId) -> bool:
+        """Whether messages about this request reach the agent (its POST accepted an SSE answer)."""
+        return id_key(related) in self.streams or self.unsolicited
+
     async def send(self, message: dict[str, Any], related: RequestId | None) -> None:
         if related is not None and (box := self.streams.get(id_key(related))) is not None:
             box.put(message)

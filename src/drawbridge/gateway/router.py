@@ -747,6 +747,12 @@ class DownstreamSession:
             return error_response(
                 message.id, INVALID_PARAMS, "invalid params: resourceSubscriptions must be a list of strings"
             )
+        has_stream = getattr(self.outbound, "has_stream", None)
+        if has_stream is not None and not has_stream(message.id):
+            return error_response(
+                message.id, INVALID_REQUEST,
+                "invalid request: subscriptions/listen needs a response stream (Accept: text/event-stream)",
+            )
         meta = {SUBSCRIPTION_ID_META_KEY: message.id}
         token, events = self.gateway.listen(frozenset(methods))
         try:
