@@ -25,7 +25,7 @@ from drawbridge.gateway.pipeline import (
     requested_tool_name,
     tool_name_problem,
 )
-from drawbridge.gateway.stdio_relay import outcome_of_response
+from drawbridge.gateway.relay_requests import outcome_of_response
 from drawbridge.gateway.upstream import EnvPolicy
 
 ENVELOPE_KEY = "io.modelcontextprotocol/protocolVersion"

@@ -93,7 +93,7 @@ from drawbridge.gateway.pipeline import (
     requested_tool_name,
     tool_name_problem,
 )
-from drawbridge.gateway.stdio_relay import outcome_of_response
+from drawbridge.gateway.relay_requests import outcome_of_response
 from drawbridge.gateway.upstream_session import UpstreamLost, UpstreamSession, UpstreamUnavailable
 
 if TYPE_CHECKING:

@@ -64,7 +64,6 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -79,8 +78,6 @@ from drawbridge.gateway.client_link import (
     retry_link,
 )
 from drawbridge.gateway.jsonrpc import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES,
     EVIDENCE_UNWRITTEN,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -123,11 +120,18 @@ from drawbridge.gateway.pipeline import (
     refusal_result,
     requested_tool_name,
 )
+from drawbridge.gateway.relay_requests import (
+    TOOLS_CALL,
+    OwnRequest,
+    Pending,
+    RelayConfig,
+    looks_like_tools_call,
+    outcome_of_response,
+)
 from drawbridge.gateway.upstream import EnvFilter, UpstreamGone, UpstreamProcess
 
 logger = logging.getLogger("drawbridge.gateway")
 
-TOOLS_CALL: Final = "tools/call"
 CANCELLED: Final = "notifications/cancelled"
 READ_CHUNK: Final = 65536
 MAX_ANSWERED_TOGETHER: Final = 64
@@ -139,97 +143,6 @@ OWN_ID_PREFIX: Final = "drawbridge-approval-"
 
 class ClientRequestFailed(Exception):
     """A gateway-originated request to the agent got an error, or no answer (the agent is gone)."""
-
-
-@dataclass(eq=False, slots=True)
-class _OwnRequest:
-    done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
-    body: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class RelayConfig:
-    agent: str = "anonymous"
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    """Largest line accepted from the agent."""
-    max_upstream_message_bytes: int = DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
-    """Largest line accepted from the upstream (results may carry images)."""
-    call_timeout: float = 120.0
-    """Seconds a forwarded tools/call may wait for the upstream's answer. Other requests (which may be
-    long-lived, like a 2026-07-28 subscriptions/listen) are not timed out by the gateway."""
-    shutdown_grace: float = 2.0
-    """Seconds the upstream gets to exit after the agent closes the connection."""
-    refuse_after_record_failure: bool = True
-    """Once the recorder has failed, refuse every later tools/call (evidence is part of the contract)."""
-
-
-@dataclass(eq=False, slots=True)
-class _Pending:
-    message: Message
-    method: str
-    started: float
-    call: ToolCall | None = None
-    forwarded: bool = False
-    wait_scope: anyio.CancelScope | None = None
-    """Covers what the call task awaits for this request (the decision, the upstream's answer);
-    cancelled when someone else settles the request, so the task goes straight to recording."""
-    done: anyio.Event | None = None
-    """Set when the request is settled; only a call task waits for it, so only its calls have one."""
-    finished: bool = False
-    outcome: Outcome | None = None
-    error: str | None = None
-    error_code: int | None = None
-    finished_at: float | None = None
-    response: bytes | None = None
-    """A tools/call's answer, held until the call has been recorded (evidence first)."""
-    inline: bool = False
-    """A tools/call without a call task: whoever settles it records it and answers (``_complete``)."""
-    completed: bool = False
-    verdict: Verdict | None = None
-    decided_at: float | None = None
-    deadline: float | None = None
-    """``time.monotonic()`` when an inline call times out (a relative wait is derived from it, so
-    the event loop's clock, which anyio reads at a higher cost, is not needed)."""
-    link: ClientLink | None = None
-    """The gateway's retry fields this call carried (taken out of what is forwarded), if any."""
-
-    def end_unsent(self, detail: str) -> None:
-        """Settle a request the upstream never received: the agent is told it was not sent."""
-        self.forwarded = False
-        self.response = error_line(self.message.id, UPSTREAM_EXITED, detail)
-        self.finish(Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED)
-
-    def finish(self, outcome: Outcome, error: str | None = None, code: int | None = None) -> None:
-        if self.finished:
-            return
-        self.finished = True
-        self.outcome, self.error, self.error_code = outcome, error, code
-        self.finished_at = time.perf_counter()
-        if self.done is not None:
-            self.done.set()
-        if self.wait_scope is not None:
-            self.wait_scope.cancel()
-
-
-def _looks_like_tools_call(method: str) -> bool:
-    """A method an upstream with sloppy dispatch might run as tools/call, without being exactly that."""
-    return method != TOOLS_CALL and method.strip().lower() == TOOLS_CALL
-
-
-def outcome_of_response(body: dict[str, Any]) -> tuple[Outcome, str | None, int | None]:
-    """Classify the upstream's answer to a tools/call (reads two keys; the result is not validated)."""
-    if "error" in body:
-        error = body["error"]
-        code = error.get("code") if isinstance(error, dict) else None
-        code = code if isinstance(code, int) and not isinstance(code, bool) else None
-        return Outcome.UPSTREAM_ERROR, f"the upstream answered with JSON-RPC error {code}", code
-    result = body.get("result")
-    if isinstance(result, dict):
-        if result.get("isError") is True:
-            return Outcome.TOOL_ERROR, None, None
-        if result.get("resultType") == "input_required":
-            return Outcome.INPUT_REQUIRED, None, None
-    return Outcome.OK, None, None
 
 
 class StdioRelay:
@@ -259,15 +172,15 @@ class StdioRelay:
             record_now if callable(record_now) else None
         )
         self._inline = self._decide_now is not None and self._record_now is not None
-        self._to_send: list[_Pending] = []
+        self._to_send: list[Pending] = []
         """Inline calls decided from the client's last read, whose lines go to the upstream together."""
-        self._timed: dict[_Pending, None] = {}
+        self._timed: dict[Pending, None] = {}
         """Inline calls waiting for the upstream, in the order they were sent (= deadline order)."""
         self._watch_wake: anyio.Event | None = None
         self._out_lock = anyio.Lock(fast_acquire=True)
         send_now = getattr(client_out, "send_nowait", None)
         self._client_send_now: Callable[[bytes], int] | None = send_now if callable(send_now) else None
-        self._pending: dict[IdKey, _Pending] = {}
+        self._pending: dict[IdKey, Pending] = {}
         self._upstream_gone: str | None = None
         self._upstream_done = anyio.Event()
         self._client_gone = False
@@ -280,7 +193,7 @@ class StdioRelay:
         self._client_capabilities: Any = None
         self._own_prefix = f"{OWN_ID_PREFIX}{secrets.token_hex(6)}-"
         self._own_seq = 0
-        self._own: dict[IdKey, _OwnRequest] = {}
+        self._own: dict[IdKey, OwnRequest] = {}
 
     # ------------------------------------------------------------------------------------ lifecycle
 
@@ -356,7 +269,7 @@ class StdioRelay:
             return False
         return True
 
-    def _take(self, pending: _Pending) -> bool:
+    def _take(self, pending: Pending) -> bool:
         key = pending.message.key
         assert key is not None
         if self._pending.get(key) is pending:
@@ -364,7 +277,7 @@ class StdioRelay:
             return True
         return False
 
-    async def _respond(self, pending: _Pending, line: bytes) -> None:
+    async def _respond(self, pending: Pending, line: bytes) -> None:
         """Answer a request: a tools/call's answer waits for its record (the call task sends it after
         recording); any other answer goes out now."""
         if pending.call is not None:
@@ -410,11 +323,11 @@ class StdioRelay:
             self._record_failed = True
             logger.error("recording an event failed (%s); later tools/call requests are refused", type(exc).__name__)
 
-    async def _answer_when_recorded(self, rest: Awaitable[None], pendings: list[_Pending]) -> None:
+    async def _answer_when_recorded(self, rest: Awaitable[None], pendings: list[Pending]) -> None:
         await self._await_record(rest)
         await self._answer_recorded(*pendings)
 
-    async def _answer_recorded(self, *pendings: _Pending) -> None:
+    async def _answer_recorded(self, *pendings: Pending) -> None:
         """Send recorded calls' answers (one write); nothing that ran is answered without evidence:
         when recording has failed, a forwarded call's result is withheld (the agent is told why)."""
         out = []
@@ -469,7 +382,7 @@ class StdioRelay:
     async def _on_client_notification(self, message: Message) -> None:
         method = message.method
         assert method is not None
-        if method == TOOLS_CALL or _looks_like_tools_call(method):
+        if method == TOOLS_CALL or looks_like_tools_call(method):
             await self._incident(
                 "tools_call_notification", "client", "a tools/call without an id was dropped (it cannot be answered)"
             )
@@ -504,12 +417,12 @@ class StdioRelay:
             await self._incident("duplicate_id", "client", detail, INVALID_REQUEST)
             await self._to_client(error_line(None, INVALID_REQUEST, f"invalid request: {detail}"))
             return
-        if _looks_like_tools_call(method):
+        if looks_like_tools_call(method):
             detail = "method not found: the method is not exactly 'tools/call' and is refused"
             await self._incident("invalid_message", "client", detail, METHOD_NOT_FOUND)
             await self._to_client(error_line(message.id, METHOD_NOT_FOUND, detail))
             return
-        pending = _Pending(message, method, self._clock())
+        pending = Pending(message, method, self._clock())
         if method == TOOLS_CALL:
             await self._start_call(pending)
             return
@@ -525,7 +438,7 @@ class StdioRelay:
 
     # --------------------------------------------------------------------------------- tools/call
 
-    async def _start_call(self, pending: _Pending) -> None:
+    async def _start_call(self, pending: Pending) -> None:
         if is_gateway_retry(pending.message.params):
             # The gateway's requestState and the answers beside it are for the gateway: verified by
             # the decider, never forwarded (module docstring).
@@ -578,7 +491,7 @@ class StdioRelay:
         refuse = self._record_failed and self.config.refuse_after_record_failure
         return guarded_decision_now(self._decide_now, call, refuse=refuse)
 
-    async def _run_inline(self, pending: _Pending, verdict: Verdict) -> None:
+    async def _run_inline(self, pending: Pending, verdict: Verdict) -> None:
         """Refuse a tools/call decided just now, or hand its line to the upstream, without a task.
 
         Nothing here awaits before the call is either settled or handed over, so nobody else can
@@ -629,13 +542,13 @@ class StdioRelay:
         assert self._calls is not None
         self._calls.start_soon(self._send_waiting, batch, data)
 
-    async def _send_waiting(self, batch: list[_Pending], data: bytes) -> None:
+    async def _send_waiting(self, batch: list[Pending], data: bytes) -> None:
         try:
             await self.upstream.send(data)
         except UpstreamGone as exc:
             await self._not_sent(batch, exc)
 
-    async def _not_sent(self, batch: list[_Pending], exc: UpstreamGone) -> None:
+    async def _not_sent(self, batch: list[Pending], exc: UpstreamGone) -> None:
         await self._incident("upstream_unwritable", "upstream", str(exc))
         unsent = []
         for pending in batch:
@@ -644,12 +557,12 @@ class StdioRelay:
                 unsent.append(pending)
         await self._complete(*unsent)
 
-    async def _settled(self, pending: _Pending) -> None:
+    async def _settled(self, pending: Pending) -> None:
         """Called by whoever took and finished a request: an inline call is completed now."""
         if pending.inline:
             await self._complete(pending)
 
-    async def _complete(self, *pendings: _Pending) -> None:
+    async def _complete(self, *pendings: Pending) -> None:
         """Record inline calls, then answer them (evidence first), each once; several together get
         one write per evidence file and one write of their answers."""
         todo = [pending for pending in pendings if not pending.completed]
@@ -697,7 +610,7 @@ class StdioRelay:
                 )
             await self._complete(pending)
 
-    async def _run_call(self, pending: _Pending) -> None:
+    async def _run_call(self, pending: Pending) -> None:
         """A call task: decide, act, wait, then record and answer."""
         call = pending.call
         assert call is not None and pending.done is not None
@@ -717,7 +630,7 @@ class StdioRelay:
         await self._record(self._call_record(pending, verdict, decided_at))
         await self._answer_recorded(pending)
 
-    async def _act(self, pending: _Pending, verdict: Verdict) -> None:
+    async def _act(self, pending: Pending, verdict: Verdict) -> None:
         call = pending.call
         assert call is not None
         message = pending.message
@@ -756,7 +669,7 @@ class StdioRelay:
                     notification_line(CANCELLED, {"requestId": call.request_id, "reason": "gateway timeout"})
                 )
 
-    def _call_record(self, pending: _Pending, verdict: Verdict | None, decided_at: float | None) -> CallRecord:
+    def _call_record(self, pending: Pending, verdict: Verdict | None, decided_at: float | None) -> CallRecord:
         call = pending.call
         assert call is not None and pending.outcome is not None
         finished = pending.finished_at if pending.finished_at is not None else self._clock()
@@ -805,7 +718,7 @@ class StdioRelay:
         self._own_seq += 1
         request_id = f"{self._own_prefix}{self._own_seq}"
         key = id_key(request_id)
-        request = _OwnRequest()
+        request = OwnRequest()
         self._own[key] = request
         try:
             line = encode_line({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
@@ -833,7 +746,7 @@ class StdioRelay:
             raise ClientRequestFailed("the agent answered the approval question with an error")
         return result
 
-    def _link(self, pending: _Pending) -> ClientLink:
+    def _link(self, pending: Pending) -> ClientLink:
         """What the decider may use to reach this call's agent (``client_link``)."""
         call = pending.call
         elicit = None
@@ -847,7 +760,7 @@ class StdioRelay:
     # ----------------------------------------------------------------------------- upstream -> client
 
     async def _upstream_loop(self) -> None:
-        answered: list[_Pending] = []
+        answered: list[Pending] = []
         async for batch in self.upstream.line_batches():
             for item in batch:
                 await self._on_upstream_line(item, answered)
@@ -861,13 +774,13 @@ class StdioRelay:
             await self._complete_answered(answered)
         await self._on_upstream_end()
 
-    async def _complete_answered(self, answered: list[_Pending]) -> None:
+    async def _complete_answered(self, answered: list[Pending]) -> None:
         if answered:
             pendings = tuple(answered)
             answered.clear()
             await self._complete(*pendings)
 
-    async def _on_upstream_line(self, item: bytes | Oversize, answered: list[_Pending]) -> None:
+    async def _on_upstream_line(self, item: bytes | Oversize, answered: list[Pending]) -> None:
         """Relay one line from the upstream. An inline call it answers joins ``answered``, to be
         completed with the others of the same read; anything else first completes those, so the
         agent receives lines in the upstream's order."""
