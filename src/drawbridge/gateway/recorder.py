@@ -212,7 +212,7 @@ class EvidenceRecorder:
         self._syncer: threading.Thread | None = None
         self._broken: str | None = None
         file_fsync: FsyncPolicy = "batch" if managed else "never"
-        batch_size = _SINKS_NEVER_SYNC_BY_THEMSELVES
+        batch_size = _SINKS_NEVER_SYNC_BY_THEMSELVES  # "batch" for the files: they sync only when closed
         try:
             if evidence_dir is not None:
                 directory = Path(evidence_dir)
@@ -370,8 +370,8 @@ class EvidenceRecorder:
     # ---------------------------------------------------------------- writing
 
     def _write(self, at: str, built: Sequence[_Lines]) -> list[int]:
-        """Write the records' lines, one ``os.write`` per file for them all; under "batch", return
-        the files (0 trace, 1 surface, 2 truth) now due an fsync."""
+        """Write the records' lines, one ``os.write`` per file for them all; return the files
+        (0 trace, 1 surface, 2 truth) now due an fsync ("always", or "batch" at the 64th line)."""
         if self._broken is not None:
             raise AppendOnlyError(self._broken)
         due: list[int] = []

@@ -108,6 +108,7 @@ SERVER_INFO_META_KEY: Final = "io.modelcontextprotocol/serverInfo"
 UNKNOWN_TOOL: Final = "unknown tool: the gateway serves no tool of this name (see tools/list)"
 UNATTRIBUTABLE: Final = "the gateway cannot tell which agent this request is for"
 SUBSCRIPTION_ID_META_KEY: Final = "io.modelcontextprotocol/subscriptionId"
+NO_LISTEN_STREAM: Final = "invalid request: subscriptions/listen needs a response stream (Accept: text/event-stream)"
 LISTEN_EVENTS: Final[Mapping[str, str]] = {
     "toolsListChanged": "notifications/tools/list_changed",
     "promptsListChanged": "notifications/prompts/list_changed",
@@ -749,19 +750,13 @@ class DownstreamSession:
             )
         has_stream = getattr(self.outbound, "has_stream", None)
         if has_stream is not None and not has_stream(message.id):
-            return error_response(
-                message.id, INVALID_REQUEST,
-                "invalid request: subscriptions/listen needs a response stream (Accept: text/event-stream)",
-            )
+            return error_response(message.id, INVALID_REQUEST, NO_LISTEN_STREAM)
         meta = {SUBSCRIPTION_ID_META_KEY: message.id}
         token, events = self.gateway.listen(frozenset(methods))
         try:
             ack = {"notifications": honored, "_meta": meta}
             if not await self.emit(notification("notifications/subscriptions/acknowledged", ack), message.id):
-                return error_response(
-                    message.id, INVALID_REQUEST,
-                    "invalid request: subscriptions/listen needs a response stream (Accept: text/event-stream)",
-                )
+                return error_response(message.id, INVALID_REQUEST, NO_LISTEN_STREAM)
             async with events:
                 async for method in events:
                     if not await self.emit(notification(method, {"_meta": meta}), message.id):

@@ -338,7 +338,7 @@ class StdioRelay:
             if response is not None:
                 out.append(response)
         if out:
-            await self._to_client(out[0] if len(out) == 1 else b"".join(out))
+            await self._to_client(b"".join(out))
 
     async def _incident(self, kind: str, direction: str, detail: str, code: int | None = None) -> None:
         logger.warning("%s (%s): %s", kind, direction, detail)
@@ -824,7 +824,7 @@ class StdioRelay:
                 answered.append(pending)
             return
         await self._complete_answered(answered)
-        await self._to_client(item + b"\n")
+        await self._respond(pending, item + b"\n")
         if pending.method == "tools/list":
             self._note_listed(message.body.get("result"))
         if pending.method == "initialize":

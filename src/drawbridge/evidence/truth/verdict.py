@@ -431,56 +431,50 @@ class PreparedPolicy:
     A policy that cannot be read raises ``AssayPolicyError`` here, as ``decision_verdict`` would.
     """
 
-    __slots__ = ("_fixed", "_fixed_verdicts", "_validators", "_view")
+    __slots__ = ("_fixed", "_validators", "_view")
 
     def __init__(self, policy: Mapping[str, Any]) -> None:
         self._view = normalize_assay_policy(policy)
         self._validators: dict[str, Any] = {}
-        self._fixed: dict[Any, dict[str, str]] = {}
-        self._fixed_verdicts: dict[Any, str] = {}
+        self._fixed: dict[Any, tuple[dict[str, str], str]] = {}
 
     def verdict(self, tool_name: str, args: Any | None, identity_state: str, evidence: Evidence | None) -> str:
-        """The lattice maximum of the axes, kept as the axes are for a tool without a schema."""
-        if not isinstance(tool_name, str) or (tool_name != "$defs" and tool_name in self._view["schemas"]):
-            return lattice_max(self._axes(tool_name, args, identity_state, evidence).values())
-        key = (tool_name, args is None, identity_state, evidence)
-        try:
-            found = self._fixed_verdicts.get(key)
-        except TypeError:  # an unhashable identity state or evidence: nothing to keep
-            return lattice_max(self._axes(tool_name, args, identity_state, evidence).values())
-        if found is None:
-            found = lattice_max(self._axes(tool_name, args, identity_state, evidence).values())
-            if len(self._fixed_verdicts) >= _FIXED_MAX:
-                self._fixed_verdicts.clear()
-            self._fixed_verdicts[key] = found
-        return found
+        """The lattice maximum of the axes."""
+        return self._judged(tool_name, args, identity_state, evidence)[1]
 
     def axes(
         self, tool_name: str, args: Any | None, identity_state: str, evidence: Evidence | None = None
     ) -> dict[str, str]:
-        return dict(self._axes(tool_name, args, identity_state, evidence))
+        return dict(self._judged(tool_name, args, identity_state, evidence)[0])
 
-    def _axes(
+    def _judged(
         self, tool_name: str, args: Any | None, identity_state: str, evidence: Evidence | None
-    ) -> dict[str, str]:
-        """The axes; kept per (tool, captured or not, identity, evidence) for a tool without a schema,
-        whose arguments then count only as captured or not (the args axis is ``incomplete`` or the
-        unconstrained mode). The returned dict is shared: callers copy it before handing it out."""
+    ) -> tuple[dict[str, str], str]:
+        """The axes and their lattice maximum; kept per (tool, captured or not, identity, evidence)
+        for a tool without a schema, whose arguments then count only as captured or not (the args
+        axis is ``incomplete`` or the unconstrained mode). The axes dict is shared: callers copy it
+        before handing it out."""
         if not isinstance(tool_name, str):
             raise TypeError("tool_name must be a string")
         if tool_name != "$defs" and tool_name in self._view["schemas"]:
-            return _axes(self._view, self._validators, tool_name, args, identity_state, evidence)
+            return self._judge(tool_name, args, identity_state, evidence)
         key = (tool_name, args is None, identity_state, evidence)
         try:
             found = self._fixed.get(key)
         except TypeError:  # an unhashable identity state or evidence: nothing to keep
-            return _axes(self._view, self._validators, tool_name, args, identity_state, evidence)
+            return self._judge(tool_name, args, identity_state, evidence)
         if found is None:
-            found = _axes(self._view, self._validators, tool_name, args, identity_state, evidence)
+            found = self._judge(tool_name, args, identity_state, evidence)
             if len(self._fixed) >= _FIXED_MAX:
                 self._fixed.clear()
             self._fixed[key] = found
         return found
+
+    def _judge(
+        self, tool_name: str, args: Any | None, identity_state: str, evidence: Evidence | None
+    ) -> tuple[dict[str, str], str]:
+        axes = _axes(self._view, self._validators, tool_name, args, identity_state, evidence)
+        return axes, lattice_max(axes.values())
 
 
 def prepare_policy(policy: Mapping[str, Any]) -> PreparedPolicy:
