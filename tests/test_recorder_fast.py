@@ -4,10 +4,10 @@
 cache and the fsyncs done off the event loop must not change a byte of evidence: the same records
 through every route and fsync setting give identical files, and each cached surface line equals the
 line built from scratch. Under ``fsync="always"`` records complete only after one fsync per file
-they were written to, shared by the records written together; under ``"batch"`` the record that is
-a file's 64th line since its last sync is complete only when that file has been fsynced, and a file
-with unsynced lines is fsynced within the time bound without further records; a failed fsync fails
-every later record.
+they were written to, shared by the records written together; under ``"batch"`` a file with unsynced lines is fsynced within the time bound without further
+records, and at once, in the background, when it holds ``BATCH_LINES`` of them; the record that takes a
+file to the limit of unsynced lines is complete only when that file has been fsynced; a failed fsync
+fails every later record.
 """
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ import pytest
 from drawbridge.evidence.surface import build_decision, build_surface
 from drawbridge.gateway import recorder as recorder_module
 from drawbridge.gateway.pipeline import Action, CallRecord, Outcome, Provenance, RelayIncident, ToolCall
-from drawbridge.gateway.recorder import BATCH_SIZE, EvidenceRecorder, TruthKey, effect_status, ndjson_line
+from drawbridge.gateway.recorder import BATCH_LINES, EvidenceRecorder, TruthKey, effect_status, ndjson_line
 from drawbridge.state.append_only import AppendOnlyError
 
+LIMIT = 64
+"""The unsynced lines at which "batch" records wait for an fsync, in the recorders of these tests
+(the default is larger; the behaviour is the same at any value)."""
 CONTRACT = {"version": "2.0", "tools": {"allow": ["echo", "add_deploy_key"], "deny": ["rm*"]}, "schemas": {}}
 TRACEPARENT = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 
@@ -53,6 +56,8 @@ def _recorder(directory: Path, fsync: str) -> EvidenceRecorder:
         fsync=fsync,  # type: ignore[arg-type]
         clock=lambda: "2026-01-01T00:00:00.000000Z",
         batch_seconds=60,  # the time bound stays out of the way of the counts tested here
+        batch_limit=LIMIT,
+        batch_lines=LIMIT,  # and so do the background fsyncs
     )
 
 
@@ -86,7 +91,7 @@ def test_every_route_and_setting_writes_the_same_bytes(tmp_path: Path) -> None:
                     for event in events:
                         await recorder(event)
                     return
-                size = 1 if route == "record_now" else 7  # batches that straddle the 64-line fsyncs
+                size = 1 if route == "record_now" else 7  # batches that straddle the fsyncs at the limit
                 for start in range(0, len(events), size):
                     rest = recorder.record_now(events[start : start + size])
                     if rest is not None:
@@ -187,6 +192,34 @@ def test_batch_fsyncs_a_file_within_its_time_bound_without_further_records(
     assert recorder._syncer is None
 
 
+def test_batch_fsyncs_a_file_at_once_in_the_background_when_it_holds_batch_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced = _spy_fsync(monkeypatch)
+    recorder = EvidenceRecorder(
+        tmp_path / "ev", route=lambda tool: "srv", truth_out=tmp_path / "carriers.ndjson",
+        truth_key=TruthKey(b"k" * 32, "kid-1"), declared=lambda agent: CONTRACT, fsync="batch",
+        batch_seconds=60,  # only the line count can start these fsyncs
+    )
+    sync_fds = list(recorder._sync_fds)
+    synced.clear()
+    try:
+        assert recorder.record_now([_record(i) for i in range(BATCH_LINES - 1)]) is None
+        time.sleep(0.3)
+        assert synced == []  # below the count, the time bound (a minute here) rules
+        started = time.monotonic()
+        assert recorder.record_now([_record(BATCH_LINES - 1)]) is None  # nobody waits for it
+        while sorted(set(synced)) != sorted(sync_fds) and time.monotonic() - started < 5:
+            time.sleep(0.01)
+        assert sorted(set(synced)) == sorted(sync_fds)
+        assert time.monotonic() - started < 5
+        # The fsyncs may start between the last record's trace line and its other lines, which
+        # then wait for the next one.
+        assert all(count <= 1 for count in recorder._unsynced)
+    finally:
+        recorder.close()
+
+
 def test_a_failed_timed_fsync_fails_every_later_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     recorder = EvidenceRecorder(
         tmp_path / "ev", route=lambda tool: "srv", fsync="batch", batch_seconds=0.1,
@@ -209,23 +242,23 @@ def test_a_failed_timed_fsync_fails_every_later_record(tmp_path: Path, monkeypat
     assert (tmp_path / "ev" / "trace.ndjson").read_bytes().count(b"\n") == 1
 
 
-def test_batch_fsyncs_each_file_every_64_lines_before_the_record_completes(
+def test_batch_records_that_reach_the_limit_complete_only_with_the_fsync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     recorder, synced, sync_fds = _spied_recorder(tmp_path, "batch", monkeypatch)
 
     async def run() -> None:
-        for i in range(BATCH_SIZE - 1):
+        for i in range(LIMIT - 1):
             assert recorder.record_now([_record(i)]) is None  # written, nothing to wait for
         assert synced == []
-        rest = recorder.record_now([_record(BATCH_SIZE - 1)])  # the 64th line of each file
+        rest = recorder.record_now([_record(LIMIT - 1)])  # each file's line at the limit
         assert rest is not None
         assert synced == []  # not yet: the record completes with the fsync
         await rest
         assert sorted(synced) == sorted(sync_fds)
         # An incident adds a trace line only: the trace is the first file due again.
         synced.clear()
-        for i in range(BATCH_SIZE - 1):
+        for i in range(LIMIT - 1):
             assert recorder.record_now([RelayIncident("parse_error", "client", "x", None)]) is None
         rest = recorder.record_now([RelayIncident("parse_error", "client", "x", None)])
         assert rest is not None
@@ -254,11 +287,11 @@ def test_records_written_together_take_one_write_per_file_and_are_synced_if_they
     synced = _spy_fsync(monkeypatch)
 
     async def run() -> None:
-        assert recorder.record_now([_record(i) for i in range(BATCH_SIZE - 5)]) is None
-        assert writes == [BATCH_SIZE - 5] * 3  # trace, surface, carriers: one write each
+        assert recorder.record_now([_record(i) for i in range(LIMIT - 5)]) is None
+        assert writes == [LIMIT - 5] * 3  # trace, surface, carriers: one write each
         assert synced == []
         writes.clear()
-        rest = recorder.record_now([_record(i) for i in range(10)])  # crosses the 64th line of each file
+        rest = recorder.record_now([_record(i) for i in range(10)])  # crosses each file's limit
         assert writes == [10] * 3
         assert rest is not None and synced == []  # complete only with the fsync
         await rest
@@ -267,7 +300,7 @@ def test_records_written_together_take_one_write_per_file_and_are_synced_if_they
     anyio.run(run)
     recorder.close()
     trace = (tmp_path / "ev" / "trace.ndjson").read_bytes()
-    assert trace.count(b"\n") == BATCH_SIZE + 5
+    assert trace.count(b"\n") == LIMIT + 5
 
 
 def test_a_failed_batch_fsync_fails_that_record_and_every_later_one(
@@ -279,25 +312,25 @@ def test_a_failed_batch_fsync_fails_that_record_and_every_later_one(
         raise OSError(errno.EIO, "Input/output error")
 
     async def run() -> None:
-        for i in range(BATCH_SIZE - 1):
+        for i in range(LIMIT - 1):
             assert recorder.record_now([_record(i)]) is None
-        rest = recorder.record_now([_record(BATCH_SIZE - 1)])
+        rest = recorder.record_now([_record(LIMIT - 1)])
         assert rest is not None
         monkeypatch.setattr(recorder_module.os, "fsync", broken)
         with pytest.raises(AppendOnlyError, match="fsync failed: Input/output error"):
             await rest
         monkeypatch.undo()
         with pytest.raises(AppendOnlyError, match="no further records will be written"):
-            recorder.record_now([_record(BATCH_SIZE)])
+            recorder.record_now([_record(LIMIT)])
         with pytest.raises(AppendOnlyError):
-            await recorder(_record(BATCH_SIZE + 1))
+            await recorder(_record(LIMIT + 1))
         with pytest.raises(AppendOnlyError):
             await recorder.record_event("policy_edit", {"x": 1})
 
     anyio.run(run)
     recorder.close()
     trace = (tmp_path / "ev" / "trace.ndjson").read_bytes()
-    assert trace.count(b"\n") == BATCH_SIZE  # nothing after the failure
+    assert trace.count(b"\n") == LIMIT  # nothing after the failure
 
 
 def test_the_control_plane_tap_keeps_the_synchronous_form_and_notes_each_call(tmp_path: Path) -> None:
