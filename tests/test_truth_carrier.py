@@ -200,6 +200,29 @@ def test_observed_input_digest_preimage() -> None:
     assert observed_input_digest("deploy", ad, 3) == "sha256:" + sha_hex(preimage)
 
 
+@settings(max_examples=400)
+@given(
+    tool_name=st.text(st.characters(blacklist_categories=())),  # control characters and lone surrogates too
+    args_digest=st.text(st.characters(blacklist_categories=())),
+    order=st.one_of(
+        st.integers(-(2**63), 2**63 - 1),
+        st.sampled_from([2**53 - 1, 2**53, -(2**53 - 1), -(2**53), 0, -1]),
+    ),
+)
+def test_observed_input_digest_is_the_digest_of_the_canonical_object(
+    tool_name: str, args_digest: str, order: int
+) -> None:
+    from drawbridge.canonical import CanonicalizationError, jcs_digest
+
+    try:
+        expected = jcs_digest({"tool_name": tool_name, "args_digest": args_digest, "order": order})
+    except CanonicalizationError:
+        with pytest.raises(CanonicalizationError):
+            observed_input_digest(tool_name, args_digest, order)
+        return
+    assert observed_input_digest(tool_name, args_digest, order) == expected
+
+
 def test_observed_input_digest_rejects_non_integer_order() -> None:
     with pytest.raises(ValueError):
         observed_input_digest("t", "x", True)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ here too, so that every verifier rejects the same malformed strings.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -35,7 +36,17 @@ def jcs_digest(value: Any) -> str:
 
 
 def hmac_sha256_hex(key: bytes, message: bytes) -> str:
-    return hmac.digest(key, message, "sha256").hex()
+    mac = _keyed_sha256(key).copy()
+    mac.update(message)
+    return mac.hexdigest()
+
+
+@functools.lru_cache(maxsize=4)
+def _keyed_sha256(key: bytes) -> hmac.HMAC:
+    """The HMAC state after absorbing ``key``: a producer keys every digest of a run with the same
+    key, and copying this state costs half of keying anew. Kept only for the last few keys,
+    in memory, where their owners hold them anyway."""
+    return hmac.new(key, digestmod="sha256")
 
 
 def is_sha256_digest(value: object) -> bool:
@@ -45,7 +56,13 @@ def is_sha256_digest(value: object) -> bool:
 
 def is_valid_key_id(value: object) -> bool:
     """Key ids are non-empty and ASCII ``[A-Za-z0-9._-]`` only."""
-    return isinstance(value, str) and value.isascii() and _KEY_ID_RE.fullmatch(value) is not None
+    return isinstance(value, str) and _is_valid_key_id_text(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _is_valid_key_id_text(value: str) -> bool:
+    """Memoized: a producer checks its one key id on every digest it makes."""
+    return value.isascii() and _KEY_ID_RE.fullmatch(value) is not None
 
 
 def parse_hmac_digest(value: object) -> tuple[str, str] | None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from json.encoder import encode_basestring as _json_string
 from typing import Any
 
 from drawbridge.canonical import (
@@ -43,10 +44,13 @@ from drawbridge.canonical import (
     is_valid_key_id,
     jcs_digest,
     parse_hmac_digest,
+    sha256_prefixed,
 )
 
 SCHEMA = "assay.tool_decision_truth.v0"
 ARGS_DIGEST_DOMAIN = "assay.tool_args.v0"
+_EXACT_INT = 2**53 - 1
+"""Integers JCS writes as their digits; beyond, as the nearest double."""
 
 SOURCE_CLASSES: tuple[str, ...] = ("authoritative_boundary", "reported_trace", "inferred")
 RESULT_STATUSES: tuple[str, ...] = ("ok", "error", "n/a")
@@ -116,12 +120,18 @@ def is_secret_key(key: str) -> bool:
     return normalize_secret_key(key) in SECRET_KEY_TOKENS
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def drop_secret_keys(value: Any) -> Any:
     """The argument projection that feeds the digest: secret-like keys removed at every depth,
-    including inside objects nested in arrays. Scalars are returned unchanged."""
+    including inside objects nested in arrays. Scalars are returned unchanged (the values of
+    an object that are scalars without a call: arguments are mostly flat)."""
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, Mapping):
         return {
-            k: drop_secret_keys(v)
+            k: v if type(v) in _SCALARS else drop_secret_keys(v)
             for k, v in value.items()
             if not (isinstance(k, str) and is_secret_key(k))
         }
@@ -161,6 +171,15 @@ def observed_input_digest(tool_name: str, args_digest: str, order: int) -> str:
         raise TypeError("tool_name and args_digest must be strings")
     if not is_i64(order):
         raise ValueError("order must be an integer in the signed 64-bit range")
+    if -_EXACT_INT <= order <= _EXACT_INT:
+        # Every carrier computes this: its JCS text written out directly (keys in JCS order, strings
+        # escaped as JCS escapes them, the integer as its digits), the general route otherwise.
+        text = '{"args_digest":' + _json_string(args_digest) + ',"order":' + str(order)
+        text += ',"tool_name":' + _json_string(tool_name) + "}"
+        try:
+            return sha256_prefixed(text.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate: JCS has its own rule for it
+            pass
     return jcs_digest({"tool_name": tool_name, "args_digest": args_digest, "order": order})
 
 
