@@ -136,3 +136,24 @@ def test_deep_nesting_behaves_as_before() -> None:
         library_canonical_bytes(deep)
     with pytest.raises(RecursionError):
         canonical_bytes(deep)
+
+
+@settings(max_examples=2000)
+@given(
+    value=st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),  # NaN and infinities included: no canonical form either way
+        st.floats(min_value=-1e-3, max_value=1e-3),  # exponent forms below 1e-6
+        st.floats(min_value=1e15, max_value=1e25),  # integral doubles beyond 2**53, exponent forms
+        st.text(st.characters(blacklist_categories=())),  # control characters, lone surrogates
+    )
+)
+@example(value=1e-7)
+@example(value=2.0**53 + 2)
+@example(value=-0.0)
+def test_scalar_bytes_writes_what_the_library_route_writes(value: Any) -> None:
+    from drawbridge.canonical import scalar_bytes
+
+    assert _outcome(scalar_bytes, value) == _outcome(library_canonical_bytes, value)

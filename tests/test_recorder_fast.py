@@ -12,6 +12,7 @@ fails every later record.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import time
@@ -20,7 +21,10 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from drawbridge.canonical import CanonicalizationError, canonical_bytes
 from drawbridge.evidence.surface import build_decision, build_surface
 from drawbridge.gateway import recorder as recorder_module
 from drawbridge.gateway.pipeline import Action, CallRecord, Outcome, Provenance, RelayIncident, ToolCall
@@ -102,6 +106,54 @@ def test_every_route_and_setting_writes_the_same_bytes(tmp_path: Path) -> None:
             outputs.append(_files(directory))
     assert all(output == outputs[0] for output in outputs[1:])
     assert outputs[0][0].count(b"\n") == len(events)
+
+
+_ANY_TEXT = st.text(st.characters(blacklist_categories=()), max_size=12)  # control characters, lone surrogates
+_NUMBER = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.0, -0.0, 1.0, 0.001, 1e-7, 2.0**53, 2.0**60, 123456.7895]),
+)
+_INTEGER = st.one_of(st.integers(-(2**60), 2**60), st.sampled_from([2**53 - 1, 2**53, -(2**53)]))
+
+
+@st.composite
+def _call_records(draw: st.DrawFn) -> CallRecord:
+    provenance = draw(st.one_of(st.none(), st.builds(
+        Provenance, st.one_of(st.none(), _ANY_TEXT), st.one_of(st.none(), _ANY_TEXT), st.one_of(st.none(), _INTEGER),
+    )))
+    return CallRecord(
+        agent=draw(_ANY_TEXT), request_id=draw(st.one_of(_INTEGER, st.text(max_size=200))),
+        tool=draw(st.one_of(st.none(), _ANY_TEXT)), action=draw(st.one_of(st.none(), st.sampled_from(Action))),
+        reason=draw(st.one_of(st.none(), _ANY_TEXT)), provenance=provenance, outcome=draw(st.sampled_from(Outcome)),
+        error=draw(st.one_of(st.none(), _ANY_TEXT)), error_code=draw(st.one_of(st.none(), _INTEGER)),
+        decision_ms=draw(st.one_of(st.none(), _NUMBER)), latency_ms=draw(_NUMBER),
+        protocol_version=draw(st.one_of(st.none(), st.sampled_from(["2025-11-25", "2026-07-28"]))),
+        approval=draw(st.one_of(st.none(), st.just({"state": "approved", "channel": "elicitation"}))),
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(_call_records(), min_size=1, max_size=3), digest=st.one_of(st.none(), _ANY_TEXT))
+def test_the_trace_body_rendered_from_cached_segments_is_its_canonical_json(
+    tmp_path: Path, records: list[CallRecord], digest: str | None
+) -> None:
+    recorder = _recorder(tmp_path / str(len(list(tmp_path.iterdir()))), "never")
+    try:
+        for record in records:
+            # The same fields again, with the ones that change per call changed: the cached segments.
+            again = dataclasses.replace(record, request_id=7, latency_ms=record.latency_ms + 1.5, decision_ms=None)
+            for each in (record, again, record):
+                try:
+                    expected: bytes | None = canonical_bytes(EvidenceRecorder._trace_body(each, digest))
+                except CanonicalizationError:
+                    expected = None
+                if expected is None:
+                    with pytest.raises(CanonicalizationError):
+                        recorder._trace_body_bytes(each, digest)
+                else:
+                    assert recorder._trace_body_bytes(each, digest) == expected
+    finally:
+        recorder.close()
 
 
 def test_each_cached_surface_line_equals_one_built_from_scratch(tmp_path: Path) -> None:

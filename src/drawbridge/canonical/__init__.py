@@ -11,16 +11,19 @@ from drawbridge.canonical.digests import (
     sha256_prefixed,
 )
 from drawbridge.canonical.jcs import (
+    Canonical,
     CanonicalizationError,
     canonical_bytes,
     canonical_text,
     canonicalize_text,
     parse_json,
+    scalar_bytes,
 )
 from drawbridge.canonical.text import RUST_WHITESPACE, rust_trim, sanitize
 
 __all__ = [
     "RUST_WHITESPACE",
+    "Canonical",
     "CanonicalizationError",
     "canonical_bytes",
     "canonical_text",
@@ -34,6 +37,7 @@ __all__ = [
     "parse_json",
     "rust_trim",
     "sanitize",
+    "scalar_bytes",
     "sha256_hex",
     "sha256_prefixed",
 ]

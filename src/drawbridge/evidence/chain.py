@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drawbridge.canonical import (
+    Canonical,
     CanonicalizationError,
     canonical_bytes,
     is_sha256_digest,
@@ -75,6 +76,8 @@ from drawbridge.canonical import (
 )
 
 ENTRY_SCHEMA = "drawbridge.trace_entry.v0"
+_SCHEMA_PREIMAGE_PART = f',"schema":"{ENTRY_SCHEMA}","seq":'.encode()
+_SCHEMA_LINE_PART = f'{{"schema":"{ENTRY_SCHEMA}","seq":'.encode()
 CHECKPOINT_SCHEMA = "drawbridge.trace_checkpoint.v0"
 GENESIS_HASH = "sha256:" + "0" * 64
 
@@ -177,7 +180,7 @@ def entry_hash_of(entry: Mapping[str, Any]) -> str:
 
 
 def build_entry(
-    prev: ChainHead | None, kind: str, at: str, body: Mapping[str, Any]
+    prev: ChainHead | None, kind: str, at: str, body: Mapping[str, Any] | Canonical
 ) -> tuple[dict[str, Any], bytes]:
     """The entry that follows ``prev`` and its stored line, canonicalizing the body only once."""
     head, line, body_bytes = _entry_parts(prev, kind, at, body)
@@ -193,32 +196,40 @@ def build_entry(
     return entry, line
 
 
-def next_line(prev: ChainHead | None, kind: str, at: str, body: Mapping[str, Any]) -> tuple[ChainHead, bytes]:
+def next_line(
+    prev: ChainHead | None, kind: str, at: str, body: Mapping[str, Any] | Canonical
+) -> tuple[ChainHead, bytes]:
     """``build_entry`` for a writer that keeps only the new head and the line (no parsed entry)."""
     head, line, _body_bytes = _entry_parts(prev, kind, at, body)
     return head, line
 
 
 def _entry_parts(
-    prev: ChainHead | None, kind: str, at: str, body: Mapping[str, Any]
+    prev: ChainHead | None, kind: str, at: str, body: Mapping[str, Any] | Canonical
 ) -> tuple[ChainHead, bytes, bytes]:
     """The new head, the stored line and the body's canonical bytes.
 
     Every field but ``body`` is a string from a fixed ASCII alphabet (checked here) or a
     small integer, so its JCS form is the string in quotes or the decimal digits; the
     entry's JCS preimage (keys sorted: at, body, kind, prev_hash, schema, seq) and its
-    stored line (keys in ENTRY_FIELDS order) are assembled from the same pieces.
+    stored line (keys in ENTRY_FIELDS order) are assembled from the same pieces. A body
+    given as ``Canonical`` bytes (a writer's own rendering of a JSON object) is used as is.
     """
     if not is_valid_kind(kind):
         raise ChainFormatError("kind must be a non-empty string of [a-z0-9_.]")
     if not is_valid_at(at):
         raise ChainFormatError("at must be an RFC 3339 UTC timestamp ending in Z (YYYY-MM-DDTHH:MM:SS[.f]Z)")
-    if not isinstance(body, Mapping):
+    if type(body) is Canonical:
+        if not body.startswith(b"{"):
+            raise ChainFormatError("body must be a JSON object")
+        body_bytes = bytes(body)
+    elif not isinstance(body, Mapping):
         raise ChainFormatError("body must be a JSON object")
-    try:
-        body_bytes = canonical_bytes(body if type(body) is dict else dict(body))
-    except CanonicalizationError as exc:
-        raise ChainFormatError(f"body has no canonical JSON form: {exc}") from exc
+    else:
+        try:
+            body_bytes = canonical_bytes(body if type(body) is dict else dict(body))
+        except CanonicalizationError as exc:
+            raise ChainFormatError(f"body has no canonical JSON form: {exc}") from exc
     if prev is None:
         seq, prev_hash = 0, GENESIS_HASH
     else:
@@ -228,16 +239,15 @@ def _entry_parts(
     if seq >= 2**53:
         raise ChainFormatError("seq beyond 2^53 has no exact JSON number")
     at_b, kind_b, prev_b = f'"{at}"'.encode(), f'"{kind}"'.encode(), f'"{prev_hash}"'.encode()
-    schema_b, seq_b = f'"{ENTRY_SCHEMA}"'.encode(), str(seq).encode()
-    preimage = (
-        b'{"at":' + at_b + b',"body":' + body_bytes + b',"kind":' + kind_b + b',"prev_hash":' + prev_b
-        + b',"schema":' + schema_b + b',"seq":' + seq_b + b"}"
-    )
-    entry_hash = sha256_prefixed(preimage)
-    line = (
-        b'{"schema":' + schema_b + b',"seq":' + seq_b + b',"prev_hash":' + prev_b + b',"kind":' + kind_b
-        + b',"at":' + at_b + b',"body":' + body_bytes + b',"entry_hash":"' + entry_hash.encode() + b'"}\n'
-    )
+    seq_b = str(seq).encode()
+    entry_hash = sha256_prefixed(b"".join((
+        b'{"at":', at_b, b',"body":', body_bytes, b',"kind":', kind_b, b',"prev_hash":', prev_b,
+        _SCHEMA_PREIMAGE_PART, seq_b, b"}",
+    )))
+    line = b"".join((
+        _SCHEMA_LINE_PART, seq_b, b',"prev_hash":', prev_b, b',"kind":', kind_b, b',"at":', at_b,
+        b',"body":', body_bytes, b',"entry_hash":"', entry_hash.encode(), b'"}\n',
+    ))
     return ChainHead(seq=seq, entry_hash=entry_hash), line, body_bytes
 
 

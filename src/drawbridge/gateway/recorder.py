@@ -60,7 +60,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from drawbridge.canonical import sanitize
+from drawbridge.canonical import Canonical, canonical_bytes, sanitize, scalar_bytes
 from drawbridge.canonical.encoders import compact_encoder
 from drawbridge.evidence.classify import UNKNOWN, classify
 from drawbridge.evidence.surface import build_decision, build_surface
@@ -177,8 +177,29 @@ def truth_call_id(record: CallRecord) -> str:
     return f"gen_{uuid.uuid4()}"
 
 
-_Lines = tuple[str, dict[str, Any], bytes | None, bytes | None]
+_Lines = tuple[str, Mapping[str, Any] | Canonical, bytes | None, bytes | None]
 """One event's records: the trace entry's kind and body, the surface line, the carrier line."""
+
+_VARYING = ("args_digest", "decision_ms", "latency_ms", "request_id")
+"""The trace body's fields that change from call to call, in JCS order."""
+
+
+def _segments_around(body: Mapping[str, Any], varying: tuple[str, ...]) -> tuple[bytes, ...]:
+    """The JCS text of ``body`` (ASCII keys) cut before each value of ``varying``: the parts
+    between which those values' JCS bytes complete it."""
+    assert tuple(sorted(varying)) == varying and all(name.isascii() for name in body)
+    segments: list[bytes] = []
+    current = b"{"
+    for index, name in enumerate(sorted(body)):
+        current += (b"," if index else b"") + scalar_bytes(name) + b":"
+        if name in varying:
+            segments.append(current)
+            current = b""
+        else:
+            current += canonical_bytes(body[name])
+    segments.append(current + b"}")
+    assert len(segments) == len(varying) + 1
+    return tuple(segments)
 
 Route = Callable[[str], str]
 """Downstream tool name -> the id of the upstream server that serves it (surface ``server.id``)."""
@@ -268,6 +289,7 @@ class EvidenceRecorder:
         self._clock = clock
         self._order = 0
         self._surface_cache: dict[tuple[str, str, str, str, str | None], bytes] = {}
+        self._body_segments: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
 
     # ---------------------------------------------------------------- building (pure, on the loop)
 
@@ -294,25 +316,7 @@ class EvidenceRecorder:
         else:
             digest = None
         provenance = record.provenance
-        body: dict[str, Any] = {
-            "agent": sanitize(record.agent),
-            "tool": record.tool,
-            "request_id": _request_id_text(record.request_id),
-            "action": record.action.value if record.action is not None else None,
-            "policy": sanitize(provenance.policy) if provenance and provenance.policy else None,
-            "source_file": provenance.source_file if provenance else None,
-            "rule_index": provenance.rule_index if provenance else None,
-            "reason": sanitize(record.reason) if record.reason is not None else None,
-            "args_digest": digest,
-            "outcome": record.outcome.value,
-            "error": sanitize(record.error) if record.error is not None else None,
-            "error_code": record.error_code,
-            "decision_ms": round(record.decision_ms, 3) if record.decision_ms is not None else None,
-            "latency_ms": round(record.latency_ms, 3),
-            "protocol_version": record.protocol_version,
-        }
-        if record.approval is not None:
-            body["approval"] = dict(record.approval)
+        body = self._trace_body_bytes(record, digest)
         surface_line = None
         if record.tool is not None and self._surface is not None:
             effect, status = effect_status(record.outcome)
@@ -321,6 +325,55 @@ class EvidenceRecorder:
                 rule_id = provenance.policy if provenance.rule_index is None else f"{provenance.policy}#{provenance.rule_index}"
             surface_line = self._surface_line(record, arguments, effect, status, rule_id)
         return "tool_decision", body, surface_line, ndjson_line(carrier) if carrier is not None else None
+
+    @staticmethod
+    def _varying(record: CallRecord, digest: str | None) -> tuple[str | None, float | None, float, str | None]:
+        """The trace body's fields that change from call to call, in the order of ``_VARYING``."""
+        decision_ms = round(record.decision_ms, 3) if record.decision_ms is not None else None
+        return digest, decision_ms, round(record.latency_ms, 3), _request_id_text(record.request_id)
+
+    @classmethod
+    def _trace_body(cls, record: CallRecord, digest: str | None) -> dict[str, Any]:
+        """The trace entry's body (docs/trace-chain.md): the reference for ``_trace_body_bytes``."""
+        provenance = record.provenance
+        body: dict[str, Any] = {
+            "agent": sanitize(record.agent),
+            "tool": record.tool,
+            "action": record.action.value if record.action is not None else None,
+            "policy": sanitize(provenance.policy) if provenance and provenance.policy else None,
+            "source_file": provenance.source_file if provenance else None,
+            "rule_index": provenance.rule_index if provenance else None,
+            "reason": sanitize(record.reason) if record.reason is not None else None,
+            "outcome": record.outcome.value,
+            "error": sanitize(record.error) if record.error is not None else None,
+            "error_code": record.error_code,
+            "protocol_version": record.protocol_version,
+        }
+        body.update(zip(_VARYING, cls._varying(record, digest), strict=True))
+        if record.approval is not None:
+            body["approval"] = dict(record.approval)
+        return body
+
+    def _trace_body_bytes(self, record: CallRecord, digest: str | None) -> Canonical:
+        """``canonical_bytes(_trace_body(...))``, by a shorter route: the body's other fields repeat
+        from call to call, so the JCS text around the four that change is rendered once per such
+        combination (a bounded cache) and the four are filled in."""
+        if record.approval is not None:  # rare, and a nested object: the general route
+            return Canonical(canonical_bytes(self._trace_body(record, digest)))
+        key = (record.agent, record.tool, record.action, record.provenance, record.reason, record.outcome,
+               record.error, record.error_code, record.protocol_version)
+        segments = self._body_segments.get(key)
+        if segments is None:
+            segments = _segments_around(self._trace_body(record, digest), _VARYING)
+            if len(self._body_segments) >= SURFACE_CACHE_MAX:
+                self._body_segments.clear()
+            self._body_segments[key] = segments
+        first, after_digest, after_decision, after_latency, last = segments
+        digest, decision_ms, latency_ms, request_id = self._varying(record, digest)
+        return Canonical(b"".join((
+            first, scalar_bytes(digest), after_digest, scalar_bytes(decision_ms), after_decision,
+            scalar_bytes(latency_ms), after_latency, scalar_bytes(request_id), last,
+        )))
 
     def _surface_line(
         self, record: CallRecord, arguments: Any, effect: str, status: str, rule_id: str | None

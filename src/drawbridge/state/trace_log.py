@@ -61,6 +61,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from drawbridge.canonical import Canonical
 from drawbridge.evidence.chain import ChainHead, build_entry, head_of, next_line, verify_chain
 from drawbridge.state.append_only import (
     FILE_MODE,
@@ -156,10 +157,10 @@ class TraceLog:
             self._head = head_of(entry)
             return entry
 
-    def append_many(self, items: Sequence[tuple[str, str, Mapping[str, Any]]]) -> ChainHead | None:
+    def append_many(self, items: Sequence[tuple[str, str, Mapping[str, Any] | Canonical]]) -> ChainHead | None:
         """Append several entries, chained in order, with one write (and, under ``"always"``, one
         fsync); return the new head. All or none of them become the head's ancestors, as the write
-        succeeds or not."""
+        succeeds or not. A body may come as ``Canonical`` bytes (``chain.next_line``)."""
         with self._file.lock:
             self._file.check_usable()
             head = self._head
