@@ -137,3 +137,40 @@ def test_demo_command_passes(tmp_path: Path) -> None:
     assert result.stdout.count("VERIFIED") == 5
     evidence = next(tmp_path.glob("run-*/evidence"))
     assert {p.name for p in evidence.iterdir()} == {"trace.ndjson", "tool-decisions.ndjson", "carriers.ndjson"}
+
+
+async def test_lone_surrogates_from_the_agent_neither_break_the_evidence_nor_reach_it(tmp_path: Path) -> None:
+    """JSON lets a string hold half a UTF-16 pair (``"\\ud800"``), which is no Unicode text and has no
+    canonical form: a call that carries one is refused as invalid, its record holds U+FFFD instead,
+    and the calls after it are served and recorded as usual."""
+    from conftest import raw_pipe
+
+    evidence, carriers = tmp_path / "evidence", tmp_path / "carriers.ndjson"
+    argv = [
+        PYTHON, "-m", "drawbridge", "wrap", "--policy", str(POLICIES), "--agent", "demo-agent",
+        "--evidence-dir", str(evidence), "--tool-decision-truth-out", str(carriers), "--", *GITHUB_LIKE,
+    ]
+    call = b'{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"list_repos","arguments":%s}}\n'
+    async with raw_pipe(argv, env=KEY_ENV) as pipe:
+        await pipe.initialize()
+        for request_id, arguments in (
+            (b'"r\\ud800"', b'{"owner":"acme"}'),  # in the id the agent chose
+            (b"2", b'{"owner":"ac\\udc00me"}'),  # in an argument
+            (b"3", b'{"\\ud83d":"x","owner":"acme"}'),  # in an argument's name
+        ):
+            await pipe.send(call % (request_id, arguments))
+            answer = await pipe.recv()
+            assert answer["error"]["code"] == -32602, answer
+            assert "lone surrogate" in answer["error"]["message"]
+        await pipe.send(call % (b'"r\\ud83d\\ude00"', b'{"owner":"acme \\ud83d\\ude00"}'))  # a whole pair is fine
+        answer = await pipe.recv()
+        while "id" not in answer:  # the server's log notification comes first
+            answer = await pipe.recv()
+        assert answer["id"] == "r\U0001F600" and not answer["result"].get("isError"), answer
+    entries = [json.loads(line)["body"] for line in (evidence / "trace.ndjson").read_text().splitlines()]
+    assert [e["outcome"] for e in entries] == ["invalid", "invalid", "invalid", "ok"]
+    assert entries[0]["request_id"] == "r\ufffd" and entries[3]["request_id"] == "r\U0001F600"
+    assert len(carriers.read_text().splitlines()) == 1  # the one call that was decided
+    assert _cli("evidence", "verify-chain", str(evidence / "trace.ndjson")).returncode == 0
+    assert _cli("evidence", "verify-tdt", str(carriers)).returncode == 0
+    assert _cli("evidence", "verify-side-effects", str(evidence / "tool-decisions.ndjson")).returncode == 0

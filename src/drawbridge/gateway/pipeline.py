@@ -8,7 +8,8 @@ reason but never repeats an argument value.
 
 Theory of operation. The relay hands each tools/call request to ``parse_tool_call``, which reads only
 ``params.name``, ``params.arguments`` and ``params._meta`` and refuses what policy could misread (a
-name with control or format characters, non-object arguments). The resulting ``ToolCall`` goes to a
+name with control or format characters, non-object arguments, a string anywhere in the call or
+its id that holds a lone surrogate, which no evidence could digest). The resulting ``ToolCall`` goes to a
 ``Decider`` (``decide(call) -> Verdict``); ``refusal_for`` turns a verdict into either "forward" (None)
 or a ``Refusal``, which ``refusal_result`` renders as a ``CallToolResult`` with ``isError: true``.
 When the call is over, the relay gives a ``Recorder`` one ``CallRecord`` with the decision, its
@@ -34,6 +35,7 @@ from enum import StrEnum
 from typing import Any, Final, Protocol
 
 from drawbridge.canonical import sanitize
+from drawbridge.canonical.encoders import compact_encoder
 from drawbridge.gateway.jsonrpc import INVALID_PARAMS, Message, MessageError, RequestId
 
 _log = logging.getLogger("drawbridge.gateway")
@@ -47,6 +49,7 @@ REFUSAL_META_KEY: Final = "drawbridge/decision"
 # bidi overrides), surrogates, line and paragraph separators. Each can make a name that looks like
 # one tool to a human or a glob and like another to the upstream.
 _FORBIDDEN_NAME_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_text_encode = compact_encoder(sort_keys=False, ensure_ascii=False, allow_nan=True)
 
 
 class Action(StrEnum):
@@ -213,6 +216,11 @@ def parse_tool_call(message: Message, agent: str, session_version: str | None) -
 
     if not isinstance(params, dict):
         raise invalid("tools/call params must be a JSON object")
+    if has_lone_surrogate(message.raw, (message.id, params)):
+        raise invalid(
+            "a string in the call holds a lone surrogate (half of a UTF-16 pair escaped as \\uD800-\\uDFFF), "
+            "which is not Unicode text"
+        )
     name = params.get("name")
     if not isinstance(name, str):
         raise invalid("tools/call params.name must be a string")
@@ -229,6 +237,19 @@ def parse_tool_call(message: Message, agent: str, session_version: str | None) -
         raise invalid("tools/call params._meta must be a JSON object")
     version = envelope_version(meta) or session_version
     return ToolCall(agent, name, arguments, meta, message.id, version)
+
+
+def has_lone_surrogate(raw: bytes, value: Any) -> bool:
+    """True when a string (or an object key) in ``value``, parsed from the line ``raw``, holds a lone
+    surrogate: JSON can escape one, no text encoding can hold it, and no evidence can digest it.
+    Only an escape in the line can make one, so a line without ``\\uD...`` is not searched."""
+    if b"\\ud" not in raw and b"\\uD" not in raw:
+        return False
+    try:
+        _text_encode(value).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def requested_tool_name(message: Message) -> str | None:

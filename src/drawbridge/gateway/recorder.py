@@ -160,7 +160,12 @@ def _request_id_text(request_id: Any) -> str | None:
     if isinstance(request_id, int):
         return str(request_id)
     if isinstance(request_id, str):
-        return sanitize(request_id[:MAX_REQUEST_ID_CHARS])
+        text = sanitize(request_id[:MAX_REQUEST_ID_CHARS])
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (a call refused for it): U+FFFD, as for a control
+            text = "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in text)
+        return text
     return None
 
 
