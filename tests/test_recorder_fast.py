@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from drawbridge.canonical import CanonicalizationError, canonical_bytes
 from drawbridge.evidence.surface import build_decision, build_surface
+from drawbridge.evidence.truth.carrier import CarrierError
 from drawbridge.gateway import recorder as recorder_module
 from drawbridge.gateway.pipeline import Action, CallRecord, Outcome, Provenance, RelayIncident, ToolCall
 from drawbridge.gateway.recorder import BATCH_LINES, EvidenceRecorder, TruthKey, effect_status, ndjson_line
@@ -154,6 +155,44 @@ def test_the_trace_body_rendered_from_cached_segments_is_its_canonical_json(
                     assert recorder._trace_body_bytes(each, digest) == expected
     finally:
         recorder.close()
+
+
+@st.composite
+def _decided_calls(draw: st.DrawFn) -> CallRecord:
+    tool = draw(st.sampled_from(["echo", "add_deploy_key", "rm_rf", "ns.invite", "\u00e9cho", "t\U0001F600"]))
+    arguments: dict[str, Any] = draw(st.dictionaries(_ANY_TEXT, st.one_of(_ANY_TEXT, _INTEGER, _NUMBER), max_size=3))
+    call_id = draw(st.one_of(st.none(), _ANY_TEXT))
+    if call_id is not None:
+        arguments["_meta"] = {"tool_call_id": call_id}
+    request_id = draw(st.one_of(_INTEGER, _ANY_TEXT))
+    return CallRecord(
+        agent="agent-1", request_id=request_id, tool=tool, action=Action.ALLOW, reason="allowed",
+        provenance=Provenance("demo", "/p/demo.yaml", 0), outcome=Outcome.OK, error=None, error_code=None,
+        decision_ms=0.1, latency_ms=1.0, protocol_version="2025-11-25",
+        call=ToolCall("agent-1", tool, arguments, None, request_id), tool_listed=draw(st.booleans()),
+        approval=draw(st.one_of(st.none(), st.just({"state": "approved", "channel": "elicitation"}))),
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(_decided_calls(), min_size=1, max_size=6))
+def test_the_carrier_line_rendered_from_cached_segments_is_the_minted_carriers_line(
+    tmp_path: Path, records: list[CallRecord]
+) -> None:
+    base = tmp_path / str(len(list(tmp_path.iterdir())))
+    fast, reference = _recorder(base / "fast", "never"), _recorder(base / "reference", "never")
+    try:
+        for record in [*records, *records]:  # the second time round, every key is cached
+            try:
+                carrier = reference._carrier(record)
+            except CarrierError:
+                with pytest.raises(CarrierError):
+                    fast._carrier_line(record)
+                continue
+            assert fast._carrier_line(record) == (ndjson_line(carrier), carrier["args_digest"])
+    finally:
+        fast.close()
+        reference.close()
 
 
 def test_each_cached_surface_line_equals_one_built_from_scratch(tmp_path: Path) -> None:

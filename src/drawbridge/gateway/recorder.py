@@ -48,6 +48,7 @@ correlate calls within one run and cannot be brute-forced offline.
 
 from __future__ import annotations
 
+import json.encoder
 import logging
 import os
 import secrets
@@ -64,7 +65,7 @@ from drawbridge.canonical import Canonical, canonical_bytes, sanitize, scalar_by
 from drawbridge.canonical.encoders import compact_encoder
 from drawbridge.evidence.classify import UNKNOWN, classify
 from drawbridge.evidence.surface import build_decision, build_surface
-from drawbridge.evidence.truth.carrier import args_digest, build_carrier
+from drawbridge.evidence.truth.carrier import args_digest, build_carrier, observed_input_digest
 from drawbridge.evidence.truth.declared import declared_policy_digest
 from drawbridge.evidence.truth.evidence import Evidence
 from drawbridge.evidence.truth.verdict import PreparedPolicy, prepare_policy, prepared_decision_verdict
@@ -206,6 +207,46 @@ def _segments_around(body: Mapping[str, Any], varying: tuple[str, ...]) -> tuple
     assert len(segments) == len(varying) + 1
     return tuple(segments)
 
+_CARRIER_VARYING = ("args_digest", "order", "call_id", "observed_input_digest")
+_line_string = json.encoder.encode_basestring
+"""A string as ``ndjson_line`` writes it."""
+
+
+def _carrier_segments(carrier: Mapping[str, Any]) -> tuple[bytes, ...] | None:
+    """The carrier's line cut where its args digest, order, call id and observed input digest (twice:
+    on its own and in ``decision_identity``) go; None when it cannot be cut (a field the line must
+    escape to ASCII)."""
+    marks = [f"\x00{secrets.token_hex(8)}-{index}\x00" for index in range(5)]
+    shaped = dict(carrier)
+    for name, mark in zip(_CARRIER_VARYING, marks, strict=False):
+        shaped[name] = mark
+    identity = dict(shaped["decision_identity"])
+    identity["observed_input_digest"] = marks[4]
+    shaped["decision_identity"] = identity
+    try:
+        line = (_line_encode(shaped) + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # the whole line is escaped to ASCII
+        return None
+    segments = []
+    for mark in marks:
+        rendered = _line_string(mark).encode("ascii")
+        before, found, line = line.partition(rendered)
+        if not found or rendered in line:
+            return None
+        segments.append(before)
+    segments.append(line)
+    if ndjson_line(carrier) != _fill(segments, carrier):
+        return None
+    return tuple(segments)
+
+
+def _fill(segments: Sequence[bytes], carrier: Mapping[str, Any]) -> bytes:
+    values = [_line_string(carrier[name]).encode() if name != "order" else str(carrier[name]).encode()
+              for name in _CARRIER_VARYING]
+    values.append(values[3])
+    return b"".join(part for pair in zip(segments, [*values, b""], strict=True) for part in pair)
+
+
 Route = Callable[[str], str]
 """Downstream tool name -> the id of the upstream server that serves it (surface ``server.id``)."""
 
@@ -295,6 +336,7 @@ class EvidenceRecorder:
         self._order = 0
         self._surface_cache: dict[tuple[str, str, str, str, str | None], bytes] = {}
         self._body_segments: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
+        self._carrier_segments: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
 
     # ---------------------------------------------------------------- building (pure, on the loop)
 
@@ -311,11 +353,9 @@ class EvidenceRecorder:
 
     def _call_lines(self, record: CallRecord) -> _Lines:
         arguments = record.call.arguments if record.call is not None else None
-        carrier = None
+        carrier_line = None
         if self._truth is not None and record.action is not None and record.call is not None:
-            carrier = self._carrier(record)
-        if carrier is not None:  # same key: the carrier's digest is the trace's
-            digest: str | None = carrier["args_digest"]
+            carrier_line, digest = self._carrier_line(record)  # same key: the carrier's digest is the trace's
         elif record.call is not None:
             digest = args_digest(arguments, self._digest_key.key, self._digest_key.key_id)
         else:
@@ -329,7 +369,7 @@ class EvidenceRecorder:
             if provenance is not None and provenance.policy is not None:
                 rule_id = provenance.policy if provenance.rule_index is None else f"{provenance.policy}#{provenance.rule_index}"
             surface_line = self._surface_line(record, arguments, effect, status, rule_id)
-        return "tool_decision", body, surface_line, ndjson_line(carrier) if carrier is not None else None
+        return "tool_decision", body, surface_line, carrier_line
 
     @staticmethod
     def _varying(record: CallRecord, digest: str | None) -> tuple[str | None, float | None, float, str | None]:
@@ -413,7 +453,8 @@ class EvidenceRecorder:
             self._surface_cache[key] = line
         return line
 
-    def _carrier(self, record: CallRecord) -> dict[str, Any]:
+    def _carrier_fields(self, record: CallRecord) -> dict[str, Any]:
+        """What ``build_carrier`` is given for this call (the next ``order`` is taken)."""
         assert self._truth_key is not None and record.call is not None
         order = self._order
         self._order += 1
@@ -426,19 +467,58 @@ class EvidenceRecorder:
         verdict = prepared_decision_verdict(
             prepared, record.call.tool, record.call.arguments, identity, evidence
         )
-        return build_carrier(
-            tool_name=record.call.tool,
-            args=record.call.arguments,
-            order=order,
-            declared_policy_digest=dpd,
-            key=self._truth_key.key,
-            key_id=self._truth_key.key_id,
-            source_class="authoritative_boundary",
-            call_id=truth_call_id(record),
-            result_status="ok",
-            identity_state=identity,
-            decision_verdict=verdict,
-        )
+        return {
+            "tool_name": record.call.tool,
+            "args": record.call.arguments,
+            "order": order,
+            "declared_policy_digest": dpd,
+            "key": self._truth_key.key,
+            "key_id": self._truth_key.key_id,
+            "source_class": "authoritative_boundary",
+            "call_id": truth_call_id(record),
+            "result_status": "ok",
+            "identity_state": identity,
+            "decision_verdict": verdict,
+        }
+
+    def _carrier(self, record: CallRecord) -> dict[str, Any]:
+        """The call's truth carrier (the reference for ``_carrier_line``)."""
+        return build_carrier(**self._carrier_fields(record))
+
+    def _carrier_line(self, record: CallRecord) -> tuple[bytes, str]:
+        """``ndjson_line(_carrier(record))`` and the carrier's ``args_digest``, by a shorter route:
+        per tool, verdict and contract a carrier differs from the last only in its digests, its
+        order and its call id, so the line around those is rendered once (from a carrier minted by
+        ``build_carrier``, which checks every field) and they are filled in."""
+        fields = self._carrier_fields(record)
+        key = (fields["tool_name"], fields["identity_state"], fields["decision_verdict"],
+               fields["declared_policy_digest"], fields["key_id"])
+        segments = self._carrier_segments.get(key)
+        if segments is None:
+            carrier = build_carrier(**fields)
+            segments = _carrier_segments(carrier)
+            if segments is not None:
+                if len(self._carrier_segments) >= SURFACE_CACHE_MAX:
+                    self._carrier_segments.clear()
+                self._carrier_segments[key] = segments
+            return ndjson_line(carrier), carrier["args_digest"]
+        digest = args_digest(fields["args"], fields["key"], fields["key_id"])
+        call_id = fields["call_id"]
+        if digest is None or not isinstance(call_id, str):
+            carrier = build_carrier(**fields)  # raises CarrierError, naming the field at fault
+            return ndjson_line(carrier), carrier["args_digest"]
+        order = fields["order"]
+        observed = observed_input_digest(fields["tool_name"], digest, order)
+        try:
+            call_id_text = _line_string(call_id).encode("utf-8")
+        except UnicodeEncodeError:  # the line escapes it: the general route
+            return ndjson_line(build_carrier(**fields)), digest
+        digest_text, observed_text = _line_string(digest).encode(), _line_string(observed).encode()
+        first, after_digest, after_order, after_call_id, after_observed, last = segments
+        return b"".join((
+            first, digest_text, after_digest, str(order).encode(), after_order, call_id_text, after_call_id,
+            observed_text, after_observed, observed_text, last,
+        )), digest
 
     # ---------------------------------------------------------------- writing
 
