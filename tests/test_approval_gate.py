@@ -198,6 +198,54 @@ async def test_the_gate_binds_with_every_argument_and_asks_nobody_without_a_chan
         db.close()
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("operator_channel", [False, True])
+async def test_a_question_the_client_answers_with_an_error_ends_at_once_when_nobody_else_can_answer(
+    tmp_path: Path, operator_channel: bool
+) -> None:
+    import anyio
+
+    trace = Trace([])
+    engine, db = engine_on(tmp_path, trace, timeout_seconds=60, poll_seconds=0.05)
+    asked: list[str] = []
+
+    async def failing(call: ToolCall, params: Any) -> Any:
+        asked.append(params["message"])
+        raise RuntimeError("the agent answered elicitation/create with an error")
+
+    try:
+        gate = ApprovalGate(Fixed(ASK), engine, operator_channel=operator_channel)
+        verdicts: list[Verdict] = []
+
+        async def call() -> None:
+            with linked(ClientLink(elicit=failing)):
+                verdicts.append(await gate(ToolCall("a", "t", {"q": 1}, None, 1)))
+
+        with anyio.fail_after(10):  # far below the 60 s timeout
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                while not asked:
+                    await anyio.sleep(0.01)
+                if operator_channel:  # the question stays open to the operator, who answers it
+                    await anyio.sleep(0.3)
+                    assert not verdicts
+                    requested = [body for kind, body in trace.entries if kind == "approval_requested"]
+                    await engine.resolve(requested[0]["approval_id"], "approve", "op", Channel.CONTROL_PLANE)
+        (verdict,) = verdicts
+        resolved = [body for kind, body in trace.entries if kind == "approval_resolved"]
+        assert len(resolved) == 1
+        if operator_channel:
+            assert verdict.action is Action.ALLOW
+            assert resolved[0]["resolved_by"] == "op"
+        else:
+            assert verdict.action is Action.HUMAN_APPROVAL and verdict.answer is None  # refused: unavailable
+            assert "answered the approval question with an error" in verdict.reason
+            assert resolved[0]["resolved_by"] == "system:unanswerable"
+            assert resolved[0]["channel"] == "system" and resolved[0]["status"] == "expired"
+    finally:
+        db.close()
+
+
 # -- the records -------------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import anyio
+import mcp_types as types
 import pytest
 
 from approval_support import ControlPlane, Person, cli, decisions, listed, text_of, trace, wrap_flags, write_policy
@@ -182,3 +183,29 @@ async def test_concurrent_approvals_of_different_calls_each_decide_their_own_cal
         assert listed(await client.call_tool("list_repos", {"owner": "acme"})) == ["anvil", "rocket"]
     resolved = {e["body"]["tool"]: e["body"]["status"] for e in trace(evidence, "approval_resolved")}
     assert resolved == {"add_deploy_key": "approved", "delete_repo": "denied"}
+
+
+async def test_a_client_that_answers_the_question_with_an_error_gets_a_refusal_at_once(tmp_path: Path) -> None:
+    """Nobody but the client could answer (no control plane, no shared state file): its error ends the
+    approval now, recorded as the system's, instead of leaving the call to wait for the timeout."""
+    evidence = tmp_path / "evidence"
+    flags = wrap_flags(write_policy(tmp_path), evidence, "--approval-timeout", "120")
+    questions: list[str] = []
+
+    async def failing(context: object, params: types.ElicitRequestParams) -> types.ErrorData:
+        questions.append(params.message)
+        return types.ErrorData(code=-32603, message="nobody can be asked here")
+
+    async with connect(wrap_params(GITHUB_LIKE, *flags), elicitation_callback=failing) as client:
+        with anyio.fail_after(20):
+            refused = await client.call_tool("delete_repo", ROCKET)
+        assert refused.is_error and "answered the approval question with an error" in text_of(refused)
+        assert listed(await client.call_tool("list_repos", {"owner": "acme"})) == ["anvil", "rocket"]
+    assert len(questions) == 1
+    (resolved,) = [e["body"] for e in trace(evidence, "approval_resolved")]
+    assert (resolved["status"], resolved["resolved_by"], resolved["channel"]) == (
+        "expired", "system:unanswerable", "system",
+    )
+    (decision,) = decisions(evidence, "delete_repo")
+    assert decision["outcome"] == "approval_unavailable"
+    assert cli("evidence", "verify-chain", str(evidence / "trace.ndjson")).returncode == 0

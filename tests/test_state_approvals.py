@@ -339,6 +339,28 @@ async def test_late_answer_counts_as_the_timeout(tmp_path: Path) -> None:
     db.close()
 
 
+async def test_an_unanswerable_approval_ends_as_expired_by_the_system_once(tmp_path: Path) -> None:
+    db, store = open_store(tmp_path / "state.db")
+    approval, other = await submit(store), await submit(store)
+    at = T0 + timedelta(seconds=5)
+    ended = await store.expire_unanswerable(approval.id[:6], "the client answered with an error", at)
+    assert (ended.id, ended.status, ended.resolved_by, ended.channel, ended.resolved_at) == (
+        approval.id, ApprovalStatus.EXPIRED, "system:unanswerable", Channel.SYSTEM, at,
+    )
+    assert ended.resolution_reason == "the client answered with an error" and not ended.permits
+    assert ended.resolution_record()["outcome"] == "deny"
+    assert (await store.get(other.id)).pending  # only that one
+    with pytest.raises(AlreadyResolved):
+        await store.resolve(approval.id, "approved", resolved_by="cli:ops", channel="cli", at=at)
+    # Whoever resolved an approval first stands.
+    await store.resolve(other.id, "approved", resolved_by="cli:ops", channel="cli", at=at)
+    kept = await store.expire_unanswerable(other.id, "too late", at)
+    assert kept.status is ApprovalStatus.APPROVED and kept.resolved_by == "cli:ops"
+    with pytest.raises(InvalidApproval):
+        await store.expire_unanswerable(other.id, "", at)
+    db.close()
+
+
 async def test_restart_turns_every_pending_approval_into_expired(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     db, store = open_store(path)

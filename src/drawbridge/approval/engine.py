@@ -93,6 +93,7 @@ from drawbridge.state.approval_uses import ApprovalUses, SqliteApprovalUses
 from drawbridge.state.approvals import (
     RESOLVED_BY_RESTART,
     RESOLVED_BY_TIMEOUT,
+    RESOLVED_BY_UNANSWERABLE,
     AlreadyResolved,
     Approval,
     ApprovalError,
@@ -137,6 +138,10 @@ UNBINDABLE: Final = "the arguments have no canonical form, so no approval can be
 NO_CHANNEL: Final = (
     "no channel reaches a person for this call (the client cannot be asked in-band and no control plane "
     "is open): approval unavailable"
+)
+UNANSWERABLE: Final = (
+    "the agent's client answered the approval question with an error, and no other channel reaches a "
+    "person: approval unavailable"
 )
 MAX_REASON_CHARS: Final = 500
 _RECORDED_CAP: Final = 65_536
@@ -511,12 +516,15 @@ class ApprovalEngine:
         elicitation_supported: bool,
         elicit: Elicit | None = None,
         ask: bool = True,
+        others: bool = True,
     ) -> Settlement:
         """Settle one call (see the module docstring for the order). ``elicit`` overrides the engine's.
 
         ``ask=False`` says that no channel reaches a person for this call (the client cannot be asked
         in-band and no operator channel is open): grants, earlier resolutions and memory still apply,
         but instead of opening a question nobody can answer the call is denied at once (``unavailable``).
+        ``others=False`` says that only the in-band question reaches a person: should the client answer
+        it with an error, the approval ends at once (``system:unanswerable``) instead of at its timeout.
         """
         if verdict.action is Action.DENY:
             return _deny("policy", verdict.reason)
@@ -575,7 +583,7 @@ class ApprovalEngine:
             if mode == "non_blocking":
                 return self._pending(call, approval)
             resolved = await self._await_resolution(
-                call, approval, in_band if mode == "elicitation" else None
+                call, approval, in_band if mode == "elicitation" else None, others=others
             )
             if await self._uses.claim(resolved.id, at=self._clock()):
                 return self._settled(resolved)
@@ -884,6 +892,8 @@ class ApprovalEngine:
                 f"approval {short} timed out: nobody approved it within {int(self.timeout_seconds)} s",
                 **common,
             )
+        if approval.resolved_by == RESOLVED_BY_UNANSWERABLE:
+            return _deny("unavailable", f"approval {short} could not be obtained: {said}", **common)
         if approval.resolved_by == RESOLVED_BY_RESTART:
             return _deny("expired", f"approval {short} expired: the gateway restarted while it was pending",
                          **common)
@@ -891,7 +901,9 @@ class ApprovalEngine:
 
     # -- waiting -------------------------------------------------------------------------------
 
-    async def _await_resolution(self, call: ToolCall, approval: Approval, elicit: Elicit | None) -> Approval:
+    async def _await_resolution(
+        self, call: ToolCall, approval: Approval, elicit: Elicit | None, *, others: bool = True
+    ) -> Approval:
         wait = self._waits.get(approval.id)
         if wait is None:
             wait = self._waits[approval.id] = _Wait()
@@ -904,7 +916,7 @@ class ApprovalEngine:
             with anyio.move_on_after(remaining):
                 async with anyio.create_task_group() as tg:
                     if elicit is not None:
-                        tg.start_soon(self._ask_in_band, call, approval, elicit)
+                        tg.start_soon(self._ask_in_band, call, approval, elicit, others)
                     resolved = await self._watch(approval.id, wait)
                     tg.cancel_scope.cancel()
             if resolved is None:
@@ -925,12 +937,19 @@ class ApprovalEngine:
                 await self._ensure_recorded(current)
                 return current
 
-    async def _ask_in_band(self, call: ToolCall, approval: Approval, elicit: Elicit) -> None:
+    async def _ask_in_band(self, call: ToolCall, approval: Approval, elicit: Elicit, others: bool) -> None:
         try:
             answer = await elicit(call, self.question_params(call, approval))
         except Exception as exc:  # noqa: BLE001 -- the other channels can still resolve it
-            logger.warning("in-band approval question failed (%s); waiting for other channels",
-                           type(exc).__name__)
+            if others:
+                logger.warning("in-band approval question failed (%s); waiting for other channels",
+                               type(exc).__name__)
+                return
+            logger.warning("in-band approval question failed (%s) and no other channel reaches a person; "
+                           "the call is refused", type(exc).__name__)
+            current = await self._store.expire_unanswerable(approval.id, UNANSWERABLE, self._clock())
+            await self._ensure_recorded(current)
+            self._wake(approval.id)
             return
         status, reason = interpret_answer(answer)
         try:

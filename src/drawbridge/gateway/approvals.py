@@ -260,6 +260,7 @@ class ApprovalGate:
             elicitation_supported=supported,
             elicit=elicit,
             ask=supported or self._operator_channel,
+            others=self._operator_channel,
         )
         settled = verdict_of(settlement, verdict)
         if settled.action is Action.ALLOW:

@@ -5,7 +5,9 @@ Invariant: an approval is resolved exactly once, and the only way to
 before ``expires_at``. Everything else ends in a refusal: the timeout
 (``expired``, ``system:timeout``), a restart of the gateway (every row still
 pending becomes ``expired``, ``system:restart``: the call that waited is gone,
-and nothing may approve it later), an answer that arrives after the deadline
+and nothing may approve it later), a question nobody is left to answer (the
+client answered it with an error and no other channel reaches a person:
+``expired``, ``system:unanswerable``), an answer that arrives after the deadline
 (recorded as the timeout it is). Raw arguments are never stored; an approval
 keeps the keyed HMAC digest of the arguments and their shape (keys and JSON
 types, ``drawbridge.approval.shape``).
@@ -57,6 +59,7 @@ MAX_TEXT: Final = 4096
 """Longest reason, resolver name, agent or tool name accepted (characters)."""
 RESOLVED_BY_TIMEOUT: Final = "system:timeout"
 RESOLVED_BY_RESTART: Final = "system:restart"
+RESOLVED_BY_UNANSWERABLE: Final = "system:unanswerable"
 _ID_ATTEMPTS: Final = 8
 
 
@@ -233,6 +236,8 @@ class ApprovalStore(Protocol):
     ) -> Approval: ...
 
     async def expire_due(self, now: datetime) -> list[Approval]: ...
+
+    async def expire_unanswerable(self, id_or_prefix: str, reason: str, now: datetime) -> Approval: ...
 
     async def recover_after_restart(self, now: datetime) -> list[Approval]: ...
 
@@ -499,6 +504,20 @@ class SqliteApprovalStore:
             "expire approvals",
         )
 
+    async def expire_unanswerable(self, id_or_prefix: str, reason: str, now: datetime) -> Approval:
+        """End one pending approval that nobody can answer any more (``system:unanswerable``,
+        channel ``system``), instead of letting its call wait for the timeout; return it as stored
+        (unchanged when it was no longer pending: whoever resolved it first stands)."""
+        _text(reason, "reason")
+        when = to_db_time(now)
+
+        def update(conn: sqlite3.Connection) -> Approval:
+            current = _find(conn, id_or_prefix)
+            expired = _expire(conn, "id = ?", (current.id,), RESOLVED_BY_UNANSWERABLE, reason, when)
+            return expired[0] if expired else current
+
+        return await self._db.write(update, "expire an unanswerable approval")
+
     async def recover_after_restart(self, now: datetime) -> list[Approval]:
         """At gateway startup: every approval still pending becomes expired (``system:restart``).
 
@@ -534,6 +553,7 @@ class SqliteApprovalStore:
 __all__ = [
     "DEFAULT_TIMEOUT",
     "RESOLVED_BY_RESTART",
+    "RESOLVED_BY_UNANSWERABLE",
     "RESOLVED_BY_TIMEOUT",
     "AlreadyResolved",
     "AmbiguousApprovalId",
