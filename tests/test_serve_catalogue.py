@@ -277,7 +277,7 @@ async def test_a_2026_agent_listening_for_tool_changes_hears_of_a_policy_reload(
     async def exercise(client: Any) -> list[str]:
         assert [tool.name for tool in (await client.list_tools()).tools] == ["github.list_repos"]
         async with client.listen(tools_list_changed=True, resource_subscriptions=["repo://acme/anvil"]) as sub:
-            # Honored: tool list changes; resource subscriptions are not (left out of the ack).
+            # Honored: tool list changes; not a resource no upstream serves (left out of the ack).
             assert dump(sub.honored) == {"toolsListChanged": True}
             edit_policy()
             with anyio.fail_after(10):

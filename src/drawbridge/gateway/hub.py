@@ -4,7 +4,8 @@ Invariant: the ``Gateway`` is the only place where the two sides' id spaces meet
 maps between them is keyed so that nothing one agent sent or caused is ever attributed to another:
 upstream request id -> (session, agent's request id), gateway progress token -> (session, agent's
 token), (session, token of a relayed server request) -> upstream, resource URI -> upstream, and
-(upstream, URI) -> subscribed sessions. It also holds the merged tool catalogue, rebuilt whenever an
+(upstream, URI) -> subscribers (``subscriptions.py``: agent connections and listen streams; the
+upstream stays subscribed while anyone wants the URI, and is subscribed again when it reconnects). It also holds the merged tool catalogue, rebuilt whenever an
 upstream's tool list changes, and the two hooks shared with ``drawbridge wrap``: ``decide`` (a decider
 that fails or returns garbage is a deny; after a recording failure every call is refused) and
 ``record`` (bounded in time, failures remembered). Two optional hooks serve the catalogue features of
@@ -16,7 +17,7 @@ Theory of operation. The gateway runs every ``UpstreamSession`` and is their lis
 upstream are routed here: progress notifications go back by token; list-changed notifications are
 broadcast to handshake-era sessions and published to the 2026-07-28 ``subscriptions/listen`` streams
 that asked for them (tools: once the merged list has actually changed); resource
-updates go to the sessions that subscribed; other notifications and server requests go to the request
+updates go to the sessions and listen streams that subscribed; other notifications and server requests go to the request
 they belong to when the upstream says so (HTTP: the SSE stream of one of our POSTs), else to the one
 session with requests in flight on that upstream (notifications: each such session, or every session
 when none has). A server request that cannot be attributed to exactly one agent is refused rather
@@ -51,7 +52,14 @@ from drawbridge.gateway.pipeline import (
 )
 from drawbridge.gateway.router import UNATTRIBUTABLE, DownstreamSession, NoBackChannel, Outbound
 from drawbridge.gateway.stdio_relay import RECORD_TIMEOUT_SECONDS
-from drawbridge.gateway.upstream_session import PendingCall, State, UpstreamSession
+from drawbridge.gateway.subscriptions import Key, Subscriptions
+from drawbridge.gateway.upstream_session import (
+    PendingCall,
+    State,
+    UpstreamLost,
+    UpstreamSession,
+    UpstreamUnavailable,
+)
 
 logger = logging.getLogger("drawbridge.gateway")
 
@@ -92,7 +100,7 @@ class _Listener:
     """One ``subscriptions/listen`` stream: the notification methods it takes, and its queue."""
 
     methods: frozenset[str]
-    send: anyio.abc.ObjectSendStream[str]
+    send: anyio.abc.ObjectSendStream[tuple[str, dict[str, Any]]]
 
 
 class Gateway:
@@ -126,7 +134,11 @@ class Gateway:
         self._next_token = 0
         self._resource_owner: dict[str, str] = {}
         self._templates: list[tuple[str, str, UriTemplate]] = []
-        self._subscriptions: dict[tuple[str, str], set[DownstreamSession]] = {}
+        self.subscriptions = Subscriptions()
+        self._subscribing = anyio.Lock()
+        """Held while a subscription changes, so that the upstream hears subscribe and unsubscribe
+        in the order the book changed."""
+        self._tasks: anyio.abc.TaskGroup | None = None
         self._reported_problems: set[str] = set()
         self._on_catalogue = on_catalogue
         self._tool_filter = tool_filter
@@ -138,10 +150,12 @@ class Gateway:
         """Run every upstream session (connect, reconnect) until cancelled; started at once."""
         try:
             async with anyio.create_task_group() as tg:
+                self._tasks = tg
                 for upstream in self.upstreams.values():
                     tg.start_soon(upstream.run)
                 task_status.started()
         finally:
+            self._tasks = None
             with anyio.CancelScope(shield=True):
                 for session in list(self.sessions):
                     await session.close()
@@ -174,8 +188,7 @@ class Gateway:
             del self._progress[key]
         for key in [k for k in self._client_progress if k[0] is session]:
             del self._client_progress[key]
-        for subscribers in self._subscriptions.values():
-            subscribers.discard(session)
+        self._release(session)
 
     # ------------------------------------------------------------------------------ catalogue
 
@@ -231,6 +244,9 @@ class Gateway:
     async def upstream_state(self, upstream: UpstreamSession) -> None:
         if upstream.state in (State.RECONNECTING, State.FAILED):
             await self.incident("upstream_exited", "upstream", upstream.unavailable_reason())
+        elif upstream.state is State.READY and upstream.generation > 1 and self._tasks is not None:
+            # A new connection knows no subscription: ask again for what is still wanted.
+            self._tasks.start_soon(self._resubscribe, upstream)
 
     async def upstream_notification(self, upstream: UpstreamSession, message: dict[str, Any], related: int | None) -> None:
         method = message.get("method")
@@ -252,8 +268,11 @@ class Gateway:
             return
         if method == "notifications/resources/updated":
             uri = params.get("uri") if isinstance(params, dict) else None
-            for session in list(self._subscriptions.get((upstream.name, uri), ())) if isinstance(uri, str) else ():
-                await session.emit(message, None)
+            for subscriber in self.subscriptions.subscribers(upstream.name, uri) if isinstance(uri, str) else ():
+                if isinstance(subscriber, DownstreamSession):
+                    await subscriber.emit(message, None)
+                elif subscriber in self._listeners:
+                    self._deliver(subscriber, (method, {"uri": uri}))
             return
         for session, request_id in self._targets(upstream, related):
             await session.emit(message, request_id)
@@ -314,9 +333,12 @@ class Gateway:
 
     # ------------------------------------------------------------------- 2026-07-28 listen streams
 
-    def listen(self, methods: frozenset[str]) -> tuple[object, anyio.abc.ObjectReceiveStream[str]]:
-        """Open a listen stream for these notification methods: its token and what it receives."""
-        send, receive = anyio.create_memory_object_stream[str](LISTEN_BACKLOG)
+    def listen(
+        self, methods: frozenset[str]
+    ) -> tuple[object, anyio.abc.ObjectReceiveStream[tuple[str, dict[str, Any]]]]:
+        """Open a listen stream for these notification methods: its token (also the subscriber of
+        the resources it asks for, ``join``) and the (method, params) it receives."""
+        send, receive = anyio.create_memory_object_stream[tuple[str, dict[str, Any]]](LISTEN_BACKLOG)
         token = object()
         self._listeners[token] = _Listener(methods, send)
         return token, receive
@@ -325,18 +347,83 @@ class Gateway:
         listener = self._listeners.pop(token, None)
         if listener is not None:
             listener.send.close()
+        self._release(token)
 
     def _publish(self, method: str) -> None:
         for token, listener in list(self._listeners.items()):
-            if method not in listener.methods:
-                continue
-            try:
-                listener.send.send_nowait(method)
-            except anyio.WouldBlock:
-                logger.warning("a listen stream's agent stopped reading; the stream is ended")
-                self.unlisten(token)
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                self._listeners.pop(token, None)
+            if method in listener.methods:
+                self._deliver(token, (method, {}))
+
+    def _deliver(self, token: object, event: tuple[str, dict[str, Any]]) -> None:
+        listener = self._listeners.get(token)
+        if listener is None:
+            return
+        try:
+            listener.send.send_nowait(event)
+        except anyio.WouldBlock:
+            logger.warning("a listen stream's agent stopped reading; the stream is ended")
+            self.unlisten(token)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._listeners.pop(token, None)
+            self._release(token)
+
+    # ------------------------------------------------------------------ resource subscriptions
+
+    async def join(
+        self, upstream: str, uri: str, subscriber: object, subscribe: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any] | None:
+        """Add a subscriber of ``uri`` on ``upstream``. When nobody wanted it yet, ``subscribe()``
+        asks the upstream first, and the subscriber is added only if it answered with a result;
+        returns that answer, or None when the upstream was subscribed already."""
+        async with self._subscribing:
+            if self.subscriptions.wanted(upstream, uri):
+                self.subscriptions.add(upstream, uri, subscriber)
+                return None
+            answer = await subscribe()
+            if "result" in answer:
+                self.subscriptions.add(upstream, uri, subscriber)
+            return answer
+
+    async def leave(
+        self, upstream: str, uri: str, subscriber: object, unsubscribe: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any] | None:
+        """Drop a subscriber. When nobody wants the URI any more (or nobody did), ``unsubscribe()``
+        tells the upstream and its answer is returned; None while others still want it."""
+        async with self._subscribing:
+            self.subscriptions.drop(upstream, uri, subscriber)
+            if self.subscriptions.wanted(upstream, uri):
+                return None
+            return await unsubscribe()
+
+    def _release(self, subscriber: object) -> None:
+        """A subscriber is gone (its connection or listen stream ended): the upstreams are
+        unsubscribed from what nobody wants any more, in the background."""
+        for key in self.subscriptions.drop_all(subscriber):
+            if self._tasks is not None:
+                self._tasks.start_soon(self._unsubscribe_unwanted, key)
+
+    async def _unsubscribe_unwanted(self, key: Key) -> None:
+        name, uri = key
+        upstream = self.upstreams.get(name)
+        async with self._subscribing:
+            if upstream is not None and not self.subscriptions.wanted(name, uri):
+                await self.ask_upstream(upstream, "resources/unsubscribe", {"uri": uri})
+
+    async def _resubscribe(self, upstream: UpstreamSession) -> None:
+        async with self._subscribing:
+            for uri in self.subscriptions.uris_of(upstream.name):
+                answer = await self.ask_upstream(upstream, "resources/subscribe", {"uri": uri})
+                if "result" not in answer:
+                    logger.warning("upstream %r refused to subscribe again to a resource after reconnecting",
+                                   upstream.name)
+
+    async def ask_upstream(self, upstream: UpstreamSession, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A request of the gateway's own: the upstream's answer, or an error body when it could not
+        answer (unavailable, lost, too slow)."""
+        try:
+            return await upstream.request(method, params, timeout=self.settings.call_timeout)
+        except (UpstreamUnavailable, UpstreamLost, TimeoutError) as exc:
+            return {"error": {"code": INTERNAL_ERROR, "message": f"{method} could not be sent: {exc}"}}
 
     # ------------------------------------------------------------------------------ resources
 
@@ -388,16 +475,6 @@ class Gateway:
                 )
             except Exception as exc:  # noqa: BLE001 -- one upstream's failure leaves the others routable
                 logger.warning("listing the resources of upstream %r failed (%s)", upstream.name, type(exc).__name__)
-
-    def subscribe(self, upstream: str, uri: str, session: DownstreamSession) -> None:
-        self._subscriptions.setdefault((upstream, uri), set()).add(session)
-
-    def unsubscribe(self, upstream: str, uri: str, session: DownstreamSession) -> None:
-        subscribers = self._subscriptions.get((upstream, uri))
-        if subscribers is not None:
-            subscribers.discard(session)
-            if not subscribers:
-                del self._subscriptions[(upstream, uri)]
 
     # -------------------------------------------------------------------------- id bookkeeping
 

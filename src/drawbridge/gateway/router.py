@@ -706,22 +706,29 @@ class DownstreamSession:
         return await self._relay(entry, upstream, params)
 
     async def _subscribe(self, entry: _Inflight) -> dict[str, Any]:
+        """``resources/subscribe`` and ``resources/unsubscribe``: the upstream hears the first
+        subscribe and the last unsubscribe of a URI (``subscriptions.py``); the others are answered
+        here, so one agent's unsubscribe never ends another's updates."""
         params = entry.message.params if isinstance(entry.message.params, dict) else {}
         uri = params.get("uri")
         upstream = await self._uri_route(entry, uri)
-        response = await self._relay(entry, upstream, params)
-        if "result" in response:
-            if entry.message.method == "resources/subscribe":
-                self.gateway.subscribe(upstream.name, uri, self)  # type: ignore[arg-type]
-            else:
-                self.gateway.unsubscribe(upstream.name, uri, self)  # type: ignore[arg-type]
-        return response
+        assert isinstance(uri, str)
+
+        async def relay() -> dict[str, Any]:
+            return await self._relay(entry, upstream, params)
+
+        if entry.message.method == "resources/subscribe":
+            answer = await self.gateway.join(upstream.name, uri, self, relay)
+        else:
+            answer = await self.gateway.leave(upstream.name, uri, self, relay)
+        return answer if answer is not None else self._result(entry, {})
 
     async def _listen(self, entry: _Inflight) -> dict[str, Any]:
         """``subscriptions/listen`` (2026-07-28): acknowledge what is honored, then relay the list
-        changes asked for, tagged with the stream's id, until the agent cancels (closes) it or the
-        gateway stops (then the result ends the stream). Resource subscriptions are not honored
-        (left out of the acknowledgement): resource updates reach handshake-era sessions only."""
+        changes and resource updates asked for, tagged with the stream's id, until the agent cancels
+        (closes) it or the gateway stops (then the result ends the stream). A resource is honored
+        when its URI routes to an upstream that subscribes to it (the stream is then one of its
+        subscribers, ``subscriptions.py``); the others are left out of the acknowledgement."""
         message = entry.message
         assert message.id is not None
         if not entry.modern:
@@ -754,16 +761,33 @@ class DownstreamSession:
         meta = {SUBSCRIPTION_ID_META_KEY: message.id}
         token, events = self.gateway.listen(frozenset(methods))
         try:
+            subscribed = [uri for uri in dict.fromkeys(uris or ()) if await self._listen_to(entry, token, uri)]
+            if subscribed:
+                honored["resourceSubscriptions"] = subscribed
             ack = {"notifications": honored, "_meta": meta}
             if not await self.emit(notification("notifications/subscriptions/acknowledged", ack), message.id):
                 return error_response(message.id, INVALID_REQUEST, NO_LISTEN_STREAM)
             async with events:
-                async for method in events:
-                    if not await self.emit(notification(method, {"_meta": meta}), message.id):
+                async for method, params in events:
+                    if not await self.emit(notification(method, {**params, "_meta": meta}), message.id):
                         break
         finally:
             self.gateway.unlisten(token)
         return result_response(message.id, {"_meta": meta})
+
+    async def _listen_to(self, entry: _Inflight, token: object, uri: str) -> bool:
+        """Make a listen stream a subscriber of ``uri``; False when no upstream serves it or the
+        one that does would not subscribe."""
+        try:
+            upstream = await self._uri_route(entry, uri)
+        except MessageError:
+            return False
+
+        async def subscribe() -> dict[str, Any]:
+            return await self.gateway.ask_upstream(upstream, "resources/subscribe", {"uri": uri})
+
+        answer = await self.gateway.join(upstream.name, uri, token, subscribe)
+        return answer is None or "result" in answer
 
     async def _complete(self, entry: _Inflight) -> dict[str, Any]:
         params = entry.message.params if isinstance(entry.message.params, dict) else {}
