@@ -257,17 +257,25 @@ def test_always_completes_records_only_after_one_shared_fsync_per_file(
     recorder.close()
 
 
-def test_batch_fsyncs_a_file_within_its_time_bound_without_further_records(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _batch_recorder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_seconds: float
+) -> tuple[EvidenceRecorder, list[int], list[int]]:
+    """A "batch" recorder with the default line counts, its fsyncs spied on (from now on) and its
+    sync descriptors."""
     synced = _spy_fsync(monkeypatch)
     recorder = EvidenceRecorder(
         tmp_path / "ev", route=lambda tool: "srv", truth_out=tmp_path / "carriers.ndjson",
         truth_key=TruthKey(b"k" * 32, "kid-1"), declared=lambda agent: CONTRACT, fsync="batch",
-        batch_seconds=0.2,
+        batch_seconds=batch_seconds,
     )
-    sync_fds = list(recorder._sync_fds)
     synced.clear()
+    return recorder, synced, list(recorder._sync_fds)
+
+
+def test_batch_fsyncs_a_file_within_its_time_bound_without_further_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder, synced, sync_fds = _batch_recorder(tmp_path, monkeypatch, batch_seconds=0.2)
     try:
         assert recorder.record_now([_record(0)]) is None  # complete at once: in the kernel
         deadline = time.monotonic() + 5
@@ -286,14 +294,8 @@ def test_batch_fsyncs_a_file_within_its_time_bound_without_further_records(
 def test_batch_fsyncs_a_file_at_once_in_the_background_when_it_holds_batch_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    synced = _spy_fsync(monkeypatch)
-    recorder = EvidenceRecorder(
-        tmp_path / "ev", route=lambda tool: "srv", truth_out=tmp_path / "carriers.ndjson",
-        truth_key=TruthKey(b"k" * 32, "kid-1"), declared=lambda agent: CONTRACT, fsync="batch",
-        batch_seconds=60,  # only the line count can start these fsyncs
-    )
-    sync_fds = list(recorder._sync_fds)
-    synced.clear()
+    # Only the line count can start these fsyncs: the time bound is a minute.
+    recorder, synced, sync_fds = _batch_recorder(tmp_path, monkeypatch, batch_seconds=60)
     try:
         assert recorder.record_now([_record(i) for i in range(BATCH_LINES - 1)]) is None
         time.sleep(0.3)
