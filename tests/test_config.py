@@ -19,6 +19,7 @@ upstreams:
     transport: streamable_http
     url: http://127.0.0.1:9000/mcp
     headers_env: {Authorization: TIME_AUTH}
+    protocol: "2026-07-28"
 policy_dir: ./policies
 listen: {host: 127.0.0.1, port: 8899}
 auth:
@@ -43,6 +44,7 @@ def test_full_example_loads(tmp_path):
     assert [u.name for u in cfg.upstreams] == ["github", "time"]
     assert cfg.upstreams[0].args == ("server.py",)
     assert cfg.upstreams[1].headers_env == {"Authorization": "TIME_AUTH"}
+    assert [u.protocol for u in cfg.upstreams] == ["2025-11-25", "2026-07-28"]  # the handshake era by default
     assert cfg.policy_dir == str(tmp_path / "policies")
     assert cfg.tool_decision_truth_out == str(tmp_path / "evidence" / "carriers.ndjson")
     assert cfg.listen_port == 8899 and cfg.max_message_bytes == 2048 and cfg.call_timeout_seconds == 5.0
@@ -59,17 +61,18 @@ def test_full_example_loads(tmp_path):
 @pytest.mark.parametrize(
     ("edit", "line", "fragment"),
     [
-        (lambda t: t + "surprise: 1\n", 25, "unknown key 'surprise'"),
+        (lambda t: t + "surprise: 1\n", 26, "unknown key 'surprise'"),
         (lambda t: t.replace("    env: {LOG_LEVEL", "    enviro: {LOG_LEVEL"), 6, "unknown key 'enviro' in upstreams[0]"),
         (lambda t: t.replace("transport: stdio", "transport: sse"), 3, "unknown transport 'sse'"),
         (lambda t: t.replace("name: time", "name: github"), 1, "duplicate upstream name 'github'"),
         (lambda t: t.replace("name: time", "name: ti.me"), 7, "must match"),
-        (lambda t: t.replace("port: 8899", "port: 99999"), 12, "out of range"),
-        (lambda t: t.replace("port: 8899", "port: true"), 12, "must be a number"),
-        (lambda t: t.replace("token_env: CI_TOKEN", "token_env: MISSING_VAR"), 17, "MISSING_VAR is missing"),
+        (lambda t: t.replace("port: 8899", "port: 99999"), 13, "out of range"),
+        (lambda t: t.replace("port: 8899", "port: true"), 13, "must be a number"),
+        (lambda t: t.replace("token_env: CI_TOKEN", "token_env: MISSING_VAR"), 18, "MISSING_VAR is missing"),
         (lambda t: t.replace("policy_dir: ./policies\n", ""), None, "set policy_dir"),
-        (lambda t: t.replace("max_message_bytes: 2048", "max_message_bytes: 10"), 20, "at least 1024"),
+        (lambda t: t.replace("max_message_bytes: 2048", "max_message_bytes: 10"), 21, "at least 1024"),
         (lambda t: t.replace("url: http://127", "url: ftp://127"), 9, "http:// or https://"),
+        (lambda t: t.replace('protocol: "2026-07-28"', 'protocol: "2024-11-05"'), 11, "not one the gateway speaks"),
     ],
 )
 def test_bad_configs_name_line_and_problem(tmp_path, edit, line, fragment):
@@ -145,4 +148,4 @@ def test_approval_section_is_strict(tmp_path, section, fragment):
     with pytest.raises(ConfigError) as info:
         parse_config(BASE.replace("{timeout_seconds: 30}", section), str(tmp_path / "c.yaml"), ENV)
     assert fragment in str(info.value)
-    assert info.value.line == 24
+    assert info.value.line == 25

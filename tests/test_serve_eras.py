@@ -1,12 +1,14 @@
 """``drawbridge serve --stdio`` in both protocol eras, with the mcp SDK client and raw 2026-07-28 lines.
 
 The era matrix: the same calls made directly and through the gateway give the same results at
-2025-11-25 (initialize handshake) and at 2026-07-28 (per-request envelope). Upstreams stay on the
-handshake era; the gateway rewrites only the per-hop parts (see gateway/hop.py).
+2025-11-25 (initialize handshake) and at 2026-07-28 (per-request envelope), agents and upstreams in
+either era (an upstream's ``protocol`` in the configuration); the gateway rewrites only the per-hop
+parts (see gateway/hop.py and gateway/upstream_modern.py).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from conftest import GITHUB_LIKE, LEGACY_VERSION, MODERN, connect, direct_params, raw_pipe
+from conftest import GITHUB_LIKE, LEGACY_VERSION, MODERN, PYTHON, SERVERS, connect, direct_params, raw_pipe
 from serve_support import GITHUB, SLACK, dump, serve_argv, stdio_params, write_config
 
 pytestmark = pytest.mark.anyio
@@ -32,9 +34,12 @@ def _without_server_info(result: dict[str, Any]) -> dict[str, Any]:
     return {**out, "_meta": meta} if meta else out
 
 
+@pytest.mark.parametrize("upstream_era", [LEGACY_VERSION, MODERN])
 @pytest.mark.parametrize("mode", ["legacy", MODERN])
-async def test_sdk_client_in_each_era_sees_the_upstream_through_the_gateway(tmp_path: Path, mode: str) -> None:
-    config = write_config(tmp_path, [GITHUB, SLACK])
+async def test_sdk_client_in_each_era_sees_the_upstream_through_the_gateway(
+    tmp_path: Path, mode: str, upstream_era: str
+) -> None:
+    config = write_config(tmp_path, [{**GITHUB, "protocol": upstream_era}, {**SLACK, "protocol": upstream_era}])
     arguments = {"owner": "acme", "name": "rocket"}
     async with connect(direct_params(GITHUB_LIKE), mode) as client:
         direct_tools = dump(await client.list_tools())["tools"]
@@ -107,3 +112,35 @@ async def test_modern_stdio_requests_are_checked_and_decorated(tmp_path: Path) -
         )
         assert called["result"]["resultType"] == "complete"
         assert called["result"]["structuredContent"] == {"result": ["hello"]}
+
+
+ASKING = {"name": "asking", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "asking.py")],
+          "protocol": MODERN}
+
+
+async def test_a_2026_upstreams_question_reaches_a_2026_agent_and_its_answer_runs_the_call(tmp_path: Path) -> None:
+    """The upstream asks by ``InputRequiredResult``; the agent answers by retrying with its
+    ``requestState`` and ``inputResponses``, which are the upstream's and go to it unchanged."""
+    config = write_config(tmp_path, [ASKING], fsync="never")
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"confirm": True})
+
+    async with connect(stdio_params(config), MODERN, elicitation_callback=elicit) as client:
+        done = await client.call_tool("asking.delete_note", {"name": "groceries"})
+    assert done.content[0].text == "deleted groceries"  # type: ignore[union-attr]
+    assert asked == ["Delete the note groceries?"]
+    entries = [json.loads(line)["body"] for line in (tmp_path / "evidence" / "trace.ndjson").read_text().splitlines()]
+    calls = [(e["tool"], e["action"], e["outcome"]) for e in entries if e.get("tool")]
+    assert calls == [("asking.delete_note", "allow", "input_required"), ("asking.delete_note", "allow", "ok")]
+
+
+async def test_a_2026_upstreams_question_to_a_handshake_agent_ends_the_call_with_a_clear_error(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [ASKING], fsync="never")
+    async with connect(stdio_params(config), "legacy") as client:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("asking.delete_note", {"name": "groceries"})
+    assert "asks for input before it runs this call" in refused.value.message
+    assert "connect at 2026-07-28" in refused.value.message

@@ -13,7 +13,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from conftest import LEGACY_VERSION, PYTHON, SERVERS, connect, raw_pipe
+from conftest import LEGACY_VERSION, MODERN, PYTHON, SERVERS, connect, raw_pipe
 from drawbridge.gateway.upstream_session import CLIENT_CAPABILITIES
 from serve_support import (
     HTTP_UPSTREAM,
@@ -45,6 +45,21 @@ def everything_http(everything: list[str], port: int) -> Iterator[Running]:
     with background([everything[0], "streamableHttp"], env={"PORT": str(port)}) as running:
         wait_for_port(port)
         yield running
+
+
+class _Agent:
+    """What an agent's client is asked (it confirms everything) and the progress it is told of."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self.progress: list[float] = []
+
+    async def elicit(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"confirm": True})
+
+    async def on_progress(self, value: float, total: float | None, message: str | None) -> None:
+        self.progress.append(value)
 
 
 async def _tools(argv: list[str]) -> list[dict[str, Any]]:
@@ -122,16 +137,8 @@ async def test_an_http_upstream_that_restarts_is_reconnected(tmp_path: Path) -> 
 
 async def test_http_agent_with_http_upstream_gets_progress_and_elicitation(tmp_path: Path) -> None:
     port = free_port()
-    asked: list[str] = []
-
-    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        asked.append(params.message)
-        return types.ElicitResult(action="accept", content={"confirm": True})
-
-    progress: list[float] = []
-
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append(value)
+    agent = _Agent()
+    asked, progress, elicit, on_progress = agent.asked, agent.progress, agent.elicit, agent.on_progress
 
     with python_http_upstream("slack_like.py", port):
         config = write_config(
@@ -149,4 +156,34 @@ async def test_http_agent_with_http_upstream_gets_progress_and_elicitation(tmp_p
                 listed = dump(await client.call_tool("github.list_repos", {"owner": "acme"}, progress_callback=on_progress))
     assert invited["content"][0]["text"] == "invited dave to #random"
     assert asked == ["Invite dave to #random?"]
+    assert listed["structuredContent"] == {"result": ["anvil", "rocket"]} and progress == [1.0, 2.0]
+
+
+async def test_2026_http_upstreams_serve_a_2026_agent_progress_and_questions(tmp_path: Path) -> None:
+    """Upstreams spoken to at 2026-07-28 over HTTP (stateless POSTs with the gateway's envelope):
+    progress comes back on the call's own stream, and a question comes as an InputRequiredResult
+    that the agent answers by retrying."""
+    asking_port, github_port = free_port(), free_port()
+    agent = _Agent()
+    asked, progress, elicit, on_progress = agent.asked, agent.progress, agent.elicit, agent.on_progress
+
+    with python_http_upstream("asking.py", asking_port), python_http_upstream("github_like.py", github_port):
+        config = write_config(
+            tmp_path,
+            [
+                {"name": "asking", "transport": "streamable_http", "url": f"http://127.0.0.1:{asking_port}/mcp",
+                 "protocol": MODERN},
+                {"name": "github", "transport": "streamable_http", "url": f"http://127.0.0.1:{github_port}/mcp",
+                 "protocol": MODERN},
+            ],
+            auth={"anonymous_agent": "anyone"},
+        )
+        with http_gateway(config) as gateway:
+            assert gateway.url is not None
+            async with http_client(gateway.url, MODERN, elicitation_callback=elicit) as client:
+                names = sorted(tool.name for tool in (await client.list_tools()).tools)
+                deleted = dump(await client.call_tool("asking.delete_note", {"name": "groceries"}))
+                listed = dump(await client.call_tool("github.list_repos", {"owner": "acme"}, progress_callback=on_progress))
+    assert "asking.delete_note" in names and "github.list_repos" in names
+    assert deleted["content"][0]["text"] == "deleted groceries" and asked == ["Delete the note groceries?"]
     assert listed["structuredContent"] == {"result": ["anvil", "rocket"]} and progress == [1.0, 2.0]

@@ -1,11 +1,13 @@
-"""`drawbridge serve`: resource subscriptions on the one upstream session every agent shares.
+"""`drawbridge serve`: change notifications from upstreams every agent shares, in both eras on both sides.
 
 To the upstream the gateway is one client, so it subscribes a URI once, for the first agent that
 asks, and unsubscribes it when the last one leaves: one agent's unsubscribe (or disconnect) never
 ends another's updates. Handshake-era agents subscribe with ``resources/subscribe``; 2026-07-28
-agents name the URIs in ``subscriptions/listen`` and get the updates on that stream. A reconnected
-upstream is subscribed again. Real gateway processes, the mcp SDK's client in both eras, and a
-fixture upstream that reports the subscriptions it holds.
+agents name the URIs in ``subscriptions/listen`` and get the updates on that stream. A handshake-era
+upstream is subscribed with ``resources/subscribe``; a 2026-07-28 one (``protocol: 2026-07-28``)
+through the resources of the gateway's listen stream, which also brings its list changes. A
+reconnected upstream is subscribed again. Real gateway processes, the mcp SDK's client in both eras,
+and a fixture upstream that reports what it holds and the era it was spoken to in.
 """
 
 from __future__ import annotations
@@ -19,22 +21,30 @@ import anyio
 import mcp_types as types
 import pytest
 
-from conftest import MODERN, PYTHON, SERVERS, connect
+from conftest import LEGACY_VERSION, MODERN, PYTHON, SERVERS, connect
 from serve_support import dump, http_client, http_gateway, sha256, stdio_params, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore:resources/(un)?subscribe is removed")]
+ERAS = pytest.mark.parametrize("upstream_era", [LEGACY_VERSION, MODERN])
 
-NOTES = {"name": "notes", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "subscribing.py")]}
 ALICE, BOB = "alice-subscriptions-token", "bob-subscriptions-token"
 
 
-async def _upstream_holds(client: Any) -> dict[str, Any]:
-    """What the upstream itself says it was asked (its subscriptions and the request counts)."""
+def _notes(era: str) -> dict[str, Any]:
+    return {"name": "notes", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "subscribing.py")],
+            "protocol": era}
+
+
+async def _upstream_holds(client: Any, era: str) -> dict[str, Any]:
+    """What the upstream itself says it holds, in the era it was spoken to (and only that one)."""
     result = await client.call_tool("notes.subscriptions", {})
-    return json.loads(result.content[0].text)
+    held = json.loads(result.content[0].text)
+    assert held["eras"] == [era]
+    held["uris"] = held["subscribed"] if era == LEGACY_VERSION else held["listening"]
+    return held
 
 
-async def _until(check: Callable[[], Any], what: str, timeout: float = 15) -> None:
+async def _until(check: Callable[[], Any], timeout: float = 15) -> None:
     with anyio.fail_after(timeout):
         while not await check():
             await anyio.sleep(0.05)
@@ -44,13 +54,30 @@ def _updates_into(into: list[str]) -> Callable[[Any], Any]:
     async def on_message(message: Any) -> None:
         if isinstance(message, types.ResourceUpdatedNotification):
             into.append(str(message.params.uri))
+        elif isinstance(message, types.ToolListChangedNotification):
+            into.append("tools")
 
     return on_message
 
 
-async def test_one_agents_unsubscribe_or_departure_never_ends_anothers_updates(tmp_path: Path) -> None:
+def _released(client: Any, era: str) -> Callable[[], Any]:
+    async def check() -> bool:
+        return (await _upstream_holds(client, era))["uris"] == []
+
+    return check
+
+
+def _has(values: list[str], count: int) -> Callable[[], Any]:
+    async def check() -> bool:
+        return len(values) >= count
+
+    return check
+
+
+@ERAS
+async def test_one_agents_unsubscribe_or_departure_never_ends_anothers_updates(tmp_path: Path, upstream_era: str) -> None:
     config = write_config(
-        tmp_path, [NOTES], fsync="never", listen={"host": "127.0.0.1", "port": 0},
+        tmp_path, [_notes(upstream_era)], fsync="never", listen={"host": "127.0.0.1", "port": 0},
         auth={"agents": [{"agent": "alice", "token_sha256": sha256(ALICE)}, {"agent": "bob", "token_sha256": sha256(BOB)}]},
     )
     to_alice: list[str] = []
@@ -61,53 +88,50 @@ async def test_one_agents_unsubscribe_or_departure_never_ends_anothers_updates(t
             async with http_client(running.url, "legacy", BOB, message_handler=_updates_into(to_bob)) as bob:
                 await alice.subscribe_resource("note://a")
                 await bob.subscribe_resource("note://a")
-                held = await _upstream_holds(alice)
-                assert (held["subscribed"], held["subscribe"]) == (["note://a"], 1)  # asked once
+                held = await _upstream_holds(alice, upstream_era)
+                assert held["uris"] == ["note://a"]
+                if upstream_era == LEGACY_VERSION:
+                    assert held["subscribe"] == 1  # asked once, for both
 
                 await alice.call_tool("notes.touch", {"uri": "note://a"})
-                await _until(lambda: _true(to_alice and to_bob), "both hear of the change")
+                await _until(_has(to_alice, 1))
+                await _until(_has(to_bob, 1))
                 assert to_alice == to_bob == ["note://a"]
 
                 await alice.unsubscribe_resource("note://a")
-                held = await _upstream_holds(alice)
-                assert (held["subscribed"], held["unsubscribe"]) == (["note://a"], 0)  # bob still wants it
+                assert (await _upstream_holds(alice, upstream_era))["uris"] == ["note://a"]  # bob still wants it
                 await bob.call_tool("notes.touch", {"uri": "note://a"})
-                await _until(lambda: _true(len(to_bob) == 2), "bob hears of the second change")
+                await _until(_has(to_bob, 2))
                 await anyio.sleep(0.3)
                 assert to_alice == ["note://a"]
             # Bob is gone without unsubscribing: nobody wants the URI, the upstream is told.
-            async def released() -> bool:
-                held = await _upstream_holds(alice)
-                return held["subscribed"] == [] and held["unsubscribe"] == 1
-
-            await _until(released, "the upstream is unsubscribed once nobody wants the URI")
+            await _until(_released(alice, upstream_era))
 
 
-async def _true(value: Any) -> bool:
-    return bool(value)
-
-
-async def test_a_2026_agent_listens_for_resource_updates_and_the_upstream_is_released_after(tmp_path: Path) -> None:
-    config = write_config(tmp_path, [NOTES], fsync="never")
+@ERAS
+async def test_a_2026_agent_listens_for_updates_and_the_upstream_is_released_after(tmp_path: Path, upstream_era: str) -> None:
+    config = write_config(tmp_path, [_notes(upstream_era)], fsync="never")
     async with connect(stdio_params(config), MODERN) as client:
-        async with client.listen(resource_subscriptions=["note://b", "nowhere://x"]) as sub:
+        async with client.listen(tools_list_changed=True, resource_subscriptions=["note://b", "nowhere://x"]) as sub:
             # Honored: the URI an upstream serves and subscribed to; not the one nobody serves.
-            assert dump(sub.honored) == {"resourceSubscriptions": ["note://b"]}
-            assert (await _upstream_holds(client))["subscribed"] == ["note://b"]
+            assert dump(sub.honored) == {"toolsListChanged": True, "resourceSubscriptions": ["note://b"]}
+            assert (await _upstream_holds(client, upstream_era))["uris"] == ["note://b"]
             await client.call_tool("notes.touch", {"uri": "note://a"})  # not asked for: nothing comes
             await client.call_tool("notes.touch", {"uri": "note://b"})
             with anyio.fail_after(10):
                 event = await sub.__anext__()
             assert type(event).__name__ == "ResourceUpdated" and str(event.uri) == "note://b"
+            await client.call_tool("notes.grow", {})  # a new tool upstream: the merged list changes
+            with anyio.fail_after(10):
+                event = await sub.__anext__()
+            assert type(event).__name__ == "ToolsListChanged"
+        assert "notes.grown_4" in [tool.name for tool in (await client.list_tools()).tools]
+        await _until(_released(client, upstream_era))
 
-        async def released() -> bool:
-            return (await _upstream_holds(client))["subscribed"] == []
 
-        await _until(released, "the stream's subscription ends with it")
-
-
-async def test_a_reconnected_upstream_is_subscribed_again(tmp_path: Path) -> None:
-    config = write_config(tmp_path, [NOTES], fsync="never")
+@ERAS
+async def test_a_reconnected_upstream_is_subscribed_again(tmp_path: Path, upstream_era: str) -> None:
+    config = write_config(tmp_path, [_notes(upstream_era)], fsync="never")
     updates: list[str] = []
     async with connect(stdio_params(config), "legacy", message_handler=_updates_into(updates)) as client:
         await client.subscribe_resource("note://a")
@@ -115,11 +139,16 @@ async def test_a_reconnected_upstream_is_subscribed_again(tmp_path: Path) -> Non
 
         async def subscribed_again() -> bool:
             try:
-                held = await _upstream_holds(client)
+                held = await _upstream_holds(client, upstream_era)
             except Exception:  # noqa: BLE001 -- not reconnected yet
                 return False
-            return held["subscribed"] == ["note://a"] and held["subscribe"] == 1
+            return held["uris"] == ["note://a"]
 
-        await _until(subscribed_again, "the new upstream process holds the subscription", timeout=30)
+        await _until(subscribed_again, timeout=30)
         await client.call_tool("notes.touch", {"uri": "note://a"})
-        await _until(lambda: _true(updates == ["note://a"]), "the update reaches the agent")
+
+        async def updated() -> bool:
+            return "note://a" in updates
+
+        await _until(updated)
+        assert [u for u in updates if u != "tools"] == ["note://a"]

@@ -27,6 +27,8 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
+UPSTREAM_PROTOCOLS: tuple[str, ...] = ("2025-11-25", "2026-07-28")
+"""The eras the gateway speaks to an upstream; the first is the default."""
 _AGENT_RE = re.compile(r"[A-Za-z0-9._:@/-]+")
 _ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -54,6 +56,9 @@ class UpstreamConfig:
     cwd: str | None = None
     url: str | None = None
     headers_env: Mapping[str, str] = field(default_factory=dict)  # header name -> env var holding its value
+    protocol: str = "2025-11-25"
+    """The era the gateway speaks to it: "2025-11-25" (initialize handshake) or "2026-07-28"
+    (``server/discover`` and a per-request envelope)."""
 
 
 @dataclass(frozen=True)
@@ -192,10 +197,17 @@ def _token_digest(
 
 def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
     reader = _Reader(file, node, f"upstreams[{index}]")
-    reader.check_keys({"name", "transport", "command", "args", "env", "cwd", "url", "headers_env"})
+    reader.check_keys({"name", "transport", "command", "args", "env", "cwd", "url", "headers_env", "protocol"})
     name = reader.get("name", str, required=True)
     if not _NAME_RE.fullmatch(name):
         raise reader.fail("name", f"upstreams[{index}].name {name!r} must match [A-Za-z0-9_-]+ (it prefixes tool names)")
+    protocol = reader.get("protocol", str) or UPSTREAM_PROTOCOLS[0]
+    if protocol not in UPSTREAM_PROTOCOLS:
+        raise reader.fail(
+            "protocol",
+            f"upstream {name!r}: protocol {protocol!r} is not one the gateway speaks to upstreams "
+            "(2025-11-25: initialize handshake; 2026-07-28: per-request envelope)",
+        )
     transport = reader.get("transport", str, required=True)
     if transport == "stdio":
         command = reader.get("command", str, required=True)
@@ -208,6 +220,7 @@ def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
             args=_str_list(reader, "args"),
             env=_str_map(reader, "env"),
             cwd=_resolve(base, reader.get("cwd", str)),
+            protocol=protocol,
         )
     if transport == "streamable_http":
         url = reader.get("url", str, required=True)
@@ -216,7 +229,8 @@ def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
         if reader.get("command", str) is not None:
             raise reader.fail("command", f"upstream {name!r}: a streamable_http upstream takes url, not command")
         return UpstreamConfig(
-            name=name, transport=transport, url=url, headers_env=_str_map(reader, "headers_env", _ENV_RE)
+            name=name, transport=transport, url=url, headers_env=_str_map(reader, "headers_env", _ENV_RE),
+            protocol=protocol,
         )
     raise reader.fail("transport", f"upstream {name!r}: unknown transport {transport!r} (stdio or streamable_http)")
 

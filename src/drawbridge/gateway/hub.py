@@ -40,7 +40,7 @@ from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
 from drawbridge.gateway.catalogue import Catalogue, build_catalogue
 from drawbridge.gateway.hop import combined_instructions, progress_token, union_capabilities, valid_token
-from drawbridge.gateway.jsonrpc import INTERNAL_ERROR, METHOD_NOT_FOUND, MessageError, RequestId
+from drawbridge.gateway.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, MessageError, RequestId
 from drawbridge.gateway.pipeline import (
     Decider,
     Recorder,
@@ -402,14 +402,37 @@ class Gateway:
             if self._tasks is not None:
                 self._tasks.start_soon(self._unsubscribe_unwanted, key)
 
+    async def subscribe_upstream(self, upstream: UpstreamSession, uri: str) -> dict[str, Any]:
+        """The gateway's own request that the upstream send updates of ``uri``: ``resources/subscribe``,
+        or, in the 2026-07-28 era, ``uri`` among the resources of its listen stream. Its answer."""
+        if upstream.modern:
+            return await self._watch(upstream, {*self.subscriptions.uris_of(upstream.name), uri}, uri)
+        return await self.ask_upstream(upstream, "resources/subscribe", {"uri": uri})
+
+    async def unsubscribe_upstream(self, upstream: UpstreamSession, uri: str) -> dict[str, Any]:
+        if upstream.modern:
+            return await self._watch(upstream, set(self.subscriptions.uris_of(upstream.name)) - {uri}, None)
+        return await self.ask_upstream(upstream, "resources/unsubscribe", {"uri": uri})
+
+    async def _watch(self, upstream: UpstreamSession, uris: set[str], wanted: str | None) -> dict[str, Any]:
+        try:
+            honored = await upstream.watch_resources(frozenset(uris))
+        except (UpstreamUnavailable, UpstreamLost, TimeoutError) as exc:
+            return {"error": {"code": INTERNAL_ERROR, "message": f"the upstream's listen stream could not be changed: {exc}"}}
+        if wanted is not None and wanted not in honored:
+            return {"error": {"code": INVALID_PARAMS, "message": "the upstream does not send updates of this resource"}}
+        return {"result": {}}
+
     async def _unsubscribe_unwanted(self, key: Key) -> None:
         name, uri = key
         upstream = self.upstreams.get(name)
         async with self._subscribing:
             if upstream is not None and not self.subscriptions.wanted(name, uri):
-                await self.ask_upstream(upstream, "resources/unsubscribe", {"uri": uri})
+                await self.unsubscribe_upstream(upstream, uri)
 
     async def _resubscribe(self, upstream: UpstreamSession) -> None:
+        if upstream.modern:
+            return  # its session opens its listen stream with the resources watched (upstream_session.py)
         async with self._subscribing:
             for uri in self.subscriptions.uris_of(upstream.name):
                 answer = await self.ask_upstream(upstream, "resources/subscribe", {"uri": uri})

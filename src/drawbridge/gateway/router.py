@@ -121,6 +121,12 @@ def notification(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "method": method, "params": dict(params)}
 
 
+INPUT_REQUIRED_FOR_HANDSHAKE: Final = (
+    "the upstream asks for input before it runs this call (a 2026-07-28 InputRequiredResult), which a "
+    "2025-11-25 connection cannot answer; connect at 2026-07-28 to answer it"
+)
+
+
 def _response(request_id: RequestId | None, body: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
     if "error" in body:
@@ -566,6 +572,10 @@ class DownstreamSession:
                 error = f"the upstream did not answer tools/call within {gateway.settings.call_timeout:g} seconds"
                 return error_response(message.id, UPSTREAM_TIMEOUT, error)
             outcome, error, code = outcome_of_response(body)
+            if outcome is Outcome.INPUT_REQUIRED and not entry.modern:
+                # A 2026-07-28 upstream asks for input by a result a handshake-era agent cannot answer.
+                error, code = INPUT_REQUIRED_FOR_HANDSHAKE, INTERNAL_ERROR
+                return error_response(message.id, code, error)
             answer = self._answer(entry, body)
         finally:
             finished = gateway.clock()
@@ -715,7 +725,14 @@ class DownstreamSession:
         assert isinstance(uri, str)
 
         async def relay() -> dict[str, Any]:
-            return await self._relay(entry, upstream, params)
+            if not upstream.modern:
+                return await self._relay(entry, upstream, params)
+            # 2026-07-28 upstreams take no resources/subscribe: the gateway changes its listen stream.
+            if entry.message.method == "resources/subscribe":
+                body = await self.gateway.subscribe_upstream(upstream, uri)
+            else:
+                body = await self.gateway.unsubscribe_upstream(upstream, uri)
+            return _response(entry.message.id, body) if "error" in body else self._result(entry, {})
 
         if entry.message.method == "resources/subscribe":
             answer = await self.gateway.join(upstream.name, uri, self, relay)
@@ -784,7 +801,7 @@ class DownstreamSession:
             return False
 
         async def subscribe() -> dict[str, Any]:
-            return await self.gateway.ask_upstream(upstream, "resources/subscribe", {"uri": uri})
+            return await self.gateway.subscribe_upstream(upstream, uri)
 
         answer = await self.gateway.join(upstream.name, uri, token, subscribe)
         return answer is None or "result" in answer

@@ -9,7 +9,10 @@ would answer it is not the one that received it), and no request is sent while t
 Theory of operation. ``run`` is a supervisor loop: connect (spawn the stdio child through
 ``UpstreamProcess``, or open an HTTP client), run the initialize handshake at 2025-11-25 under the
 gateway's own name, send ``notifications/initialized``, load the tool catalogue (``tools/list`` with
-cursor pagination), become ``ready``, and wait until the link ends. Then every pending request fails
+cursor pagination), become ``ready``, and wait until the link ends. An upstream configured for
+2026-07-28 gets ``server/discover`` instead of the handshake, the gateway's envelope on everything
+sent to it, and one ``subscriptions/listen`` stream for its changes and the resources watched
+(``upstream_modern.py``; ``watch_resources`` replaces the stream when that set changes). Then every pending request fails
 with ``UpstreamLost`` and the loop waits ``backoff_delay(attempt)`` (1 s doubling to 30 s, with
 "equal jitter" from an injected random source) before the next attempt; the attempt counter resets
 once a connection has reached ``ready``. ``notifications/tools/list_changed`` reloads the catalogue;
@@ -52,7 +55,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 import drawbridge
 from drawbridge.config import UpstreamConfig
-from drawbridge.gateway.hop import LATEST_HANDSHAKE_VERSION
+from drawbridge.gateway.hop import LATEST_HANDSHAKE_VERSION, MODERN_VERSION
 from drawbridge.gateway.jsonrpc import (
     DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES,
     INTERNAL_ERROR,
@@ -63,6 +66,16 @@ from drawbridge.gateway.jsonrpc import (
     Oversize,
     encode_line,
     parse_upstream_message,
+)
+from drawbridge.gateway.upstream_modern import (
+    LISTEN_ACKNOWLEDGED,
+    envelope,
+    honored_uris,
+    listen_filter,
+    read_discover,
+    subscription_id,
+    with_envelope,
+    without_subscription_id,
 )
 from drawbridge.gateway.upstream import (
     EnvFilter,
@@ -78,6 +91,8 @@ INITIAL_BACKOFF_SECONDS: Final = 1.0
 MAX_BACKOFF_SECONDS: Final = 30.0
 HANDSHAKE_TIMEOUT_SECONDS: Final = 30.0
 LIST_TIMEOUT_SECONDS: Final = 30.0
+LISTEN_AGAIN_SECONDS: Final = 1.0
+"""2026-07-28: how long after an upstream ended the listen stream the gateway opens a new one."""
 MAX_LIST_PAGES: Final = 100
 HTTP_CONNECT_TIMEOUT_SECONDS: Final = 10.0
 HTTP_WRITE_TIMEOUT_SECONDS: Final = 30.0
@@ -524,8 +539,16 @@ class UpstreamSession:
         self.server_info: dict[str, Any] | None = None
         self.instructions: str | None = None
         self.protocol_version: str | None = None
+        self.modern = config.protocol == MODERN_VERSION
+        """The upstream is spoken to in the 2026-07-28 era (``upstream_modern.py``)."""
         self.tools: tuple[Any, ...] = ()
         self.catalogue_version = 0
+        self._hop = envelope(CLIENT_CAPABILITIES)
+        self._watched: frozenset[str] = frozenset()
+        """2026-07-28: the resources whose updates the listen stream asks for."""
+        self._listen: PendingCall | None = None
+        self._listen_acked = anyio.Event()
+        self._listen_honored: frozenset[str] = frozenset()
 
         self._next_id = 0
         self._pending: dict[int, PendingCall] = {}
@@ -722,6 +745,9 @@ class UpstreamSession:
             scope.cancel()
 
     async def _handshake(self, link: _Link) -> None:
+        if self.modern:
+            await self._discover(link)
+            return
         params = {
             "protocolVersion": LATEST_HANDSHAKE_VERSION,
             "capabilities": dict(CLIENT_CAPABILITIES),
@@ -745,6 +771,65 @@ class UpstreamSession:
         await self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         if isinstance(link, _HttpLink):
             link.start_get_stream()
+
+    async def _discover(self, link: _Link) -> None:
+        """2026-07-28: no handshake; ``server/discover`` says what the upstream offers, and a listen
+        stream is opened for its changes (and the resources still watched, after a reconnect)."""
+        link.handshake_done(MODERN_VERSION)  # over HTTP every request, discover included, names its version
+        body = await self._await(await self._start("server/discover", None), HANDSHAKE_TIMEOUT_SECONDS)
+        if "result" not in body:
+            raise _ConnectFailed(f"server/discover was refused ({_error_summary(body)})")
+        try:
+            self.capabilities, self.server_info, self.instructions = read_discover(body["result"])
+        except ValueError as exc:
+            raise _ConnectFailed(str(exc)) from None
+        self.protocol_version = MODERN_VERSION
+        await self._open_listen()
+
+    async def _open_listen(self) -> PendingCall:
+        def follow(call: PendingCall) -> None:  # before the acknowledgement can arrive
+            self._listen, self._listen_acked, self._listen_honored = call, anyio.Event(), frozenset()
+
+        call = await self._start("subscriptions/listen", listen_filter(self._watched), track=follow)
+        if self._conn_tg is not None:
+            self._conn_tg.start_soon(self._follow_listen, call)
+        return call
+
+    async def _follow_listen(self, call: PendingCall) -> None:
+        """Until the stream ends: an error means this upstream's changes cannot be followed (said
+        once); a result (the upstream ended it) is followed by a new stream a second later."""
+        try:
+            body = await call.wait()
+        except UpstreamLost:
+            return
+        if self._listen is not call:
+            return
+        self._listen = None
+        self._listen_acked.set()
+        if "error" in body:
+            logger.warning("upstream %r refused subscriptions/listen (%s); its list changes and resource "
+                           "updates are not followed", self.name, _error_summary(body))
+            return
+        await anyio.sleep(LISTEN_AGAIN_SECONDS)
+        if self._listen is None and self.state is State.READY:
+            await self._open_listen()
+
+    async def watch_resources(self, uris: frozenset[str]) -> frozenset[str]:
+        """2026-07-28: follow updates of exactly these resources (a new listen stream replaces the
+        old one once acknowledged, so no update falls between them); the URIs the upstream honored."""
+        if self.state is not State.READY:
+            raise UpstreamUnavailable(self.unavailable_reason())
+        self._watched = uris
+        old = self._listen
+        await self._open_listen()
+        acked = self._listen_acked
+        try:
+            with anyio.fail_after(self._request_timeout):
+                await acked.wait()
+        finally:
+            if old is not None:
+                await self.cancel(old, "replaced by a new subscription")
+        return self._listen_honored
 
     async def _refresh_tools(self, *, initial: bool = False) -> None:
         if "tools" not in self.capabilities:
@@ -814,13 +899,18 @@ class UpstreamSession:
 
     # ------------------------------------------------------------------------------ plumbing
 
-    async def _start(self, method: str, params: Mapping[str, Any] | None) -> PendingCall:
+    async def _start(
+        self, method: str, params: Mapping[str, Any] | None, *, track: Callable[[PendingCall], None] | None = None
+    ) -> PendingCall:
+        """Send a request; ``track`` learns of it before it is sent (before anything it causes arrives)."""
         self._next_id += 1
         call = PendingCall(self._next_id, method, self.generation)
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": call.id, "method": method}
         if params is not None:
             message["params"] = params
         self._pending[call.id] = call
+        if track is not None:
+            track(call)
         try:
             await self._send(message)
         except BaseException:
@@ -840,6 +930,8 @@ class UpstreamSession:
         link = self._link
         if link is None:
             raise UpstreamUnavailable(self.unavailable_reason())
+        if self.modern and "method" in message:
+            message = {**message, "params": with_envelope(message.get("params"), self._hop)}
         await link.send(message)
 
     async def _deliver(self, data: bytes, related: int | None) -> bool:
@@ -864,6 +956,15 @@ class UpstreamSession:
 
     async def _on_notification(self, body: dict[str, Any], related: int | None) -> None:
         method = body.get("method")
+        if self.modern and subscription_id(body) is not None:
+            listen = self._listen
+            if listen is None or subscription_id(body) != listen.id:
+                return  # a stream the gateway no longer follows
+            if method == LISTEN_ACKNOWLEDGED:
+                self._listen_honored = honored_uris(body)
+                self._listen_acked.set()
+                return
+            body = without_subscription_id(body)
         params = body.get("params")
         if method == "notifications/tools/list_changed":
             self._schedule_refresh()
