@@ -547,6 +547,9 @@ class UpstreamSession:
         self._watched: frozenset[str] = frozenset()
         """2026-07-28: the resources whose updates the listen stream asks for."""
         self._listen: PendingCall | None = None
+        self._listen_ids: set[int] = set()
+        """The listen streams whose events are taken: the current one, and while it is replaced
+        (until the new one is acknowledged and the old one cancelled) the old one too."""
         self._listen_acked = anyio.Event()
         self._listen_honored: frozenset[str] = frozenset()
 
@@ -789,6 +792,7 @@ class UpstreamSession:
     async def _open_listen(self) -> PendingCall:
         def follow(call: PendingCall) -> None:  # before the acknowledgement can arrive
             self._listen, self._listen_acked, self._listen_honored = call, anyio.Event(), frozenset()
+            self._listen_ids.add(call.id)
 
         call = await self._start("subscriptions/listen", listen_filter(self._watched), track=follow)
         if self._conn_tg is not None:
@@ -801,7 +805,9 @@ class UpstreamSession:
         try:
             body = await call.wait()
         except UpstreamLost:
+            self._listen_ids.discard(call.id)
             return
+        self._listen_ids.discard(call.id)
         if self._listen is not call:
             return
         self._listen = None
@@ -829,6 +835,7 @@ class UpstreamSession:
         finally:
             if old is not None:
                 await self.cancel(old, "replaced by a new subscription")
+                self._listen_ids.discard(old.id)
         return self._listen_honored
 
     async def _refresh_tools(self, *, initial: bool = False) -> None:
@@ -956,13 +963,13 @@ class UpstreamSession:
 
     async def _on_notification(self, body: dict[str, Any], related: int | None) -> None:
         method = body.get("method")
-        if self.modern and subscription_id(body) is not None:
-            listen = self._listen
-            if listen is None or subscription_id(body) != listen.id:
+        if self.modern and (stream := subscription_id(body)) is not None:
+            if stream not in self._listen_ids:
                 return  # a stream the gateway no longer follows
             if method == LISTEN_ACKNOWLEDGED:
-                self._listen_honored = honored_uris(body)
-                self._listen_acked.set()
+                if self._listen is not None and stream == self._listen.id:
+                    self._listen_honored = honored_uris(body)
+                    self._listen_acked.set()
                 return
             body = without_subscription_id(body)
         params = body.get("params")
