@@ -157,3 +157,19 @@ def test_scalar_bytes_writes_what_the_library_route_writes(value: Any) -> None:
     from drawbridge.canonical import scalar_bytes
 
     assert _outcome(scalar_bytes, value) == _outcome(library_canonical_bytes, value)
+
+
+@pytest.mark.parametrize("value", [{"\ud800": 1}, {"a": "\udc00"}, ["\ud83d"], "\ud800"])
+def test_a_lone_surrogate_anywhere_has_no_canonical_form(value: Any) -> None:
+    """Every route says so with the one error its callers catch (a key used to raise UnicodeEncodeError)."""
+    from drawbridge.canonical import scalar_bytes
+    from drawbridge.evidence.truth.carrier import args_digest
+
+    with pytest.raises(CanonicalizationError):
+        canonical_bytes(value)
+    with pytest.raises(CanonicalizationError):
+        library_canonical_bytes(value)
+    if isinstance(value, str):
+        with pytest.raises(CanonicalizationError):
+            scalar_bytes(value)
+    assert args_digest(value, b"k" * 32, "kid") is None  # not computed, never a crash

@@ -163,6 +163,8 @@ def library_canonical_bytes(value: Any) -> bytes:
         raise CanonicalizationError(str(exc)) from exc
     except OverflowError as exc:  # an integer too large even for a double
         raise CanonicalizationError("number out of range for an IEEE-754 double") from exc
+    except UnicodeError as exc:  # the library sorts keys by their UTF-16 form, which a lone surrogate lacks
+        raise CanonicalizationError("a string holds a lone surrogate, which is not Unicode text") from exc
 
 
 class Canonical(bytes):
