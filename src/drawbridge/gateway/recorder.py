@@ -235,7 +235,10 @@ def _carrier_segments(carrier: Mapping[str, Any]) -> tuple[bytes, ...] | None:
             return None
         segments.append(before)
     segments.append(line)
-    if ndjson_line(carrier) != _fill(segments, carrier):
+    try:
+        if ndjson_line(carrier) != _fill(segments, carrier):
+            return None
+    except UnicodeEncodeError:  # this carrier's own line is escaped to ASCII: it cannot check the cut
         return None
     return tuple(segments)
 
