@@ -197,7 +197,9 @@ def _token_digest(
 
 def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
     reader = _Reader(file, node, f"upstreams[{index}]")
-    reader.check_keys({"name", "transport", "command", "args", "env", "cwd", "url", "headers_env", "protocol"})
+    reader.check_keys(
+        {"name", "transport", "command", "args", "env", "cwd", "url", "headers_env", "protocol"}
+    )
     name = reader.get("name", str, required=True)
     if not _NAME_RE.fullmatch(name):
         raise reader.fail("name", f"upstreams[{index}].name {name!r} must match [A-Za-z0-9_-]+ (it prefixes tool names)")

@@ -5,24 +5,25 @@ maps between them is keyed so that nothing one agent sent or caused is ever attr
 upstream request id -> (session, agent's request id), gateway progress token -> (session, agent's
 token), (session, token of a relayed server request) -> upstream, resource URI -> upstream, and
 (upstream, URI) -> subscribers (``subscriptions.py``: agent connections and listen streams; the
-upstream stays subscribed while anyone wants the URI, and is subscribed again when it reconnects). It also holds the merged tool catalogue, rebuilt whenever an
-upstream's tool list changes, and the two hooks shared with ``drawbridge wrap``: ``decide`` (a decider
-that fails or returns garbage is a deny; after a recording failure every call is refused) and
-``record`` (bounded in time, failures remembered). Two optional hooks serve the catalogue features of
-``drawbridge serve``: ``on_catalogue`` is awaited on every catalogue load of an upstream before the
-merged list is rebuilt (pinning checks the new tools there), and ``tool_filter`` gives each agent its
-own ``tools/list`` (``hide_denied_tools``); neither changes what is decided on a call.
+upstream stays subscribed while anyone wants the URI, and is subscribed again when it reconnects). It
+also holds the merged tool catalogue, rebuilt whenever an upstream's tool list changes, and the two
+hooks shared with ``drawbridge wrap``: ``decide`` (a decider that fails or returns garbage is a deny;
+after a recording failure every call is refused) and ``record`` (bounded in time, failures remembered).
+Two optional hooks serve the catalogue features of ``drawbridge serve``: ``on_catalogue`` is awaited on
+every catalogue load of an upstream before the merged list is rebuilt (pinning checks the new tools
+there), and ``tool_filter`` gives each agent its own ``tools/list`` (``hide_denied_tools``); neither
+changes what is decided on a call.
 
 Theory of operation. The gateway runs every ``UpstreamSession`` and is their listener. Messages from an
 upstream are routed here: progress notifications go back by token; list-changed notifications are
 broadcast to handshake-era sessions and published to the 2026-07-28 ``subscriptions/listen`` streams
-that asked for them (tools: once the merged list has actually changed); resource
-updates go to the sessions and listen streams that subscribed; other notifications and server requests go to the request
+that asked for them (tools: once the merged list has actually changed); resource updates go to the
+sessions and listen streams that subscribed; other notifications and server requests go to the request
 they belong to when the upstream says so (HTTP: the SSE stream of one of our POSTs), else to the one
 session with requests in flight on that upstream (notifications: each such session, or every session
-when none has). A server request that cannot be attributed to exactly one agent is refused rather
-than guessed, and ``roots/list`` is refused outright (the shared session declares no roots).
-Everything an agent sends is handled by its ``DownstreamSession`` (``router.py``).
+when none has). A server request that cannot be attributed to exactly one agent is refused rather than
+guessed, and ``roots/list`` is refused outright (the shared session declares no roots). Everything an
+agent sends is handled by its ``DownstreamSession`` (``router.py``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,13 @@ from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
 from drawbridge.gateway.catalogue import Catalogue, build_catalogue
 from drawbridge.gateway.hop import combined_instructions, progress_token, union_capabilities, valid_token
-from drawbridge.gateway.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, MessageError, RequestId
+from drawbridge.gateway.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    MessageError,
+    RequestId,
+)
 from drawbridge.gateway.pipeline import (
     Decider,
     Recorder,
@@ -268,7 +275,8 @@ class Gateway:
             return
         if method == "notifications/resources/updated":
             uri = params.get("uri") if isinstance(params, dict) else None
-            for subscriber in self.subscriptions.subscribers(upstream.name, uri) if isinstance(uri, str) else ():
+            subscribers = self.subscriptions.subscribers(upstream.name, uri) if isinstance(uri, str) else []
+            for subscriber in subscribers:
                 if isinstance(subscriber, DownstreamSession):
                     await subscriber.emit(message, None)
                 elif subscriber in self._listeners:
@@ -385,7 +393,11 @@ class Gateway:
             return answer
 
     async def leave(
-        self, upstream: str, uri: str, subscriber: object, unsubscribe: Callable[[], Awaitable[dict[str, Any]]]
+        self,
+        upstream: str,
+        uri: str,
+        subscriber: object,
+        unsubscribe: Callable[[], Awaitable[dict[str, Any]]],
     ) -> dict[str, Any] | None:
         """Drop a subscriber. When nobody wants the URI any more (or nobody did), ``unsubscribe()``
         tells the upstream and its answer is returned; None while others still want it."""
@@ -418,9 +430,11 @@ class Gateway:
         try:
             honored = await upstream.watch_resources(frozenset(uris))
         except (UpstreamUnavailable, UpstreamLost, TimeoutError) as exc:
-            return {"error": {"code": INTERNAL_ERROR, "message": f"the upstream's listen stream could not be changed: {exc}"}}
+            problem = f"the upstream's listen stream could not be changed: {exc}"
+            return {"error": {"code": INTERNAL_ERROR, "message": problem}}
         if wanted is not None and wanted not in honored:
-            return {"error": {"code": INVALID_PARAMS, "message": "the upstream does not send updates of this resource"}}
+            problem = "the upstream does not send updates of this resource"
+            return {"error": {"code": INVALID_PARAMS, "message": problem}}
         return {"result": {}}
 
     async def _unsubscribe_unwanted(self, key: Key) -> None:
@@ -440,7 +454,9 @@ class Gateway:
                     logger.warning("upstream %r refused to subscribe again to a resource after reconnecting",
                                    upstream.name)
 
-    async def ask_upstream(self, upstream: UpstreamSession, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def ask_upstream(
+        self, upstream: UpstreamSession, method: str, params: dict[str, Any]
+    ) -> dict[str, Any]:
         """A request of the gateway's own: the upstream's answer, or an error body when it could not
         answer (unavailable, lost, too slow)."""
         try:

@@ -375,7 +375,9 @@ class EvidenceRecorder:
         return "tool_decision", body, surface_line, carrier_line
 
     @staticmethod
-    def _varying(record: CallRecord, digest: str | None) -> tuple[str | None, float | None, float, str | None]:
+    def _varying(
+        record: CallRecord, digest: str | None
+    ) -> tuple[str | None, float | None, float, str | None]:
         """The trace body's fields that change from call to call, in the order of ``_VARYING``."""
         decision_ms = round(record.decision_ms, 3) if record.decision_ms is not None else None
         return digest, decision_ms, round(record.latency_ms, 3), _request_id_text(record.request_id)
@@ -527,7 +529,8 @@ class EvidenceRecorder:
 
     def _write(self, at: str, built: Sequence[_Lines]) -> list[int]:
         """Write the records' lines, one ``os.write`` per file for them all; return the files
-        (0 trace, 1 surface, 2 truth) now due an fsync ("always", or "batch" at ``batch_limit`` unsynced lines)."""
+        (0 trace, 1 surface, 2 truth) now due an fsync ("always", or "batch" at ``batch_limit``
+        unsynced lines)."""
         if self._broken is not None:
             raise AppendOnlyError(self._broken)
         due: list[int] = []

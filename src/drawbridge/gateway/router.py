@@ -778,7 +778,8 @@ class DownstreamSession:
         meta = {SUBSCRIPTION_ID_META_KEY: message.id}
         token, events = self.gateway.listen(frozenset(methods))
         try:
-            subscribed = [uri for uri in dict.fromkeys(uris or ()) if await self._listen_to(entry, token, uri)]
+            asked = dict.fromkeys(uris or ())
+            subscribed = [uri for uri in asked if await self._listen_to(entry, token, uri)]
             if subscribed:
                 honored["resourceSubscriptions"] = subscribed
             ack = {"notifications": honored, "_meta": meta}

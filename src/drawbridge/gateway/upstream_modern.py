@@ -62,7 +62,9 @@ def read_discover(result: Any) -> tuple[dict[str, Any], dict[str, Any] | None, s
 
 def listen_filter(uris: Iterable[str]) -> dict[str, Any]:
     """The ``subscriptions/listen`` filter: every list change, and updates of these resources."""
-    wanted: dict[str, Any] = {"toolsListChanged": True, "promptsListChanged": True, "resourcesListChanged": True}
+    wanted: dict[str, Any] = {
+        "toolsListChanged": True, "promptsListChanged": True, "resourcesListChanged": True,
+    }
     resources = sorted(set(uris))
     if resources:
         wanted["resourceSubscriptions"] = resources

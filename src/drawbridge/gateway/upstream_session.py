@@ -9,14 +9,14 @@ would answer it is not the one that received it), and no request is sent while t
 Theory of operation. ``run`` is a supervisor loop: connect (spawn the stdio child through
 ``UpstreamProcess``, or open an HTTP client), run the initialize handshake at 2025-11-25 under the
 gateway's own name, send ``notifications/initialized``, load the tool catalogue (``tools/list`` with
-cursor pagination), become ``ready``, and wait until the link ends. An upstream configured for
-2026-07-28 gets ``server/discover`` instead of the handshake, the gateway's envelope on everything
-sent to it, and one ``subscriptions/listen`` stream for its changes and the resources watched
-(``upstream_modern.py``; ``watch_resources`` replaces the stream when that set changes). Then every pending request fails
-with ``UpstreamLost`` and the loop waits ``backoff_delay(attempt)`` (1 s doubling to 30 s, with
-"equal jitter" from an injected random source) before the next attempt; the attempt counter resets
-once a connection has reached ``ready``. ``notifications/tools/list_changed`` reloads the catalogue;
-reloads are coalesced, so a burst of notifications costs one reload after the one in progress.
+cursor pagination), become ``ready``, and wait until the link ends. Then every pending request fails
+with ``UpstreamLost`` and the loop waits ``backoff_delay(attempt)`` (1 s doubling to 30 s, with "equal
+jitter" from an injected random source) before the next attempt; the attempt counter resets once a
+connection has reached ``ready``. ``notifications/tools/list_changed`` reloads the catalogue; reloads
+are coalesced, so a burst of notifications costs one reload after the one in progress. An upstream
+configured for 2026-07-28 gets ``server/discover`` instead of the handshake, the gateway's envelope on
+everything sent to it, and one ``subscriptions/listen`` stream for its changes and the resources
+watched (``upstream_modern.py``; ``watch_resources`` replaces the stream when that set changes).
 
 The session speaks raw JSON-RPC dicts and keeps its own id space (integers counting up for the
 session's whole life, across reconnects, so a late answer from a dead connection can never match a
@@ -907,7 +907,11 @@ class UpstreamSession:
     # ------------------------------------------------------------------------------ plumbing
 
     async def _start(
-        self, method: str, params: Mapping[str, Any] | None, *, track: Callable[[PendingCall], None] | None = None
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        *,
+        track: Callable[[PendingCall], None] | None = None,
     ) -> PendingCall:
         """Send a request; ``track`` learns of it before it is sent (before anything it causes arrives)."""
         self._next_id += 1

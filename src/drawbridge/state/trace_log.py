@@ -157,7 +157,9 @@ class TraceLog:
             self._head = head_of(entry)
             return entry
 
-    def append_many(self, items: Sequence[tuple[str, str, Mapping[str, Any] | Canonical]]) -> ChainHead | None:
+    def append_many(
+        self, items: Sequence[tuple[str, str, Mapping[str, Any] | Canonical]]
+    ) -> ChainHead | None:
         """Append several entries, chained in order, with one write (and, under ``"always"``, one
         fsync); return the new head. All or none of them become the head's ancestors, as the write
         succeeds or not. A body may come as ``Canonical`` bytes (``chain.next_line``)."""
