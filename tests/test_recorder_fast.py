@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import os
 import time
 from pathlib import Path
@@ -153,6 +154,8 @@ def test_the_trace_body_rendered_from_cached_segments_is_its_canonical_json(
                         recorder._trace_body_bytes(each, digest)
                 else:
                     assert recorder._trace_body_bytes(each, digest) == expected
+                    # Without an approval the short route serves it, from segments now cached.
+                    assert each.approval is not None or recorder._body_segments
     finally:
         recorder.close()
 
@@ -190,6 +193,14 @@ def test_the_carrier_line_rendered_from_cached_segments_is_the_minted_carriers_l
                     fast._carrier_line(record)
                 continue
             assert fast._carrier_line(record) == (ndjson_line(carrier), carrier["args_digest"])
+            try:
+                json.dumps(carrier, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: the line is escaped to ASCII, the long route
+                continue
+            # A line written in UTF-8 is one the segments serve: the short route was taken.
+            key = (carrier["tool_name"], carrier["identity_state"], carrier["decision_verdict"],
+                   carrier["declared_policy_digest"], carrier["key_id"])
+            assert key in fast._carrier_segments
     finally:
         fast.close()
         reference.close()

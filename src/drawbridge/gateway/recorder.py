@@ -188,66 +188,63 @@ _Lines = tuple[str, Mapping[str, Any] | Canonical, bytes | None, bytes | None]
 
 _VARYING = ("args_digest", "decision_ms", "latency_ms", "request_id")
 """The trace body's fields that change from call to call, in JCS order."""
+_CARRIER_VARYING = ("args_digest", "order", "call_id", "observed_input_digest")
+"""The carrier's fields that change from call to call, in line order (the observed input digest is
+written again inside ``decision_identity``)."""
+_line_string = json.encoder.encode_basestring
+"""A string as ``ndjson_line`` and the JCS route write it (JSON escapes, UTF-8 kept)."""
 
 
-def _segments_around(body: Mapping[str, Any], varying: tuple[str, ...]) -> tuple[bytes, ...]:
-    """The JCS text of ``body`` (ASCII keys) cut before each value of ``varying``: the parts
-    between which those values' JCS bytes complete it."""
-    assert tuple(sorted(varying)) == varying and all(name.isascii() for name in body)
+def _marks(count: int) -> list[str]:
+    """Strings no record holds, to stand where the changing values go while the rest is rendered."""
+    return [f"\x00{secrets.token_hex(8)}-{index}\x00" for index in range(count)]
+
+
+def _cut(rendered: bytes, marks: Sequence[str]) -> tuple[bytes, ...] | None:
+    """``rendered`` cut where each of ``marks`` (rendered as JSON strings) stands, in order: the parts
+    between which the values complete it; None unless each stands there exactly once."""
     segments: list[bytes] = []
-    current = b"{"
-    for index, name in enumerate(sorted(body)):
-        current += (b"," if index else b"") + scalar_bytes(name) + b":"
-        if name in varying:
-            segments.append(current)
-            current = b""
-        else:
-            current += canonical_bytes(body[name])
-    segments.append(current + b"}")
-    assert len(segments) == len(varying) + 1
+    for mark in marks:
+        token = _line_string(mark).encode("ascii")
+        before, found, rendered = rendered.partition(token)
+        if not found or token in rendered:
+            return None
+        segments.append(before)
+    segments.append(rendered)
     return tuple(segments)
 
-_CARRIER_VARYING = ("args_digest", "order", "call_id", "observed_input_digest")
-_line_string = json.encoder.encode_basestring
-"""A string as ``ndjson_line`` writes it."""
+
+def _carrier_texts(digest: str, order: int, call_id: str, observed: str) -> tuple[bytes, bytes, bytes, bytes]:
+    """The changing values of a carrier's line as written (``UnicodeEncodeError`` when the call id
+    holds a lone surrogate: that line is escaped to ASCII whole)."""
+    return (_line_string(digest).encode(), str(order).encode(), _line_string(call_id).encode("utf-8"),
+            _line_string(observed).encode())
+
+
+def _carrier_join(segments: Sequence[bytes], texts: tuple[bytes, bytes, bytes, bytes]) -> bytes:
+    """A carrier's line from its segments (``_carrier_segments``) and changing values (``_carrier_texts``)."""
+    first, after_digest, after_order, after_call_id, after_observed, last = segments
+    digest, order, call_id, observed = texts
+    return b"".join((
+        first, digest, after_digest, order, after_order, call_id, after_call_id, observed, after_observed,
+        observed, last,
+    ))
 
 
 def _carrier_segments(carrier: Mapping[str, Any]) -> tuple[bytes, ...] | None:
-    """The carrier's line cut where its args digest, order, call id and observed input digest (twice:
-    on its own and in ``decision_identity``) go; None when it cannot be cut (a field the line must
-    escape to ASCII)."""
-    marks = [f"\x00{secrets.token_hex(8)}-{index}\x00" for index in range(5)]
-    shaped = dict(carrier)
-    for name, mark in zip(_CARRIER_VARYING, marks, strict=False):
-        shaped[name] = mark
-    identity = dict(shaped["decision_identity"])
-    identity["observed_input_digest"] = marks[4]
-    shaped["decision_identity"] = identity
+    """The carrier's line cut where its changing values go; None when it cannot be cut (a field the
+    line must escape to ASCII), checked by filling in the carrier's own values."""
+    marks = _marks(len(_CARRIER_VARYING) + 1)
+    shaped = {**carrier, **dict(zip(_CARRIER_VARYING, marks, strict=False))}
+    shaped["decision_identity"] = {**shaped["decision_identity"], "observed_input_digest": marks[-1]}
     try:
-        line = (_line_encode(shaped) + "\n").encode("utf-8")
-    except UnicodeEncodeError:  # the whole line is escaped to ASCII
+        segments = _cut((_line_encode(shaped) + "\n").encode("utf-8"), marks)
+        texts = _carrier_texts(*(carrier[name] for name in _CARRIER_VARYING))
+    except UnicodeEncodeError:  # the line (the shaped one, or this carrier's own) is escaped to ASCII
         return None
-    segments = []
-    for mark in marks:
-        rendered = _line_string(mark).encode("ascii")
-        before, found, line = line.partition(rendered)
-        if not found or rendered in line:
-            return None
-        segments.append(before)
-    segments.append(line)
-    try:
-        if ndjson_line(carrier) != _fill(segments, carrier):
-            return None
-    except UnicodeEncodeError:  # this carrier's own line is escaped to ASCII: it cannot check the cut
+    if segments is None or ndjson_line(carrier) != _carrier_join(segments, texts):
         return None
-    return tuple(segments)
-
-
-def _fill(segments: Sequence[bytes], carrier: Mapping[str, Any]) -> bytes:
-    values = [_line_string(carrier[name]).encode() if name != "order" else str(carrier[name]).encode()
-              for name in _CARRIER_VARYING]
-    values.append(values[3])
-    return b"".join(part for pair in zip(segments, [*values, b""], strict=True) for part in pair)
+    return segments
 
 
 Route = Callable[[str], str]
@@ -414,7 +411,11 @@ class EvidenceRecorder:
                record.error, record.error_code, record.protocol_version)
         segments = self._body_segments.get(key)
         if segments is None:
-            segments = _segments_around(self._trace_body(record, digest), _VARYING)
+            body = self._trace_body(record, digest)
+            marks = _marks(len(_VARYING))
+            segments = _cut(canonical_bytes({**body, **dict(zip(_VARYING, marks, strict=True))}), marks)
+            if segments is None:  # a field holds a mark's text: the general route, not cached
+                return Canonical(canonical_bytes(body))
             if len(self._body_segments) >= SURFACE_CACHE_MAX:
                 self._body_segments.clear()
             self._body_segments[key] = segments
@@ -513,17 +514,12 @@ class EvidenceRecorder:
             carrier = build_carrier(**fields)  # raises CarrierError, naming the field at fault
             return ndjson_line(carrier), carrier["args_digest"]
         order = fields["order"]
-        observed = observed_input_digest(fields["tool_name"], digest, order)
         try:
-            call_id_text = _line_string(call_id).encode("utf-8")
-        except UnicodeEncodeError:  # the line escapes it: the general route
+            observed = observed_input_digest(fields["tool_name"], digest, order)
+            texts = _carrier_texts(digest, order, call_id, observed)
+        except UnicodeEncodeError:  # the line escapes the call id: the general route
             return ndjson_line(build_carrier(**fields)), digest
-        digest_text, observed_text = _line_string(digest).encode(), _line_string(observed).encode()
-        first, after_digest, after_order, after_call_id, after_observed, last = segments
-        return b"".join((
-            first, digest_text, after_digest, str(order).encode(), after_order, call_id_text, after_call_id,
-            observed_text, after_observed, observed_text, last,
-        )), digest
+        return _carrier_join(segments, texts), digest
 
     # ---------------------------------------------------------------- writing
 
