@@ -108,8 +108,11 @@ def recorder_per_call(n: int, carriers: bool) -> float:
     import tempfile
     from pathlib import Path
 
-    from drawbridge.gateway.pipeline import Action, CallRecord, Outcome, Provenance, ToolCall
-    from drawbridge.gateway.recorder import EvidenceRecorder, TruthKey
+    from drawbridge.gateway.pipeline.outcomes import Outcome
+    from drawbridge.gateway.pipeline.records import CallRecord
+    from drawbridge.gateway.pipeline.tool_call import ToolCall
+    from drawbridge.gateway.pipeline.verdicts import Action, Provenance
+    from drawbridge.gateway.recording.recorder import EvidenceRecorder, TruthKey
 
     contract = {"version": "2.0", "tools": {"allow": ["echo"]}, "schemas": {}}
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import mcp_types as types
-
 from conftest import PYTHON, SERVERS, child_env
+
+from drawbridge.state.sqlite import to_db_time
 
 ECHO = [PYTHON, str(SERVERS / "echo_params.py")]
 
@@ -33,6 +35,16 @@ rules:
   - tools: ["*"]
     action: deny
 """
+
+
+def trace_log_appender(log: Any, clock: Callable[[], datetime] | None = None) -> Callable[[str, Mapping[str, Any]], Awaitable[Any]]:
+    """A ``state.trace_log.TraceLog`` as the approval engine's ``trace_append(kind, body)``."""
+
+    async def append(kind: str, body: Mapping[str, Any]) -> Any:
+        at = (clock or (lambda: datetime.now(UTC)))()
+        return await log.append_async(kind, to_db_time(at), body)
+
+    return append
 
 
 def write_policy(directory: Path, text: str = POLICY) -> Path:

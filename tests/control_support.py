@@ -21,14 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from approval_support import trace_log_appender
 
-from drawbridge.approval.engine import ApprovalEngine, trace_log_appender
 from drawbridge.catalogue.fingerprint import compare, tool_fingerprint
 from drawbridge.control import CatalogueItem, ControlServices, RecentCallRing, StorePinService, control_app
 from drawbridge.evidence.chain import verify_chain
-from drawbridge.gateway.pipeline import Action, Provenance, ToolCall, Verdict
-from drawbridge.policy import PolicyStore
+from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
+from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.pipeline.verdicts import Action, Provenance, Verdict
 from drawbridge.state.pins import SqlitePinStore, ToolDefinition
+from drawbridge.state.policy_store import PolicyStore
 from drawbridge.state.sqlite import StateDB
 from drawbridge.state.trace_log import TraceLog
 

@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conftest import FIXTURES, PYTHON, SERVERS, child_env
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-
-from conftest import FIXTURES, PYTHON, SERVERS, child_env
 
 GITHUB = {"name": "github", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "github_like.py")]}
 SLACK = {"name": "slack", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "slack_like.py")]}

@@ -18,25 +18,29 @@ from typing import Any
 
 import anyio
 import pytest
+from approval_support import trace_log_appender
 from mcp_types import _v2025_11_25 as legacy_wire
 from mcp_types import _v2026_07_28 as modern_wire
 
 from drawbridge.approval.channels import Channel, Strength
-from drawbridge.approval.engine import (
+from drawbridge.approval.memory import MemoryConfig
+from drawbridge.evidence.chain import verify_chain
+from drawbridge.gateway.pipeline.approvals.engine import (
     INPUT_KEY,
-    ApprovalDecider,
     ApprovalEngine,
     Settlement,
     SettlementKind,
-    call_declares_elicitation,
-    form_elicitation_declared,
-    retry_parts,
-    strip_retry_fields,
-    trace_log_appender,
 )
-from drawbridge.approval.memory import MemoryConfig
-from drawbridge.evidence.chain import verify_chain
-from drawbridge.gateway.pipeline import Action, Provenance, ToolCall, Verdict
+from drawbridge.gateway.pipeline.approvals.gate import ApprovalGate, verdict_of
+from drawbridge.gateway.pipeline.client_link import (
+    NO_LINK,
+    call_declares_elicitation,
+    declares_form_elicitation,
+    forwardable_params,
+    retry_link,
+)
+from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.pipeline.verdicts import Action, Provenance, Verdict
 from drawbridge.state.approvals import AlreadyResolved, Approval, ApprovalExpired, ApprovalStatus
 from drawbridge.state.sqlite import StateDB
 from drawbridge.state.trace_log import TraceLog
@@ -163,7 +167,7 @@ async def test_blocking_call_waits_and_is_released_by_an_approval_from_another_t
         assert (settled.channel, settled.strength) == (Channel.CLI, Strength.OPERATOR)
         assert settled.approval_id == approved.id == pending.id
         assert pending.args_digest == expected_digest(dict(call.arguments))
-        assert settled.verdict(NEEDS_PERSON).action is Action.ALLOW
+        assert verdict_of(settled, NEEDS_PERSON).action is Action.ALLOW
         assert settled.evidence()["strength"] == "operator"
 
         requested = r.entries("approval_requested")
@@ -194,7 +198,7 @@ async def test_blocking_call_denied_through_the_control_plane(tmp_path: Path) ->
         assert settled.kind is SettlementKind.DENY
         assert settled.how == "denied by http:ops via control_plane"
         assert "not on a Friday" in settled.reason
-        assert settled.verdict(NEEDS_PERSON).action is Action.DENY
+        assert verdict_of(settled, NEEDS_PERSON).action is Action.DENY
         with pytest.raises(AlreadyResolved):
             await r.engine.resolve(pending.id, "approve", "cli:bob", Channel.CLI)
 
@@ -441,7 +445,8 @@ async def test_non_blocking_pending_then_exactly_one_retry_proceeds(tmp_path: Pa
         assert approval_id in text and "same arguments" in text
         assert first.result["_meta"]["drawbridge/decision"]["approval_id"] == approval_id
         assert "/srv/app/config.yaml" not in json.dumps(first.result)
-        assert first.verdict(NEEDS_PERSON).action is Action.DENY
+        pending = verdict_of(first, NEEDS_PERSON)
+        assert (pending.action, pending.answer) == (Action.HUMAN_APPROVAL, first.result)
 
         before = await r.engine.settle(call, NEEDS_PERSON, elicitation_supported=False)
         assert (before.kind, before.approval_id) == (SettlementKind.PENDING, approval_id)
@@ -603,8 +608,6 @@ async def test_input_required_has_the_2026_wire_shape(tmp_path: Path) -> None:
         assert "/srv/app/config.yaml" not in json.dumps(result)
         (requested,) = r.entries("approval_requested")
         assert requested["body"]["mode"] == "input_required"
-        with pytest.raises(ValueError):
-            settled.verdict(NEEDS_PERSON)
 
 
 async def test_retry_with_an_accepting_answer_runs_once_and_a_replay_is_refused(tmp_path: Path) -> None:
@@ -617,13 +620,13 @@ async def test_retry_with_an_accepting_answer_runs_once_and_a_replay_is_refused(
                 "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}}
         modern_wire.CallToolRequestParams.model_validate({**params, "_meta": meta})
         assert call_declares_elicitation(ToolCall(AGENT, TOOL, call.arguments, meta, 2, MODERN))
-        state, responses = retry_parts(params)
-        assert strip_retry_fields(params) == {"name": TOOL, "arguments": dict(call.arguments)}
-        done = await r.engine.settle_retry(call, state, responses)
+        link = retry_link(params)
+        assert forwardable_params(params) == {"name": TOOL, "arguments": dict(call.arguments)}
+        done = await r.engine.settle_retry(call, link.request_state, link.input_responses)
         assert done.kind is SettlementKind.ALLOW
         assert (done.channel, done.strength) == (Channel.ELICITATION, Strength.CLIENT)
         assert done.approval_id == settled.approval_id
-        replay = await r.engine.settle_retry(call, state, responses)
+        replay = await r.engine.settle_retry(call, link.request_state, link.input_responses)
         assert (replay.kind, replay.how) == (SettlementKind.DENY, "request_state invalid: replayed")
         # nor can a plain retry ride on the used approval
         plain = await r.engine.settle(call, NEEDS_PERSON, elicitation_supported=True)
@@ -714,26 +717,23 @@ async def test_a_state_from_another_gateway_key_is_forged(tmp_path: Path) -> Non
         assert done.how == "request_state invalid: forged"
 
 
-# -- the decider adapter -----------------------------------------------------------------------
+# -- the gate in front of the engine ----------------------------------------------------------
 
 
-async def test_the_decider_adapter_turns_settlements_into_verdicts(tmp_path: Path) -> None:
+async def test_the_gate_turns_settlements_into_verdicts(tmp_path: Path) -> None:
     async with rig(tmp_path, non_blocking=True) as r:
-        async def policy(call: ToolCall) -> Verdict:
-            if call.tool == "fs.read_file":
-                return Verdict(Action.ALLOW, "reads are fine", Provenance("ci", "policies/ci.yaml", 0))
-            return NEEDS_PERSON
-
-        decider = ApprovalDecider(policy, r.engine)
-        read = await decider(make_call(tool="fs.read_file"))
-        assert read.action is Action.ALLOW and read.reason == "reads are fine"
-        pending = await decider(make_call())
-        assert pending.action is Action.DENY and "Approval required (id: " in pending.reason
+        gate = ApprovalGate(r.engine)
+        read = Verdict(Action.ALLOW, "reads are fine", Provenance("ci", "policies/ci.yaml", 0))
+        assert await gate.settle(make_call(tool="fs.read_file"), read, NO_LINK) is read  # no person needed
+        pending = await gate.settle(make_call(), NEEDS_PERSON, NO_LINK)
+        assert pending.action is Action.HUMAN_APPROVAL and pending.answer is not None
+        assert "Approval required (id: " in pending.answer["content"][0]["text"]
         assert pending.provenance == NEEDS_PERSON.provenance
         approval = await first_pending(r)
         await r.engine.resolve(approval.id, "approve", "cli:alice", Channel.CLI)
-        allowed = await decider(make_call())
+        allowed = await gate.settle(make_call(), NEEDS_PERSON, NO_LINK)
         assert allowed.action is Action.ALLOW and "cli:alice" in allowed.reason
+        assert allowed.approval is not None and allowed.approval["approval_id"] == approval.id
 
 
 @pytest.mark.parametrize(
@@ -749,23 +749,10 @@ async def test_the_decider_adapter_turns_settlements_into_verdicts(tmp_path: Pat
     ],
 )
 def test_form_elicitation_is_read_from_client_capabilities(capabilities: object, declared: bool) -> None:
-    assert form_elicitation_declared(capabilities) is declared
+    assert declares_form_elicitation(capabilities) is declared
 
 
 # -- the control plane's view, sweeping, failures ----------------------------------------------
-
-
-async def test_describe_shows_the_approval_and_the_agents_active_grants(tmp_path: Path) -> None:
-    async with rig(tmp_path, non_blocking=True) as r:
-        first = await r.engine.settle(make_call(), NEEDS_PERSON, elicitation_supported=False)
-        grant = await r.engine.grant_service.create(
-            agent="ci-*", tools="git.*", duration="1h", granted_by="http:ops"
-        )
-        await r.engine.grant_service.create(agent="other-*", tools="*", duration="1h", granted_by="http:ops")
-        view = await r.engine.describe((first.approval_id or "")[:8])
-        assert (view["id"], view["status"], view["remaining_seconds"]) == (first.approval_id, "pending", 300)
-        assert [g["id"] for g in view["active_grants"]] == [grant.id]
-        assert "/srv/app/config.yaml" not in json.dumps(view)
 
 
 async def test_sweep_expires_unanswered_non_blocking_approvals(tmp_path: Path) -> None:

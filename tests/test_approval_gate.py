@@ -11,36 +11,31 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pipeline_support import running
 
 from drawbridge.approval.binding import BINDING_DOMAIN, binding_digest
-from drawbridge.approval.engine import Settlement, SettlementKind
 from drawbridge.approval.channels import Channel, Strength
 from drawbridge.evidence.truth.carrier import args_digest
-from drawbridge.gateway.approvals import (
+from drawbridge.gateway.pipeline.approvals.engine import Settlement, SettlementKind
+from drawbridge.gateway.pipeline.approvals.gate import (
     ApprovalGate,
     ApprovalSettings,
     BindingKey,
     build_approval_engine,
     verdict_of,
 )
-from drawbridge.gateway.client_link import (
-    ClientLink,
+from drawbridge.gateway.pipeline.call import CallPipeline
+from drawbridge.gateway.pipeline.client_link import (
     forwardable_params,
     is_gateway_retry,
-    linked,
     retry_link,
 )
-from drawbridge.gateway.pipeline import (
-    Action,
-    CallRecord,
-    Outcome,
-    Provenance,
-    ToolCall,
-    Verdict,
-    refusal_for,
-    refusal_result,
-)
-from drawbridge.gateway.recorder import EvidenceRecorder, approval_obtained
+from drawbridge.gateway.pipeline.guard import EvidenceGuard
+from drawbridge.gateway.pipeline.outcomes import Outcome
+from drawbridge.gateway.pipeline.records import CallRecord, null_recorder
+from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.pipeline.verdicts import Action, Provenance, Verdict, refusal_for, refusal_result
+from drawbridge.gateway.recording.recorder import EvidenceRecorder, approval_obtained
 from drawbridge.state.sqlite import StateDB
 
 KEY = b"k" * 32
@@ -154,19 +149,26 @@ def engine_on(tmp_path: Path, trace: Trace, **settings: Any) -> Any:
     return build_approval_engine(ApprovalSettings(**settings), db, trace, binding_key=BindingKey(KEY, "kb")), db
 
 
+def pipeline_with(decide: Any, engine: Any, *, operator_channel: bool = True) -> CallPipeline:
+    return CallPipeline(
+        policy=decide, guard=EvidenceGuard(null_recorder), approvals=ApprovalGate(engine, operator_channel=operator_channel)
+    )
+
+
 @pytest.mark.anyio
-async def test_the_gate_decides_inline_only_what_needs_no_person(tmp_path: Path) -> None:
-    engine, db = engine_on(tmp_path, Trace([]))
+async def test_calls_are_decided_without_waiting_only_when_no_person_is_needed(tmp_path: Path) -> None:
+    engine, db = engine_on(tmp_path, Trace([]), non_blocking=True)
     try:
         allow = Verdict(Action.ALLOW, "fine", RULE)
-        call = ToolCall("a", "t", {"x": 1}, None, 1)
-        assert ApprovalGate(Fixed(allow), engine).decide_now(call) is allow  # type: ignore[misc]
-        assert ApprovalGate(Fixed(ASK), engine).decide_now(call) is None  # type: ignore[misc]
 
         async def awaited_only(call: ToolCall) -> Verdict:
             return allow
 
-        assert ApprovalGate(awaited_only, engine).decide_now is None
+        for decide, decided_now in ((Fixed(allow), True), (Fixed(ASK), False), (awaited_only, False)):
+            async with running(pipeline_with(decide, engine)) as rig:
+                flight = rig.start(1, "t", {"x": 1})
+                assert (flight.verdict is not None) is decided_now
+                assert flight.forwarded is decided_now
     finally:
         db.close()
 
@@ -176,23 +178,26 @@ async def test_the_gate_binds_with_every_argument_and_asks_nobody_without_a_chan
     trace = Trace([])
     engine, db = engine_on(tmp_path, trace, non_blocking=True)
     try:
-        gate = ApprovalGate(Fixed(ASK), engine, operator_channel=True)
-        first = await gate(ToolCall("a", "t", {"user": "ann", "password": "p1"}, None, 1))
-        assert first.action is Action.HUMAN_APPROVAL and first.answer is not None
-        requested = [body for kind, body in trace.entries if kind == "approval_requested"]
-        assert requested[0]["args_digest"] == expected_binding({"user": "ann", "password": "p1"}, KEY, "kb")
-        await engine.resolve(requested[0]["approval_id"], "approve", "op", Channel.CONTROL_PLANE)
-        other = await gate(ToolCall("a", "t", {"user": "ann", "password": "p2"}, None, 2))
-        assert other.action is Action.HUMAN_APPROVAL and other.answer is not None  # does not ride
-        same = await gate(ToolCall("a", "t", {"user": "ann", "password": "p1"}, None, 3))
-        assert same.action is Action.ALLOW and same.approval is not None
-        assert same.approval["approval_id"] == requested[0]["approval_id"]
+        async with running(pipeline_with(Fixed(ASK), engine, operator_channel=True)) as rig:
+            first = await rig.call(1, "t", {"user": "ann", "password": "p1"})
+            assert first.verdict is not None and first.verdict.action is Action.HUMAN_APPROVAL
+            assert first.outcome is Outcome.APPROVAL_PENDING and not first.forwarded
+            requested = [body for kind, body in trace.entries if kind == "approval_requested"]
+            assert requested[0]["args_digest"] == expected_binding({"user": "ann", "password": "p1"}, KEY, "kb")
+            await engine.resolve(requested[0]["approval_id"], "approve", "op", Channel.CONTROL_PLANE)
+            other = await rig.call(2, "t", {"user": "ann", "password": "p2"})
+            assert other.outcome is Outcome.APPROVAL_PENDING and not other.forwarded  # does not ride
+            same = await rig.call(3, "t", {"user": "ann", "password": "p1"})
+            assert same.verdict is not None and same.verdict.action is Action.ALLOW and same.forwarded
+            assert same.verdict.approval is not None
+            assert same.verdict.approval["approval_id"] == requested[0]["approval_id"]
+            assert [flight.request_id for flight in rig.upstream.sent] == [3]
 
-        lonely = ApprovalGate(Fixed(ASK), engine, operator_channel=False)
-        with linked(ClientLink()):
-            refused = await lonely(ToolCall("a", "t", {"q": 1}, None, 4))
-        assert refused.action is Action.HUMAN_APPROVAL and refused.answer is None
-        assert refused.reason.endswith("approval unavailable")
+        async with running(pipeline_with(Fixed(ASK), engine, operator_channel=False)) as rig:
+            refused = await rig.call(4, "t", {"q": 1})
+        assert refused.verdict is not None and refused.verdict.action is Action.HUMAN_APPROVAL
+        assert refused.outcome is Outcome.APPROVAL_UNAVAILABLE and refused.verdict.answer is None
+        assert refused.verdict.reason.endswith("approval unavailable")
         assert sum(1 for kind, _ in trace.entries if kind == "approval_requested") == 2  # nobody was asked
     finally:
         db.close()
@@ -214,31 +219,32 @@ async def test_a_question_the_client_answers_with_an_error_ends_at_once_when_nob
         raise RuntimeError("the agent answered elicitation/create with an error")
 
     try:
-        gate = ApprovalGate(Fixed(ASK), engine, operator_channel=operator_channel)
-        verdicts: list[Verdict] = []
+        flights: list[Any] = []
+        async with running(pipeline_with(Fixed(ASK), engine, operator_channel=operator_channel), ask=failing) as rig:
 
-        async def call() -> None:
-            with linked(ClientLink(elicit=failing)):
-                verdicts.append(await gate(ToolCall("a", "t", {"q": 1}, None, 1)))
+            async def call() -> None:
+                flights.append(await rig.call(1, "t", {"q": 1}))
 
-        with anyio.fail_after(10):  # far below the 60 s timeout
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call)
-                while not asked:
-                    await anyio.sleep(0.01)
-                if operator_channel:  # the question stays open to the operator, who answers it
-                    await anyio.sleep(0.3)
-                    assert not verdicts
-                    requested = [body for kind, body in trace.entries if kind == "approval_requested"]
-                    await engine.resolve(requested[0]["approval_id"], "approve", "op", Channel.CONTROL_PLANE)
-        (verdict,) = verdicts
+            with anyio.fail_after(10):  # far below the 60 s timeout
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    while not asked:
+                        await anyio.sleep(0.01)
+                    if operator_channel:  # the question stays open to the operator, who answers it
+                        await anyio.sleep(0.3)
+                        assert not flights
+                        requested = [body for kind, body in trace.entries if kind == "approval_requested"]
+                        await engine.resolve(requested[0]["approval_id"], "approve", "op", Channel.CONTROL_PLANE)
+        (flight,) = flights
+        verdict = flight.verdict
         resolved = [body for kind, body in trace.entries if kind == "approval_resolved"]
         assert len(resolved) == 1
         if operator_channel:
-            assert verdict.action is Action.ALLOW
+            assert verdict.action is Action.ALLOW and flight.forwarded
             assert resolved[0]["resolved_by"] == "op"
         else:
             assert verdict.action is Action.HUMAN_APPROVAL and verdict.answer is None  # refused: unavailable
+            assert flight.outcome is Outcome.APPROVAL_UNAVAILABLE and not flight.forwarded
             assert "answered the approval question with an error" in verdict.reason
             assert resolved[0]["resolved_by"] == "system:unanswerable"
             assert resolved[0]["channel"] == "system" and resolved[0]["status"] == "expired"
@@ -310,14 +316,18 @@ async def test_an_approval_runs_the_call_only_if_the_decision_still_stands(tmp_p
     trace = Trace([])
     engine, db = engine_on(tmp_path, trace, non_blocking=True)
     try:
-        call = ToolCall("a", "t", {"q": 1}, None, 1)
-        await ApprovalGate(Fixed(ASK), engine)(call)  # asked once
+        async with running(pipeline_with(Fixed(ASK), engine)) as rig:
+            await rig.call(1, "t", {"q": 1})  # asked once
         requested = [body for kind, body in trace.entries if kind == "approval_requested"]
         await engine.resolve(requested[0]["approval_id"], "approve", "op", Channel.CONTROL_PLANE)
-        stale = await ApprovalGate(Sequence_(ASK, then), engine)(ToolCall("a", "t", {"q": 1}, None, 2))
-        assert stale.action is Action.DENY and "changed while the approval was pending" in stale.reason
-        unchanged = ApprovalGate(Fixed(ASK), engine)
-        again = await unchanged(ToolCall("a", "t", {"q": 1}, None, 3))
-        assert again.action is not Action.ALLOW  # the approval was used by the refused call
+        async with running(pipeline_with(Sequence_(ASK, then), engine)) as rig:
+            stale = await rig.call(2, "t", {"q": 1})
+        assert stale.verdict is not None and stale.verdict.action is Action.DENY
+        assert "changed while the approval was pending" in stale.verdict.reason
+        assert not stale.forwarded and rig.upstream.sent == []
+        async with running(pipeline_with(Fixed(ASK), engine)) as rig:
+            again = await rig.call(3, "t", {"q": 1})
+        assert again.verdict is not None and again.verdict.action is not Action.ALLOW  # the approval was used
+        assert rig.upstream.sent == []
     finally:
         db.close()

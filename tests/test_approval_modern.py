@@ -13,7 +13,6 @@ from typing import Any
 
 import anyio
 import pytest
-
 from approval_support import ECHO, Person, decisions, listed, text_of, trace, wrap_flags, write_policy
 from conftest import GITHUB_LIKE, MODERN, connect, raw_pipe, wrap_argv, wrap_params
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from approval_support import ECHO, decisions, wrap_flags, write_policy
 from conftest import LEGACY_VERSION, RawPipe, raw_pipe, wrap_argv
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-
 from approval_support import Person, listed, text_of, trace
 from conftest import MODERN
 from serve_support import GITHUB, http_client, http_gateway, write_config

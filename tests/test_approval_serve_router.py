@@ -16,17 +16,27 @@ from typing import Any
 
 import anyio
 import pytest
-
 from approval_support import ECHO, write_policy
 from conftest import GITHUB_LIKE, MODERN
-from drawbridge.approval.engine import ApprovalEngine
+
 from drawbridge.config import UpstreamConfig
-from drawbridge.gateway.approvals import ApprovalGate, ApprovalSettings, build_approval_engine, run_approvals
-from drawbridge.gateway.hub import Gateway
-from drawbridge.gateway.jsonrpc import parse_client_message
-from drawbridge.gateway.pipeline import Action, CallRecord, Outcome, RelayEvent, policy_decider
-from drawbridge.gateway.router import DownstreamSession
-from drawbridge.gateway.upstream_session import UpstreamSession
+from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
+from drawbridge.gateway.pipeline.approvals.gate import (
+    ApprovalGate,
+    ApprovalSettings,
+    build_approval_engine,
+    run_approvals,
+)
+from drawbridge.gateway.pipeline.call import CallPipeline
+from drawbridge.gateway.pipeline.deciders import policy_decider
+from drawbridge.gateway.pipeline.guard import EvidenceGuard
+from drawbridge.gateway.pipeline.outcomes import Outcome
+from drawbridge.gateway.pipeline.records import CallRecord, RelayEvent
+from drawbridge.gateway.pipeline.verdicts import Action
+from drawbridge.gateway.protocol.jsonrpc import parse_client_message
+from drawbridge.gateway.serve.downstream_session import DownstreamSession, open_session
+from drawbridge.gateway.serve.hub import Gateway
+from drawbridge.gateway.upstreams.session import UpstreamSession
 from drawbridge.state.sqlite import StateDB
 
 pytestmark = pytest.mark.anyio
@@ -90,8 +100,12 @@ async def served(tmp_path: Path, *, operator_channel: bool = False) -> AsyncIter
 
     db = StateDB.open(tmp_path / "state.db")
     engine = build_approval_engine(ApprovalSettings(timeout_seconds=10), db, trace)
-    decide = ApprovalGate(policy_decider(str(write_policy(tmp_path, POLICY))), engine, operator_channel=operator_channel)
-    gateway = Gateway([_upstream("github", GITHUB_LIKE), _upstream("echo", ECHO)], decide=decide, record=record)
+    pipeline = CallPipeline(
+        policy=policy_decider(str(write_policy(tmp_path, POLICY))),
+        guard=EvidenceGuard(record),
+        approvals=ApprovalGate(engine, operator_channel=operator_channel),
+    )
+    gateway = Gateway([_upstream("github", GITHUB_LIKE), _upstream("echo", ECHO)], pipeline=pipeline)
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(run_approvals, engine)
@@ -114,7 +128,7 @@ async def request(session: DownstreamSession, method: str, params: dict[str, Any
 
 
 async def legacy_session(rig: Rig, agent: Agent, capabilities: dict[str, Any]) -> DownstreamSession:
-    session = rig.gateway.open_session("agent-7", agent, transport="test")
+    session = open_session(rig.gateway, "agent-7", agent, transport="test")
     agent.session = session
     init = {"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "t", "version": "0"}}
     assert "result" in await request(session, "initialize", init)
@@ -149,7 +163,7 @@ async def test_legacy_agents_are_asked_in_band_on_the_sessions_own_request_ids(t
 
 async def test_modern_agents_get_input_required_and_the_retry_fields_stay_at_the_gateway(tmp_path: Path) -> None:
     async with served(tmp_path) as rig:
-        session = rig.gateway.open_session("agent-9", Agent(), transport="test")
+        session = open_session(rig.gateway, "agent-9", Agent(), transport="test")
         first = {"name": "echo.echo", "arguments": {"n": 1}, "_meta": ENVELOPE}
         asked = (await request(session, "tools/call", first))["result"]
         assert asked["resultType"] == "input_required"

@@ -12,8 +12,17 @@ from pathlib import Path
 import anyio
 import mcp_types as types
 import pytest
-
-from approval_support import ControlPlane, Person, cli, decisions, listed, text_of, trace, wrap_flags, write_policy
+from approval_support import (
+    ControlPlane,
+    Person,
+    cli,
+    decisions,
+    listed,
+    text_of,
+    trace,
+    wrap_flags,
+    write_policy,
+)
 from conftest import GITHUB_LIKE, connect, wrap_params
 from serve_support import free_port
 

@@ -13,8 +13,18 @@ from pathlib import Path
 
 import anyio
 import pytest
-
-from approval_support import ControlPlane, Person, cli, decisions, listed, text_of, trace, wrap_flags, write_policy
+from approval_support import (
+    POLICY,
+    ControlPlane,
+    Person,
+    cli,
+    decisions,
+    listed,
+    text_of,
+    trace,
+    wrap_flags,
+    write_policy,
+)
 from conftest import GITHUB_LIKE, connect, raw_pipe, wrap_argv, wrap_params
 from serve_support import free_port, wait_for_port
 
@@ -56,9 +66,14 @@ async def test_a_pending_approval_never_survives_a_restart(tmp_path: Path) -> No
     ]
 
 
+GRANT_POLICY = POLICY.replace('  - tools: ["*"]\n    action: deny\n', '  - tools: ["get_repo"]\n    action: deny\n  - tools: ["*"]\n    action: deny\n').replace('["list_repos", "get_repo"]', '["list_repos"]')
+
+
 async def test_a_grant_lifts_approval_then_expires(tmp_path: Path) -> None:
     evidence, port = tmp_path / "evidence", free_port()
-    flags = wrap_flags(write_policy(tmp_path), evidence, "--control-port", str(port), "--approval-timeout", "1")
+    assert "get_repo" in GRANT_POLICY and GRANT_POLICY != POLICY
+    policy = write_policy(tmp_path, GRANT_POLICY)
+    flags = wrap_flags(policy, evidence, "--control-port", str(port), "--approval-timeout", "1")
     control = ControlPlane(port)
     async with connect(wrap_params(GITHUB_LIKE, *flags)) as client:
         await anyio.to_thread.run_sync(wait_for_port, port)
@@ -71,7 +86,7 @@ async def test_a_grant_lifts_approval_then_expires(tmp_path: Path) -> None:
         lifted = await client.call_tool("add_deploy_key", deploy_key("granted"))
         assert not lifted.is_error and "added" in text_of(lifted)
         # A grant never lifts a deny, and covers only its tools.
-        assert (await client.call_tool("get_env", {})).is_error
+        assert (await client.call_tool("get_repo", {"owner": "acme", "name": "rocket"})).is_error
         await anyio.sleep(2.2)
         after = await client.call_tool("add_deploy_key", deploy_key("too-late"))
         assert after.is_error and "timed out" in text_of(after)

@@ -124,7 +124,7 @@ def test_spec_default_destructive_hint_makes_a_claimed_read_a_write() -> None:
     """Servers that send the specification's defaults on every tool classify as writes (the page says so)."""
     c = classify_tool(tool("list_things", annotations={"readOnlyHint": True, "destructiveHint": True}))
     assert c.access is Access.WRITE
-    assert c.conflicting
+    assert {r.effect for r in c.reasons} >= {Effect.READ, Effect.WRITE}  # both fired; write won
     assert c.codes == (
         ReasonCode.ANNOTATION_READ_ONLY,
         ReasonCode.ANNOTATION_DESTRUCTIVE,
@@ -327,7 +327,7 @@ def test_one_write_signal_outweighs_every_read_signal() -> None:
         openapi_method="GET",
     )
     assert c.access is Access.WRITE
-    assert c.conflicting
+    assert {r.effect for r in c.reasons} >= {Effect.READ, Effect.WRITE}  # both fired; write won
     effects = [r.effect for r in c.reasons]
     assert effects.count(Effect.READ) == 5 and effects.count(Effect.WRITE) == 1
 
@@ -335,11 +335,8 @@ def test_one_write_signal_outweighs_every_read_signal() -> None:
 def test_no_signal_at_all() -> None:
     c = classify_tool({"name": "docker.ps"})
     assert (c.family, c.access) == (Family.NAMED, Access.UNKNOWN)
-    assert c.as_detailed_dict() == {
-        "family": "named",
-        "access": "unknown",
-        "reasons": [{"code": "no_signal", "effect": "none", "subject": None, "text": "no signal"}],
-    }
+    assert c.as_dict() == {"family": "named", "access": "unknown", "reasons": ["no signal"]}
+    assert [r.as_dict() for r in c.reasons] == [{"code": "no_signal", "effect": "none", "subject": None, "text": "no signal"}]
 
 
 def test_summary_line() -> None:

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import PYTHON, child_env
 from control_support import ADMIN_SHA256, ADMIN_TOKEN, NEEDS_PERSON, LiveServer, Plane, build_plane, make_call
-from drawbridge.approval.engine import SettlementKind
+
+from drawbridge.gateway.pipeline.approvals.engine import SettlementKind
 
 
 @pytest.fixture(scope="module")

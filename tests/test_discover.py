@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import PYTHON, child_env
 from serve_support import GITHUB, SLACK, write_config
 
-from drawbridge.policy import PolicyStore
+from drawbridge.state.policy_store import PolicyStore
 
 EXPECTED = {
     # name: (server, family, access)

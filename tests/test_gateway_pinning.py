@@ -1,4 +1,4 @@
-"""``gateway.pinning`` in process, on the real SQLite pin store: statuses and floors per check, fail
+"""``gateway.pipeline.pins`` and the floor stage in process, on the real SQLite pin store: statuses and floors per check, fail
 closed on every failure, waiting for the check of a catalogue that just changed, the floored verdict."""
 
 from __future__ import annotations
@@ -12,17 +12,22 @@ from typing import Any
 
 import anyio
 import pytest
+from pipeline_support import running
 
 from drawbridge.catalogue.fingerprint import PinStatus
-from drawbridge.gateway.pinning import (
+from drawbridge.gateway.pipeline.call import CallPipeline
+from drawbridge.gateway.pipeline.floors import Floors, floored_verdict
+from drawbridge.gateway.pipeline.guard import EvidenceGuard
+from drawbridge.gateway.pipeline.outcomes import Outcome
+from drawbridge.gateway.pipeline.pins import (
     PIN_FIRST_USE_KIND,
     PIN_HELD_BACK_KIND,
     PIN_STORE_UNAVAILABLE_KIND,
     CataloguePins,
-    PinFlooredDecider,
-    floored_verdict,
 )
-from drawbridge.gateway.pipeline import Action, Provenance, ToolCall, Verdict
+from drawbridge.gateway.pipeline.records import null_recorder
+from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.pipeline.verdicts import Action, Provenance, Verdict
 from drawbridge.policy.model import Action as PolicyAction
 from drawbridge.state.pins import SqlitePinStore
 from drawbridge.state.sqlite import StateDB
@@ -222,7 +227,7 @@ def test_the_floor_only_ever_raises_a_verdict() -> None:
 
 
 @pytest.mark.anyio
-async def test_the_floored_decider_applies_the_floor_of_the_called_tool(db: StateDB) -> None:
+async def test_the_pipeline_applies_the_floor_of_the_called_tool(db: StateDB) -> None:
     github = Source("github")
     pins = _pins(db, github)
     github.load([tool("list_repos")])
@@ -233,12 +238,35 @@ async def test_the_floored_decider_applies_the_floor_of_the_called_tool(db: Stat
     async def allow(call: ToolCall) -> Verdict:
         return Verdict(Action.ALLOW, "allowed", Provenance("p", "p.yaml", 0))
 
-    decide = PinFlooredDecider(allow, pins)
+    pipeline = CallPipeline(policy=allow, guard=EvidenceGuard(null_recorder), floors=Floors(pins))
+    async with running(pipeline, server="github") as rig:
+        listed = await rig.call(1, "list_repos")
+        added = await rig.call(2, "create_issue")
+    assert listed.verdict is not None and listed.verdict.action is Action.ALLOW and listed.forwarded
+    assert added.verdict is not None and added.verdict.action is Action.DENY and not added.forwarded
+    assert "pin status new" in added.verdict.reason and added.verdict.provenance == Provenance("drawbridge")
+    assert [flight.request_id for flight in rig.upstream.sent] == [1]
+    async with running(pipeline, server="slack") as rig:  # no guarded server of that name
+        other = await rig.call(3, "post")
+    assert other.verdict is not None and other.verdict.action is Action.DENY and not other.forwarded
 
-    def call(name: str) -> ToolCall:
-        return ToolCall("agent", name, {}, None, 1)
 
-    assert (await decide(call("github.list_repos"))).action is Action.ALLOW
-    assert (await decide(call("github.create_issue"))).action is Action.DENY
-    assert (await decide(call("slack.post"))).action is Action.DENY  # no guarded server of that name
-    assert (await decide(call("no_server_prefix"))).action is Action.DENY
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("default_action", "outcome"),
+    [(None, Outcome.APPROVAL_UNAVAILABLE), (PolicyAction.ALLOW, Outcome.APPROVAL_UNAVAILABLE),
+     (PolicyAction.DENY, Outcome.REFUSED)],
+)
+async def test_a_call_that_resolves_to_a_cli_dispatcher_is_raised_to_its_floor(
+    default_action: PolicyAction | None, outcome: Outcome
+) -> None:
+    async def allow(call: ToolCall) -> Verdict:
+        return Verdict(Action.ALLOW, "allowed", Provenance("p", "p.yaml", 0))
+
+    pipeline = CallPipeline(policy=allow, guard=EvidenceGuard(null_recorder))
+    async with running(pipeline, server="terraform", dispatchers={"__dispatch": default_action}) as rig:
+        dispatched = await rig.call(1, "__dispatch", {"args": ["apply"]})
+        named = await rig.call(2, "version")
+    assert dispatched.outcome is outcome and not dispatched.forwarded
+    assert dispatched.verdict is not None and "CLI dispatcher" in dispatched.verdict.reason
+    assert named.outcome is Outcome.OK and named.forwarded

@@ -13,7 +13,6 @@ import json
 import subprocess
 from pathlib import Path
 
-
 from conftest import GITHUB_LIKE, PYTHON, child_env
 
 POLICIES = Path(__file__).resolve().parent.parent / "src" / "drawbridge" / "examples" / "policies"
@@ -74,7 +73,8 @@ def test_planted_secrets_appear_in_no_output(tmp_path: Path) -> None:
     by_id = {a.get("id"): a for a in answers if "id" in a}
     assert set(by_id) >= set(range(8)), "every request was answered"
     assert not by_id[2]["result"].get("isError")  # the read ran
-    assert all(by_id[i]["result"]["isError"] for i in (3, 4, 5, 6, 7))  # refusals
+    assert all(by_id[i]["result"]["isError"] for i in (3, 4, 5, 6))  # refusals
+    assert by_id[7]["error"]["code"] == -32602 and "unknown tool" in by_id[7]["error"]["message"]
 
     gateway_outputs = {
         "stderr": result.stderr.encode(),

@@ -13,15 +13,16 @@ import anyio
 import pytest
 
 from drawbridge.evidence.chain import verify_chain
-from drawbridge.policy import Action, PolicyStore
-from drawbridge.policy.apply_edit import (
+from drawbridge.policy import Action
+from drawbridge.policy.edit import EditRefused, Placement
+from drawbridge.state.policy_edits import (
     POLICY_EDIT_KIND,
     EditApplied,
     apply_policy_edit,
     apply_policy_edit_async,
     record_policy_edit,
 )
-from drawbridge.policy.edit import EditRefused, Placement
+from drawbridge.state.policy_store import PolicyStore
 from drawbridge.state.trace_log import TraceLog
 
 CLAUDE = """\

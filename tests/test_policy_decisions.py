@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from drawbridge.catalogue import PinStatus, classify_tool
-from drawbridge.policy import Action, PolicySource, evaluate, load_policies
-from drawbridge.policy.decisions import (
+from drawbridge.catalogue.decisions import (
     CatalogueTool,
+    as_catalogue_tool,
     decision_row,
     decision_table,
     is_hidden,
-    visible_tools,
 )
+from drawbridge.policy import Action, PolicySource, evaluate, load_policies
 
 CLAUDE = """\
 name: claude
@@ -193,12 +193,12 @@ def test_visible_tools_keep_the_catalogue_order(policies) -> None:
         ("db.query",),
         CatalogueTool("terraform.__dispatch", dispatcher=True),
     ]
-    assert visible_tools(policies, "claude", tools) == (
-        "gmail.list_emails", "fs.write_file", "db.query", "terraform.__dispatch",
-    )
+    catalogue = [as_catalogue_tool(t) for t in tools]
+    visible = [t.name for t in catalogue if not is_hidden(policies, "claude", t.name, t.floor)]
+    assert visible == ["gmail.list_emails", "fs.write_file", "db.query", "terraform.__dispatch"]
     rows = decision_table(policies, "claude", tools)
     assert [r.name for r in rows] == [t[0] if isinstance(t, tuple) else t.name for t in tools]
-    assert [r.name for r in rows if not r.hidden] == list(visible_tools(policies, "claude", tools))
+    assert [r.name for r in rows if not r.hidden] == visible
 
 
 def test_to_review_flags_allowed_tools_that_are_not_plain_named_reads(policies) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from drawbridge.evidence.truth import Evidence, decision_verdict, declared_policy_digest, parse_assay_policy
-from drawbridge.policy import load_policy_dir, load_policy_path
 from drawbridge.policy.declared import declared_contract
+from drawbridge.state.policy_files import load_policy_dir, load_policy_path
 
 NATIVE = """\
 name: ops

@@ -438,14 +438,14 @@ rules:
         (A, "to", "starts_with"),
         (D, "to", "matches"),
     ]
-    assert view.possible_actions == {A, H, D} and not view.always_denied
+    assert view.possible_actions == {A, H, D} and view.possible_actions != {D}
     other = explain(ps, "claude", "slack.post")
-    assert other.fallthrough.policy == "default" and other.always_denied
+    assert other.fallthrough.policy == "default" and other.possible_actions == {D}
     nothing = explain(PolicySet(()), "x", "y")
-    assert nothing.fallthrough is DEFAULT_DENY and nothing.conditional == () and nothing.always_denied
+    assert nothing.fallthrough is DEFAULT_DENY and nothing.conditional == () and nothing.possible_actions == {D}
     conditional_only = single("  - tools: [t]\n    action: deny\n    when: [{arg: a, op: '==', value: 1}]\n")
     only_conditional = explain(conditional_only, "x", "t")
-    assert only_conditional.fallthrough is DEFAULT_DENY and only_conditional.always_denied
+    assert only_conditional.fallthrough is DEFAULT_DENY and only_conditional.possible_actions == {D}
 
 
 # ----------------------------------------------------------------------------- memo and speed

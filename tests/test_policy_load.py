@@ -20,11 +20,10 @@ from drawbridge.policy import (
     compile_glob,
     evaluate,
     load_policies,
-    load_policy_dir,
-    load_policy_file,
     load_policy_text,
 )
 from drawbridge.policy.assay import AssayPattern, OutsidePattern
+from drawbridge.state.policy_files import load_policy_dir, load_policy_file
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "src" / "drawbridge" / "examples" / "policies"
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from drawbridge.policy import Action, PolicyLoadError, PolicyStore, ReloadResult, watch_policies
+from drawbridge.policy import Action, PolicyLoadError
+from drawbridge.state.policy_store import PolicyStore, ReloadResult, watch_policies
 
 ALLOW = "name: demo\nagent: demo-agent\nrules:\n  - tools: [get_repo]\n    action: allow\n"
 DENY = "name: demo\nagent: demo-agent\nrules:\n  - tools: [get_repo]\n    action: deny\n"

@@ -11,8 +11,11 @@ import pytest
 from drawbridge.evidence.chain import verify_chain
 from drawbridge.evidence.side_effect import verify_side_effects
 from drawbridge.evidence.truth.vectors import verify_carriers
-from drawbridge.gateway.pipeline import Action, CallRecord, Outcome, Provenance, RelayIncident, ToolCall
-from drawbridge.gateway.recorder import EvidenceRecorder, TruthKey, effect_status, truth_call_id
+from drawbridge.gateway.pipeline.outcomes import Outcome
+from drawbridge.gateway.pipeline.records import CallRecord, RelayIncident
+from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.pipeline.verdicts import Action, Provenance
+from drawbridge.gateway.recording.recorder import EvidenceRecorder, TruthKey, effect_status, truth_call_id
 
 SECRET = "ghp_SECRET_VALUE_never_written_0123456789"
 CONTRACT = {"version": "2.0", "tools": {"allow": ["list_repos", "add_deploy_key"]}, "schemas": {}}

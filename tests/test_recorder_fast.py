@@ -28,9 +28,18 @@ from hypothesis import strategies as st
 from drawbridge.canonical import CanonicalizationError, canonical_bytes
 from drawbridge.evidence.surface import build_decision, build_surface
 from drawbridge.evidence.truth.carrier import CarrierError
-from drawbridge.gateway import recorder as recorder_module
-from drawbridge.gateway.pipeline import Action, CallRecord, Outcome, Provenance, RelayIncident, ToolCall
-from drawbridge.gateway.recorder import BATCH_LINES, EvidenceRecorder, TruthKey, effect_status, ndjson_line
+from drawbridge.gateway.pipeline.outcomes import Outcome
+from drawbridge.gateway.pipeline.records import CallRecord, RelayIncident
+from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.pipeline.verdicts import Action, Provenance
+from drawbridge.gateway.recording import recorder as recorder_module
+from drawbridge.gateway.recording.recorder import (
+    BATCH_LINES,
+    EvidenceRecorder,
+    TruthKey,
+    effect_status,
+    ndjson_line,
+)
 from drawbridge.state.append_only import AppendOnlyError
 
 LIMIT = 64
@@ -437,25 +446,32 @@ def test_a_failed_batch_fsync_fails_that_record_and_every_later_one(
     assert trace.count(b"\n") == LIMIT  # nothing after the failure
 
 
-def test_the_control_plane_tap_keeps_the_synchronous_form_and_notes_each_call(tmp_path: Path) -> None:
+def test_the_guard_keeps_the_synchronous_form_and_the_recent_calls_see_each_call(tmp_path: Path) -> None:
     from drawbridge.control.services import RecentCallRing
-    from drawbridge.gateway.services import RecordingTap
+    from drawbridge.gateway.pipeline.guard import EvidenceGuard
+    from drawbridge.gateway.runtime.assembly import recent_call_summary
 
     recorder = _recorder(tmp_path, "never")
     ring = RecentCallRing()
-    tap = RecordingTap(recorder, ring)
-    record_now = tap.record_now
-    assert record_now is not None
-    assert record_now([_record(0), RelayIncident("parse_error", "client", "x", None), _record(2)]) is None
+    guard = EvidenceGuard(recorder)
+    guard.observers.append(lambda record: recent_call_summary(record, ring))
+    assert guard.record_now([_record(0), RelayIncident("parse_error", "client", "x", None), _record(2)]) is None
     recorder.close()
-    assert _files(tmp_path)[0].count(b"\n") == 3
+    assert _files(tmp_path)[0].count(b"\n") == 3  # one write, through the recorder's synchronous form
     recent = anyio.run(ring, "agent-1", 10)
     assert sorted(call["tool"] for call in recent) == ["echo", "rm_rf"]
+    assert not guard.failed
+
+    seen: list[Any] = []
 
     async def awaitable_only(event: Any) -> None:
-        return None
+        seen.append(event)
 
-    assert RecordingTap(awaitable_only, ring).record_now is None  # type: ignore[arg-type]
+    only = EvidenceGuard(awaitable_only)  # type: ignore[arg-type]
+    rest = only.record_now([_record(0)])
+    assert rest is not None and seen == []  # recorded when awaited, before the answer
+    anyio.run(lambda: rest)
+    assert len(seen) == 1 and not only.failed
 
 
 def test_utc_now_is_the_utc_time_to_the_microsecond_across_seconds(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,9 +10,8 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from mcp.shared.exceptions import MCPError
-
 from conftest import CRASHY, GITHUB_LIKE, PYTHON, SERVERS, connect, raw_pipe
+from mcp.shared.exceptions import MCPError
 
 pytestmark = pytest.mark.anyio
 

@@ -9,9 +9,8 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from mcp.shared.exceptions import MCPError
-
 from conftest import ERAS, GITHUB_LIKE, MODERN, PYTHON, child_env, connect, wrap_params
+from mcp.shared.exceptions import MCPError
 
 pytestmark = pytest.mark.anyio
 

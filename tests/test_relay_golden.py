@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-
 from conftest import (
     GITHUB_LIKE,
     LEGACY_VERSION,

@@ -22,14 +22,19 @@ from typing import Any
 import anyio
 import pytest
 from anyio.abc import ByteSendStream
-
-from drawbridge.gateway.pipeline import Action, CallRecord, Provenance, RelayEvent, ToolCall, Verdict
-from drawbridge.gateway.process_stdio import FdReceiveStream, FdSendStream
-from drawbridge.gateway.jsonrpc import EVIDENCE_UNWRITTEN, RESULT_WITHHELD
-from drawbridge.gateway.stdio_relay import RECORDING_FAILED, RelayConfig, StdioRelay
-from drawbridge.gateway.upstream import UpstreamProcess
-
 from conftest import PYTHON, SERVERS
+
+from drawbridge.gateway.pipeline.call import CallPipeline
+from drawbridge.gateway.pipeline.deciders import RECORDING_FAILED
+from drawbridge.gateway.pipeline.guard import EvidenceGuard
+from drawbridge.gateway.pipeline.records import CallRecord, RelayEvent
+from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.pipeline.verdicts import Action, Provenance, Verdict
+from drawbridge.gateway.protocol.jsonrpc import EVIDENCE_UNWRITTEN, RESULT_WITHHELD
+from drawbridge.gateway.transports.relay_requests import RelayConfig
+from drawbridge.gateway.transports.wrap_relay import StdioRelay
+from drawbridge.gateway.upstreams.child_process import UpstreamProcess
+from drawbridge.gateway.upstreams.pipes import FdReceiveStream, FdSendStream
 
 pytestmark = pytest.mark.anyio
 
@@ -136,17 +141,14 @@ class Client:
 @asynccontextmanager
 async def inline_relay(
     server: list[str], decide: Any, record: Any, log: list[tuple[str, Any]], config: RelayConfig | None = None,
-    *, spy: bool = True,
+    *, spy: bool = True, call_timeout: float = 120.0,
 ) -> AsyncIterator[tuple[Client, StdioRelay, anyio.Event]]:
     to_gateway_r, to_gateway_w = os.pipe()
     from_gateway_r, from_gateway_w = os.pipe()
     upstream = await UpstreamProcess.spawn(server, max_message_bytes=1 << 20)
     out: Any = SpyOut(FdSendStream(from_gateway_w), log) if spy else FdSendStream(from_gateway_w)
-    relay = StdioRelay(
-        upstream, FdReceiveStream(to_gateway_r), out,
-        decide=decide, record=record, config=config,
-    )
-    assert relay._inline  # the route under test
+    pipeline = CallPipeline(policy=decide, guard=EvidenceGuard(record), call_timeout=call_timeout)
+    relay = StdioRelay(upstream, FdReceiveStream(to_gateway_r), out, pipeline=pipeline, config=config)
     client = Client(FdSendStream(to_gateway_w), FdReceiveStream(from_gateway_r))
     finished = anyio.Event()
 
@@ -238,8 +240,7 @@ async def test_a_decider_that_must_wait_gets_a_call_task() -> None:
 async def test_inline_calls_time_out_in_order_and_the_rest_go_on() -> None:
     log: list[tuple[str, Any]] = []
     recorder = SyncRecorder(log)
-    config = RelayConfig(call_timeout=0.4)
-    async with inline_relay(SCRIPTED, SyncDecider(), recorder, log, config) as (client, _relay, _done):
+    async with inline_relay(SCRIPTED, SyncDecider(), recorder, log, call_timeout=0.4) as (client, _relay, _done):
         await client.call("h1", "hang")
         await anyio.sleep(0.1)
         await client.call("h2", "hang")
@@ -267,8 +268,18 @@ async def test_a_cancelled_inline_call_is_recorded_and_not_answered() -> None:
     assert _calls(recorder)[7].error == "the agent cancelled the request"
 
 
+LIST_THEN_STOP_READING = """
+import json, sys, time
+request = json.loads(sys.stdin.readline())  # the gateway's own tools/list
+tools = [{"name": "t", "inputSchema": {"type": "object"}}]
+sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {"tools": tools}}) + "\\n")
+sys.stdout.flush()
+time.sleep(60)
+"""
+
+
 async def test_lines_the_upstream_cannot_take_now_wait_in_a_task_while_the_client_loop_reads_on() -> None:
-    deaf = [PYTHON, "-c", "import time; time.sleep(60)"]
+    deaf = [PYTHON, "-c", LIST_THEN_STOP_READING]
     log: list[tuple[str, Any]] = []
     recorder = SyncRecorder(log)
     config = RelayConfig(shutdown_grace=0.5)
@@ -308,6 +319,8 @@ async def test_calls_decided_from_one_read_reach_the_upstream_in_one_write_in_or
     log: list[tuple[str, Any]] = []
     recorder = SyncRecorder(log)
     async with inline_relay(SCRIPTED, SyncDecider(), recorder, log) as (client, relay, _done):
+        await client.call("first", "echo")  # the gateway lists the server's tools for the first call
+        assert (await client.recv())["id"] == "first"
         written = _spy_upstream_writes(relay)
         await client.to_gateway.send(b"".join(_call_line(i, "echo", {"n": i}) for i in range(5)))
         answers = sorted([(await client.recv())["id"] for _ in range(5)])
@@ -325,7 +338,8 @@ async def test_a_call_cancelled_in_the_read_that_brought_it_never_reaches_the_up
         await client.to_gateway.send(_call_line(9, "echo") + json.dumps(cancel).encode() + b"\n" + _call_line(10, "echo"))
         assert (await client.recv())["id"] == 10
     received = [json.loads(line) for line in seen.read_text().splitlines()]
-    assert [m.get("id") for m in received] == [10]  # neither call 9 nor its cancellation was sent
+    calls = [m for m in received if m.get("method") != "tools/list"]  # but the gateway's own listing
+    assert [m.get("id") for m in calls] == [10]  # neither call 9 nor its cancellation was sent
     assert ("answer", 9) not in log
     assert _calls(recorder)[9].outcome.value == "cancelled"
 
@@ -410,7 +424,8 @@ class HalfThenWait(ByteSendStream):
 
 async def test_a_write_that_must_wait_keeps_later_lines_behind_it() -> None:
     out = HalfThenWait()
-    relay = StdioRelay(None, FdReceiveStream(os.pipe()[0]), out, decide=SyncDecider(), record=SyncRecorder([]))  # type: ignore[arg-type]
+    pipeline = CallPipeline(policy=SyncDecider(), guard=EvidenceGuard(SyncRecorder([])))
+    relay = StdioRelay(None, FdReceiveStream(os.pipe()[0]), out, pipeline=pipeline)  # type: ignore[arg-type]
     big = b'{"id":"big","pad":"' + b"x" * 1000 + b'"}\n'
     small = b'{"id":"small"}\n'
     async with anyio.create_task_group() as tg:
@@ -479,7 +494,7 @@ async def test_a_pipe_read_waits_without_spinning_and_a_close_wakes_the_reader()
 async def test_after_a_short_read_the_next_read_waits_for_data_instead_of_failing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import drawbridge.gateway.process_stdio as process_stdio
+    import drawbridge.gateway.transports.process_stdio as process_stdio
 
     reads: list[int] = []
     real_read = os.read

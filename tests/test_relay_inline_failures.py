@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import test_relay_failures as failures
 from conftest import FIXTURES, Harness
 

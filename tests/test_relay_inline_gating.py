@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import test_relay_gating as gating
 import test_relay_shutdown as shutdown
 from conftest import FIXTURES, Harness

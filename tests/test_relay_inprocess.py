@@ -10,23 +10,19 @@ from typing import Any
 
 import anyio
 import pytest
-
-from drawbridge.gateway.pipeline import (
-    Action,
-    CallRecord,
-    Provenance,
-    RelayEvent,
-    ToolCall,
-    Verdict,
-    allow_all,
-    null_recorder,
-)
-from drawbridge.gateway.process_stdio import FdReceiveStream, FdSendStream
-from drawbridge.gateway.jsonrpc import EVIDENCE_UNWRITTEN, RESULT_WITHHELD
-from drawbridge.gateway.stdio_relay import RECORDING_FAILED, RelayConfig, StdioRelay
-from drawbridge.gateway.upstream import UpstreamProcess
-
 from conftest import CRASHY, PYTHON, SERVERS
+
+from drawbridge.gateway.pipeline.call import CallPipeline
+from drawbridge.gateway.pipeline.deciders import RECORDING_FAILED, allow_all
+from drawbridge.gateway.pipeline.guard import EvidenceGuard
+from drawbridge.gateway.pipeline.records import CallRecord, RelayEvent, null_recorder
+from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.pipeline.verdicts import Action, Provenance, Verdict
+from drawbridge.gateway.protocol.jsonrpc import EVIDENCE_UNWRITTEN, RESULT_WITHHELD
+from drawbridge.gateway.transports.relay_requests import RelayConfig
+from drawbridge.gateway.transports.wrap_relay import StdioRelay
+from drawbridge.gateway.upstreams.child_process import UpstreamProcess
+from drawbridge.gateway.upstreams.pipes import FdReceiveStream, FdSendStream
 
 pytestmark = pytest.mark.anyio
 
@@ -63,8 +59,9 @@ async def relay_over_pipes(
     to_gateway_r, to_gateway_w = os.pipe()
     from_gateway_r, from_gateway_w = os.pipe()
     upstream = await UpstreamProcess.spawn(server, max_message_bytes=1 << 20)
+    pipeline = CallPipeline(policy=decide, guard=EvidenceGuard(record))
     relay = StdioRelay(
-        upstream, FdReceiveStream(to_gateway_r), FdSendStream(from_gateway_w), decide=decide, record=record, config=config
+        upstream, FdReceiveStream(to_gateway_r), FdSendStream(from_gateway_w), pipeline=pipeline, config=config
     )
     client = Client(FdSendStream(to_gateway_w), FdReceiveStream(from_gateway_r))
     finished = anyio.Event()
@@ -216,7 +213,7 @@ def test_process_stdio_keeps_stray_output_off_the_protocol_pipe() -> None:
 
     script = """
 import anyio
-from drawbridge.gateway.process_stdio import process_stdio
+from drawbridge.gateway.transports.process_stdio import process_stdio
 
 async def main():
     async with process_stdio() as (client_in, client_out):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drawbridge.gateway.jsonrpc import (
+from drawbridge.gateway.protocol.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -183,7 +183,7 @@ def test_rendered_lines_are_compact_single_lines() -> None:
 
 def test_a_number_beyond_a_double_is_a_parse_error_not_an_infinity() -> None:
     """``1e400`` would parse to inf: no JSON number, no canonical form for the evidence, so refused."""
-    from drawbridge.gateway.jsonrpc import PARSE_ERROR, MessageError, parse_client_message
+    from drawbridge.gateway.protocol.jsonrpc import PARSE_ERROR, MessageError, parse_client_message
 
     line = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"x":1e400}}}'
     with pytest.raises(MessageError) as info:

@@ -9,24 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drawbridge.gateway.jsonrpc import INVALID_PARAMS, MessageError, parse_client_message
-from drawbridge.gateway.pipeline import (
-    Action,
-    Outcome,
-    Provenance,
-    ToolCall,
-    Verdict,
-    allow_all,
-    decider_failure,
-    deny_all,
-    parse_tool_call,
-    refusal_for,
-    refusal_result,
-    requested_tool_name,
-    tool_name_problem,
-)
-from drawbridge.gateway.relay_requests import outcome_of_response
-from drawbridge.gateway.upstream import EnvPolicy
+from drawbridge.catalogue.names import tool_name_problem
+from drawbridge.gateway.pipeline.deciders import allow_all, decider_failure, deny_all
+from drawbridge.gateway.pipeline.outcomes import Outcome, outcome_of_response
+from drawbridge.gateway.pipeline.tool_call import ToolCall, parse_tool_call, requested_tool_name
+from drawbridge.gateway.pipeline.verdicts import Action, Provenance, Verdict, refusal_for, refusal_result
+from drawbridge.gateway.protocol.jsonrpc import INVALID_PARAMS, MessageError, parse_client_message
+from drawbridge.gateway.upstreams.child_process import EnvPolicy
 
 ENVELOPE_KEY = "io.modelcontextprotocol/protocolVersion"
 

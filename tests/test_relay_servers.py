@@ -15,7 +15,6 @@ from typing import Any
 
 import mcp_types as types
 import pytest
-
 from conftest import (
     ERAS,
     GITHUB_LIKE,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from conftest import SERVERS, PYTHON, child_env
+from conftest import PYTHON, SERVERS, child_env
 
 SCRIPTED = [PYTHON, str(SERVERS / "scripted.py")]
 

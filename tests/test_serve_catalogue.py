@@ -15,7 +15,6 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
-
 from conftest import MODERN, connect
 from serve_support import (
     GITHUB,

@@ -14,9 +14,10 @@ import subprocess
 from pathlib import Path
 
 from conftest import PYTHON, ROOT, child_env
-from drawbridge.cli.serve_cmd import secret_env_names
-from drawbridge.config import parse_config
 from serve_support import GITHUB, serve_argv, write_config
+
+from drawbridge.config import parse_config
+from drawbridge.gateway.runtime.serve import secret_env_names
 
 
 def _marker_upstream(marker: Path) -> dict[str, object]:

@@ -14,9 +14,8 @@ from typing import Any
 
 import mcp_types as types
 import pytest
-from mcp.shared.exceptions import MCPError
-
 from conftest import GITHUB_LIKE, LEGACY_VERSION, MODERN, PYTHON, SERVERS, connect, direct_params, raw_pipe
+from mcp.shared.exceptions import MCPError
 from serve_support import GITHUB, SLACK, dump, serve_argv, stdio_params, write_config
 
 pytestmark = pytest.mark.anyio

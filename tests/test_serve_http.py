@@ -18,9 +18,18 @@ import anyio
 import anyio.from_thread
 import httpx
 import pytest
-
 from conftest import LEGACY_VERSION, MODERN
-from serve_support import CRASHY, GITHUB, SLACK, Running, dump, http_client, http_gateway, sha256, write_config
+from serve_support import (
+    CRASHY,
+    GITHUB,
+    SLACK,
+    Running,
+    dump,
+    http_client,
+    http_gateway,
+    sha256,
+    write_config,
+)
 
 ALICE, BOB = "alice-secret-token", "bob-secret-token"
 POLICIES = {

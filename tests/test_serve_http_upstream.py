@@ -11,10 +11,8 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from mcp.shared.exceptions import MCPError
-
 from conftest import LEGACY_VERSION, MODERN, PYTHON, SERVERS, connect, raw_pipe
-from drawbridge.gateway.upstream_session import CLIENT_CAPABILITIES
+from mcp.shared.exceptions import MCPError
 from serve_support import (
     HTTP_UPSTREAM,
     SLACK,
@@ -29,6 +27,8 @@ from serve_support import (
     wait_for_port,
     write_config,
 )
+
+from drawbridge.gateway.upstreams.session import CLIENT_CAPABILITIES
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-
 from conftest import PYTHON, SERVERS, child_env
 from serve_support import Running, dump, http_client, http_gateway, serve_argv, sha256, write_config
 

@@ -14,12 +14,12 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from mcp.shared.exceptions import MCPError
-
 from conftest import PYTHON, SERVERS, connect
-from drawbridge.config import UpstreamConfig
-from drawbridge.gateway.upstream_session import State, UpstreamSession
+from mcp.shared.exceptions import MCPError
 from serve_support import GITHUB, dump, stdio_params, write_config
+
+from drawbridge.config import UpstreamConfig
+from drawbridge.gateway.upstreams.session import State, UpstreamSession
 
 pytestmark = pytest.mark.anyio
 

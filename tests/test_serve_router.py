@@ -14,14 +14,19 @@ from typing import Any
 
 import anyio
 import pytest
-
 from conftest import PYTHON, SERVERS
+
 from drawbridge.config import UpstreamConfig
-from drawbridge.gateway.jsonrpc import parse_client_message
-from drawbridge.gateway.pipeline import Action, CallRecord, Outcome, Provenance, RelayEvent, ToolCall, Verdict
-from drawbridge.gateway.hub import Gateway, GatewaySettings
-from drawbridge.gateway.router import DownstreamSession
-from drawbridge.gateway.upstream_session import UpstreamSession
+from drawbridge.gateway.pipeline.call import CallPipeline
+from drawbridge.gateway.pipeline.guard import EvidenceGuard
+from drawbridge.gateway.pipeline.outcomes import Outcome
+from drawbridge.gateway.pipeline.records import CallRecord, RelayEvent
+from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.pipeline.verdicts import Action, Provenance, Verdict
+from drawbridge.gateway.protocol.jsonrpc import parse_client_message
+from drawbridge.gateway.serve.downstream_session import DownstreamSession, open_session
+from drawbridge.gateway.serve.hub import Gateway, GatewaySettings
+from drawbridge.gateway.upstreams.session import UpstreamSession
 
 pytestmark = pytest.mark.anyio
 
@@ -60,15 +65,14 @@ def _upstream(name: str, server: str) -> UpstreamSession:
 async def gateway(decide: Any, record: Any, call_timeout: float = 30.0) -> AsyncIterator[tuple[Gateway, DownstreamSession, Collect]]:
     gw = Gateway(
         [_upstream("github", "github_like.py"), _upstream("crashy", "crashy.py")],
-        decide=decide,
-        record=record,
+        pipeline=CallPipeline(policy=decide, guard=EvidenceGuard(record), call_timeout=call_timeout),
         settings=GatewaySettings(call_timeout=call_timeout),
     )
     async with anyio.create_task_group() as tg:
         await tg.start(gw.run)
         await gw.wait_settled(30)
         outbound = Collect()
-        session = gw.open_session("agent-7", outbound, transport="test")
+        session = open_session(gw, "agent-7", outbound, transport="test")
         init = await request(session, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})
         assert init["result"]["serverInfo"]["name"] == "drawbridge"
         yield gw, session, outbound
@@ -226,12 +230,12 @@ async def test_paged_catalogues_are_followed_and_reloaded_on_list_changed() -> N
     async def record(event: RelayEvent) -> None:
         pass
 
-    gw = Gateway([_upstream("paged", "paged.py")], decide=Script(), record=record)
+    gw = Gateway([_upstream("paged", "paged.py")], pipeline=CallPipeline(policy=Script(), guard=EvidenceGuard(record)))
     async with anyio.create_task_group() as tg:
         await tg.start(gw.run)
         await gw.wait_settled(30)
         outbound = Collect()
-        session = gw.open_session("agent-7", outbound, transport="test")
+        session = open_session(gw, "agent-7", outbound, transport="test")
         await request(session, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})
         await session.handle(parse_client_message(b'{"jsonrpc":"2.0","method":"notifications/initialized"}'))
         listed = (await request(session, "tools/list"))["result"]["tools"]
@@ -247,13 +251,13 @@ async def test_list_changed_from_an_upstream_reloads_and_notifies_agents() -> No
     async def record(event: RelayEvent) -> None:
         pass
 
-    gw = Gateway([_upstream("paged", "paged.py")], decide=Script(), record=record)
+    gw = Gateway([_upstream("paged", "paged.py")], pipeline=CallPipeline(policy=Script(), guard=EvidenceGuard(record)))
     async with anyio.create_task_group() as tg:
         await tg.start(gw.run)
         await gw.wait_settled(30)
         upstream = gw.upstreams["paged"]
         outbound = Collect()
-        session = gw.open_session("agent-7", outbound, transport="test")
+        session = open_session(gw, "agent-7", outbound, transport="test")
         await request(session, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})
         await session.handle(parse_client_message(b'{"jsonrpc":"2.0","method":"notifications/initialized"}'))
         # Make the upstream grow through the gateway's own session (as a control-plane call would).
@@ -272,7 +276,7 @@ async def test_list_changed_from_an_upstream_reloads_and_notifies_agents() -> No
 
 
 async def test_a_call_that_ran_but_could_not_be_recorded_is_not_answered_with_its_result() -> None:
-    from drawbridge.gateway.jsonrpc import EVIDENCE_UNWRITTEN, RESULT_WITHHELD
+    from drawbridge.gateway.protocol.jsonrpc import EVIDENCE_UNWRITTEN, RESULT_WITHHELD
 
     async def record(event: RelayEvent) -> None:
         if isinstance(event, CallRecord):

@@ -13,10 +13,10 @@ from typing import Any
 
 import anyio
 import pytest
-
 from conftest import GITHUB_LIKE, LEGACY_VERSION, SLACK_LIKE, RawPipe, raw_pipe
-from drawbridge.gateway.upstream_session import CLIENT_CAPABILITIES
 from serve_support import CRASHY, GITHUB, SLACK, everything_upstream, serve_argv, write_config
+
+from drawbridge.gateway.upstreams.session import CLIENT_CAPABILITIES
 
 pytestmark = pytest.mark.anyio
 

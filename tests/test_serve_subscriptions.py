@@ -20,7 +20,6 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-
 from conftest import LEGACY_VERSION, MODERN, PYTHON, SERVERS, connect
 from serve_support import dump, http_client, http_gateway, sha256, stdio_params, write_config
 

@@ -10,17 +10,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from drawbridge.catalogue.merged import build_catalogue
+from drawbridge.catalogue.names import namespaced, split_namespaced
 from drawbridge.config import AgentToken
-from drawbridge.gateway.catalogue import build_catalogue, namespaced, split_namespaced
-from drawbridge.gateway.hop import (
+from drawbridge.gateway.protocol.eras import negotiate_version
+from drawbridge.gateway.protocol.hop import (
     downstream_result,
-    negotiate_version,
     outbound_params,
     progress_token,
     union_capabilities,
 )
-from drawbridge.gateway.http_server import HttpSettings, identify
-from drawbridge.gateway.upstream_session import _HttpLink, _SseFramer, backoff_delay, safe_url
+from drawbridge.gateway.transports.http_endpoint import HttpSettings, identify
+from drawbridge.gateway.upstreams.session import _HttpLink, _SseFramer, backoff_delay, safe_url
 
 SERVER = st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True)
 PRINTABLE = st.text(st.characters(blacklist_categories=("Cc", "Cf", "Cs", "Zl", "Zp", "Zs")), min_size=1, max_size=30)

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from drawbridge.evidence.side_effect import (
-    Bound,
     BindsDifferentCall,
+    Bound,
     IrreversibilityClass,
     NotProjectable,
     RecordInconsistent,

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drawbridge.approval.durations import parse_duration
-from drawbridge.gateway.pipeline import Action as PipelineAction
+from drawbridge.gateway.pipeline.verdicts import Action as PipelineAction
 from drawbridge.policy.model import Action, stricter
 from drawbridge.state.grants import (
     AmbiguousGrantId,

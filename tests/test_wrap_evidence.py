@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import GITHUB_LIKE, PYTHON, child_env, connect, wrap_params
 
 POLICIES = Path(__file__).resolve().parent.parent / "src" / "drawbridge" / "examples" / "policies"

@@ -219,12 +219,6 @@ class Classification:
         return self.family is Family.NAMED and self.access is Access.READ
 
     @property
-    def conflicting(self) -> bool:
-        """Read and write signals both fired (and write won)."""
-        effects = {reason.effect for reason in self.reasons}
-        return Effect.READ in effects and Effect.WRITE in effects
-
-    @property
     def codes(self) -> tuple[ReasonCode, ...]:
         return tuple(reason.code for reason in self.reasons)
 
@@ -240,13 +234,6 @@ class Classification:
         """The shape ``GET /tools`` serves: ``{"family", "access", "reasons": [text, ...]}``."""
         return {"family": self.family.value, "access": self.access.value, "reasons": list(self.reason_texts)}
 
-    def as_detailed_dict(self) -> dict[str, Any]:
-        """Like ``as_dict`` with each reason's code, effect and subject."""
-        return {
-            "family": self.family.value,
-            "access": self.access.value,
-            "reasons": [reason.as_dict() for reason in self.reasons],
-        }
 
 
 NO_SIGNAL_REASON: Final = Reason(ReasonCode.NO_SIGNAL, "no signal")

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from drawbridge.catalogue.classify import Classification, Source
+from drawbridge.policy.globs import GLOB_METACHARACTERS, escape_glob
 from drawbridge.policy.model import Action
+from drawbridge.policy.yaml_text import comment_text, quoted
 
-GLOB_METACHARACTERS: Final = frozenset("*?[\\")
 READS_HEADER: Final = "reads through a named tool"
 OTHERS_HEADER: Final = "writes, generic tools, or no signal"
 GLOB_NOTE: Final = "name has glob characters, so the draft does not allow it"
@@ -62,34 +63,6 @@ def origin_label(source: Source, server: str | None = None) -> str:
 def draft_action(classification: Classification) -> Action:
     """Named reads allow; writes, generic tools and tools with no signal need a human."""
     return Action.ALLOW if classification.is_named_read else Action.HUMAN_APPROVAL
-
-
-def escape_glob(name: str) -> str:
-    """A glob that matches ``name`` literally (section 3 of the policy format: ``\\`` escapes)."""
-    return "".join("\\" + char if char in GLOB_METACHARACTERS else char for char in name)
-
-
-def _escape_char(char: str) -> str:
-    code = ord(char)
-    if char == '"':
-        return '\\"'
-    if char == "\\":
-        return "\\\\"
-    if 0x20 <= code < 0x7F:
-        return char
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
-
-
-def quoted(text: str) -> str:
-    """A YAML double-quoted scalar in printable ASCII (also a valid JSON string for ASCII input)."""
-    return '"' + "".join(_escape_char(char) for char in text) + '"'
-
-
-def _comment(text: str) -> str:
-    """Text made safe for one comment line: printable ASCII, everything else escaped."""
-    return "".join(char if 0x20 <= ord(char) < 0x7F else _escape_char(char) for char in text)
 
 
 def _shown_name(name: str) -> str:
@@ -153,11 +126,11 @@ def generate_draft(
             kind = READS_HEADER if rule.action is Action.ALLOW else OTHERS_HEADER
             if kind != header:
                 header = kind
-                prefix = f"{_comment(origin)}: " if origin else ""
+                prefix = f"{comment_text(origin)}: " if origin else ""
                 lines.append(f"  # {prefix}{kind}")
             note = f"; {GLOB_NOTE}" if rule.glob_note else ""
-            summary = _comment(rule.tool.classification.summary())
-            lines.append(f"  #   {_comment(_shown_name(rule.tool.name))} {summary}{note}")
+            summary = comment_text(rule.tool.classification.summary())
+            lines.append(f"  #   {comment_text(_shown_name(rule.tool.name))} {summary}{note}")
             lines.append(f"  - tools: [{quoted(escape_glob(rule.tool.name))}]")
             lines.append(f"    action: {rule.action.value}")
     lines += [

@@ -72,7 +72,7 @@ class Discovery:
 
 def classify_catalogue(sources: Sequence[tuple[str, Sequence[Any]]]) -> tuple[list[DiscoveredTool], list[str]]:
     """Namespace and classify ``(server, tools)`` pairs exactly as ``serve`` would serve them."""
-    from drawbridge.gateway.catalogue import build_catalogue
+    from drawbridge.catalogue.merged import build_catalogue
 
     catalogue = build_catalogue(list(sources), "tool")
     tools = []
@@ -93,9 +93,9 @@ def _why_not(upstream: Any, timeout: float) -> str:
 
 async def discover(config: GatewayConfig, timeout: float) -> Discovery:
     """Connect to every upstream, read its tools, disconnect."""
-    from drawbridge.cli.serve_cmd import secret_env_names
-    from drawbridge.gateway.upstream import EnvPolicy
-    from drawbridge.gateway.upstream_session import UpstreamSession
+    from drawbridge.gateway.runtime.serve import secret_env_names
+    from drawbridge.gateway.upstreams.child_process import EnvPolicy
+    from drawbridge.gateway.upstreams.session import UpstreamSession
 
     denied = secret_env_names(config)
     upstreams = [

@@ -123,10 +123,6 @@ class AdminAuth:
             raise ValueError("admin_token_sha256 must be the token's SHA-256 as 64 lowercase hex characters")
         self._digest = admin_token_sha256
 
-    @property
-    def token_configured(self) -> bool:
-        return self._digest is not None
-
     def check(self, scope: Any) -> Refusal | None:
         """None when the request may proceed, else the refusal to answer with."""
         if self._digest is not None:

@@ -39,32 +39,30 @@ from starlette.routing import Route
 
 from drawbridge.approval.channels import Channel
 from drawbridge.approval.durations import DurationError
-from drawbridge.approval.engine import approval_view
-from drawbridge.approval.grants_service import grant_view
 from drawbridge.canonical import CanonicalizationError, parse_json, sanitize
+from drawbridge.catalogue.decisions import decision_table
 from drawbridge.control.auth import AdminAuth
 from drawbridge.control.services import (
     PIN_ACCEPT_KIND,
-    CatalogueItem,
     ControlServices,
     current_catalogue,
 )
-from drawbridge.policy.apply_edit import (
+from drawbridge.control.views import approval_view, grant_view, policy_view, tool_view
+from drawbridge.policy.edit import EditRefused
+from drawbridge.policy.globs import GlobError, compile_glob
+from drawbridge.policy.model import PolicySet
+from drawbridge.state.approvals import AlreadyResolved, ApprovalExpired, ApprovalStatus, InvalidApproval
+from drawbridge.state.grants import GrantAlreadyRevoked, InvalidGrant
+from drawbridge.state.ids import AmbiguousId, InvalidId, UnknownId
+from drawbridge.state.pins import InvalidPin, PinError, UnknownTool
+from drawbridge.state.policy_edits import (
     BACKUP_SUFFIX,
     POLICY_EDIT_KIND,
     EditApplied,
     apply_policy_edit_async,
     atomic_write,
 )
-from drawbridge.policy.decisions import decision_table
-from drawbridge.policy.edit import EditRefused
-from drawbridge.policy.globs import GlobError, compile_glob
-from drawbridge.policy.model import Policy, PolicySet
-from drawbridge.policy.reload import PolicyStore
-from drawbridge.state.approvals import AlreadyResolved, ApprovalExpired, ApprovalStatus, InvalidApproval
-from drawbridge.state.grants import GrantAlreadyRevoked, InvalidGrant
-from drawbridge.state.ids import AmbiguousId, InvalidId, UnknownId
-from drawbridge.state.pins import InvalidPin, PinError, UnknownTool
+from drawbridge.state.policy_store import PolicyStore
 from drawbridge.state.sqlite import StateUnavailable
 
 logger = logging.getLogger("drawbridge.control")
@@ -224,60 +222,6 @@ def _truthy(value: str | None, key: str) -> bool:
 
 def _seq(entry: Any) -> int | None:
     return entry.get("seq") if isinstance(entry, Mapping) else None
-
-
-# ------------------------------------------------------------------------------------------ views
-
-
-def policy_view(policy: Policy) -> dict[str, Any]:
-    """A policy as ``GET /policies`` shows it: rules with their conditions, schemas by tool name."""
-    return {
-        "name": policy.name,
-        "agent": policy.agent.text,
-        "source_file": policy.source_file,
-        "line": policy.line,
-        "description": policy.description,
-        "rules": [
-            {
-                "index": rule.index,
-                "line": rule.line,
-                "tools": [pattern.text for pattern in rule.tools],
-                "action": rule.action.value,
-                "conditions": [
-                    {"field": c.arg_text, "operator": c.op.value, "value": _jsonable(c.value)}
-                    for c in rule.conditions
-                ],
-            }
-            for rule in policy.rules
-        ],
-        "schemas": sorted(policy.schemas),
-    }
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        return sanitize(str(value))
-    return value
-
-
-def tool_view(item: CatalogueItem) -> dict[str, Any]:
-    """A served tool as ``GET /tools`` shows it: what the upstream declared and how it classifies."""
-    tool = item.tool
-    return {
-        "name": item.name,
-        "server": item.server,
-        "upstream_name": item.upstream_name,
-        "source": item.source,
-        "title": tool.get("title") if isinstance(tool.get("title"), str) else None,
-        "description": tool.get("description") if isinstance(tool.get("description"), str) else None,
-        "input_schema": tool.get("inputSchema"),
-        "annotations": tool.get("annotations"),
-        "classification": item.classification.as_dict(),
-        "pin_status": None if item.pin_status is None else item.pin_status.value,
-        "dispatcher": item.dispatcher,
-    }
 
 
 # --------------------------------------------------------------------------------------- handlers
@@ -461,7 +405,13 @@ class ControlPlane:
 
     async def approval(self, request: Request) -> Response:
         """``GET /approvals/{id}``: one approval, the agent's active grants and recent calls."""
-        view = await self.services.approvals.describe(request.path_params["id"])
+        approvals = self.services.approvals
+        approval = await approvals.store.get(request.path_params["id"])
+        now = self.services.clock()
+        view = approval_view(approval, now)
+        view["active_grants"] = [
+            grant_view(g, now) for g in await approvals.grant_service.active_for_agent(approval.agent)
+        ]
         recent: list[Any] = []
         if self.services.recent_calls is not None:
             recent = list(await self.services.recent_calls(view["agent"], RECENT_CALLS))

@@ -8,13 +8,15 @@ with no copy to fall out of step.
 
 Theory of operation. ``ControlServices`` bundles:
 
-* ``policy_store``: the hot-reloaded policy set (``drawbridge.policy.reload.PolicyStore``); per-tool
-  edits go through ``policy.apply_edit``, which reloads the store itself.
+* ``policy_store``: the hot-reloaded policy set (``drawbridge.state.policy_store.PolicyStore``);
+  per-tool edits go through ``state.policy_edits``, which reloads the store itself.
 * ``catalogue``: a callable (sync or async) returning the tools the gateway serves now, one
   ``CatalogueItem`` per tool: the upstream's own tool dict, the name agents see, the classification,
   the pin status (None when pinning is off) and the CLI dispatcher facts. The gateway computes pin
   statuses when it (re)connects an upstream; the control plane only reads them.
-* ``approvals``: the ``ApprovalEngine``; its ``grant_service`` creates, lists and revokes grants.
+* ``approvals``: an ``ApprovalDesk``, which the gateway's approval engine is: its ``store`` lists and
+  reads approvals, ``resolve`` is every channel's one way to answer one, and its ``grant_service``
+  creates, lists and revokes grants.
 * ``trace_append(kind, body)``: appends one entry to the gateway's hash-chained trace (async);
   ``mesh.policy_edit`` and ``mesh.pin_accept`` are written through it.
 * ``pins``: a ``PinService`` (None when ``pin_tools`` is off). ``StorePinService`` implements it on
@@ -32,17 +34,15 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 from drawbridge.catalogue.classify import Classification, classify_tool
+from drawbridge.catalogue.decisions import CatalogueTool
 from drawbridge.catalogue.fingerprint import PinStatus
-from drawbridge.policy.decisions import CatalogueTool
 from drawbridge.policy.model import Action
-
-if TYPE_CHECKING:
-    from drawbridge.approval.engine import ApprovalEngine
-    from drawbridge.policy.reload import PolicyStore
-    from drawbridge.state.pins import PinAcceptance, PinStore
+from drawbridge.state.approvals import Approval, ApprovalStore
+from drawbridge.state.pins import PinAcceptance, PinStore
+from drawbridge.state.policy_store import PolicyStore
 
 PIN_ACCEPT_KIND: Final = "mesh.pin_accept"
 
@@ -273,13 +273,27 @@ class RecentCallRing:
 # ------------------------------------------------------------------------------------ the bundle
 
 
+class ApprovalDesk(Protocol):
+    """What the control plane asks of the approval engine (``gateway.pipeline.approvals.engine``)."""
+
+    @property
+    def store(self) -> ApprovalStore: ...
+
+    @property
+    def grant_service(self) -> Any: ...
+
+    async def resolve(
+        self, id_or_prefix: str, decision: Any, resolved_by: str, channel: Any, reason: str = ""
+    ) -> Approval: ...
+
+
 @dataclass(frozen=True)
 class ControlServices:
     """Everything the control plane reads and changes (see the module docstring)."""
 
     policy_store: PolicyStore
     catalogue: CatalogueProvider
-    approvals: ApprovalEngine
+    approvals: ApprovalDesk
     trace_append: TraceAppend
     pins: PinService | None = None
     recent_calls: RecentCalls | None = None
@@ -288,6 +302,7 @@ class ControlServices:
 
 __all__ = [
     "PIN_ACCEPT_KIND",
+    "ApprovalDesk",
     "CatalogueItem",
     "CatalogueProvider",
     "ControlServices",

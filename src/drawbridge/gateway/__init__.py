@@ -1,66 +1,8 @@
-"""The gateway shell: the stdio relay, its upstream child process, and the tools/call pipeline hooks."""
+"""The gateway shell: everything that moves bytes, waits, writes or keeps state around the pure core.
 
-from drawbridge.gateway.jsonrpc import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    PARSE_ERROR,
-    UPSTREAM_EXITED,
-    UPSTREAM_TIMEOUT,
-)
-from drawbridge.gateway.pipeline import (
-    Action,
-    CallRecord,
-    Decider,
-    Outcome,
-    Provenance,
-    Recorder,
-    RelayEvent,
-    RelayIncident,
-    ToolCall,
-    Verdict,
-    allow_all,
-    deny_all,
-    null_recorder,
-)
-from drawbridge.gateway.stdio_relay import RelayConfig, StdioRelay, run_relay, serve_stdio
-from drawbridge.gateway.upstream import (
-    EnvFilter,
-    EnvPolicy,
-    UpstreamGone,
-    UpstreamProcess,
-    UpstreamStartError,
-)
-
-__all__ = [
-    "INTERNAL_ERROR",
-    "INVALID_PARAMS",
-    "INVALID_REQUEST",
-    "METHOD_NOT_FOUND",
-    "PARSE_ERROR",
-    "UPSTREAM_EXITED",
-    "UPSTREAM_TIMEOUT",
-    "Action",
-    "CallRecord",
-    "Decider",
-    "EnvFilter",
-    "EnvPolicy",
-    "Outcome",
-    "Provenance",
-    "Recorder",
-    "RelayConfig",
-    "RelayEvent",
-    "RelayIncident",
-    "StdioRelay",
-    "ToolCall",
-    "UpstreamGone",
-    "UpstreamProcess",
-    "UpstreamStartError",
-    "Verdict",
-    "allow_all",
-    "deny_all",
-    "null_recorder",
-    "run_relay",
-    "serve_stdio",
-]
+``protocol`` (the wire, sans-IO) · ``pipeline`` (the one tools/call lifecycle and its stages) ·
+``recording`` (the evidence recorder) · ``upstreams`` (upstream kinds: MCP over stdio and HTTP) ·
+``serve`` (many agents and upstreams behind one gateway) · ``transports`` (the agents' side: wrap's
+stdio relay, serve over stdio and HTTP) · ``runtime`` (the one assembly every command uses).
+docs/architecture.md draws the layers and the path of one call.
+"""

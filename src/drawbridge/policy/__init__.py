@@ -1,20 +1,13 @@
 """The native policy engine: model, strict loading, evaluation, argument schemas, provenance.
 
-Pure core: ``model``, ``globs``, ``conditions``, ``regexes``, ``schemas``,
-``load``, ``evaluate`` (and ``assay``, the Assay-format conversion). Shell: ``files``
-(reads policy files) and ``reload`` (the current set and its hot reload).
-The file format is documented in docs/policy-format.md.
+Pure core: ``model``, ``globs``, ``conditions``, ``regexes``, ``schemas``, ``load``, ``evaluate``,
+``edit`` (per-tool edit plans), ``declared`` and ``assay`` (the Assay-format conversion). Reading
+the files, hot reload and applying edits are the shell's (``drawbridge.state.policy_files``,
+``policy_store``, ``policy_edits``). The file format is documented in docs/policy-format.md.
 """
 
 from drawbridge.policy.conditions import ConditionError, compile_condition, compile_regex
 from drawbridge.policy.evaluate import Candidate, ToolView, candidate_rules, evaluate, explain
-from drawbridge.policy.files import (
-    load_policy_dir,
-    load_policy_file,
-    load_policy_path,
-    read_policy_dir,
-    read_source,
-)
 from drawbridge.policy.globs import Glob, GlobError, GlobKind, compile_glob
 from drawbridge.policy.load import (
     PolicyLoadError,
@@ -38,7 +31,6 @@ from drawbridge.policy.model import (
     Truth,
     stricter,
 )
-from drawbridge.policy.reload import PolicyStore, ReloadResult, watch_policies
 from drawbridge.policy.schemas import SchemaLoadError, Violation, check_arguments, compile_schema
 
 __all__ = [
@@ -57,8 +49,6 @@ __all__ = [
     "PolicyLoadError",
     "PolicySet",
     "PolicySource",
-    "PolicyStore",
-    "ReloadResult",
     "Rule",
     "SchemaLoadError",
     "ToolSchema",
@@ -75,13 +65,7 @@ __all__ = [
     "explain",
     "is_assay_format",
     "load_policies",
-    "load_policy_dir",
-    "load_policy_file",
-    "load_policy_path",
     "load_policy_text",
     "parse_policy",
-    "read_policy_dir",
-    "read_source",
     "stricter",
-    "watch_policies",
 ]

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import PurePath
 from typing import Any
 
 from ruamel.yaml.comments import CommentedMap
@@ -52,6 +51,7 @@ from drawbridge.evidence.truth.assay_policy import (
     unknown_policy_fields,
 )
 from drawbridge.evidence.truth.patterns import matches_tool_pattern
+from drawbridge.policy.errors import PolicyLoadError
 from drawbridge.policy.globs import compile_glob
 from drawbridge.policy.model import Action, Policy, Rule, ToolPattern, ToolSchema
 from drawbridge.policy.schemas import SchemaLoadError, compile_schema
@@ -93,7 +93,6 @@ class OutsidePattern:
 
 
 def _fail(source: Any, line: int | None, problem: str) -> Exception:
-    from drawbridge.policy.load import PolicyLoadError
 
     return PolicyLoadError(source.shown, line, f"Assay-format policy: {problem}")
 
@@ -208,7 +207,7 @@ def convert_assay_policy(source: Any, root: CommentedMap) -> Policy:
         except SchemaLoadError as exc:
             raise _fail(source, line, f"schema for tool {name!r}: {exc}") from None
 
-    name = policy.get("name") or PurePath(source.name).stem
+    name = policy.get("name") or _stem(source.name)
     return Policy(
         name=name,
         agent=compile_glob("*"),
@@ -219,3 +218,10 @@ def convert_assay_policy(source: Any, root: CommentedMap) -> Policy:
         description="converted from an Assay-format policy",
         assay_policy=policy,
     )
+
+
+def _stem(name: str) -> str:
+    """A file name without its folders and its last suffix (``pathlib.PurePath.stem``, without I/O imports)."""
+    base = name.rsplit("/", 1)[-1]
+    dot = base.rfind(".")
+    return base[:dot] if 0 < dot < len(base) - 1 else base

@@ -57,11 +57,11 @@ from typing import Any, Final, Literal
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from drawbridge.catalogue.draft import GLOB_METACHARACTERS, escape_glob, quoted
 from drawbridge.policy.evaluate import explain
-from drawbridge.policy.globs import GlobKind
+from drawbridge.policy.globs import GLOB_METACHARACTERS, GlobKind, escape_glob
 from drawbridge.policy.load import PolicyLoadError, PolicySource, parse_policy, parse_yaml
 from drawbridge.policy.model import Action, Basis, Decision, Policy, PolicySet, Rule
+from drawbridge.policy.yaml_text import quoted
 
 INHERIT: Final = "inherit"
 CONSOLE_HEADER_PREFIX: Final = "# set from console, "

@@ -221,11 +221,6 @@ class ToolView:
         """Every action some call could get (a condition that cannot be evaluated adds none)."""
         return frozenset({self.fallthrough.action, *(c.rule.action for c in self.conditional)})
 
-    @property
-    def always_denied(self) -> bool:
-        """True when every path through the policy ends in deny."""
-        return self.possible_actions == {Action.DENY}
-
 
 def explain(policy_set: PolicySet, agent: str, tool: str) -> ToolView:
     """The decision-table entry for (agent, tool)."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
+from typing import Final
 
 _META = frozenset("*?[\\")
 
@@ -176,8 +177,10 @@ def compile_glob(pattern: str) -> Glob:
     return Glob(pattern, GlobKind.PARTIAL, prefix, re.compile(source, re.DOTALL))
 
 
-def any_matches(globs: tuple[Glob, ...], value: str) -> bool:
-    for glob in globs:
-        if glob.matches(value):
-            return True
-    return False
+GLOB_METACHARACTERS: Final = frozenset("*?[\\")
+"""The characters that make a glob pattern (section 3 of the policy format)."""
+
+
+def escape_glob(name: str) -> str:
+    """A glob that matches ``name`` literally (section 3 of the policy format: ``\\`` escapes)."""
+    return "".join("\\" + char if char in GLOB_METACHARACTERS else char for char in name)

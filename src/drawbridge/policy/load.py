@@ -30,6 +30,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from drawbridge.policy.conditions import ConditionError, compile_condition
+from drawbridge.policy.errors import PolicyLoadError
 from drawbridge.policy.globs import GlobError, compile_glob
 from drawbridge.policy.model import Action, Condition, Policy, PolicySet, Rule, ToolSchema
 from drawbridge.policy.schemas import SchemaLoadError, compile_schema
@@ -66,24 +67,6 @@ _HINTS = {
     "field": "the argument is named with `arg`",
     "operator": "the operator is named with `op`",
 }
-
-
-class PolicyLoadError(ValueError):
-    """A policy that cannot be loaded. ``str()`` is ``file:line: problem``."""
-
-    def __init__(self, file: str, line: int | None, problem: str) -> None:
-        self.file = file
-        self.line = line
-        self.problem = problem
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        if self.line is None:
-            return f"{self.file}: {self.problem}"
-        return f"{self.file}:{self.line}: {self.problem}"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.file, self.line, self.problem))
 
 
 @dataclass(frozen=True, slots=True)

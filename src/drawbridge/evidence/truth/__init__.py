@@ -8,22 +8,6 @@ from drawbridge.evidence.truth.assay_policy import (
     parse_assay_policy,
     unknown_policy_fields,
 )
-from drawbridge.evidence.truth.declared import declared_policy_digest, declared_view, project_declared
-from drawbridge.evidence.truth.evidence import Evidence
-from drawbridge.evidence.truth.patterns import matches_tool_pattern
-from drawbridge.evidence.truth.verdict import (
-    AXES,
-    IDENTITY_STATES,
-    JSON_NULL,
-    VERDICTS,
-    ArgsCheck,
-    check_tool_args,
-    decision_axes,
-    decision_verdict,
-    lattice_max,
-    run_verdict,
-    verdict_rank,
-)
 from drawbridge.evidence.truth.carrier import (
     SCHEMA,
     CarrierError,
@@ -38,6 +22,8 @@ from drawbridge.evidence.truth.carrier import (
     try_build_carrier,
     validate_carrier,
 )
+from drawbridge.evidence.truth.declared import declared_policy_digest, declared_view, project_declared
+from drawbridge.evidence.truth.evidence import Evidence
 from drawbridge.evidence.truth.otel import (
     UnverifiedDecisionError,
     VerifiedDecision,
@@ -50,7 +36,21 @@ from drawbridge.evidence.truth.pack import (
     pack_recipe_row,
     verify_recipe_row,
 )
+from drawbridge.evidence.truth.patterns import matches_tool_pattern
 from drawbridge.evidence.truth.vectors import verify_carriers, verify_tdt_document
+from drawbridge.evidence.truth.verdict import (
+    AXES,
+    IDENTITY_STATES,
+    JSON_NULL,
+    VERDICTS,
+    ArgsCheck,
+    check_tool_args,
+    decision_axes,
+    decision_verdict,
+    lattice_max,
+    run_verdict,
+    verdict_rank,
+)
 
 __all__ = [
     "AXES",

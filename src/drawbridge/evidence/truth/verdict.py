@@ -61,6 +61,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import referencing.jsonschema as _specs
 from jsonschema import (
     Draft4Validator,
     Draft6Validator,
@@ -70,7 +71,6 @@ from jsonschema import (
 )
 from jsonschema_specifications import REGISTRY as _META_SCHEMAS
 from referencing import Registry
-import referencing.jsonschema as _specs
 
 from drawbridge.evidence.truth.assay_policy import normalize_assay_policy
 from drawbridge.evidence.truth.evidence import Evidence

@@ -1,0 +1,694 @@
+"""The one lifecycle of a tools/call, whatever the transport and whatever the upstream kind.
+
+Invariant: a tools/call reaches an upstream only when, for exactly the name and arguments the
+upstream receives, the floors, the policy and -- for ``human_approval`` -- a settled approval said
+``allow``. Anything else (deny, an approval that cannot be obtained, a decider that fails, a name
+no catalogue lists, a request that cannot be read one way, evidence that failed earlier) ends in an
+answer from the gateway itself, naming the rule and the reason but never an argument value. Every
+call gets exactly one record and then exactly one answer (none when the agent cancelled it), and
+the record reaches the OS first; a call that ran but could not be recorded is answered with
+``EVIDENCE_UNWRITTEN``, never with its result. This module alone builds the record, guards the
+recorder, applies the call timeout and cancellation, withholds results and turns verdicts into
+refusals: wrap's relay and serve's sessions only move bytes and hand calls here.
+
+Theory of operation. A transport hands each tools/call request to ``start`` (which never waits) or
+``call`` (which returns once the call is answered), with the agent's id, the session's protocol
+version, a ``Replier`` (the agent's side: how to ask it in-band, how to write answers) and a
+``Resolver`` (the catalogue: which upstream serves the name, through which ``Forwarder``). A
+``Flight`` then goes through the stages, each returning what the next takes:
+
+1. parse: ``tool_call.parse_tool_call``; the gateway's own retry fields (``client_link``) are taken
+   out of what is forwarded;
+2. resolve: the name in the catalogue (``Resolver``); an unknown name is invalid;
+3. floors: ``floors.Floors`` (pins, CLI dispatchers), raised over the
+4. policy: the ``Decider``, guarded (``deciders``): a failing decider is a deny;
+5. approval: ``approvals.gate.ApprovalGate`` for ``human_approval`` and for 2026-07-28 retries; when
+   a person allowed the call, 3 and 4 run again and must ask the same question;
+6. forward: ``Forwarder.send``, under the call timeout (one watch task for every call: they share
+   the timeout, so their deadlines come in the order they were sent);
+7. settle: the upstream's answer (``answered``), its loss (``lost``), the timeout, or the agent's
+   cancellation (``cancel``) -- whoever comes first; the others find the flight settled;
+8. record: one ``CallRecord`` through the ``EvidenceGuard``;
+9. answer: ``Replier.deliver``, or the return of ``call``.
+
+The fast path is a property of this unit, not a second route: when the catalogue, the floors and the
+policy answer without waiting (``Decider.decide_now``), steps 1 to 6 run inside ``start`` with no
+task, and the flight is completed by ``flush``, which the transport calls at the end of each read:
+the flights settled by one read of the upstream are recorded together (one write per evidence file)
+and answered together (one write per agent). A call that must wait (an approval, a pin check, a
+catalogue not listed yet) gets a decision task, and is then completed the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import anyio
+import anyio.abc
+from anyio.abc import TaskStatus
+
+from drawbridge.gateway.pipeline.approvals.gate import ApprovalGate
+from drawbridge.gateway.pipeline.client_link import (
+    NO_LINK,
+    ClientLink,
+    Elicit,
+    forwardable_params,
+    is_gateway_retry,
+    retry_link,
+)
+from drawbridge.gateway.pipeline.deciders import (
+    RECORDING_FAILED,
+    Decider,
+    decider_failure,
+    guarded_decision,
+    guarded_decision_now,
+)
+from drawbridge.gateway.pipeline.floors import Floors, Route, floored_verdict
+from drawbridge.gateway.pipeline.guard import EvidenceGuard
+from drawbridge.gateway.pipeline.outcomes import Outcome, outcome_of_response
+from drawbridge.gateway.pipeline.records import CallRecord
+from drawbridge.gateway.pipeline.tool_call import ToolCall, parse_tool_call, requested_tool_name
+from drawbridge.gateway.pipeline.verdicts import (
+    GATEWAY_POLICY,
+    Action,
+    Provenance,
+    Verdict,
+    refusal_for,
+    refusal_result,
+)
+from drawbridge.gateway.protocol.jsonrpc import (
+    EVIDENCE_UNWRITTEN,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    RESULT_WITHHELD,
+    UPSTREAM_EXITED,
+    UPSTREAM_TIMEOUT,
+    Message,
+    MessageError,
+    encode_line,
+)
+
+logger = logging.getLogger("drawbridge.gateway")
+
+DEFAULT_CALL_TIMEOUT_SECONDS: Final = 120.0
+UNKNOWN_TOOL: Final = "unknown tool: the gateway serves no tool of this name (see tools/list)"
+INPUT_REQUIRED_FOR_HANDSHAKE: Final = (
+    "the upstream asks for input before it runs this call (a 2026-07-28 InputRequiredResult), which a "
+    "2025-11-25 connection cannot answer; connect at 2026-07-28 to answer it"
+)
+DECISION_CHANGED: Final = (
+    "the decision changed while the approval was pending (the policy or the tool's catalogue entry "
+    "changed; it now says {action}); call again"
+)
+
+
+# ------------------------------------------------------------------------------------------ answers
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayResult:
+    """A ``CallToolResult`` the gateway answers with itself (a refusal, an approval still open)."""
+
+    result: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayError:
+    """A JSON-RPC error the gateway answers with (invalid, timed out, upstream gone, withheld)."""
+
+    code: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamAnswer:
+    """The upstream's own response: its body, and the line it came in when the transport has it."""
+
+    body: Mapping[str, Any]
+    raw: bytes | None = None
+
+
+Answer = GatewayResult | GatewayError | UpstreamAnswer
+
+
+# ------------------------------------------------------------------------------------- collaborators
+
+
+class Forwarder(Protocol):
+    """An upstream kind, as the lifecycle sees it."""
+
+    def send(self, flight: Flight) -> Awaitable[None] | None:
+        """Hand the decided call over (``flight.message``, ``flight.resolved.route``). Its end comes back
+        through ``CallPipeline.answered`` or ``lost``; ``send`` itself never raises for the call."""
+        ...
+
+    def abandon(self, flight: Flight, reason: str, *, timed_out: bool) -> Awaitable[None] | None:
+        """The call is no longer wanted (timed out, or the agent cancelled it): tell the upstream."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    route: Route
+    forwarder: Forwarder
+
+
+WAIT: Final = object()
+"""``Resolver.resolve_now``'s answer when the catalogue is not known yet: ``resolve`` must be awaited."""
+
+
+class CatalogueUnavailable(Exception):
+    """The catalogue cannot be read now (the message says why): the call is refused."""
+
+
+class Resolver(Protocol):
+    """The catalogue a call is resolved in: the served name to its route and its upstream."""
+
+    def resolve_now(self, tool: str) -> Resolved | None | object:
+        """The resolution, None for an unknown name, or ``WAIT``."""
+        ...
+
+    async def resolve(self, tool: str) -> Resolved | None:
+        """The resolution once the catalogue is known; raises ``CatalogueUnavailable``."""
+        ...
+
+
+class Replier(Protocol):
+    """The agent's side of its calls, as the lifecycle sees it."""
+
+    def elicit(self, flight: Flight) -> Elicit | None:
+        """How to ask this call's agent in-band (2025-11-25 ``elicitation/create``), if it can be."""
+        ...
+
+    def deliver(self, flights: Sequence[Flight]) -> Awaitable[None] | None:
+        """Write the answers of these recorded flights (``flight.answer``, None: nothing is due), in order."""
+        ...
+
+
+# -------------------------------------------------------------------------------------------- flight
+
+
+@dataclass(eq=False, slots=True)
+class Flight:
+    """One tools/call from the moment the pipeline takes it to its answer."""
+
+    message: Message
+    """The request; a 2026-07-28 retry's gateway fields are taken out of it (what is forwarded)."""
+    agent: str
+    version: str | None
+    replier: Replier
+    resolver: Resolver
+    started: float
+    awaited: bool = False
+    """Completed by the task that awaits it (``call``), not by ``flush``."""
+    call: ToolCall | None = None
+    link: ClientLink = NO_LINK
+    resolved: Resolved | None = None
+    verdict: Verdict | None = None
+    decided_at: float | None = None
+    forwarded: bool = False
+    settled: bool = False
+    completed: bool = False
+    outcome: Outcome | None = None
+    error: str | None = None
+    error_code: int | None = None
+    finished_at: float | None = None
+    answer: Answer | None = None
+    deadline: float | None = None
+    """``time.monotonic()`` when the forwarded call times out."""
+    done: anyio.Event | None = None
+    """Set when an awaited flight is settled."""
+    scope: anyio.CancelScope | None = None
+    """What the flight's decision awaits; cancelled when the flight is settled meanwhile."""
+    handle: Any = None
+    """The forwarder's own bookkeeping for this call (an upstream request, a queued line)."""
+
+    @property
+    def request_id(self) -> Any:
+        return self.message.id
+
+
+# ------------------------------------------------------------------------------------------ pipeline
+
+
+class CallPipeline:
+    """The lifecycle (module docstring). One per gateway process, shared by every transport."""
+
+    def __init__(
+        self,
+        *,
+        policy: Decider,
+        guard: EvidenceGuard,
+        floors: Floors | None = None,
+        approvals: ApprovalGate | None = None,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT_SECONDS,
+        refuse_after_record_failure: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.policy = policy
+        self.guard = guard
+        self.floors = floors if floors is not None else Floors()
+        self.approvals = approvals
+        self.call_timeout = call_timeout
+        self.refuse_after_record_failure = refuse_after_record_failure
+        self.clock = clock
+        policy_now = getattr(policy, "decide_now", None)
+        self._policy_now: Callable[[ToolCall], Verdict | None] | None = policy_now if callable(policy_now) else None
+        self._settled: list[Flight] = []
+        """Settled flights of ``start`` that ``flush`` completes."""
+        self._timed: dict[Flight, None] = {}
+        """Forwarded flights waiting for their upstream, in the order they were sent (= deadline order)."""
+        self._wake: anyio.Event | None = None
+        self._tasks: anyio.abc.TaskGroup | None = None
+        self._deciding = 0
+
+    # ---------------------------------------------------------------------------------- running
+
+    @property
+    def running(self) -> bool:
+        return self._tasks is not None
+
+    @property
+    def deciding(self) -> int:
+        """How many calls are being decided by a task of their own (an approval, a pin check)."""
+        return self._deciding
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The pipeline's own tasks (the timeout watch, decisions that wait), until cancelled."""
+        async with anyio.create_task_group() as tg:
+            self._tasks = tg
+            try:
+                tg.start_soon(self._watch_deadlines)
+                task_status.started()
+                await anyio.sleep_forever()
+            finally:
+                self._tasks = None
+                tg.cancel_scope.cancel()
+
+    # ------------------------------------------------------------------------------------ taking
+
+    def start(
+        self, message: Message, *, agent: str, version: str | None, replier: Replier, resolver: Resolver
+    ) -> Flight:
+        """Take a tools/call and carry it as far as it goes without waiting; never awaits. The flight
+        is answered through ``replier.deliver`` by ``flush`` (or by its decision task)."""
+        flight = self._admit(message, agent, version, replier, resolver, awaited=False)
+        if flight.settled:
+            return flight
+        verdict = self._decide_now(flight)
+        if verdict is None:
+            self._spawn(self._decision_task, flight)
+            return flight
+        sending = self._act(flight, verdict)
+        if sending is not None:
+            self._spawn(self._await_sending, sending)
+        return flight
+
+    async def call(
+        self, message: Message, *, agent: str, version: str | None, replier: Replier, resolver: Resolver
+    ) -> Flight:
+        """Take a tools/call and return it recorded, with its ``answer``. Cancelling the caller
+        cancels the call: the upstream is told, the call is recorded, the cancellation goes on."""
+        flight = self._admit(message, agent, version, replier, resolver, awaited=True)
+        try:
+            if not flight.settled:
+                verdict = self._decide_now(flight)
+                if verdict is None:
+                    verdict = await self._decide_in_scope(flight)
+                if verdict is not None and not flight.settled:
+                    sending = self._act(flight, verdict)
+                    if sending is not None:
+                        await sending
+            assert flight.done is not None
+            await flight.done.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                abandoning = self.cancel(flight, "the agent cancelled the request")
+                if abandoning is not None:
+                    await abandoning
+                await self._complete([flight], deliver=False)
+            raise
+        await self._complete([flight], deliver=False)
+        return flight
+
+    def _admit(
+        self,
+        message: Message,
+        agent: str,
+        version: str | None,
+        replier: Replier,
+        resolver: Resolver,
+        *,
+        awaited: bool,
+    ) -> Flight:
+        """Stages 1 and 2: parse and resolve (module docstring)."""
+        flight = Flight(message, agent, version, replier, resolver, self.clock(), awaited)
+        if awaited:
+            flight.done = anyio.Event()
+        params = message.body.get("params")
+        if is_gateway_retry(params):
+            # The gateway's requestState and the answers beside it are the gateway's: verified by the
+            # approval stage, never forwarded (``client_link``).
+            assert isinstance(params, dict)
+            body = {**message.body, "params": forwardable_params(params)}
+            flight.message = dataclasses.replace(message, raw=encode_line(body)[:-1], body=body)
+            flight.link = retry_link(params)
+        try:
+            flight.call = parse_tool_call(flight.message, agent, version)
+        except MessageError as exc:
+            self._settle(flight, Outcome.INVALID, exc.message, exc.code, GatewayError(exc.code, exc.message))
+            return flight
+        flight.version = flight.call.protocol_version
+        resolved = resolver.resolve_now(flight.call.tool)
+        if resolved is None:
+            self._unknown(flight)
+        elif resolved is not WAIT:
+            assert isinstance(resolved, Resolved)
+            flight.resolved = resolved
+        return flight
+
+    def _unknown(self, flight: Flight) -> None:
+        flight.call = None  # recorded as an invalid request: no decision, nothing digested
+        message = f"invalid params: {UNKNOWN_TOOL}"
+        self._settle(flight, Outcome.INVALID, UNKNOWN_TOOL, INVALID_PARAMS, GatewayError(INVALID_PARAMS, message))
+
+    # ---------------------------------------------------------------------------------- deciding
+
+    def _refused_for_evidence(self) -> Verdict | None:
+        if self.guard.failed and self.refuse_after_record_failure:
+            return Verdict(Action.DENY, RECORDING_FAILED, Provenance(GATEWAY_POLICY))
+        return None
+
+    def _decide_now(self, flight: Flight) -> Verdict | None:
+        """Stages 3 to 5 without waiting; None when this call must wait (a task then decides it)."""
+        refused = self._refused_for_evidence()
+        if refused is not None:
+            return refused
+        resolved = flight.resolved
+        call = flight.call
+        if resolved is None or call is None or flight.link.retry:
+            return None
+        floor = self.floors.now(resolved.route)
+        if floor is None or self._policy_now is None:
+            return None
+        verdict = guarded_decision_now(self._policy_now, call, refuse=False)
+        if verdict is None:
+            return None
+        verdict = floored_verdict(verdict, floor, call.tool)
+        if verdict.action is Action.HUMAN_APPROVAL and self.approvals is not None:
+            return None
+        return verdict
+
+    async def _floored(self, call: ToolCall, route: Route) -> Verdict:
+        """Stages 3 and 4, waiting where they must."""
+        floor = self.floors.now(route)
+        if floor is None:
+            floor = await self.floors.when_checked(route)
+        verdict = None
+        if self._policy_now is not None:
+            verdict = guarded_decision_now(self._policy_now, call, refuse=False)
+        if verdict is None:
+            verdict = await guarded_decision(self.policy, call, refuse=False)
+        return floored_verdict(verdict, floor, call.tool)
+
+    async def _decide(self, flight: Flight) -> Verdict | None:
+        """Stages 2 to 5, waiting where they must; None when the flight was settled meanwhile (an
+        unknown name found once the catalogue was known)."""
+        refused = self._refused_for_evidence()
+        if refused is not None:
+            return refused
+        call = flight.call
+        assert call is not None
+        if flight.resolved is None:
+            try:
+                resolved = await flight.resolver.resolve(call.tool)
+            except CatalogueUnavailable as exc:
+                return Verdict(Action.DENY, str(exc), Provenance(GATEWAY_POLICY))
+            if resolved is None:
+                self._unknown(flight)
+                return None
+            flight.resolved = resolved
+        route = flight.resolved.route
+        verdict = await self._floored(call, route)
+        if self.approvals is None or (verdict.action is not Action.HUMAN_APPROVAL and not flight.link.retry):
+            return verdict
+        link = dataclasses.replace(flight.link, elicit=flight.replier.elicit(flight))
+        try:
+            settled = await self.approvals.settle(call, verdict, link)
+        except Exception as exc:  # noqa: BLE001 -- a failing approval stage is a deny, whatever it raised
+            logger.error("the approval stage raised %s; the call is refused", type(exc).__name__)
+            return decider_failure(exc)
+        if settled.action is Action.ALLOW and not link.retry:
+            # A person may have taken minutes: decide again and run the call only if what was
+            # approved is still what would be asked.
+            again = await self._floored(call, route)
+            if again.action is not verdict.action or again.person_only != verdict.person_only:
+                return Verdict(Action.DENY, DECISION_CHANGED.format(action=again.action.value), again.provenance)
+        return settled
+
+    async def _decide_in_scope(self, flight: Flight) -> Verdict | None:
+        """``_decide`` in a scope that settling the flight meanwhile (the agent cancelled) cancels."""
+        verdict = None
+        self._deciding += 1
+        try:
+            with anyio.CancelScope() as scope:
+                flight.scope = scope
+                if not flight.settled:
+                    verdict = await self._decide(flight)
+        finally:
+            flight.scope = None
+            self._deciding -= 1
+        return verdict
+
+    async def _decision_task(self, flight: Flight) -> None:
+        verdict = await self._decide_in_scope(flight)
+        if verdict is not None and not flight.settled:
+            sending = self._act(flight, verdict)
+            if sending is not None:
+                await sending
+        await self.flush()
+
+    async def _await_sending(self, sending: Awaitable[None]) -> None:
+        await sending
+        await self.flush()
+
+    def _spawn(self, work: Callable[..., Awaitable[None]], *args: Any) -> None:
+        if self._tasks is None:
+            raise RuntimeError("the call pipeline is not running (start CallPipeline.run first)")
+        self._tasks.start_soon(work, *args)
+
+    # ----------------------------------------------------------------------------------- acting
+
+    def _act(self, flight: Flight, verdict: Verdict) -> Awaitable[None] | None:
+        """Refuse, or forward (stage 6); what is left to await of the forwarding, if anything."""
+        call = flight.call
+        assert call is not None
+        flight.verdict = verdict
+        flight.decided_at = self.clock()
+        refusal = refusal_for(verdict)
+        if refusal is not None:
+            self._settle(flight, refusal.outcome, refusal.reason, None, GatewayResult(refusal_result(verdict, refusal, call)))
+            return None
+        resolved = flight.resolved
+        assert resolved is not None
+        flight.forwarded = True
+        flight.deadline = time.monotonic() + self.call_timeout
+        self._timed[flight] = None
+        if self._wake is not None:
+            self._wake.set()
+        return resolved.forwarder.send(flight)
+
+    # --------------------------------------------------------------------------------- settling
+
+    def _settle(
+        self, flight: Flight, outcome: Outcome, error: str | None, code: int | None, answer: Answer | None
+    ) -> bool:
+        """The one way a flight ends; False when it had ended already (whoever came first won)."""
+        if flight.settled:
+            return False
+        flight.settled = True
+        flight.outcome, flight.error, flight.error_code, flight.answer = outcome, error, code, answer
+        flight.finished_at = self.clock()
+        self._timed.pop(flight, None)
+        if flight.scope is not None:
+            flight.scope.cancel()
+        if flight.done is not None:
+            flight.done.set()
+        else:
+            self._settled.append(flight)
+        return True
+
+    def answered(self, flight: Flight, body: Mapping[str, Any], raw: bytes | None = None) -> bool:
+        """The upstream answered a forwarded call; False when the flight had ended already."""
+        if flight.settled or not flight.forwarded:
+            return False
+        outcome, error, code = outcome_of_response(body)
+        answer: Answer = UpstreamAnswer(body, raw)
+        call = flight.call
+        if outcome is Outcome.INPUT_REQUIRED and call is not None and not call.modern:
+            # A 2026-07-28 upstream asks for input by a result a handshake-era agent cannot answer.
+            error, code = INPUT_REQUIRED_FOR_HANDSHAKE, INTERNAL_ERROR
+            answer = GatewayError(code, error)
+        elif outcome is Outcome.UPSTREAM_ERROR and "error" not in body:
+            assert error is not None
+            code = INTERNAL_ERROR
+            answer = GatewayError(code, error)  # no CallToolResult in it: never passed on
+        return self._settle(flight, outcome, error, code, answer)
+
+    def lost(self, flight: Flight, detail: str, *, sent: bool = True) -> bool:
+        """The upstream is gone: before it answered (``sent``), or before the call reached it."""
+        if not sent:
+            flight.forwarded = False
+        return self._settle(flight, Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED, GatewayError(UPSTREAM_EXITED, detail))
+
+    def cancel(self, flight: Flight, reason: str) -> Awaitable[None] | None:
+        """The agent gave up on the call (or closed): no answer is due. What is left to await of telling
+        the upstream, when the call had reached it."""
+        if not self._settle(flight, Outcome.CANCELLED, reason, None, None):
+            return None
+        if flight.forwarded and flight.resolved is not None:
+            return flight.resolved.forwarder.abandon(flight, reason, timed_out=False)
+        return None
+
+    async def _watch_deadlines(self) -> None:
+        """Time out forwarded calls the upstream does not answer within the call timeout."""
+        while True:
+            if not self._timed:
+                self._wake = anyio.Event()
+                await self._wake.wait()
+                self._wake = None
+                continue
+            flight = next(iter(self._timed))
+            assert flight.deadline is not None
+            delay = flight.deadline - time.monotonic()
+            if delay > 0:
+                # Every later entry has a later deadline; one settled meanwhile is skipped on waking.
+                await anyio.sleep(delay)
+                continue
+            detail = f"the upstream did not answer tools/call within {self.call_timeout:g} seconds"
+            if not self._settle(flight, Outcome.TIMEOUT, detail, UPSTREAM_TIMEOUT, GatewayError(UPSTREAM_TIMEOUT, detail)):
+                continue
+            assert flight.resolved is not None
+            abandoning = flight.resolved.forwarder.abandon(flight, "gateway timeout", timed_out=True)
+            if abandoning is not None:
+                await abandoning
+            await self.flush()
+
+    # ------------------------------------------------------------------------- recording, answering
+
+    async def flush(self) -> None:
+        """Complete the flights settled since the last flush (``start``'s): record them together,
+        then answer them together."""
+        if self._settled:
+            flights, self._settled = self._settled, []
+            await self._complete(flights, deliver=True)
+
+    async def _complete(self, flights: Sequence[Flight], *, deliver: bool) -> None:
+        """Stages 8 and 9: record, then answer, each flight once (evidence first)."""
+        todo = [flight for flight in flights if not flight.completed]
+        if not todo:
+            return
+        for flight in todo:
+            flight.completed = True
+        rest = self.guard.record_now([self.record_of(flight) for flight in todo])
+        if rest is not None:
+            if deliver and self._tasks is not None:
+                # The records wait for an fsync: their answers wait with them, in a task, so that
+                # whoever completed them goes on serving the others meanwhile.
+                self._tasks.start_soon(self._answer_when_recorded, rest, todo)
+                return
+            await rest
+        self._withhold(todo)
+        if deliver:
+            await self._deliver(todo)
+
+    async def _answer_when_recorded(self, rest: Awaitable[None], flights: list[Flight]) -> None:
+        await rest
+        self._withhold(flights)
+        await self._deliver(flights)
+
+    def _withhold(self, flights: Sequence[Flight]) -> None:
+        """Nothing that ran is answered without evidence: once recording has failed, a forwarded
+        call's result is replaced by ``EVIDENCE_UNWRITTEN`` (the agent is told why)."""
+        if not self.guard.failed:
+            return
+        for flight in flights:
+            if flight.forwarded and flight.answer is not None:
+                flight.answer = GatewayError(EVIDENCE_UNWRITTEN, RESULT_WITHHELD)
+
+    async def _deliver(self, flights: Sequence[Flight]) -> None:
+        start = 0
+        while start < len(flights):
+            replier = flights[start].replier
+            end = start + 1
+            while end < len(flights) and flights[end].replier is replier:
+                end += 1
+            writing = replier.deliver(flights[start:end])
+            if writing is not None:
+                await writing
+            start = end
+
+    def record_of(self, flight: Flight) -> CallRecord:
+        """Stage 8's record, from the values the stages returned (never re-derived)."""
+        assert flight.outcome is not None
+        finished = flight.finished_at if flight.finished_at is not None else self.clock()
+        latency_ms = (finished - flight.started) * 1000.0
+        call = flight.call
+        if call is None:
+            return CallRecord(
+                agent=flight.agent,
+                request_id=flight.message.id,  # type: ignore[arg-type]
+                tool=requested_tool_name(flight.message),
+                action=None,
+                reason=None,
+                provenance=None,
+                outcome=flight.outcome,
+                error=flight.error,
+                error_code=flight.error_code,
+                decision_ms=None,
+                latency_ms=latency_ms,
+                protocol_version=flight.version,
+            )
+        verdict = flight.verdict
+        decided = flight.decided_at
+        return CallRecord(
+            agent=call.agent,
+            request_id=call.request_id,
+            tool=call.tool,
+            action=verdict.action if verdict is not None else None,
+            reason=verdict.reason if verdict is not None else None,
+            provenance=verdict.provenance if verdict is not None else None,
+            outcome=flight.outcome,
+            error=flight.error,
+            error_code=flight.error_code,
+            decision_ms=(decided - flight.started) * 1000.0 if decided is not None else None,
+            latency_ms=latency_ms,
+            protocol_version=call.protocol_version,
+            call=call,
+            tool_listed=flight.resolved is not None,
+            approval=verdict.approval if verdict is not None else None,
+        )
+
+
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT_SECONDS",
+    "INPUT_REQUIRED_FOR_HANDSHAKE",
+    "UNKNOWN_TOOL",
+    "WAIT",
+    "Answer",
+    "CallPipeline",
+    "CatalogueUnavailable",
+    "Flight",
+    "Forwarder",
+    "GatewayError",
+    "GatewayResult",
+    "Replier",
+    "Resolved",
+    "Resolver",
+    "UpstreamAnswer",
+]

@@ -1,0 +1,109 @@
+"""How the gateway can reach the client of the tools/call being decided, and the retry fields it owns.
+
+Invariant: the approval gate (``approvals.gate``) learns what the client can be asked only from the
+transport that carries the call -- wrap's stdio relay or serve's downstream session, each the call's
+``Replier`` -- and only for that call's decision, through the ``ClientLink`` the pipeline hands it.
+And a ``requestState`` the gateway minted (prefix ``dbrs1.``), with the ``inputResponses`` sent beside
+it, is the gateway's own business: it is verified by the gateway and removed before the call is
+forwarded, so the upstream never sees it. Any other ``requestState`` belongs to the upstream's own
+``InputRequiredResult`` and is passed on untouched.
+
+Theory of operation. The pipeline builds one ``ClientLink`` per call that needs approval: the
+``elicit`` callable that sends the agent a gateway-originated ``elicitation/create`` (None when the
+agent did not declare form elicitation, or cannot take a request from the server), and the
+gateway's retry fields of a 2026-07-28 retry, if any. A call with no link gets ``NO_LINK``: nobody
+can be asked in-band.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from drawbridge.approval.request_state import PREFIX as GATEWAY_STATE_PREFIX
+from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.protocol.eras import RESERVED_PREFIX
+
+RETRY_FIELDS: Final = ("requestState", "inputResponses")
+CLIENT_CAPABILITIES_META_KEY: Final = RESERVED_PREFIX + "clientCapabilities"
+
+Elicit = Callable[[ToolCall, Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
+"""Send the agent ``elicitation/create`` with these params; return its ``ElicitResult`` (raises when the
+agent answers with an error or cannot be reached)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLink:
+    """What the transport of one tools/call offers the approval gate."""
+
+    elicit: Elicit | None = None
+    """In-band question to the agent (2025-11-25 era), when it declared form elicitation."""
+    request_state: object | None = None
+    """The gateway's ``requestState`` echoed by a 2026-07-28 retry, as sent (unverified)."""
+    input_responses: Mapping[str, Any] | None = None
+    """The ``inputResponses`` sent beside the gateway's ``requestState``."""
+
+    @property
+    def retry(self) -> bool:
+        return self.request_state is not None
+
+
+NO_LINK: Final = ClientLink()
+def declares_form_elicitation(capabilities: object) -> bool:
+    """Whether client capabilities declare form-mode elicitation (an empty ``elicitation`` means form)."""
+    if not isinstance(capabilities, Mapping):
+        return False
+    elicitation = capabilities.get("elicitation")
+    if not isinstance(elicitation, Mapping):
+        return False
+    if "form" in elicitation:
+        return isinstance(elicitation["form"], Mapping)
+    return "url" not in elicitation
+
+
+def call_declares_elicitation(call: ToolCall) -> bool:
+    """For a 2026-07-28 call: the client capabilities carried in its ``_meta`` declare form elicitation."""
+    meta = call.meta if isinstance(call.meta, Mapping) else {}
+    return call.modern and declares_form_elicitation(meta.get(CLIENT_CAPABILITIES_META_KEY))
+
+
+def is_gateway_retry(params: object) -> bool:
+    """Whether tools/call ``params`` carry a ``requestState`` of the gateway's own form (or claim to)."""
+    if not isinstance(params, Mapping):
+        return False
+    state = params.get("requestState")
+    return isinstance(state, str) and state.startswith(GATEWAY_STATE_PREFIX)
+
+
+def retry_link(params: object, elicit: Elicit | None = None) -> ClientLink:
+    """The link for a call with these params: the gateway's retry fields taken out if present."""
+    if not is_gateway_retry(params):
+        return ClientLink(elicit=elicit)
+    assert isinstance(params, Mapping)
+    responses = params.get("inputResponses")
+    return ClientLink(
+        elicit=elicit,
+        request_state=params.get("requestState"),
+        input_responses=responses if isinstance(responses, Mapping) else None,
+    )
+
+
+def forwardable_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The params to forward upstream for a gateway retry: the gateway's own fields removed."""
+    return {k: v for k, v in params.items() if k not in RETRY_FIELDS}
+
+
+__all__ = [
+    "CLIENT_CAPABILITIES_META_KEY",
+    "GATEWAY_STATE_PREFIX",
+    "NO_LINK",
+    "RETRY_FIELDS",
+    "ClientLink",
+    "Elicit",
+    "call_declares_elicitation",
+    "declares_form_elicitation",
+    "forwardable_params",
+    "is_gateway_retry",
+    "retry_link",
+]

@@ -1,0 +1,103 @@
+"""The floor stage: the least strict action a call can get from the catalogue, whatever the policy says.
+
+Invariant: every tools/call is raised to the floor of the tool it resolves to before the policy's
+verdict counts: ``stricter(floor, verdict)``, so no rule relaxes it. The floor of a route is the
+stricter of its pin floor (``pins.CataloguePins``: ``new`` deny, ``changed`` human_approval, an
+unchecked or unreadable catalogue deny) and its dispatcher floor (a CLI dispatcher: human_approval,
+or its ``default_action`` when stricter) -- the same ``catalogue.floors.tool_floor`` rules that
+``/tools/decisions`` shows. A floor that raised the action is named as the decider, and a
+``human_approval`` it raised is ``person_only``: no grant and no approval memory lift it.
+
+Theory of operation. ``Floors.now(route)`` answers without waiting, or None while the pins of the
+route's server are being checked; ``Floors.when_checked(route)`` waits for that check (bounded, in
+``CataloguePins``) and answers. Without pinning only the dispatcher floor applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from drawbridge.canonical import sanitize
+from drawbridge.catalogue.floors import NO_FLOOR, Floor, apply_floor, tool_floor
+from drawbridge.gateway.pipeline.pins import CataloguePins
+from drawbridge.gateway.pipeline.verdicts import GATEWAY_POLICY, Action, Provenance, Verdict
+from drawbridge.policy.model import stricter
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a tools/call goes: the upstream that serves the tool, and what the catalogue says of it."""
+
+    server: str
+    """The upstream's name: its namespace under ``serve``, its ``--server-id`` under ``wrap``."""
+    tool: str
+    """The upstream's own name for the tool (the namespace taken off)."""
+    dispatcher: bool = False
+    """The tool is a CLI dynamic dispatcher: the subcommand is an argument."""
+    dispatcher_default_action: Action | None = None
+
+
+DISPATCHER_ONLY: Final = tool_floor(dispatcher=True)
+
+
+def joined(first: Floor, second: Floor) -> Floor:
+    """The stricter of two floors, with the reasons of every floor above allow."""
+    if second.action is Action.ALLOW:
+        return first
+    if first.action is Action.ALLOW:
+        return second
+    return Floor(stricter(first.action, second.action), first.reasons + second.reasons)
+
+
+def _dispatcher(route: Route) -> Floor:
+    if not route.dispatcher:
+        return NO_FLOOR
+    if route.dispatcher_default_action is None:
+        return DISPATCHER_ONLY
+    return tool_floor(dispatcher=True, dispatcher_default_action=route.dispatcher_default_action)
+
+
+class Floors:
+    """The floors of routes: pins (when the catalogue is pinned) and CLI dispatchers (module docstring)."""
+
+    def __init__(self, pins: CataloguePins | None = None) -> None:
+        self.pins = pins
+
+    def now(self, route: Route) -> Floor | None:
+        """The route's floor without waiting; None while its server's catalogue is being checked."""
+        floor = _dispatcher(route)
+        if self.pins is None:
+            return floor
+        if self.pins.checking(route.server):
+            return None
+        return joined(self.pins.floor(route.server, route.tool), floor)
+
+    def current(self, route: Route) -> Floor:
+        """The route's floor now, a check in progress or not (an unchecked catalogue is held back)."""
+        floor = _dispatcher(route)
+        if self.pins is None:
+            return floor
+        return joined(self.pins.floor(route.server, route.tool), floor)
+
+    async def when_checked(self, route: Route) -> Floor:
+        floor = _dispatcher(route)
+        if self.pins is None:
+            return floor
+        return joined(await self.pins.floor_when_checked(route.server, route.tool), floor)
+
+
+def floored_verdict(verdict: Verdict, floor: Floor, tool: str) -> Verdict:
+    """The verdict after the floor; when the floor raised the action, it is named as the decider."""
+    if floor.action is Action.ALLOW:
+        return verdict
+    floored = apply_floor(floor, verdict.action)
+    if not floored.by_floor:
+        return verdict
+    said = f"the policy said {verdict.action.value} ({verdict.provenance.label()})"
+    reason = f"catalogue floor on {sanitize(tool)}: {'; '.join(floor.reasons)}; {said}"
+    action = floored.action
+    return Verdict(action, reason, Provenance(GATEWAY_POLICY), person_only=action is Action.HUMAN_APPROVAL)
+
+
+__all__ = ["Floors", "Route", "floored_verdict", "joined"]

@@ -1,0 +1,114 @@
+"""The recorder behind its guard: one place that knows whether evidence is still being written.
+
+Invariant: a record that fails -- raises, or takes longer than ``RECORD_TIMEOUT_SECONDS`` -- sets
+``failed`` for the whole gateway, and from then on the pipeline refuses every tools/call and
+withholds the result of every call that ran. That holds for call records, incidents and every
+other trace entry (approvals, pins, policy edits) alike, in ``wrap`` and ``serve`` alike, because
+they all go through this one guard.
+
+Theory of operation. ``record_now(events)`` hands the events to the recorder's synchronous form
+(``record_now``, when it has one: one write per evidence file for all of them) and returns None, or
+an awaitable for what is left (an fsync), which the caller awaits before answering. A recorder that
+only has its awaitable form is awaited in that awaitable, event by event. ``incident`` logs and
+records a ``RelayIncident``; ``append(kind, body)`` writes one trace entry that is not a call
+(``trace_append`` for the approval engine, the pins and the control plane). ``observers`` see
+every call record written (the recent-calls ring of the approval view); they never see arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from drawbridge.gateway.pipeline.records import (
+    RECORD_TIMEOUT_SECONDS,
+    CallRecord,
+    Recorder,
+    RelayEvent,
+    RelayIncident,
+)
+
+logger = logging.getLogger("drawbridge.gateway")
+
+RecordNow = Callable[[Sequence[RelayEvent]], Awaitable[None] | None]
+Observer = Callable[[CallRecord], None]
+
+
+class EvidenceGuard:
+    """The gateway's recorder, guarded (module docstring)."""
+
+    def __init__(self, recorder: Recorder, *, timeout: float = RECORD_TIMEOUT_SECONDS) -> None:
+        self.recorder = recorder
+        self.failed = False
+        self._timeout = timeout
+        record_now = getattr(recorder, "record_now", None)
+        self._record_now: RecordNow | None = record_now if callable(record_now) else None
+        record_event = getattr(recorder, "record_event", None)
+        self._record_event = record_event if callable(record_event) else None
+        self.observers: list[Observer] = []
+
+    def _fail(self, what: str, exc: BaseException) -> None:
+        self.failed = True
+        logger.error("recording %s failed (%s); later tools/call requests are refused", what, type(exc).__name__)
+
+    def record_now(self, events: Sequence[RelayEvent]) -> Awaitable[None] | None:
+        """Write ``events`` now; None when they are complete, else what is left to await (module docstring)."""
+        try:
+            if self._record_now is not None:
+                rest = self._record_now(events)
+            else:
+                rest = self._each(events)
+        except Exception as exc:  # noqa: BLE001 -- any recorder failure is reported the same way
+            self._fail("an event", exc)
+            return None
+        self._observe(events)
+        return None if rest is None else self._bounded(rest)
+
+    async def _each(self, events: Sequence[RelayEvent]) -> None:
+        for event in events:
+            await self.recorder(event)
+
+    async def _bounded(self, rest: Awaitable[None]) -> None:
+        try:
+            with anyio.fail_after(self._timeout):
+                await rest
+        except Exception as exc:  # noqa: BLE001 -- any recorder failure is reported the same way
+            self._fail("an event", exc)
+
+    async def record(self, event: RelayEvent) -> None:
+        """Write one event and wait until it is complete; shielded, so a cancelled caller still records."""
+        with anyio.CancelScope(shield=True):
+            rest = self.record_now([event])
+            if rest is not None:
+                await rest
+
+    async def incident(self, kind: str, direction: str, detail: str, code: int | None = None) -> None:
+        logger.warning("%s (%s): %s", kind, direction, detail)
+        await self.record(RelayIncident(kind, direction, detail, code))
+
+    async def append(self, kind: str, body: Mapping[str, Any]) -> Any:
+        """One trace entry that is not a call; the entry written, or None when the gateway writes no
+        trace (no evidence directory: approvals and pins still work, and nothing is recorded, as for
+        calls). A failure is raised, and fails the gateway closed."""
+        if self._record_event is None:
+            return None
+        try:
+            with anyio.fail_after(self._timeout):
+                return await self._record_event(kind, body)
+        except Exception as exc:
+            self._fail(f"a {kind} trace entry", exc)
+            raise
+
+    def _observe(self, events: Sequence[RelayEvent]) -> None:
+        if not self.observers:
+            return
+        for event in events:
+            if isinstance(event, CallRecord):
+                for observer in self.observers:
+                    observer(event)
+
+
+__all__ = ["EvidenceGuard"]

@@ -1,0 +1,373 @@
+"""Pinned catalogues at run time: each upstream's tools checked against their accepted pins, and the
+floors that follow from the check.
+
+Invariant: a floor below deny comes only from a check that completed for the catalogue the upstream
+lists now. ``pinned`` has no floor, ``changed`` has the floor ``human_approval``, ``new`` the floor
+``deny``. Every other situation holds every tool of the server back with the floor ``deny``: its pins
+cannot be read or written (``PinStoreUnavailable``, or any other failure of the check), or the
+upstream's catalogue changed and has not been checked yet. The floor is combined with the policy's
+decision as ``stricter(floor, decision)`` (``catalogue.floors.apply_floor``), so no policy relaxes it.
+
+Theory of operation. ``CataloguePins`` knows the upstreams it guards (``CatalogueSource``: a name,
+the raw tools it lists now, and ``catalogue_version``, which the upstream session increments before
+it reports every catalogue load: connect, reconnect, ``notifications/tools/list_changed``). The hub
+awaits ``check(server)`` on each such report, before agents see the new list. A check:
+
+1. fingerprints each listed tool (``catalogue.fingerprint.tool_fingerprint``: name, title,
+   description, schemas, annotations; so a rename is a removal plus a new tool). A tool that cannot
+   be fingerprinted or pinned (listed twice, a name too long, a field that is not JSON) gets no
+   status and stays ``new``: it is held back;
+2. pins the catalogue whole if the server was never pinned (trust on first use, recorded as
+   ``mesh.pin_first_use``), else loads the pins;
+3. compares (``catalogue.fingerprint.compare``) and records the observation in the pin store, so that
+   ``POST /tools/pins/accept`` (any process) pins exactly what the server offers now;
+4. publishes the statuses for that catalogue version and, when tools are held back or pinned tools
+   are gone, records ``mesh.pin_held_back`` with both descriptions.
+
+A failure anywhere publishes "unavailable" for that version (recorded as
+``mesh.pin_store_unavailable``). Checks of one server are serialized; a call that arrives while its
+server's catalogue is being checked waits for the check (at most ``wait_seconds``) and is then held
+back if it is still unchecked. The floor stage applies the floor to the policy's verdict for
+``tools/call`` (``floors.Floors``); acceptance (``after_accept``) re-runs the check so the new pins are
+in force at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, Protocol
+
+import anyio
+
+from drawbridge.canonical import sanitize
+from drawbridge.catalogue.fingerprint import PinStatus, compare, tool_fingerprint
+from drawbridge.catalogue.floors import Floor, tool_floor
+from drawbridge.catalogue.names import namespaced
+from drawbridge.policy.model import Action
+from drawbridge.state.pins import MAX_NAME, PinStore, PinStoreUnavailable, ToolDefinition
+
+logger = logging.getLogger("drawbridge.gateway.pins")
+
+PIN_FIRST_USE_KIND: Final = "mesh.pin_first_use"
+PIN_HELD_BACK_KIND: Final = "mesh.pin_held_back"
+PIN_STORE_UNAVAILABLE_KIND: Final = "mesh.pin_store_unavailable"
+DEFAULT_WAIT_SECONDS: Final = 5.0
+
+TraceAppend = Callable[[str, Mapping[str, Any]], Awaitable[Any]]
+
+
+class CatalogueSource(Protocol):
+    """What the pins read of an upstream (``UpstreamSession`` has all of it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def tools(self) -> Sequence[Any]: ...
+
+    @property
+    def catalogue_version(self) -> int: ...
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerPins:
+    """The result of one check of one server's catalogue."""
+
+    version: int
+    """The upstream's ``catalogue_version`` this check covers."""
+    statuses: Mapping[str, PinStatus] = field(default_factory=dict)
+    """Upstream tool name -> status; a listed tool missing here is held back as ``new``."""
+    unavailable: str | None = None
+    """Why every tool of the server is held back (the pins could not be read or written)."""
+
+    def status(self, name: str) -> PinStatus:
+        if self.unavailable is not None:
+            return PinStatus.NEW
+        return self.statuses.get(name, PinStatus.NEW)
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """The tools of one catalogue that can be pinned, and their pin-store definitions."""
+
+    tools: tuple[Mapping[str, Any], ...]
+    definitions: Mapping[str, ToolDefinition]
+    skipped: tuple[str, ...]
+    """Listed names that cannot be pinned (held back as ``new``), sanitized for records."""
+
+
+def _description(tool: Mapping[str, Any]) -> str | None:
+    value = tool.get("description")
+    return value if isinstance(value, str) else None
+
+
+def pinnable(tools: Iterable[Any]) -> _Listed:
+    """The listed tools that can be fingerprinted and pinned; the rest are named in ``skipped``."""
+    counts: dict[str, int] = {}
+    for item in tools:
+        name = item.get("name") if isinstance(item, Mapping) else None
+        if isinstance(name, str):
+            counts[name] = counts.get(name, 0) + 1
+    kept: list[Mapping[str, Any]] = []
+    definitions: dict[str, ToolDefinition] = {}
+    skipped: list[str] = []
+    for item in tools:
+        name = item.get("name") if isinstance(item, Mapping) else None
+        if not isinstance(name, str) or not name:
+            continue  # never served: the catalogue refuses it too
+        if counts[name] > 1 or len(name) > MAX_NAME:
+            skipped.append(sanitize(name)[:200])
+            continue
+        try:
+            fingerprint = tool_fingerprint(item)
+        except ValueError:
+            skipped.append(sanitize(name)[:200])
+            continue
+        kept.append(item)
+        definitions[name] = ToolDefinition(fingerprint, _description(item))
+    return _Listed(tuple(kept), definitions, tuple(dict.fromkeys(skipped)))
+
+
+class CataloguePins:
+    """Pin statuses of every guarded upstream, kept current by ``check`` (module docstring)."""
+
+    def __init__(
+        self,
+        store: PinStore,
+        sources: Iterable[CatalogueSource],
+        trace_append: TraceAppend,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        wait_seconds: float = DEFAULT_WAIT_SECONDS,
+        shown_name: Callable[[str, str], str] = namespaced,
+    ) -> None:
+        if not math.isfinite(wait_seconds) or wait_seconds < 0:
+            raise ValueError("wait_seconds must be a finite number >= 0")
+        self._store = store
+        self._sources: dict[str, CatalogueSource] = {}
+        for source in sources:
+            if source.name in self._sources:
+                raise ValueError(f"duplicate upstream name {source.name!r}")
+            self._sources[source.name] = source
+        self._trace = trace_append
+        self._clock = clock
+        self._shown = shown_name
+        """``(server, tool) -> the name agents call it by``, for the records (``server.tool`` under serve)."""
+        self._wait = wait_seconds
+        self._servers: dict[str, ServerPins] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self._published: dict[str, anyio.Event] = {}
+        self._checked_once: set[str] = set()
+        self._generation_seen: dict[str, int] = {}
+        self.revision = 0
+        """Counts published checks; a view computed from the floors is current while it is unchanged."""
+
+    def add_source(self, source: CatalogueSource) -> None:
+        """Guard one more upstream (wrap adds its server once the relay that lists it exists)."""
+        if source.name in self._sources:
+            raise ValueError(f"duplicate upstream name {source.name!r}")
+        self._sources[source.name] = source
+
+    # ------------------------------------------------------------------------------------ reading
+
+    def servers(self) -> list[str]:
+        return list(self._sources)
+
+    def state(self, server: str) -> ServerPins | None:
+        return self._servers.get(server)
+
+    def _current(self, server: str) -> ServerPins | None:
+        """The published check if it covers the catalogue the upstream lists now, else None."""
+        source = self._sources.get(server)
+        state = self._servers.get(server)
+        if source is None or state is None or state.version != source.catalogue_version:
+            return None
+        return state
+
+    def status(self, server: str, name: str) -> PinStatus:
+        """The status of a listed tool; ``new`` (held back) when unchecked or unavailable."""
+        state = self._current(server)
+        return PinStatus.NEW if state is None else state.status(name)
+
+    def floor(self, server: str, name: str) -> Floor:
+        """The floor of a call to ``name`` of ``server`` now, without waiting for a check."""
+        if server not in self._sources:
+            return Floor(Action.DENY, (f"no guarded upstream is named {sanitize(server)!r}",))
+        state = self._current(server)
+        if state is None:
+            return Floor(
+                Action.DENY,
+                (
+                    f"the catalogue of server {sanitize(server)!r} has not been checked against its pins "
+                    "yet; every tool of this server is held back",
+                ),
+            )
+        if state.unavailable is not None:
+            return Floor(Action.DENY, (state.unavailable,))
+        return tool_floor(state.status(name))
+
+    def checking(self, server: str) -> bool:
+        """Whether a call to ``server`` would wait for a check of its catalogue (``floor_when_checked``)."""
+        return server in self._sources and self._wait > 0 and self._current(server) is None
+
+    async def floor_when_checked(self, server: str, name: str) -> Floor:
+        """Like ``floor``, but first waits (bounded) for a check of the current catalogue in progress."""
+        source = self._sources.get(server)
+        if source is not None and self._current(server) is None and self._wait > 0:
+            with anyio.move_on_after(self._wait):
+                while self._current(server) is None:
+                    await self._event(server).wait()
+        return self.floor(server, name)
+
+    def _event(self, server: str) -> anyio.Event:
+        event = self._published.get(server)
+        if event is None:
+            event = self._published[server] = anyio.Event()
+        return event
+
+    # ------------------------------------------------------------------------------------ checking
+
+    async def check(self, server: str, cause: str | None = None) -> bool:
+        """Check the server's current catalogue against its pins and publish the result.
+
+        Never raises (except cancellation): a failure is published as "every tool held back".
+        Returns True when the published statuses differ from the previous ones.
+        """
+        source = self._sources.get(server)
+        if source is None:
+            raise ValueError(f"no guarded upstream is named {server!r}")
+        lock = self._locks.get(server)
+        if lock is None:
+            lock = self._locks[server] = anyio.Lock()
+        async with lock:
+            version = source.catalogue_version
+            tools = tuple(source.tools)
+            generation = getattr(source, "generation", None)
+            if cause is None:
+                if server not in self._checked_once:
+                    cause = "connect"
+                elif generation is not None and generation != self._generation_seen.get(server):
+                    cause = "reconnect"
+                else:
+                    cause = "list_changed"
+            if isinstance(generation, int):
+                self._generation_seen[server] = generation
+            self._checked_once.add(server)
+            try:
+                state, events = await self._compare(server, version, tools, cause)
+            except Exception as exc:  # noqa: BLE001 -- whatever failed, the server is held back
+                reason = _unavailable_reason(server, exc)
+                logger.error("%s", reason)
+                state = ServerPins(version, {}, reason)
+                events = [(PIN_STORE_UNAVAILABLE_KIND, {"server": server, "cause": cause, "reason": reason})]
+            previous = self._servers.get(server)
+            changed = previous is None or (previous.statuses, previous.unavailable) != (
+                state.statuses,
+                state.unavailable,
+            )
+            self._servers[server] = state
+            self.revision += 1
+            event = self._published.pop(server, None)
+            if event is not None:
+                event.set()
+            for kind, body in events:
+                await self._record(kind, body)
+            return changed
+
+    async def _compare(
+        self, server: str, version: int, tools: tuple[Any, ...], cause: str
+    ) -> tuple[ServerPins, list[tuple[str, dict[str, Any]]]]:
+        listed = pinnable(tools)
+        now = self._clock()
+        events: list[tuple[str, dict[str, Any]]] = []
+        first = False
+        if not await self._store.is_pinned(server):
+            first = await self._store.trust_on_first_use(server, listed.definitions, at=now)
+        pins = await self._store.load(server)
+        comparison = compare({name: pin.fingerprint for name, pin in pins.items()}, listed.tools)
+        await self._store.observe(server, listed.definitions, at=now)
+        if first:
+            events.append(
+                (
+                    PIN_FIRST_USE_KIND,
+                    {
+                        "server": server,
+                        "cause": cause,
+                        "count": len(listed.definitions),
+                        "tools": [
+                            {"tool": name, "fingerprint": d.fingerprint}
+                            for name, d in sorted(listed.definitions.items())
+                        ],
+                    },
+                )
+            )
+        held = [tool for tool in comparison.tools if tool.status is not PinStatus.PINNED]
+        if held or comparison.removed or listed.skipped:
+            rows = []
+            for tool in held:
+                pin = pins.get(tool.name)
+                rows.append(
+                    {
+                        "name": self._shown(server, tool.name),
+                        "tool": tool.name,
+                        "status": tool.status.value,
+                        "pinned_fingerprint": None if pin is None else pin.fingerprint,
+                        "pinned_description": None if pin is None else pin.description,
+                        "fingerprint": tool.fingerprint,
+                        "description": listed.definitions[tool.name].description,
+                        "floor": tool_floor(tool.status).action.value,
+                    }
+                )
+            events.append(
+                (
+                    PIN_HELD_BACK_KIND,
+                    {
+                        "server": server,
+                        "cause": cause,
+                        "tools": rows,
+                        "unpinnable": list(listed.skipped),
+                        "removed": list(comparison.removed),
+                    },
+                )
+            )
+        return ServerPins(version, dict(comparison.statuses)), events
+
+    async def _record(self, kind: str, body: Mapping[str, Any]) -> None:
+        try:
+            await self._trace(kind, body)
+        except Exception as exc:  # noqa: BLE001 -- the trace appender marks the gateway as failed
+            logger.error("recording %s failed (%s)", kind, type(exc).__name__)
+
+    async def after_accept(self, server: str) -> None:
+        """Pins of ``server`` changed (``POST /tools/pins/accept``): put the new floors in force now."""
+        if server in self._sources:
+            await self.check(server, "accept")
+
+
+def _unavailable_reason(server: str, exc: BaseException) -> str:
+    if isinstance(exc, PinStoreUnavailable):
+        return str(exc)
+    return (
+        f"pin store unavailable for server {sanitize(server)!r}: the check failed ({type(exc).__name__}); "
+        "every tool of this server is held back until the pin store can be read"
+    )
+
+
+__all__ = [
+    "DEFAULT_WAIT_SECONDS",
+    "PIN_FIRST_USE_KIND",
+    "PIN_HELD_BACK_KIND",
+    "PIN_STORE_UNAVAILABLE_KIND",
+    "CataloguePins",
+    "CatalogueSource",
+    "ServerPins",
+    "pinnable",
+]

@@ -1,0 +1,113 @@
+"""What a decision says, and what the agent is told when it is not ``allow``.
+
+Invariant: only ``allow`` forwards (``refusal_for`` returns None for it and for nothing else), and a
+refusal names the rule and the reason but never repeats an argument value. The action is the policy
+model's own ``Action``: the gateway has one vocabulary of actions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from drawbridge.canonical import sanitize
+from drawbridge.gateway.pipeline.outcomes import Outcome
+from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.policy.model import Action
+
+APPROVAL_UNAVAILABLE: Final = "approval unavailable"
+REFUSAL_META_KEY: Final = "drawbridge/decision"
+GATEWAY_POLICY: Final = "drawbridge"
+"""The policy name of decisions the gateway takes itself (fail-closed refusals, floors, --allow-all)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a decision came from: the policy, its file, the rule's 0-based index."""
+
+    policy: str | None = None
+    source_file: str | None = None
+    rule_index: int | None = None
+
+    def label(self) -> str:
+        if self.policy is None:
+            return "default deny"
+        name = sanitize(self.policy)
+        if self.rule_index is None:
+            return f'policy "{name}"'
+        return f'policy "{name}" rule {self.rule_index}'
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    action: Action
+    reason: str
+    provenance: Provenance = field(default_factory=Provenance)
+    approval: Mapping[str, Any] | None = None
+    """How human approval settled this call (``Settlement.evidence()``: how, who, channel, strength,
+    approval or grant id); None when the policy alone decided."""
+    answer: Mapping[str, Any] | None = None
+    """A ready ``CallToolResult`` the gateway answers with while an approval is open (a 2026-07-28
+    ``InputRequiredResult``, or a non-blocking approval's retry instructions); the call is not run."""
+    person_only: bool = False
+    """Only a person may lift this ``human_approval``: it was raised by a catalogue floor (a changed
+    pin), which no grant and no approval memory may relax."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    outcome: Outcome
+    reason: str
+
+
+def refusal_for(verdict: Verdict) -> Refusal | None:
+    """None means forward. Only ``allow`` forwards; an unknown action can not reach here (it is an enum)."""
+    if verdict.action is Action.ALLOW:
+        return None
+    if verdict.answer is not None:
+        return Refusal(Outcome.APPROVAL_PENDING, verdict.reason)
+    if verdict.action is Action.HUMAN_APPROVAL:
+        # With an approval block, the reason says why no approval could be obtained.
+        reason = verdict.reason if verdict.approval is not None else APPROVAL_UNAVAILABLE
+        return Refusal(Outcome.APPROVAL_UNAVAILABLE, reason)
+    return Refusal(Outcome.REFUSED, verdict.reason)
+
+
+def refusal_text(verdict: Verdict, refusal: Refusal) -> str:
+    action = "" if verdict.action is Action.DENY else f" ({verdict.action.value})"
+    return f"drawbridge refused this call: {verdict.provenance.label()}{action}: {sanitize(refusal.reason)}"
+
+
+def refusal_result(verdict: Verdict, refusal: Refusal, call: ToolCall) -> dict[str, Any]:
+    """The ``CallToolResult`` the agent receives instead of the tool's answer (the verdict's ready
+    ``answer`` while an approval is open)."""
+    if verdict.answer is not None:
+        return dict(verdict.answer)
+    decision: dict[str, Any] = {"action": verdict.action.value, "outcome": refusal.outcome.value}
+    if verdict.provenance.policy is not None:
+        decision["policy"] = sanitize(verdict.provenance.policy)
+    if verdict.provenance.rule_index is not None:
+        decision["rule_index"] = verdict.provenance.rule_index
+    result: dict[str, Any] = {
+        "content": [{"type": "text", "text": refusal_text(verdict, refusal)}],
+        "isError": True,
+        "_meta": {REFUSAL_META_KEY: decision},
+    }
+    if call.modern:
+        result["resultType"] = "complete"
+    return result
+
+
+__all__ = [
+    "APPROVAL_UNAVAILABLE",
+    "GATEWAY_POLICY",
+    "REFUSAL_META_KEY",
+    "Action",
+    "Provenance",
+    "Refusal",
+    "Verdict",
+    "refusal_for",
+    "refusal_result",
+    "refusal_text",
+]

@@ -1,0 +1,50 @@
+"""The two protocol eras the gateway speaks, and how a message says which one it belongs to (pure).
+
+2025-11-25 and older are handshake eras: ``initialize`` fixes the version for the connection.
+2026-07-28 is stateless: every request carries its version in the ``_meta`` envelope
+(``PROTOCOL_VERSION_META_KEY``). The version lists come from the ``mcp`` SDK's types package.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+RESERVED_PREFIX: Final = "io.modelcontextprotocol/"
+PROTOCOL_VERSION_META_KEY: Final = RESERVED_PREFIX + "protocolVersion"
+LATEST_HANDSHAKE_VERSION: Final = HANDSHAKE_PROTOCOL_VERSIONS[-1]
+MODERN_VERSION: Final = MODERN_PROTOCOL_VERSIONS[-1]
+
+
+def is_modern(version: str | None) -> bool:
+    return version in MODERN_PROTOCOL_VERSIONS
+
+
+def envelope_version(meta: Any) -> str | None:
+    """The protocol version a 2026-07-28 request carries in its ``_meta`` envelope, if any."""
+    if isinstance(meta, dict):
+        version = meta.get(PROTOCOL_VERSION_META_KEY)
+        if isinstance(version, str):
+            return version
+    return None
+
+
+def negotiate_version(requested: Any) -> str:
+    """The handshake version to answer ``initialize`` with: the client's if it is one we speak, else ours."""
+    if isinstance(requested, str) and requested in HANDSHAKE_PROTOCOL_VERSIONS:
+        return requested
+    return LATEST_HANDSHAKE_VERSION
+
+
+__all__ = [
+    "HANDSHAKE_PROTOCOL_VERSIONS",
+    "LATEST_HANDSHAKE_VERSION",
+    "MODERN_PROTOCOL_VERSIONS",
+    "MODERN_VERSION",
+    "PROTOCOL_VERSION_META_KEY",
+    "RESERVED_PREFIX",
+    "envelope_version",
+    "is_modern",
+    "negotiate_version",
+]

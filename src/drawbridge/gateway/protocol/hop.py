@@ -1,0 +1,150 @@
+"""What changes when a message crosses the gateway: the per-hop parts, and nothing else.
+
+Invariant: a message forwarded between an agent and an upstream keeps every field it carried except
+these, which belong to one hop and are rewritten by the gateway:
+
+* the JSON-RPC ``id`` (each side has its own id space; the router maps them);
+* ``params.name`` of a namespaced tool or prompt (the ``server.`` prefix is removed upstream);
+* ``params._meta.progressToken`` (tokens are chosen per connection; the gateway substitutes its own
+  upstream and maps notifications back);
+* the reserved envelope keys of ``_meta`` (``io.modelcontextprotocol/protocolVersion``, ``clientInfo``,
+  ``clientCapabilities``, ``serverInfo``, ``logLevel``), which describe one connection and are removed
+  when crossing, so a 2026-07-28 agent's envelope never reaches a handshake-era upstream;
+* on results for a 2026-07-28 agent: ``resultType`` is added when absent, and list and read results get
+  ``ttlMs`` (the upstream's, or 0) and ``cacheScope: "private"``, because what the gateway serves can
+  differ per agent and a shared cache must never hand one agent's answer to another.
+
+Everything else (annotations, ``_meta`` keys of other namespaces, ``outputSchema``, ``title``, unknown
+fields) is copied as parsed. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from drawbridge.gateway.protocol.eras import RESERVED_PREFIX
+
+PER_HOP_META_KEYS: Final = frozenset(
+    RESERVED_PREFIX + key for key in ("protocolVersion", "clientInfo", "clientCapabilities", "serverInfo", "logLevel")
+)
+CACHEABLE_METHODS: Final = frozenset(
+    {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read", "server/discover"}
+)
+PRIVATE: Final = "private"
+
+_KEEP: Final = object()
+
+
+def valid_token(value: Any) -> bool:
+    """Progress tokens (like request ids) are strings or integers; ``true`` is not an integer."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def progress_token(params: Any) -> str | int | None:
+    meta = params.get("_meta") if isinstance(params, Mapping) else None
+    token = meta.get("progressToken") if isinstance(meta, Mapping) else None
+    return token if valid_token(token) else None
+
+
+def strip_per_hop(meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in meta.items() if key not in PER_HOP_META_KEYS}
+
+
+def outbound_params(
+    params: Mapping[str, Any] | None,
+    *,
+    name: Any = _KEEP,
+    name_key: str = "name",
+    progress: Any = _KEEP,
+) -> dict[str, Any] | None:
+    """The params to send on the next hop: a shallow copy with the per-hop parts rewritten.
+
+    ``name`` replaces ``params[name_key]``; ``progress`` replaces an existing ``_meta.progressToken``.
+    A ``_meta`` left empty only because its envelope keys were removed is dropped.
+    """
+    if params is None:
+        return None
+    out = dict(params)
+    if name is not _KEEP:
+        out[name_key] = name
+    meta = params.get("_meta")
+    if isinstance(meta, Mapping):
+        new_meta = strip_per_hop(meta)
+        if progress is not _KEEP and "progressToken" in new_meta:
+            new_meta["progressToken"] = progress
+        if new_meta or not meta:
+            out["_meta"] = new_meta
+        else:
+            del out["_meta"]
+    return out
+
+
+def downstream_result(result: Any, *, method: str | None, modern: bool) -> Any:
+    """An upstream result as the agent receives it (see the module docstring for what changes)."""
+    if not isinstance(result, Mapping):
+        return result
+    out = dict(result)
+    meta = out.get("_meta")
+    if isinstance(meta, Mapping) and any(key in PER_HOP_META_KEYS for key in meta):
+        stripped = strip_per_hop(meta)
+        if stripped:
+            out["_meta"] = stripped
+        else:
+            del out["_meta"]
+    if modern:
+        out.setdefault("resultType", "complete")
+        if method in CACHEABLE_METHODS:
+            ttl = out.get("ttlMs")
+            if not (isinstance(ttl, int) and not isinstance(ttl, bool) and ttl >= 0):
+                out["ttlMs"] = 0
+            out["cacheScope"] = PRIVATE
+    return out
+
+
+def gateway_result(result: Mapping[str, Any], *, method: str, modern: bool) -> dict[str, Any]:
+    """A result the gateway composed itself, decorated for the agent's era."""
+    out = dict(result)
+    if modern:
+        out.setdefault("resultType", "complete")
+        if method in CACHEABLE_METHODS:
+            out.setdefault("ttlMs", 0)
+            out["cacheScope"] = PRIVATE
+    return out
+
+
+# ----------------------------------------------------------------------------------- capabilities
+
+
+def _flag(caps: Sequence[Mapping[str, Any]], section: str, key: str) -> bool:
+    return any(isinstance(c.get(section), Mapping) and c[section].get(key) is True for c in caps)
+
+
+def union_capabilities(upstream_caps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The server capabilities the gateway declares: what at least one upstream offers and it can route.
+
+    ``tools.listChanged`` is always true (the gateway's catalogue changes when an upstream reconnects).
+    Sections the gateway does not route (``tasks``, ``experimental``, extensions) are not declared.
+    """
+    caps = [c for c in upstream_caps if isinstance(c, Mapping)]
+    out: dict[str, Any] = {"tools": {"listChanged": True}}
+    if any("prompts" in c for c in caps):
+        out["prompts"] = {"listChanged": True} if _flag(caps, "prompts", "listChanged") else {}
+    if any("resources" in c for c in caps):
+        resources: dict[str, Any] = {}
+        if _flag(caps, "resources", "subscribe"):
+            resources["subscribe"] = True
+        if _flag(caps, "resources", "listChanged"):
+            resources["listChanged"] = True
+        out["resources"] = resources
+    if any("logging" in c for c in caps):
+        out["logging"] = {}
+    if any("completions" in c for c in caps):
+        out["completions"] = {}
+    return out
+
+
+def combined_instructions(pairs: Sequence[tuple[str, Any]]) -> str | None:
+    """Each upstream's instructions, labelled with its name; None when no upstream gave any."""
+    parts = [f"[{name}] {text}" for name, text in pairs if isinstance(text, str) and text.strip()]
+    return "\n\n".join(parts) if parts else None

@@ -1,0 +1,313 @@
+"""JSON-RPC 2.0 over newline-delimited JSON: framing, classification, and the errors the relay answers with.
+
+Invariant: the relay never re-serializes a message it passes on. A line read from one side is either
+handed to the other side as the exact bytes received (plus one ``\\n``), or answered with an error that
+says precisely what was wrong with it and never quotes the offending content. Everything here is
+sans-IO: bytes in, values out, no event loop.
+
+Theory of operation. ``LineFramer`` turns a byte stream into complete lines and enforces the size limit
+without ever holding more than ``max_bytes`` of one line: past the limit it reports ``Oversize`` once and
+discards through the next newline. ``parse_client_message`` is the strict parser for what an agent sends
+(duplicate object keys and NaN/Infinity are refused, because the upstream's parser might read them
+differently from ours and policy must see what the server will see); ``parse_upstream_message`` is the
+lenient one for what a server sends (the relay only needs the id of a response). Both return a
+``Message``: its kind, method, id and the parsed body, together with the raw line for forwarding.
+The ``*_line`` builders render the few messages the relay writes itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Final
+
+JSONRPC_VERSION: Final = "2.0"
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+# Implementation-defined band (-32000..-32019 per the 2026-07-28 allocation policy). The two values
+# coincide with what the mcp SDK uses internally for the same situations (connection closed, timeout).
+UPSTREAM_EXITED: Final = -32000
+UPSTREAM_TIMEOUT: Final = -32001
+EVIDENCE_UNWRITTEN: Final = -32002
+"""The call ran, but its evidence could not be written: its result is withheld (nothing is answered
+without evidence) and the gateway refuses every later call."""
+RESULT_WITHHELD: Final = (
+    "the call ran, but its evidence could not be written, so its result is withheld; "
+    "this gateway refuses further calls until it is restarted with working evidence storage"
+)
+
+DEFAULT_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
+DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES: Final = 64 * 1024 * 1024
+
+RequestId = str | int
+IdKey = tuple[str, str | int]
+"""A hashable key for a request id: ``1`` and ``"1"`` are different requests."""
+
+
+# --------------------------------------------------------------------------------------------- framing
+
+
+@dataclass(frozen=True, slots=True)
+class Oversize:
+    """A line longer than the limit; it was discarded, never buffered whole."""
+
+    size: int
+    """Bytes seen before the line was abandoned (at least ``limit + 1``)."""
+    limit: int
+
+
+class LineFramer:
+    """Split a byte stream into lines of at most ``max_bytes`` bytes (the ``\\n`` not counted).
+
+    Blank lines are skipped. A final line without ``\\n`` is returned by ``close()``.
+    """
+
+    __slots__ = ("_buf", "_discarding", "_max", "_scan_from")
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1")
+        self._max = max_bytes
+        self._buf = bytearray()
+        self._scan_from = 0
+        self._discarding = False
+
+    def feed(self, data: bytes) -> list[bytes | Oversize]:
+        out: list[bytes | Oversize] = []
+        if self._discarding:
+            cut = data.find(b"\n")
+            if cut < 0:
+                return out
+            self._discarding = False
+            data = data[cut + 1 :]
+        buf = self._buf
+        buf += data
+        start = 0
+        while True:
+            cut = buf.find(b"\n", max(start, self._scan_from))
+            if cut < 0:
+                break
+            self._scan_from = 0
+            if cut - start > self._max:
+                out.append(Oversize(cut - start, self._max))
+            elif buf[start:cut].strip():
+                out.append(bytes(buf[start:cut]))
+            start = cut + 1
+        del buf[:start]
+        if len(buf) > self._max:
+            # The current line is already too long: report it now, keep nothing, skip to its end.
+            out.append(Oversize(len(buf), self._max))
+            buf.clear()
+            self._scan_from = 0
+            self._discarding = True
+        else:
+            self._scan_from = len(buf)
+        return out
+
+    def close(self) -> bytes | None:
+        """The unterminated last line at end of stream, if any (an abandoned oversize line yields nothing)."""
+        rest = bytes(self._buf)
+        self._buf.clear()
+        self._scan_from = 0
+        if self._discarding or not rest.strip():
+            return None
+        return rest
+
+
+# -------------------------------------------------------------------------------------------- messages
+
+
+class Kind(Enum):
+    REQUEST = "request"
+    NOTIFICATION = "notification"
+    RESPONSE = "response"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    kind: Kind
+    raw: bytes
+    """The line exactly as received, without its ``\\n``: what gets forwarded."""
+    body: dict[str, Any]
+    method: str | None = None
+    id: RequestId | None = None
+
+    @property
+    def key(self) -> IdKey | None:
+        return None if self.id is None else id_key(self.id)
+
+    @property
+    def params(self) -> Any:
+        return self.body.get("params")
+
+
+class MessageError(Exception):
+    """A message the relay answers with a JSON-RPC error instead of forwarding."""
+
+    def __init__(self, code: int, message: str, request_id: RequestId | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+
+def id_key(request_id: RequestId) -> IdKey:
+    return ("s", request_id) if isinstance(request_id, str) else ("i", request_id)
+
+
+def valid_id(value: Any) -> bool:
+    """MCP request ids are strings or integers; ``true`` is not an integer here."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _DuplicateKey
+    return obj
+
+
+def _refuse_constant(_name: str) -> Any:
+    raise ValueError("NaN and Infinity are not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):  # 1e400: no JSON number, and no canonical form for evidence
+        raise ValueError("a number is too large for a double")
+    return value
+
+
+_STRICT_DECODER = json.JSONDecoder(
+    object_pairs_hook=_strict_object, parse_constant=_refuse_constant, parse_float=_finite_float
+)
+_LENIENT_DECODER = json.JSONDecoder()
+
+
+def _decode(line: bytes, decoder: json.JSONDecoder) -> Any:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MessageError(PARSE_ERROR, f"parse error: message is not UTF-8 (invalid byte at offset {exc.start})")
+    try:
+        return decoder.decode(text)
+    except _DuplicateKey:
+        raise MessageError(PARSE_ERROR, "parse error: a JSON object in the message repeats a key") from None
+    except json.JSONDecodeError as exc:
+        raise MessageError(PARSE_ERROR, f"parse error: {exc.msg} at character {exc.pos}") from None
+    except ValueError as exc:  # the constant hook
+        raise MessageError(PARSE_ERROR, f"parse error: {exc}") from None
+    except RecursionError:
+        raise MessageError(PARSE_ERROR, "parse error: JSON nested too deeply") from None
+
+
+def _classify(line: bytes, body: Any, *, strict: bool) -> Message:
+    if isinstance(body, list):
+        raise MessageError(INVALID_REQUEST, "invalid request: JSON-RPC batches are not supported")
+    if not isinstance(body, dict):
+        raise MessageError(INVALID_REQUEST, "invalid request: a JSON-RPC message must be a JSON object")
+    has_id = "id" in body
+    raw_id = body.get("id")
+    if has_id and not valid_id(raw_id):
+        raise MessageError(INVALID_REQUEST, "invalid request: id must be a string or an integer")
+    request_id: RequestId | None = raw_id if has_id else None
+    if body.get("jsonrpc") != JSONRPC_VERSION:
+        raise MessageError(INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"', request_id)
+    if "method" in body:
+        method = body["method"]
+        if not isinstance(method, str) or not method:
+            raise MessageError(INVALID_REQUEST, "invalid request: method must be a non-empty string", request_id)
+        # tools/call params are checked by the pipeline, which records the refused call as a call.
+        if strict and method != "tools/call" and "params" in body and not isinstance(body["params"], dict):
+            raise MessageError(INVALID_PARAMS, "invalid params: params must be a JSON object", request_id)
+        kind = Kind.REQUEST if has_id else Kind.NOTIFICATION
+        return Message(kind, line, body, method, request_id)
+    if has_id and (("result" in body) != ("error" in body)):
+        return Message(Kind.RESPONSE, line, body, None, request_id)
+    raise MessageError(
+        INVALID_REQUEST,
+        "invalid request: a message needs a method (request or notification) or an id with exactly one "
+        "of result and error (response)",
+        request_id,
+    )
+
+
+def parse_client_message(line: bytes) -> Message:
+    """Parse a line from the agent, strictly. Raises ``MessageError`` with the code to answer with."""
+    return _classify(line, _decode(line, _STRICT_DECODER), strict=True)
+
+
+def parse_upstream_message(line: bytes) -> Message:
+    """Parse a line from the upstream server. Raises ``MessageError`` (the relay drops such lines)."""
+    return _classify(line, _decode(line, _LENIENT_DECODER), strict=False)
+
+
+# ----------------------------------------------------------------------------------------- rendering
+
+
+def encode_line(obj: Mapping[str, Any]) -> bytes:
+    """Render one message the relay writes itself: compact, ASCII-only, no NaN, one ``\\n``."""
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("ascii") + b"\n"
+
+
+def error_line(request_id: RequestId | None, code: int, message: str, data: Any = None) -> bytes:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return encode_line({"jsonrpc": JSONRPC_VERSION, "id": request_id, "error": error})
+
+
+def result_line(request_id: RequestId, result: Mapping[str, Any]) -> bytes:
+    return encode_line({"jsonrpc": JSONRPC_VERSION, "id": request_id, "result": result})
+
+
+def notification_line(method: str, params: Mapping[str, Any]) -> bytes:
+    return encode_line({"jsonrpc": JSONRPC_VERSION, "method": method, "params": params})
+
+
+def oversize_message(oversize: Oversize) -> str:
+    return (
+        f"invalid request: message of at least {oversize.size} bytes exceeds the limit of "
+        f"{oversize.limit} bytes; it was discarded unread"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LineRefusal:
+    """A client line the gateway cannot take: the incident to record and the answer, if any."""
+
+    kind: str  # "oversize" | "parse_error" | "invalid_message"
+    detail: str
+    code: int
+    reply: bytes | None
+
+
+def incident_kind(error: MessageError) -> str:
+    """The incident a refused client message is recorded as, whatever transport brought it."""
+    return "parse_error" if error.code == PARSE_ERROR else "invalid_message"
+
+
+def read_client_line(item: bytes | Oversize) -> Message | LineRefusal:
+    """One framed client line, parsed strictly, or the refusal every transport gives for it."""
+    if isinstance(item, Oversize):
+        detail = oversize_message(item)
+        return LineRefusal("oversize", detail, INVALID_REQUEST, error_line(None, INVALID_REQUEST, detail))
+    try:
+        return parse_client_message(item)
+    except MessageError as exc:
+        kind = incident_kind(exc)
+        answerable = exc.request_id is not None or exc.code in (PARSE_ERROR, INVALID_REQUEST)
+        reply = error_line(exc.request_id, exc.code, exc.message) if answerable else None
+        return LineRefusal(kind, exc.message, exc.code, reply)
+

@@ -1,0 +1,679 @@
+"""Live evidence: what the gateway writes for every decision, before the agent is answered.
+
+Invariant: every tools/call the pipeline decided on leaves exactly one entry in
+the hash-chained trace and one tool-decision surface record, and, when the truth
+producer is enabled, exactly one truth carrier; no raw argument value reaches
+any of them. A recorder that cannot write raises, and the relay then fails closed.
+
+Theory of operation. The relay hands the recorder one ``CallRecord`` per
+tools/call and one ``RelayIncident`` per other problem; the calls its upstream
+answered in one read come together (``record_now``). For each, the recorder
+builds (pure core, on the event loop) the trace body, the surface record and the
+carrier, then writes the lines of them all with one ``os.write`` per file, on the
+event loop: a write only reaches the kernel's page cache, in microseconds, less
+than a hop to a worker thread would cost. Every record has reached the OS when
+the call returns, so a crash of the gateway loses nothing that was answered.
+
+Durability, the ``fsync`` setting (the files' own fsync is off; the recorder
+fsyncs through descriptors of its own, always in worker threads, so an fsync
+never stalls the event loop and other calls go on meanwhile):
+
+- ``"batch"`` (default): a background thread fsyncs a file at most
+  ``BATCH_SECONDS`` (1 s) after the first line it holds unsynced, and at once
+  when it holds ``BATCH_LINES`` (256) unsynced lines; nobody waits for those
+  fsyncs. Should the disk fall behind, the records whose lines take a file to
+  ``BATCH_LIMIT`` (1,024) unsynced lines complete only with that file's fsync
+  (their answers wait for it). A power loss can lose at most the answered
+  records of the last second, and never more than 1,023 lines per file
+  (usually no more than the lines written during one fsync past the 256th).
+- ``"always"``: records complete only once every file they were written to is
+  fsynced. Records written together share one fsync (a group commit), so many
+  calls in flight do not queue behind one fsync each.
+- ``"never"``: no fsync; the kernel writes back when it likes.
+
+A failed fsync makes every later record raise, as a failed write does.
+
+Files in the evidence directory:
+
+- ``trace.ndjson``: the hash chain (``drawbridge evidence verify-chain``);
+- ``tool-decisions.ndjson``: one ``assay.tool_decision_surface.v0`` envelope per
+  line, each holding one decision (``verify-side-effects`` reads the file whole);
+- the truth carriers go to the file named by ``--tool-decision-truth-out``.
+
+Argument digests in the trace are keyed (``hmac-sha256:<kid>:...``): with the
+truth producer's key when it is configured, otherwise with a random key held in
+memory for this process only (key id ``ephemeral-<8 hex>``), so digests
+correlate calls within one run and cannot be brute-forced offline.
+"""
+
+from __future__ import annotations
+
+import json.encoder
+import logging
+import os
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+
+from drawbridge.canonical import Canonical, canonical_bytes, sanitize, scalar_bytes
+from drawbridge.canonical.encoders import compact_encoder
+from drawbridge.evidence.classify import UNKNOWN, classify
+from drawbridge.evidence.surface import build_decision, build_surface
+from drawbridge.evidence.truth.carrier import args_digest, build_carrier, observed_input_digest
+from drawbridge.evidence.truth.declared import declared_policy_digest
+from drawbridge.evidence.truth.evidence import Evidence
+from drawbridge.evidence.truth.verdict import PreparedPolicy, prepare_policy, prepared_decision_verdict
+from drawbridge.gateway.pipeline.outcomes import Outcome
+from drawbridge.gateway.pipeline.records import CallRecord, RelayEvent, RelayIncident
+from drawbridge.gateway.recording.truth_key import TruthKey
+from drawbridge.state.append_only import AppendOnlyError, AppendOnlyFile, FsyncPolicy
+from drawbridge.state.trace_log import TraceLog
+
+logger = logging.getLogger("drawbridge.evidence")
+
+TRACE_FILE = "trace.ndjson"
+SURFACE_FILE = "tool-decisions.ndjson"
+MAX_REQUEST_ID_CHARS = 128
+
+
+def ephemeral_key() -> TruthKey:
+    return TruthKey(secrets.token_bytes(32), f"ephemeral-{secrets.token_hex(4)}")
+
+
+_line_encode = compact_encoder(sort_keys=False, ensure_ascii=False, allow_nan=True)
+_ascii_line_encode = compact_encoder(sort_keys=False, ensure_ascii=True, allow_nan=True)
+SURFACE_CACHE_MAX = 1024
+BATCH_LINES = 256
+"""Under ``fsync="batch"``, the unsynced lines at which a file's fsync starts at once (in the
+background thread: no record waits for it)."""
+BATCH_LIMIT = 1024
+"""Under ``fsync="batch"``, the unsynced lines at which the records wait for the file's fsync: the
+bound on what a power loss can take when the disk falls behind. Answers held for an fsync every
+64 lines cost the gateway about a fifth of its throughput (bench/overhead.py)."""
+BATCH_SECONDS = 1.0
+"""Under ``fsync="batch"``, the longest a written line waits for its file's fsync."""
+_SINKS_NEVER_SYNC_BY_THEMSELVES = 2**62
+
+
+def ndjson_line(record: Mapping[str, Any]) -> bytes:
+    """One compact JSON line in the record's insertion order (evidence-formats.md 0.2: digests are
+    always recomputed over JCS, so the line keeps the documented field order for readers)."""
+    try:
+        return (_line_encode(record) + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: escape rather than write invalid UTF-8
+        return (_ascii_line_encode(record) + "\n").encode("ascii")
+
+
+_last_second: tuple[int, str] = (-1, "")
+"""The last whole second formatted, with its text (replaced whole, so threads never see a mix)."""
+
+
+def utc_now() -> str:
+    """``datetime.now(UTC)`` as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, formatting each second once."""
+    global _last_second
+    second, micro = divmod(time.time_ns() // 1000, 1_000_000)
+    last = _last_second
+    if last[0] != second:
+        last = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+        _last_second = last
+    return f"{last[1]}.{micro:06d}Z"
+
+
+# The surface record's (effect, status) for each way a decided call ends (evidence-formats.md 1.2:
+# an allowed success asserts the side effect; a refusal is ("deny", "blocked")).
+_EFFECT_STATUS: dict[Outcome, tuple[str, str]] = {
+    Outcome.OK: ("allow", "success"),
+    Outcome.TOOL_ERROR: ("allow", "tool_error"),
+    Outcome.INPUT_REQUIRED: ("allow", "input_required"),
+    Outcome.UPSTREAM_ERROR: ("error", "upstream_error"),
+    Outcome.TIMEOUT: ("error", "timeout"),
+    Outcome.UPSTREAM_EXITED: ("error", "upstream_exited"),
+    Outcome.CANCELLED: ("error", "cancelled"),
+    Outcome.REFUSED: ("deny", "blocked"),
+    Outcome.APPROVAL_UNAVAILABLE: ("deny", "blocked"),
+    Outcome.APPROVAL_PENDING: ("deny", "approval_pending"),
+    Outcome.INVALID: ("error", "invalid_request"),
+}
+
+
+def effect_status(outcome: Outcome) -> tuple[str, str]:
+    return _EFFECT_STATUS[outcome]
+
+
+_UNOBSERVED = Evidence()
+_APPROVED = Evidence(approval_obtained=True)
+
+
+def approval_obtained(record: CallRecord) -> bool:
+    """A person, a grant or approval memory approved this call (the gateway's approval block says so)."""
+    approval = record.approval
+    return approval is not None and approval.get("settled") == "allow" and approval.get("how") != "policy"
+
+
+def _request_id_text(request_id: Any) -> str | None:
+    if isinstance(request_id, bool) or request_id is None:
+        return None
+    if isinstance(request_id, int):
+        return str(request_id)
+    if isinstance(request_id, str):
+        text = sanitize(request_id[:MAX_REQUEST_ID_CHARS])
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (a call refused for it): U+FFFD, as for a control
+            text = "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in text)
+        return text
+    return None
+
+
+def truth_call_id(record: CallRecord) -> str:
+    """``arguments._meta.tool_call_id`` if a string, else ``req_<id>``, else a fresh ``gen_<uuid>`` (2.10)."""
+    call = record.call
+    if call is not None:
+        meta = call.arguments.get("_meta") if isinstance(call.arguments, Mapping) else None
+        if isinstance(meta, Mapping) and isinstance(meta.get("tool_call_id"), str):
+            return meta["tool_call_id"]
+    request_id = record.request_id
+    if isinstance(request_id, str) or (isinstance(request_id, int) and not isinstance(request_id, bool)):
+        return f"req_{request_id}"
+    return f"gen_{uuid.uuid4()}"
+
+
+_Lines = tuple[str, Mapping[str, Any] | Canonical, bytes | None, bytes | None]
+"""One event's records: the trace entry's kind and body, the surface line, the carrier line."""
+
+_VARYING = ("args_digest", "decision_ms", "latency_ms", "request_id")
+"""The trace body's fields that change from call to call, in JCS order."""
+_CARRIER_VARYING = ("args_digest", "order", "call_id", "observed_input_digest")
+"""The carrier's fields that change from call to call, in line order (the observed input digest is
+written again inside ``decision_identity``)."""
+_line_string = json.encoder.encode_basestring
+"""A string as ``ndjson_line`` and the JCS route write it (JSON escapes, UTF-8 kept)."""
+
+
+def _marks(count: int) -> list[str]:
+    """Strings no record holds, to stand where the changing values go while the rest is rendered."""
+    return [f"\x00{secrets.token_hex(8)}-{index}\x00" for index in range(count)]
+
+
+def _cut(rendered: bytes, marks: Sequence[str]) -> tuple[bytes, ...] | None:
+    """``rendered`` cut where each of ``marks`` (rendered as JSON strings) stands, in order: the parts
+    between which the values complete it; None unless each stands there exactly once."""
+    segments: list[bytes] = []
+    for mark in marks:
+        token = _line_string(mark).encode("ascii")
+        before, found, rendered = rendered.partition(token)
+        if not found or token in rendered:
+            return None
+        segments.append(before)
+    segments.append(rendered)
+    return tuple(segments)
+
+
+def _carrier_texts(digest: str, order: int, call_id: str, observed: str) -> tuple[bytes, bytes, bytes, bytes]:
+    """The changing values of a carrier's line as written (``UnicodeEncodeError`` when the call id
+    holds a lone surrogate: that line is escaped to ASCII whole)."""
+    return (_line_string(digest).encode(), str(order).encode(), _line_string(call_id).encode("utf-8"),
+            _line_string(observed).encode())
+
+
+def _carrier_join(segments: Sequence[bytes], texts: tuple[bytes, bytes, bytes, bytes]) -> bytes:
+    """A carrier's line from its segments (``_carrier_segments``) and changing values (``_carrier_texts``)."""
+    first, after_digest, after_order, after_call_id, after_observed, last = segments
+    digest, order, call_id, observed = texts
+    return b"".join((
+        first, digest, after_digest, order, after_order, call_id, after_call_id, observed, after_observed,
+        observed, last,
+    ))
+
+
+def _carrier_segments(carrier: Mapping[str, Any]) -> tuple[bytes, ...] | None:
+    """The carrier's line cut where its changing values go; None when it cannot be cut (a field the
+    line must escape to ASCII), checked by filling in the carrier's own values."""
+    marks = _marks(len(_CARRIER_VARYING) + 1)
+    shaped = {**carrier, **dict(zip(_CARRIER_VARYING, marks, strict=False))}
+    shaped["decision_identity"] = {**shaped["decision_identity"], "observed_input_digest": marks[-1]}
+    try:
+        segments = _cut((_line_encode(shaped) + "\n").encode("utf-8"), marks)
+        texts = _carrier_texts(*(carrier[name] for name in _CARRIER_VARYING))
+    except UnicodeEncodeError:  # the line (the shaped one, or this carrier's own) is escaped to ASCII
+        return None
+    if segments is None or ndjson_line(carrier) != _carrier_join(segments, texts):
+        return None
+    return segments
+
+
+Route = Callable[[str], str]
+"""Downstream tool name -> the id of the upstream server that serves it (surface ``server.id``)."""
+
+
+class EvidenceRecorder:
+    """Writes the trace, the surface records and (optionally) truth carriers. See the module docstring."""
+
+    def __init__(
+        self,
+        evidence_dir: str | Path | None,
+        *,
+        route: Route,
+        truth_out: str | Path | None = None,
+        truth_key: TruthKey | None = None,
+        declared: Callable[[str], Mapping[str, Any]] | None = None,
+        fsync: FsyncPolicy = "batch",
+        clock: Callable[[], str] = utc_now,
+        batch_seconds: float = BATCH_SECONDS,
+        batch_lines: int = BATCH_LINES,
+        batch_limit: int = BATCH_LIMIT,
+    ) -> None:
+        if truth_out is not None and (truth_key is None or declared is None):
+            raise ValueError("the truth producer needs a key and a declared contract")
+        if evidence_dir is None and truth_out is None:
+            raise ValueError("nothing to record: give an evidence directory, a truth sink, or both")
+        self._trace: TraceLog | None = None
+        self._surface: AppendOnlyFile | None = None
+        self._truth: AppendOnlyFile | None = None
+        # Under "always" and "batch" the files never fsync by themselves (except when closed); the
+        # recorder counts their lines and fsyncs through descriptors of its own, in worker threads.
+        self._fsync = fsync
+        managed = fsync != "never"
+        self._sync_fds: list[int] = []
+        self._sync_targets: list[tuple[Path, int, str] | None] = [None, None, None]
+        self._unsynced = [0, 0, 0]  # trace, surface, truth
+        self._unsynced_lock = threading.Lock()
+        self._batch_seconds = batch_seconds
+        self._batch_lines = batch_lines
+        self._batch_limit = batch_limit
+        self._wake = threading.Event()
+        """Set when a file gets its first unsynced line: the time bound starts."""
+        self._soon = threading.Event()
+        """Set when a file reaches ``batch_lines`` unsynced lines (or on closing): fsync now."""
+        self._stopping = threading.Event()
+        self._syncer: threading.Thread | None = None
+        self._broken: str | None = None
+        file_fsync: FsyncPolicy = "batch" if managed else "never"
+        batch_size = _SINKS_NEVER_SYNC_BY_THEMSELVES  # "batch" for the files: they sync only when closed
+        try:
+            if evidence_dir is not None:
+                directory = Path(evidence_dir)
+                directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+                self._trace = TraceLog(directory / TRACE_FILE, file_fsync, batch_size=batch_size)
+                self._surface = AppendOnlyFile(
+                    directory / SURFACE_FILE, file_fsync, batch_size=batch_size, what="surface record file"
+                )
+            if truth_out is not None:
+                self._truth = AppendOnlyFile(
+                    truth_out, file_fsync, batch_size=batch_size, what="tool-decision truth sink"
+                )
+            if managed:
+                # fsync flushes the file, whichever descriptor it is given.
+                sinks = (
+                    (self._trace, "trace log"),
+                    (self._surface, "surface record file"),
+                    (self._truth, "tool-decision truth sink"),
+                )
+                for index, (sink, what) in enumerate(sinks):
+                    if sink is not None:
+                        fd = os.open(sink.path, os.O_RDONLY | os.O_CLOEXEC)
+                        self._sync_fds.append(fd)
+                        self._sync_targets[index] = (sink.path, fd, what)
+            if fsync == "batch":
+                self._syncer = threading.Thread(
+                    target=self._sync_periodically, name="drawbridge-evidence-sync", daemon=True
+                )
+                self._syncer.start()
+        except BaseException:
+            self.close()
+            raise
+        self._route = route
+        self._truth_key = truth_key
+        self._digest_key = truth_key if truth_key is not None else ephemeral_key()
+        self._declared = declared
+        self._declared_cache: dict[str, tuple[Mapping[str, Any], str, PreparedPolicy]] = {}
+        self._clock = clock
+        self._order = 0
+        self._surface_cache: dict[tuple[str, str, str, str, str | None], bytes] = {}
+        self._body_segments: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
+        self._carrier_segments: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
+
+    # ---------------------------------------------------------------- building (pure, on the loop)
+
+    def _declared_for(self, agent: str) -> tuple[Mapping[str, Any], str, PreparedPolicy]:
+        """The agent's contract, its digest and its prepared reading, derived once per contract object
+        (the provider returns the same object until the policy changes)."""
+        assert self._declared is not None
+        contract = self._declared(agent)
+        cached = self._declared_cache.get(agent)
+        if cached is None or cached[0] is not contract:
+            cached = (contract, declared_policy_digest(dict(contract)), prepare_policy(dict(contract)))
+            self._declared_cache[agent] = cached
+        return cached
+
+    def _call_lines(self, record: CallRecord) -> _Lines:
+        arguments = record.call.arguments if record.call is not None else None
+        carrier_line = None
+        if self._truth is not None and record.action is not None and record.call is not None:
+            carrier_line, digest = self._carrier_line(record)  # same key: the carrier's digest is the trace's
+        elif record.call is not None:
+            digest = args_digest(arguments, self._digest_key.key, self._digest_key.key_id)
+        else:
+            digest = None
+        provenance = record.provenance
+        body = self._trace_body_bytes(record, digest)
+        surface_line = None
+        if record.tool is not None and self._surface is not None:
+            effect, status = effect_status(record.outcome)
+            rule_id = None
+            if provenance is not None and provenance.policy is not None:
+                rule_id = provenance.policy if provenance.rule_index is None else f"{provenance.policy}#{provenance.rule_index}"
+            surface_line = self._surface_line(record, arguments, effect, status, rule_id)
+        return "tool_decision", body, surface_line, carrier_line
+
+    @staticmethod
+    def _varying(
+        record: CallRecord, digest: str | None
+    ) -> tuple[str | None, float | None, float, str | None]:
+        """The trace body's fields that change from call to call, in the order of ``_VARYING``."""
+        decision_ms = round(record.decision_ms, 3) if record.decision_ms is not None else None
+        return digest, decision_ms, round(record.latency_ms, 3), _request_id_text(record.request_id)
+
+    @classmethod
+    def _trace_body(cls, record: CallRecord, digest: str | None) -> dict[str, Any]:
+        """The trace entry's body (docs/trace-chain.md): the reference for ``_trace_body_bytes``."""
+        provenance = record.provenance
+        body: dict[str, Any] = {
+            "agent": sanitize(record.agent),
+            "tool": record.tool,
+            "action": record.action.value if record.action is not None else None,
+            "policy": sanitize(provenance.policy) if provenance and provenance.policy else None,
+            "source_file": provenance.source_file if provenance else None,
+            "rule_index": provenance.rule_index if provenance else None,
+            "reason": sanitize(record.reason) if record.reason is not None else None,
+            "outcome": record.outcome.value,
+            "error": sanitize(record.error) if record.error is not None else None,
+            "error_code": record.error_code,
+            "protocol_version": record.protocol_version,
+        }
+        body.update(zip(_VARYING, cls._varying(record, digest), strict=True))
+        if record.approval is not None:
+            body["approval"] = dict(record.approval)
+        return body
+
+    def _trace_body_bytes(self, record: CallRecord, digest: str | None) -> Canonical:
+        """``canonical_bytes(_trace_body(...))``, by a shorter route: the body's other fields repeat
+        from call to call, so the JCS text around the four that change is rendered once per such
+        combination (a bounded cache) and the four are filled in."""
+        if record.approval is not None:  # rare, and a nested object: the general route
+            return Canonical(canonical_bytes(self._trace_body(record, digest)))
+        key = (record.agent, record.tool, record.action, record.provenance, record.reason, record.outcome,
+               record.error, record.error_code, record.protocol_version)
+        segments = self._body_segments.get(key)
+        if segments is None:
+            body = self._trace_body(record, digest)
+            marks = _marks(len(_VARYING))
+            segments = _cut(canonical_bytes({**body, **dict(zip(_VARYING, marks, strict=True))}), marks)
+            if segments is None:  # a field holds a mark's text: the general route, not cached
+                return Canonical(canonical_bytes(body))
+            if len(self._body_segments) >= SURFACE_CACHE_MAX:
+                self._body_segments.clear()
+            self._body_segments[key] = segments
+        first, after_digest, after_decision, after_latency, last = segments
+        digest, decision_ms, latency_ms, request_id = self._varying(record, digest)
+        return Canonical(b"".join((
+            first, scalar_bytes(digest), after_digest, scalar_bytes(decision_ms), after_decision,
+            scalar_bytes(latency_ms), after_latency, scalar_bytes(request_id), last,
+        )))
+
+    def _surface_line(
+        self, record: CallRecord, arguments: Any, effect: str, status: str, rule_id: str | None
+    ) -> bytes:
+        """The surface record's line. ``build_decision`` reads the arguments only through the
+        classifier and the params only for ``_meta.traceparent``: for a tool the classifier does not
+        know (its answer is then the constant ``UNKNOWN``, whatever the arguments) and a call without
+        ``_meta``, the line is a function of (server, tool, effect, status, rule) alone, so it is
+        built once per such key and reused (a bounded cache)."""
+        assert record.tool is not None
+        server_id = self._route(record.tool)
+        meta = record.call.meta if record.call is not None else None
+        key = None
+        if not meta and classify(record.tool, arguments) is UNKNOWN:
+            key = (server_id, record.tool, effect, status, rule_id)
+            cached = self._surface_cache.get(key)
+            if cached is not None:
+                return cached
+        decision = build_decision(
+            server_id=server_id,
+            tool_name=record.tool,
+            arguments=arguments,
+            params={"_meta": dict(meta)} if meta else {},
+            effect=effect,
+            status=status,
+            rule_id=rule_id,
+        )
+        line = ndjson_line(build_surface([decision]))
+        if key is not None:
+            if len(self._surface_cache) >= SURFACE_CACHE_MAX:
+                self._surface_cache.clear()
+            self._surface_cache[key] = line
+        return line
+
+    def _carrier_fields(self, record: CallRecord) -> dict[str, Any]:
+        """What ``build_carrier`` is given for this call (the next ``order`` is taken)."""
+        assert self._truth_key is not None and record.call is not None
+        order = self._order
+        self._order += 1
+        _contract, dpd, prepared = self._declared_for(record.agent)
+        identity = "present" if record.tool_listed else "absent"
+        # The gateway does not yet observe class, scope or redaction: those axes stay "incomplete",
+        # never a guessed match. Approval is observed when a person, a grant or approval memory let
+        # this call through; otherwise it is left unobserved too.
+        evidence = _APPROVED if approval_obtained(record) else _UNOBSERVED
+        verdict = prepared_decision_verdict(
+            prepared, record.call.tool, record.call.arguments, identity, evidence
+        )
+        return {
+            "tool_name": record.call.tool,
+            "args": record.call.arguments,
+            "order": order,
+            "declared_policy_digest": dpd,
+            "key": self._truth_key.key,
+            "key_id": self._truth_key.key_id,
+            "source_class": "authoritative_boundary",
+            "call_id": truth_call_id(record),
+            "result_status": "ok",
+            "identity_state": identity,
+            "decision_verdict": verdict,
+        }
+
+    def _carrier(self, record: CallRecord) -> dict[str, Any]:
+        """The call's truth carrier (the reference for ``_carrier_line``)."""
+        return build_carrier(**self._carrier_fields(record))
+
+    def _carrier_line(self, record: CallRecord) -> tuple[bytes, str]:
+        """``ndjson_line(_carrier(record))`` and the carrier's ``args_digest``, by a shorter route:
+        per tool, verdict and contract a carrier differs from the last only in its digests, its
+        order and its call id, so the line around those is rendered once (from a carrier minted by
+        ``build_carrier``, which checks every field) and they are filled in."""
+        fields = self._carrier_fields(record)
+        key = (fields["tool_name"], fields["identity_state"], fields["decision_verdict"],
+               fields["declared_policy_digest"], fields["key_id"])
+        segments = self._carrier_segments.get(key)
+        if segments is None:
+            carrier = build_carrier(**fields)
+            segments = _carrier_segments(carrier)
+            if segments is not None:
+                if len(self._carrier_segments) >= SURFACE_CACHE_MAX:
+                    self._carrier_segments.clear()
+                self._carrier_segments[key] = segments
+            return ndjson_line(carrier), carrier["args_digest"]
+        digest = args_digest(fields["args"], fields["key"], fields["key_id"])
+        call_id = fields["call_id"]
+        if digest is None or not isinstance(call_id, str):
+            carrier = build_carrier(**fields)  # raises CarrierError, naming the field at fault
+            return ndjson_line(carrier), carrier["args_digest"]
+        order = fields["order"]
+        try:
+            observed = observed_input_digest(fields["tool_name"], digest, order)
+            texts = _carrier_texts(digest, order, call_id, observed)
+        except UnicodeEncodeError:  # the line escapes the call id: the general route
+            return ndjson_line(build_carrier(**fields)), digest
+        return _carrier_join(segments, texts), digest
+
+    # ---------------------------------------------------------------- writing
+
+    def _write(self, at: str, built: Sequence[_Lines]) -> list[int]:
+        """Write the records' lines, one ``os.write`` per file for them all; return the files
+        (0 trace, 1 surface, 2 truth) now due an fsync ("always", or "batch" at ``batch_limit``
+        unsynced lines)."""
+        if self._broken is not None:
+            raise AppendOnlyError(self._broken)
+        due: list[int] = []
+        if self._trace is not None:
+            self._trace.append_many([(kind, at, body) for kind, body, _surface, _carrier in built])
+            self._count(0, due, len(built))
+        if self._surface is not None:
+            surfaces = [surface for _kind, _body, surface, _carrier in built if surface is not None]
+            if surfaces:
+                self._surface.append_lines(surfaces, "surface records")
+                self._count(1, due, len(surfaces))
+        if self._truth is not None:
+            carriers = [carrier for _kind, _body, _surface, carrier in built if carrier is not None]
+            if carriers:
+                self._truth.append_lines(carriers, "truth carriers")
+                self._count(2, due, len(carriers))
+        return due
+
+    def _count(self, sink: int, due: list[int], lines: int = 1) -> None:
+        """Note ``lines`` written to ``sink``; add it to ``due`` when the setting says the records
+        complete only once the file is fsynced (every time under "always", at ``batch_limit``
+        unsynced lines under "batch"); under "batch", wake the background thread when the file
+        gets its first unsynced line (the time bound) and when it reaches ``batch_lines``."""
+        if self._fsync == "always":
+            due.append(sink)
+        elif self._fsync == "batch":
+            with self._unsynced_lock:
+                before = self._unsynced[sink]
+                unsynced = before + lines
+                if unsynced >= self._batch_limit:
+                    unsynced = 0
+                    due.append(sink)
+                self._unsynced[sink] = unsynced
+            if before == 0 and unsynced:
+                self._wake.set()
+            if before < self._batch_lines <= unsynced:
+                self._soon.set()
+
+    def _sync_periodically(self) -> None:
+        """The background fsyncs of "batch": a file with unsynced lines is fsynced at most
+        ``batch_seconds`` after the first of them was written, or as soon as it holds
+        ``batch_lines`` of them (the worker thread of this recorder)."""
+        while True:
+            self._wake.wait()
+            self._soon.wait(self._batch_seconds)
+            if self._stopping.is_set():
+                return
+            self._wake.clear()
+            self._soon.clear()
+            with self._unsynced_lock:
+                sinks = [sink for sink, count in enumerate(self._unsynced) if count]
+                for sink in sinks:
+                    self._unsynced[sink] = 0
+            for sink in sinks:
+                try:
+                    self._sync(sink)
+                except AppendOnlyError as exc:
+                    logger.error("%s", exc)
+                    return
+
+    def _sync(self, sink: int) -> None:
+        """fsync one due file (in a worker thread). A failure makes every later record raise."""
+        target = self._sync_targets[sink]
+        assert target is not None
+        path, fd, what = target
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            self._broken = f"{what} {path}: fsync failed: {exc.strerror}; no further records will be written"
+            raise AppendOnlyError(self._broken) from exc
+
+    async def _sync_off_loop(self, due: list[int]) -> None:
+        """fsync the due files, each in a worker thread of its own: they are usually due together
+        (every call writes one line to each), and the answer waits for the slowest, not the sum."""
+        if len(due) == 1:
+            await anyio.to_thread.run_sync(self._sync, due[0])
+            return
+        failures: list[BaseException] = []
+
+        async def sync(sink: int) -> None:
+            try:
+                await anyio.to_thread.run_sync(self._sync, sink)
+            except AppendOnlyError as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for sink in due:
+                tg.start_soon(sync, sink)
+        if failures:
+            raise failures[0]
+
+    def _lines(self, event: RelayEvent) -> _Lines:
+        if isinstance(event, RelayIncident):
+            body = {"kind": event.kind, "direction": event.direction, "detail": sanitize(event.detail),
+                    "code": event.code}
+            return ("relay_incident", body, None, None)
+        return self._call_lines(event)
+
+    async def __call__(self, event: RelayEvent) -> None:
+        rest = self._record_inline([event])
+        if rest is not None:
+            await rest
+
+    def _record_inline(self, events: Sequence[RelayEvent]) -> Awaitable[None] | None:
+        at = self._clock()
+        due = self._write(at, [self._lines(event) for event in events])
+        return self._sync_off_loop(due) if due else None
+
+    @property
+    def record_now(self) -> Callable[[Sequence[RelayEvent]], Awaitable[None] | None]:
+        """The synchronous form of awaiting the recorder, for several events at once: their lines,
+        one write per file, written (to the kernel) before it returns. It returns None when the
+        records are complete, or, when they are due an fsync ("always", or ``batch_limit`` unsynced
+        lines under "batch"), an awaitable that completes (or raises) with that fsync, done in worker threads
+        so the event loop serves other calls meanwhile; they are complete only then. Records
+        written together share that fsync (a group commit)."""
+        return self._record_inline
+
+    async def record_event(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A trace entry that is not a call (policy edit, pin accept, approval, grant)."""
+        if self._trace is None:
+            return None
+        at = self._clock()
+        if self._broken is not None:
+            raise AppendOnlyError(self._broken)
+        entry = self._trace.append(kind, at, body)
+        due: list[int] = []
+        self._count(0, due)
+        if due:
+            await self._sync_off_loop(due)
+        return entry
+
+    def close(self) -> None:
+        """Close the files (each fsyncs what it holds unsynced, unless the setting is "never")."""
+        if self._syncer is not None:
+            self._stopping.set()
+            self._wake.set()
+            self._soon.set()
+            self._syncer.join()
+            self._syncer = None
+        for sink in (self._trace, self._surface, self._truth):
+            if sink is not None:
+                sink.close()
+        for fd in self._sync_fds:
+            os.close(fd)
+        self._sync_fds = []
+
+
+__all__ = ["EvidenceRecorder", "TruthKey", "effect_status", "ephemeral_key", "truth_call_id", "utc_now"]

@@ -1,0 +1,233 @@
+"""The runtime both commands share, built once per process: one object of each kind, used by the calls
+and the control plane alike.
+
+Invariant: the calls and the control plane act on the same objects, and wrap and serve build them the
+same way. The ``PolicyStore`` the pipeline evaluates is the one ``PUT /policies/...`` edits and
+reloads; the ``ApprovalEngine`` whose waiters a call blocks on is the one ``POST /approvals/{id}/approve``
+resolves; the ``CataloguePins`` whose floors decide calls are the ones ``POST /tools/pins/accept``
+changes; the trace every call is recorded in is the one policy edits, pin events and approvals are
+appended to, through the one ``EvidenceGuard``, so a trace entry that cannot be written makes the
+gateway refuse every later call, whichever kind of entry it was. Nothing is copied, so nothing falls
+out of step.
+
+Theory of operation. ``Runtime.build(settings)`` runs before anything is spawned or bound, and every
+problem it finds is a ``StartupProblem`` (a one-line startup error): the policy is loaded (a gateway
+never starts on a policy it cannot read), the truth producer's key is read and removed from the
+environment (it never reaches an upstream, whether or not the producer is on), the evidence files
+and the state database are opened. It then assembles, in order: the guard around the recorder; the
+approval engine and its gate (with a policy: approvals come from ``human_approval`` rules); with
+``pin_tools``, the pin store and the ``CataloguePins`` (upstreams are added as their catalogues
+become known, ``guard_catalogue``); the floors; the ``CallPipeline``. ``run`` starts, before any call
+is taken, what runs beside the calls: the pipeline's own tasks, the policy watcher (an edit takes
+effect on the next call; a broken edit keeps the previous policy) and the approvals (what a previous
+process left pending expires, then a sweeper expires what comes due).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+from drawbridge.canonical import sanitize
+from drawbridge.control.services import RecentCallRing
+from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
+from drawbridge.gateway.pipeline.approvals.gate import ApprovalGate, build_approval_engine, run_approvals
+from drawbridge.gateway.pipeline.call import CallPipeline
+from drawbridge.gateway.pipeline.deciders import Decider, PolicyDecider, allow_all, deny_all, policy_decider
+from drawbridge.gateway.pipeline.floors import Floors
+from drawbridge.gateway.pipeline.guard import EvidenceGuard
+from drawbridge.gateway.pipeline.pins import CataloguePins, CatalogueSource
+from drawbridge.gateway.pipeline.records import CallRecord, Recorder, null_recorder
+from drawbridge.gateway.recording.recorder import EvidenceRecorder, utc_now
+from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
+from drawbridge.gateway.recording.truth_key import TruthKey, TruthKeyError, truth_key_from_env
+from drawbridge.gateway.runtime.settings import STATE_FILE, RuntimeSettings
+from drawbridge.policy.declared import DeclaredContracts, fixed_contract
+from drawbridge.state.pins import SqlitePinStore
+from drawbridge.state.policy_store import watch_policies
+from drawbridge.state.sqlite import StateDB, StateError
+
+logger = logging.getLogger("drawbridge.gateway")
+
+
+class StartupProblem(Exception):
+    """A problem found while building the runtime: a startup error, printed as is (exit code 2)."""
+
+
+def load_policy(settings: RuntimeSettings) -> Decider:
+    if settings.allow_all:
+        return allow_all
+    if settings.policy is None:
+        return deny_all
+    try:
+        return policy_decider(settings.policy)
+    except (OSError, ValueError) as exc:
+        raise StartupProblem(f"cannot load the policy {settings.policy}: {exc}") from exc
+
+
+def load_truth_key(settings: RuntimeSettings, environ: Any = os.environ) -> TruthKey | None:
+    """The truth producer's key when it is configured; every truth key variable leaves the environment."""
+    try:
+        if settings.truth_out is not None:
+            return truth_key_from_env(environ)
+        for name in TRUTH_KEY_NAMES:
+            environ.pop(name, None)
+        return None
+    except TruthKeyError as exc:
+        raise StartupProblem(f"tool-decision truth producer: {exc}") from None
+
+
+def open_recorder(settings: RuntimeSettings, policy: Decider, truth_key: TruthKey | None) -> Recorder:
+    """The evidence recorder (none when neither evidence nor truth carriers are asked for)."""
+    if settings.evidence_dir is None and settings.truth_out is None:
+        return null_recorder
+    if isinstance(policy, PolicyDecider):
+        store = policy.store
+        declared: Callable[[str], Mapping[str, Any]] = DeclaredContracts(lambda: store.current)
+    else:
+        contract = fixed_contract(settings.allow_all)
+        declared = lambda _agent: contract  # noqa: E731 -- one constant contract
+    try:
+        return EvidenceRecorder(
+            settings.evidence_dir,
+            route=settings.server_id,
+            truth_out=settings.truth_out,
+            truth_key=truth_key,
+            declared=declared,
+            fsync=settings.fsync,  # type: ignore[arg-type]
+        )
+    except (OSError, ValueError) as exc:
+        raise StartupProblem(f"cannot open the evidence output: {exc}") from exc
+
+
+def open_state(path: str | None) -> tuple[StateDB, str | None]:
+    """The state database (created if missing) and the temporary folder holding it, if it is one."""
+    temp_dir = None
+    if path is None:
+        temp_dir = tempfile.mkdtemp(prefix="drawbridge-")
+        path = str(Path(temp_dir) / STATE_FILE)
+    try:
+        Path(path).absolute().parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return StateDB.open(path), temp_dir
+    except (OSError, StateError) as exc:
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise StartupProblem(f"cannot open the state database {path}: {reason}; the gateway does not start without it") from None
+
+
+def recent_call_summary(record: CallRecord, ring: RecentCallRing, clock: Callable[[], str] = utc_now) -> None:
+    """Note a recorded call in the ring the approval view shows (no arguments)."""
+    if record.tool is None:
+        return
+    provenance = record.provenance
+    ring.add(
+        record.agent,
+        {
+            "tool": sanitize(record.tool),
+            "action": record.action.value if record.action is not None else None,
+            "outcome": record.outcome.value,
+            "policy": sanitize(provenance.policy) if provenance and provenance.policy else None,
+            "rule_index": provenance.rule_index if provenance else None,
+            "at": clock(),
+        },
+    )
+
+
+@dataclass
+class Runtime:
+    """Everything a command shares between its calls and its control plane (module docstring)."""
+
+    settings: RuntimeSettings
+    policy: Decider
+    recorder: Recorder
+    guard: EvidenceGuard
+    pipeline: CallPipeline
+    recent: RecentCallRing
+    state_db: StateDB | None = None
+    engine: ApprovalEngine | None = None
+    pin_store: SqlitePinStore | None = None
+    pins: CataloguePins | None = None
+    _temp_dir: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def build(cls, settings: RuntimeSettings) -> Runtime:
+        """Assemble the runtime (module docstring); raises ``StartupProblem``."""
+        policy = load_policy(settings)
+        recorder = open_recorder(settings, policy, load_truth_key(settings))
+        guard = EvidenceGuard(recorder)
+        state_db: StateDB | None = None
+        temp_dir: str | None = None
+        try:
+            engine = gate = None
+            approvals = isinstance(policy, PolicyDecider)
+            if approvals or settings.pin_tools:
+                state_db, temp_dir = open_state(settings.state_path)
+            if approvals:
+                assert state_db is not None
+                engine = build_approval_engine(settings.approval, state_db, guard.append)
+                gate = ApprovalGate(
+                    engine, elicitation=settings.approval.elicitation, operator_channel=settings.operator_channel
+                )
+            pin_store = pins = None
+            if settings.pin_tools:
+                assert state_db is not None
+                pin_store = SqlitePinStore(state_db)
+                pins = CataloguePins(pin_store, (), guard.append)
+            pipeline = CallPipeline(
+                policy=policy, guard=guard, floors=Floors(pins), approvals=gate, call_timeout=settings.call_timeout
+            )
+        except BaseException:
+            _close(recorder, state_db, temp_dir)
+            raise
+        recent = RecentCallRing()
+        guard.observers.append(lambda record: recent_call_summary(record, recent))
+        return cls(settings, policy, recorder, guard, pipeline, recent, state_db, engine, pin_store, pins, temp_dir)
+
+    def guard_catalogue(self, source: CatalogueSource) -> None:
+        """Put an upstream's catalogue under the pins (``pin_tools``); nothing without pinning."""
+        if self.pins is not None:
+            self.pins.add_source(source)
+
+    @property
+    def policy_store(self) -> Any:
+        return self.policy.store if isinstance(self.policy, PolicyDecider) else None
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """What runs beside the calls (module docstring); start with ``tg.start`` before any call."""
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.pipeline.run)
+            if isinstance(self.policy, PolicyDecider):
+                tg.start_soon(watch_policies, self.policy.store)
+            if self.engine is not None:
+                await tg.start(self._run_approvals)
+            task_status.started()
+
+    async def _run_approvals(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        assert self.engine is not None
+        await run_approvals(self.engine, sweep_seconds=self.settings.approval.sweep_seconds, task_status=task_status)
+
+    def close(self) -> None:
+        _close(self.recorder, self.state_db, self._temp_dir)
+
+
+def _close(recorder: Recorder, state_db: StateDB | None, temp_dir: str | None) -> None:
+    close = getattr(recorder, "close", None)
+    if close is not None:
+        close()
+    if state_db is not None:
+        state_db.close()
+    if temp_dir is not None:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+__all__ = ["Runtime", "StartupProblem", "load_policy", "load_truth_key", "open_recorder", "open_state"]

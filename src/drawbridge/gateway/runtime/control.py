@@ -1,0 +1,126 @@
+"""The control plane's view of a runtime: the services it reads and changes, the same objects the
+calls use (``assembly``), and the catalogue as served now.
+
+Invariant: what ``/tools`` and ``/tools/decisions`` show is the catalogue the pipeline resolves calls
+in, with the pin statuses the floors come from: serve's merged catalogue (``server.tool``), wrap's
+server's own (its own names). A server whose pins could not be read is never shown with an empty
+list of held-back tools: ``GET /tools/pins`` answers 503 naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.routing import BaseRoute
+
+from drawbridge.catalogue.classify import Classification
+from drawbridge.control import (
+    CatalogueItem,
+    ControlServices,
+    HeldBackTool,
+    StorePinService,
+    control_app,
+    control_routes,
+)
+from drawbridge.gateway.pipeline.pins import CataloguePins
+from drawbridge.gateway.runtime.assembly import Runtime
+from drawbridge.state.pins import PinStoreUnavailable, SqlitePinStore
+
+
+@dataclass(frozen=True, slots=True)
+class ServedTool:
+    """One tool as served: its upstream, the upstream's own name and dict, the name agents call."""
+
+    server: str
+    upstream_name: str
+    name: str
+    tool: dict[str, Any]
+
+
+class CatalogueView:
+    """The served tools as ``CatalogueItem``s, classified once per catalogue (a new catalogue object
+    is classified again)."""
+
+    def __init__(self, served: Callable[[], tuple[object, Iterable[ServedTool]]], pins: CataloguePins | None) -> None:
+        self._served = served
+        self._pins = pins
+        self._cached_for: object = None
+        self._classified: dict[str, Classification] = {}
+
+    def __call__(self) -> list[CatalogueItem]:
+        catalogue, tools = self._served()
+        if catalogue is not self._cached_for:
+            self._cached_for, self._classified = catalogue, {}
+        items: list[CatalogueItem] = []
+        for served in tools:
+            status = None if self._pins is None else self._pins.status(served.server, served.upstream_name)
+            known = self._classified.get(served.name)
+            if known is None:
+                item = CatalogueItem.of(served.server, served.tool, name=served.name, pin_status=status)
+                self._classified[served.name] = item.classification
+            else:
+                item = CatalogueItem(
+                    server=served.server, tool=served.tool, name=served.name, classification=known, pin_status=status
+                )
+            items.append(item)
+        return items
+
+
+class GatewayPinService(StorePinService):
+    """``StorePinService`` that will not show an empty list for a server whose pins the gateway could
+    not read: ``GET /tools/pins`` answers 503 naming the server (its tools are all held back)."""
+
+    def __init__(self, store: SqlitePinStore, pins: CataloguePins, **options: Any) -> None:
+        super().__init__(store, pins.servers, **options)
+        self._pins = pins
+
+    async def held_back(self) -> list[HeldBackTool]:
+        for server in self.servers():
+            state = self._pins.state(server)
+            if state is not None and state.unavailable is not None:
+                raise PinStoreUnavailable(server, "the gateway's last check of this server's catalogue failed")
+        return await super().held_back()
+
+
+def control_services(
+    runtime: Runtime,
+    catalogue: Callable[[], Sequence[CatalogueItem]],
+    *,
+    after_accept: Callable[[str], Awaitable[None]] | None = None,
+) -> ControlServices:
+    """The control plane's services on this runtime's objects."""
+    if runtime.engine is None or runtime.policy_store is None:
+        raise ValueError("the control plane needs a policy (approvals come from human_approval rules)")
+    pin_service = None
+    if runtime.pin_store is not None and runtime.pins is not None:
+        pins = runtime.pins
+
+        async def accepted(server: str) -> None:
+            await pins.after_accept(server)
+            if after_accept is not None:
+                await after_accept(server)
+
+        pin_service = GatewayPinService(runtime.pin_store, pins, after_accept=accepted)
+    return ControlServices(
+        policy_store=runtime.policy_store,
+        catalogue=catalogue,
+        approvals=runtime.engine,
+        trace_append=runtime.guard.append,
+        pins=pin_service,
+        recent_calls=runtime.recent,
+    )
+
+
+def routes(services: ControlServices, runtime: Runtime) -> list[BaseRoute]:
+    """The control plane's routes, behind the admin token (none configured: loopback callers only)."""
+    return list(control_routes(services, admin_token_sha256=runtime.settings.admin_token_sha256))
+
+
+def app(services: ControlServices, runtime: Runtime) -> Any:
+    """The control plane as an app of its own (a listener without ``/mcp``)."""
+    return control_app(services, admin_token_sha256=runtime.settings.admin_token_sha256)
+
+
+__all__ = ["CatalogueView", "GatewayPinService", "ServedTool", "app", "control_services", "routes"]

@@ -1,0 +1,117 @@
+"""What a runtime is built from: serve's configuration file or wrap's flags, as one value.
+
+Invariant: both commands fill in the same ``RuntimeSettings``, and nothing of the runtime is built
+from anything else, so every floor, every fail-closed rule and every default is the same under both.
+The differences are only the values: serve always has a policy, an evidence directory and a state
+file; wrap may run with ``--allow-all``, without evidence, or with a temporary state file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from drawbridge.approval.memory import MemoryConfig
+from drawbridge.catalogue.names import split_namespaced
+from drawbridge.config import GatewayConfig
+from drawbridge.gateway.pipeline.approvals.gate import ApprovalSettings
+from drawbridge.gateway.pipeline.call import DEFAULT_CALL_TIMEOUT_SECONDS
+
+GATEWAY_SERVER_ID: Final = "drawbridge"
+STATE_FILE: Final = "drawbridge.db"
+
+
+def upstream_of(tool: str) -> str:
+    """serve's surface-record ``server.id`` of a namespaced tool: the upstream's configured name."""
+    split = split_namespaced(tool)
+    return split[0] if split is not None else GATEWAY_SERVER_ID
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    policy: str | None = None
+    """A policy file or directory; None refuses every call (unless ``allow_all``)."""
+    allow_all: bool = False
+    evidence_dir: str | None = None
+    truth_out: str | None = None
+    fsync: str = "batch"
+    state_path: str | None = None
+    """The SQLite state; None: a temporary file, removed on close (wrap without ``--state``)."""
+    call_timeout: float = DEFAULT_CALL_TIMEOUT_SECONDS
+    approval: ApprovalSettings = field(default_factory=ApprovalSettings)
+    operator_channel: bool = True
+    """A person can answer outside the client: a control plane is open, or the state file is shared."""
+    pin_tools: bool = False
+    hide_denied_tools: bool = False
+    admin_token_sha256: str | None = None
+    server_id: Callable[[str], str] = upstream_of
+    """The served tool name -> the upstream's id in surface records."""
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig, *, control_open: bool) -> RuntimeSettings:
+        """serve's settings: everything from the configuration file."""
+        return cls(
+            policy=config.policy_dir or config.policy_file,
+            evidence_dir=config.evidence_dir,
+            truth_out=config.tool_decision_truth_out,
+            fsync=config.fsync,
+            state_path=config.state_path,
+            call_timeout=config.call_timeout_seconds,
+            approval=ApprovalSettings.from_config(config),
+            operator_channel=control_open,
+            pin_tools=config.pin_tools,
+            hide_denied_tools=config.hide_denied_tools,
+            admin_token_sha256=config.admin_token_sha256,
+        )
+
+    @classmethod
+    def for_wrap(
+        cls,
+        *,
+        policy: str | None,
+        allow_all: bool,
+        evidence_dir: str | None,
+        truth_out: str | None,
+        fsync: str,
+        state_path: str | None,
+        call_timeout: float,
+        approval_timeout: float,
+        non_blocking: bool,
+        elicitation: bool,
+        approval_memory: int,
+        control_open: bool,
+        pin_tools: bool,
+        admin_token_sha256: str | None,
+        server_id: str,
+    ) -> RuntimeSettings:
+        """wrap's settings, from its flags. The state file is ``--state``, else ``drawbridge.db`` next to
+        the evidence directory, else a temporary file."""
+        approval = ApprovalSettings(
+            timeout_seconds=approval_timeout,
+            non_blocking=non_blocking,
+            elicitation=elicitation,
+            memory=MemoryConfig(enabled=approval_memory > 0, min_approvals=max(approval_memory, 1)),
+        )
+        effective_state = state_path
+        if effective_state is None and evidence_dir is not None:
+            effective_state = str(Path(evidence_dir).absolute().parent / STATE_FILE)
+        return cls(
+            policy=policy,
+            allow_all=allow_all,
+            evidence_dir=evidence_dir,
+            truth_out=truth_out,
+            fsync=fsync,
+            state_path=effective_state,
+            call_timeout=call_timeout,
+            approval=approval,
+            # A person outside the client: this wrap's control plane, or a gateway sharing the state file.
+            operator_channel=control_open or state_path is not None,
+            pin_tools=pin_tools,
+            admin_token_sha256=admin_token_sha256,
+            server_id=lambda _tool: server_id,
+        )
+
+
+__all__ = ["GATEWAY_SERVER_ID", "STATE_FILE", "RuntimeSettings", "upstream_of"]

@@ -1,0 +1,79 @@
+"""wrap's parts around the shared runtime: the server as a child, the relay, the control plane.
+
+Invariant: wrap adds a transport and one upstream, never a second decision path: the relay hands
+every tools/call to the runtime's pipeline, which resolves it in the server's own catalogue (listed
+by the gateway), raises it to the floors of the runtime's pins (``--pin-tools`` puts that catalogue
+under them, in the same state file and with the same statuses as serve) and records it through the
+runtime's guard. The truth producer's key variables never reach the child.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterable
+
+import anyio
+
+from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
+from drawbridge.gateway.runtime.assembly import Runtime
+from drawbridge.gateway.runtime.control import CatalogueView, ServedTool, app, control_services
+from drawbridge.gateway.transports.http_listener import serve_http
+from drawbridge.gateway.transports.process_stdio import process_stdio
+from drawbridge.gateway.transports.relay_requests import RelayConfig
+from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
+from drawbridge.gateway.transports.wrap_relay import StdioRelay
+from drawbridge.gateway.upstreams.child_process import EnvPolicy, UpstreamProcess, UpstreamStartError
+
+
+def served_tools(catalogue: ChildCatalogue) -> tuple[object, Iterable[ServedTool]]:
+    tools = [
+        ServedTool(catalogue.name, item["name"], item["name"], dict(item))
+        for item in catalogue.tools
+        if isinstance(item, dict) and isinstance(item.get("name"), str)
+    ]
+    return catalogue.catalogue_version, tools
+
+
+async def run_wrap(
+    runtime: Runtime,
+    argv: list[str],
+    config: RelayConfig,
+    *,
+    control: socket.socket | None = None,
+    on_control_ready: Callable[[str, int], None] | None = None,
+) -> str | None:
+    """Serve the agent on this process's stdin and stdout until it closes; returns why the server
+    could not be started, if it could not."""
+    env_filter = EnvPolicy(deny_names=frozenset(TRUTH_KEY_NAMES))
+    async with anyio.create_task_group() as tg:
+        await tg.start(runtime.run)
+        try:
+            async with process_stdio() as (client_in, client_out):
+                try:
+                    upstream = await UpstreamProcess.spawn(
+                        argv, env_filter=env_filter, max_message_bytes=config.max_upstream_message_bytes
+                    )
+                except UpstreamStartError as exc:
+                    return str(exc)
+                relay = StdioRelay(upstream, client_in, client_out, pipeline=runtime.pipeline, config=config)
+                catalogue = relay.catalogue
+                assert isinstance(catalogue, ChildCatalogue)
+                pins = runtime.pins
+                if pins is not None:
+                    runtime.guard_catalogue(catalogue)
+                    server = catalogue.name
+
+                    async def check() -> None:
+                        await pins.check(server)
+
+                    catalogue.on_catalogue = check
+                if control is not None:
+                    services = control_services(runtime, CatalogueView(lambda: served_tools(catalogue), pins))
+                    tg.start_soon(serve_http, app(services, runtime), control, on_control_ready)
+                await relay.run()
+        finally:
+            tg.cancel_scope.cancel()
+    return None
+
+
+__all__ = ["run_wrap", "served_tools"]

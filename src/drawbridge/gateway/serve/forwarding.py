@@ -1,0 +1,110 @@
+"""serve's ``Forwarder``: a decided tools/call on its way to one upstream session, and back.
+
+Invariant: what reaches the upstream is the request the pipeline decided, with only the per-hop parts
+rewritten (``protocol.hop``): the namespace taken off the name, the progress token replaced by one
+of the gateway's own, the agent's era envelope removed. While the call is in flight the hub knows
+which agent it belongs to (``Gateway.track``), so the upstream's progress, sampling and elicitation
+reach that agent and nobody else; the tables are cleared however the call ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from drawbridge.gateway.pipeline.call import CallPipeline, Flight
+from drawbridge.gateway.protocol.hop import outbound_params, progress_token
+from drawbridge.gateway.protocol.jsonrpc import RequestId
+from drawbridge.gateway.protocol.methods import TOOLS_CALL
+from drawbridge.gateway.serve.agents import AgentSession
+from drawbridge.gateway.upstreams.session import (
+    PendingCall,
+    UpstreamLost,
+    UpstreamSession,
+    UpstreamUnavailable,
+)
+
+
+class CallTables(Protocol):
+    """The hub's tables of calls in flight, as a forwarder fills and clears them (``hub.Gateway``)."""
+
+    def track(self, upstream: UpstreamSession, call: PendingCall, session: AgentSession, request_id: RequestId) -> None: ...
+
+    def untrack(self, upstream: UpstreamSession, call: PendingCall) -> None: ...
+
+    def new_progress_route(
+        self, upstream: UpstreamSession, session: AgentSession, token: str | int, request_id: RequestId
+    ) -> str: ...
+
+    def drop_progress_route(self, upstream: UpstreamSession, gateway_token: str) -> None: ...
+
+
+@dataclass(eq=False, slots=True)
+class _InFlight:
+    call: PendingCall | None = None
+    gateway_token: str | None = None
+
+
+class UpstreamForwarder:
+    """Forwards decided calls to one ``UpstreamSession`` (module docstring)."""
+
+    def __init__(self, hub: CallTables, upstream: UpstreamSession, pipeline: CallPipeline) -> None:
+        self._hub = hub
+        self._upstream = upstream
+        self._pipeline = pipeline
+
+    def send(self, flight: Flight) -> Awaitable[None]:
+        return self._send(flight)
+
+    async def _send(self, flight: Flight) -> None:
+        session: AgentSession = flight.replier.session  # type: ignore[attr-defined]
+        assert flight.resolved is not None
+        params: Any = flight.message.params
+        state = _InFlight()
+        flight.handle = state
+        rewrite: dict[str, Any] = {"name": flight.resolved.route.tool}
+        token = progress_token(params)
+        if token is not None:
+            state.gateway_token = self._hub.new_progress_route(self._upstream, session, token, flight.request_id)
+            rewrite["progress"] = state.gateway_token
+        try:
+            call = await self._upstream.send_request(TOOLS_CALL, outbound_params(params, **rewrite))
+        except UpstreamUnavailable as exc:
+            self._release(state)
+            self._pipeline.lost(flight, f"{exc}; the call was not sent", sent=False)
+            return
+        except UpstreamLost as exc:
+            self._release(state)
+            self._pipeline.lost(flight, f"{exc} before answering tools/call")
+            return
+        state.call = call
+        self._hub.track(self._upstream, call, session, flight.request_id)
+        call.when_done(lambda ended: self._ended(flight, state, ended))
+
+    def _ended(self, flight: Flight, state: _InFlight, call: PendingCall) -> None:
+        self._release(state)
+        try:
+            body = call.outcome()
+        except UpstreamLost as exc:
+            self._pipeline.lost(flight, f"{exc} before answering tools/call")
+            return
+        self._pipeline.answered(flight, body)
+
+    def abandon(self, flight: Flight, reason: str, *, timed_out: bool) -> Awaitable[None] | None:
+        state = flight.handle
+        if not isinstance(state, _InFlight) or state.call is None:
+            return None
+        call = state.call
+        self._release(state)
+        return self._upstream.cancel(call, reason)
+
+    def _release(self, state: _InFlight) -> None:
+        if state.call is not None:
+            self._hub.untrack(self._upstream, state.call)
+        if state.gateway_token is not None:
+            self._hub.drop_progress_route(self._upstream, state.gateway_token)
+            state.gateway_token = None
+
+
+__all__ = ["UpstreamForwarder"]

@@ -1,0 +1,602 @@
+"""Streamable HTTP at ``/mcp``: the agents' side of ``drawbridge serve``, as a Starlette app.
+
+Invariant: an HTTP request reaches a ``DownstreamSession`` only with an identity: a bearer token whose
+SHA-256 matches a configured agent (compared with ``hmac.compare_digest``), or, when the request carries
+no ``Authorization`` at all and ``anonymous_agent`` is configured, that agent. A presented token that
+matches no agent is refused (401) even then: a wrong credential is a mistake or an attack, not a
+request to be anonymous. A session belongs to the agent that created it; the same id presented by
+another agent is unknown (404). Session ids are minted by the gateway at ``initialize`` and never taken
+from the client (fixation defence). Tokens are never logged, echoed, or forwarded upstream.
+
+Theory of operation. ``POST /mcp`` reads at most ``max_message_bytes`` (413 beyond, with a JSON-RPC
+error), parses one JSON-RPC message strictly and picks the era from ``MCP-Protocol-Version``:
+
+* 2025-11-25 and earlier (sessions): ``initialize`` creates a session and answers with its
+  ``Mcp-Session-Id``; every other message needs a known session (400 without the header, 404 for an
+  unknown id); notifications and responses are answered 202. A request is answered with JSON, unless
+  the agent accepts ``text/event-stream`` and the upstream sends something for that request first
+  (progress, an elicitation): then the answer becomes an SSE stream carrying those messages and, last,
+  the response. ``GET /mcp`` opens the session's stream for messages that belong to no request
+  (list changes, server requests that could not be tied to a POST); ``DELETE /mcp`` ends the session.
+* 2026-07-28 (stateless): each POST is a whole exchange with a fresh session. The request is checked by
+  the SDK's inbound ladder (envelope, ``Mcp-Method``/``Mcp-Name`` against the body, version), errors
+  get the status the spec's table gives them, notifications are answered 202, and closing the
+  connection cancels the request (the upstream is told).
+
+``build_app`` returns the Starlette app with this one route; other routes (the control plane) are
+added to the same app by passing them in or with ``app.router.routes.append``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import anyio
+from mcp.shared.inbound import (
+    ERROR_CODE_HTTP_STATUS,
+    MCP_PROTOCOL_VERSION_HEADER,
+    InboundLadderRejection,
+    classify_inbound_request,
+    find_duplicated_routing_header,
+)
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
+
+from drawbridge.config import AgentToken, GatewayConfig
+from drawbridge.gateway.protocol.jsonrpc import (
+    INVALID_REQUEST,
+    Kind,
+    Message,
+    MessageError,
+    RequestId,
+    id_key,
+    incident_kind,
+    parse_client_message,
+)
+from drawbridge.gateway.serve.downstream_session import (
+    DownstreamSession,
+    error_response,
+    open_session,
+    safe_render,
+)
+from drawbridge.gateway.serve.hub import Gateway
+
+logger = logging.getLogger("drawbridge.gateway.http")
+
+MCP_PATH: Final = "/mcp"
+SESSION_HEADER: Final = "mcp-session-id"
+MAX_SESSIONS: Final = 1024
+MAILBOX_SIZE: Final = 1024
+KEEPALIVE_SECONDS: Final = 15.0
+_SSE_HEADERS: Final = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+]
+
+AUTH_REQUIRED: Final = "authentication required: present a bearer token that the gateway maps to an agent"
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    agents: tuple[AgentToken, ...] = ()
+    anonymous_agent: str | None = None
+    max_message_bytes: int = 4 * 1024 * 1024
+    max_sessions: int = MAX_SESSIONS
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig) -> HttpSettings:
+        return cls(agents=config.agents, anonymous_agent=config.anonymous_agent, max_message_bytes=config.max_message_bytes)
+
+
+def identify(authorization: str | None, settings: HttpSettings) -> str | None:
+    """The agent id for an ``Authorization`` header value, or None (401).
+
+    Every configured digest is compared, whichever matches, so timing says nothing about which agent
+    a token belongs to or how close a guess came.
+    """
+    if authorization is None or not authorization.strip():
+        return settings.anonymous_agent
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
+    found: str | None = None
+    for entry in settings.agents:
+        if hmac.compare_digest(digest, entry.token_sha256):
+            found = entry.agent
+    return found
+
+
+# ------------------------------------------------------------------------------------------ plumbing
+
+
+class _Mailbox:
+    """A bounded queue that never blocks the sender: when full, the oldest message is dropped."""
+
+    def __init__(self, size: int = MAILBOX_SIZE) -> None:
+        self._items: deque[dict[str, Any]] = deque(maxlen=size)
+        self._event = anyio.Event()
+        self.closed = False
+
+    def put(self, item: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        if len(self._items) == self._items.maxlen:
+            logger.warning("a message queue for an agent is full; the oldest message was dropped")
+        self._items.append(item)
+        self._event.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self._event.set()
+
+    def drain(self) -> list[dict[str, Any]]:
+        items = list(self._items)
+        self._items.clear()
+        self._event = anyio.Event()
+        return items
+
+    async def wait(self, timeout: float | None = None) -> None:
+        if self._items or self.closed:
+            return
+        with anyio.move_on_after(timeout):
+            await self._event.wait()
+
+
+class _HttpOutbound:
+    """Routes a session's messages: onto the SSE stream of the POST they belong to, else the GET stream."""
+
+    def __init__(self, unsolicited: bool) -> None:
+        self.unsolicited = unsolicited
+        self.streams: dict[Any, _Mailbox] = {}
+        self.mailbox = _Mailbox()
+
+    def has_stream(self, related: RequestId) -> bool:
+        """Whether messages about this request reach the agent (its POST accepted an SSE answer)."""
+        return id_key(related) in self.streams or self.unsolicited
+
+    async def send(self, message: dict[str, Any], related: RequestId | None) -> None:
+        if related is not None and (box := self.streams.get(id_key(related))) is not None:
+            box.put(message)
+            return
+        if self.unsolicited:
+            self.mailbox.put(message)
+
+
+@dataclass(eq=False)
+class _HttpSession:
+    id: str
+    agent: str
+    session: DownstreamSession
+    outbound: _HttpOutbound
+    last_used: float = field(default_factory=time.monotonic)
+    get_open: bool = False
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+def _raw_headers(scope: Scope) -> list[tuple[str, str]]:
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", [])]
+
+
+def _sse_event(message: Mapping[str, Any]) -> bytes | None:
+    data = safe_render(message)
+    if data is None:
+        return None
+    return b"event: message\r\ndata: " + data.rstrip(b"\n") + b"\r\n\r\n"
+
+
+async def _send_json(
+    send: Send, status: int, body: Mapping[str, Any] | None, extra: Iterable[tuple[str, str]] = ()
+) -> None:
+    data = b"" if body is None else (safe_render(body) or b"")
+    headers = [(b"content-type", b"application/json")] if body is not None else []
+    headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def _send_error(
+    send: Send, status: int, code: int, message: str, request_id: RequestId | None = None, extra: Iterable[tuple[str, str]] = ()
+) -> None:
+    await _send_json(send, status, error_response(request_id, code, message), extra)
+
+
+async def _send_status(send: Send, status: int, extra: Iterable[tuple[str, str]] = ()) -> None:
+    await _send_json(send, status, None, extra)
+
+
+class _TooLarge(Exception):
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+async def _read_body(receive: Receive, limit: int, declared: int | None) -> bytes:
+    if declared is not None and declared > limit:
+        raise _TooLarge(declared)
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise anyio.EndOfStream
+        body += message.get("body", b"")
+        if len(body) > limit:
+            raise _TooLarge(len(body))
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def _origin_ok(headers: Mapping[str, str]) -> bool:
+    """A browser's cross-origin request (DNS rebinding) names another origin than the Host it reached."""
+    origin = headers.get("origin")
+    if origin is None or origin == "null":
+        return origin is None
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:
+        return False
+    return netloc.lower() == headers.get("host", "").lower()
+
+
+def _accepts(headers: Mapping[str, str], media: str) -> bool:
+    accept = headers.get("accept")
+    if accept is None:
+        return media == "application/json"
+    kinds = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    return media in kinds or "*/*" in kinds or f"{media.split('/')[0]}/*" in kinds
+
+
+# ------------------------------------------------------------------------------------------ endpoint
+
+
+class McpEndpoint:
+    """The ASGI app behind ``/mcp``."""
+
+    def __init__(self, gateway: Gateway, settings: HttpSettings) -> None:
+        self.gateway = gateway
+        self.settings = settings
+        self.sessions: dict[str, _HttpSession] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        headers = _headers(scope)
+        if not _origin_ok(headers):
+            await _send_error(send, 403, INVALID_REQUEST, "forbidden: the request comes from another origin")
+            return
+        method = scope["method"]
+        if method not in ("POST", "GET", "DELETE"):
+            await _send_status(send, 405, [("allow", "GET, POST, DELETE")])
+            return
+        agent = identify(headers.get("authorization"), self.settings)
+        if agent is None:
+            await _send_error(send, 401, INVALID_REQUEST, AUTH_REQUIRED, extra=[("www-authenticate", "Bearer")])
+            return
+        if method == "POST":
+            await self._post(scope, receive, send, headers, agent)
+        elif method == "GET":
+            await self._get(scope, receive, send, headers, agent)
+        else:
+            await self._delete(send, headers, agent)
+
+    # -- sessions
+
+    def _lookup(self, headers: Mapping[str, str], agent: str) -> _HttpSession | None | str:
+        sid = headers.get(SESSION_HEADER)
+        if not sid:
+            return "missing"
+        state = self.sessions.get(sid)
+        if state is None or state.agent != agent or state.session.closed:
+            return None
+        state.last_used = time.monotonic()
+        return state
+
+    async def _session_error(self, send: Send, found: _HttpSession | None | str, request_id: RequestId | None) -> bool:
+        if found == "missing":
+            await _send_error(
+                send, 400, INVALID_REQUEST, "invalid request: missing Mcp-Session-Id (send initialize first)", request_id
+            )
+            return True
+        if found is None:
+            await _send_error(send, 404, INVALID_REQUEST, "invalid request: unknown or ended session", request_id)
+            return True
+        return False
+
+    async def _new_session(self, agent: str) -> _HttpSession:
+        while len(self.sessions) >= self.settings.max_sessions:
+            oldest = min(self.sessions.values(), key=lambda s: s.last_used)
+            logger.info("closing the least recently used HTTP session (the limit is %d)", self.settings.max_sessions)
+            await self._end(oldest)
+        sid = secrets.token_urlsafe(32)
+        outbound = _HttpOutbound(unsolicited=True)
+        session = open_session(self.gateway, agent, outbound, transport="http")
+        state = _HttpSession(sid, agent, session, outbound)
+        self.sessions[sid] = state
+        return state
+
+    async def _end(self, state: _HttpSession) -> None:
+        self.sessions.pop(state.id, None)
+        state.outbound.mailbox.close()
+        await state.session.close()
+
+    async def close(self) -> None:
+        for state in list(self.sessions.values()):
+            await self._end(state)
+
+    # -- POST
+
+    async def _post(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], agent: str) -> None:
+        content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            await _send_error(send, 415, INVALID_REQUEST, "invalid request: Content-Type must be application/json")
+            return
+        if not _accepts(headers, "application/json"):
+            await _send_error(send, 406, INVALID_REQUEST, "invalid request: the client must accept application/json")
+            return
+        declared = headers.get("content-length")
+        try:
+            body = await _read_body(
+                receive, self.settings.max_message_bytes, int(declared) if declared and declared.isdigit() else None
+            )
+        except _TooLarge as exc:
+            detail = (
+                f"invalid request: message of at least {exc.size} bytes exceeds the limit of "
+                f"{self.settings.max_message_bytes} bytes; it was discarded unread"
+            )
+            await self.gateway.incident("oversize", "client", detail, INVALID_REQUEST)
+            await _send_error(send, 413, INVALID_REQUEST, detail)
+            return
+        except anyio.EndOfStream:
+            return
+        try:
+            message = parse_client_message(body)
+        except MessageError as exc:
+            await self.gateway.incident(incident_kind(exc), "client", exc.message, exc.code)
+            await _send_error(send, 400, exc.code, exc.message, exc.request_id)
+            return
+        version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        if version in MODERN_PROTOCOL_VERSIONS:
+            await self._post_modern(scope, receive, send, headers, agent, message)
+            return
+        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS and message.method != "initialize":
+            await _send_error(send, 400, INVALID_REQUEST, "invalid request: unsupported MCP-Protocol-Version", message.id)
+            return
+        if message.kind is Kind.REQUEST and message.method == "initialize":
+            state = await self._new_session(agent)
+            response = await state.session.handle_request(message)
+            if response is None or "error" in response:
+                await self._end(state)
+                await _send_json(send, 200, response or error_response(message.id, INVALID_REQUEST, "cancelled"))
+                return
+            await _send_json(send, 200, response, [(SESSION_HEADER, state.id)])
+            return
+        found = self._lookup(headers, agent)
+        if await self._session_error(send, found, message.id):
+            return
+        assert isinstance(found, _HttpSession)
+        if message.kind is not Kind.REQUEST:
+            await found.session.handle(message)
+            await _send_status(send, 202)
+            return
+        await self._answer(scope, receive, send, headers, found.session, found.outbound, message, modern=False)
+
+    async def _post_modern(
+        self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], agent: str, message: Message
+    ) -> None:
+        if message.kind is Kind.RESPONSE:
+            await _send_error(
+                send, 400, INVALID_REQUEST, "invalid request: a 2026-07-28 client does not send responses", message.id
+            )
+            return
+        if message.kind is Kind.NOTIFICATION:
+            await _send_status(send, 202)
+            return
+        duplicated = find_duplicated_routing_header(_raw_headers(scope))
+        rejection: InboundLadderRejection | None = None
+        if duplicated is not None:
+            rejection = InboundLadderRejection(code=-32020, message=f"{duplicated} header appears more than once")
+        else:
+            verdict = classify_inbound_request(message.body, headers=dict(headers))
+            if isinstance(verdict, InboundLadderRejection):
+                rejection = verdict
+        if rejection is not None:
+            status = ERROR_CODE_HTTP_STATUS.get(rejection.code, 400)
+            await _send_json(send, status, error_response(message.id, rejection.code, rejection.message, rejection.data))
+            return
+        outbound = _HttpOutbound(unsolicited=False)
+        session = open_session(self.gateway, agent, outbound, transport="http")
+        try:
+            await self._answer(scope, receive, send, headers, session, outbound, message, modern=True)
+        finally:
+            await session.close()
+
+    async def _answer(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        headers: Mapping[str, str],
+        session: DownstreamSession,
+        outbound: _HttpOutbound,
+        message: Message,
+        *,
+        modern: bool,
+    ) -> None:
+        """Run one request; answer with JSON, or with SSE once a related message comes first."""
+        key = message.key
+        box = _Mailbox() if _accepts(headers, "text/event-stream") else None
+        if box is not None:
+            outbound.streams[key] = box
+        result: list[dict[str, Any] | None] = []
+        done = anyio.Event()
+
+        async def work() -> None:
+            try:
+                result.append(await session.handle_request(message, envelope_checked=modern))
+            finally:
+                done.set()
+                if box is not None:
+                    box.close()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(work)
+                if modern:
+                    tg.start_soon(self._watch_disconnect, receive, session, message.id)
+                early: list[dict[str, Any]] = []
+                if box is not None:
+                    await box.wait()
+                    early = box.drain()
+                if early:
+                    assert box is not None
+                    await self._stream(send, box, early, done, result, message)
+                else:
+                    await done.wait()
+                    await self._write_final(send, result[0] if result else None, message, modern)
+                tg.cancel_scope.cancel()
+        finally:
+            if box is not None:
+                outbound.streams.pop(key, None)
+
+    async def _write_final(
+        self, send: Send, response: dict[str, Any] | None, message: Message, modern: bool
+    ) -> None:
+        if response is None:
+            response = error_response(message.id, INVALID_REQUEST, "the request was cancelled")
+        status = 200
+        if modern and isinstance(response.get("error"), dict):
+            code = response["error"].get("code")
+            status = ERROR_CODE_HTTP_STATUS.get(code, 200) if isinstance(code, int) else 200
+        await _send_json(send, status, response)
+
+    async def _stream(
+        self,
+        send: Send,
+        box: _Mailbox,
+        early: list[dict[str, Any]],
+        done: anyio.Event,
+        result: list[dict[str, Any] | None],
+        message: Message,
+    ) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        pending = early
+        while True:
+            for item in pending:
+                event = _sse_event(item)
+                if event is not None:
+                    await send({"type": "http.response.body", "body": event, "more_body": True})
+            if box.closed:
+                pending = box.drain()
+                if not pending:
+                    break
+                continue
+            await box.wait(KEEPALIVE_SECONDS)
+            pending = box.drain()
+            if not pending and not box.closed:
+                await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
+        await done.wait()
+        response = result[0] if result else None
+        if response is None:
+            response = error_response(message.id, INVALID_REQUEST, "the request was cancelled")
+        await send({"type": "http.response.body", "body": _sse_event(response) or b"", "more_body": False})
+
+    async def _watch_disconnect(self, receive: Receive, session: DownstreamSession, request_id: RequestId | None) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                session.cancel_request(request_id)
+                return
+
+    # -- GET and DELETE
+
+    async def _get(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], agent: str) -> None:
+        if headers.get(MCP_PROTOCOL_VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS:
+            await _send_error(
+                send, 405, INVALID_REQUEST, "method not allowed: 2026-07-28 has no GET stream", extra=[("allow", "POST")]
+            )
+            return
+        if not _accepts(headers, "text/event-stream"):
+            await _send_error(send, 406, INVALID_REQUEST, "invalid request: the client must accept text/event-stream")
+            return
+        found = self._lookup(headers, agent)
+        if await self._session_error(send, found, None):
+            return
+        assert isinstance(found, _HttpSession)
+        if found.get_open:
+            await _send_error(send, 409, INVALID_REQUEST, "conflict: this session already has an open GET stream")
+            return
+        found.get_open = True
+        box = found.outbound.mailbox
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+            async with anyio.create_task_group() as tg:
+
+                async def watch() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(watch)
+                while not box.closed:
+                    await box.wait(KEEPALIVE_SECONDS)
+                    items = box.drain()
+                    if not items:
+                        if box.closed:
+                            break
+                        await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
+                    for item in items:
+                        event = _sse_event(item)
+                        if event is not None:
+                            await send({"type": "http.response.body", "body": event, "more_body": True})
+                tg.cancel_scope.cancel()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            pass
+        finally:
+            found.get_open = False
+
+    async def _delete(self, send: Send, headers: Mapping[str, str], agent: str) -> None:
+        found = self._lookup(headers, agent)
+        if await self._session_error(send, found, None):
+            return
+        assert isinstance(found, _HttpSession)
+        await self._end(found)
+        await _send_status(send, 204)
+
+
+def build_app(gateway: Gateway, settings: HttpSettings, routes: Sequence[BaseRoute] = ()) -> Starlette:
+    """The gateway's HTTP app: ``/mcp`` plus any ``routes`` given (the control plane adds its own)."""
+    endpoint = McpEndpoint(gateway, settings)
+    app = Starlette(routes=[Route(MCP_PATH, endpoint), *routes])
+    app.state.mcp_endpoint = endpoint
+    app.state.gateway = gateway
+    return app
+
+
+def describe_url(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}{MCP_PATH}"
+
+
+__all__ = [
+    "HttpSettings",
+    "McpEndpoint",
+    "build_app",
+    "describe_url",
+    "identify",
+]

@@ -1,0 +1,76 @@
+"""An HTTP listener for the gateway's Starlette apps (``/mcp``, the control plane), on a socket bound
+before anything starts.
+
+Invariant: the listening socket is opened by ``bind`` before the gateway spawns or connects anything,
+so a port in use is a one-line startup error, and ``port: 0`` gives a free port that is then reported
+(``on_ready``). uvicorn serves on that socket without signal handling of its own: the command owns
+SIGINT and SIGTERM and shuts down in order (the ``/mcp`` sessions first, then the listener).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from contextlib import contextmanager
+
+import anyio
+import uvicorn
+from starlette.applications import Starlette
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the command owns SIGINT/SIGTERM and shuts down in order."""
+
+    @contextmanager
+    def capture_signals(self):  # type: ignore[override]
+        yield
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Open the listening socket first, so a port in use is a clear startup error, and port 0 works."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        sock.set_inheritable(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def serve_http(app: Starlette, sock: socket.socket, on_ready: Callable[[str, int], None] | None = None) -> None:
+    """Serve ``app`` on an already bound socket until cancelled; then stop accepting and finish."""
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+    server = _Server(config)
+    done = anyio.Event()
+
+    async def run() -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await server.serve(sockets=[sock])
+            finally:
+                done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        while not server.started and not done.is_set():
+            await anyio.sleep(0.01)
+        if on_ready is not None and server.started:
+            host, port = sock.getsockname()[:2]
+            on_ready(host, port)
+        try:
+            await done.wait()
+        finally:
+            server.should_exit = True
+            endpoint = getattr(app.state, "mcp_endpoint", None)
+            with anyio.CancelScope(shield=True):
+                if endpoint is not None:
+                    await endpoint.close()
+                with anyio.move_on_after(5):
+                    await done.wait()
+
+
+__all__ = ["bind", "serve_http"]

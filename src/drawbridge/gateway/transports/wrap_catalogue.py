@@ -1,0 +1,169 @@
+"""The wrapped server's tool catalogue, as wrap resolves calls in it: listed by the gateway itself.
+
+Invariant: wrap forwards a tools/call only for a tool the server listed in the catalogue the gateway
+read from it (every page, on its own request ids), exactly as serve routes only what its merged
+catalogue holds; a name the server does not list is refused as unknown. With ``--pin-tools`` that
+same catalogue is what the pins check (``pipeline.pins``), so wrap's floors are serve's.
+
+Theory of operation. The catalogue is read once the agent's session is initialized (2025-11-25), or,
+when no handshake comes first (2026-07-28), by the first call, which waits for the listing (one
+listing for every call that waits); the gateway lists in the era the agent speaks (2026-07-28
+requests carry the gateway's envelope). ``notifications/tools/list_changed`` from the server starts a new
+listing in the background; until it is read, calls resolve in the previous one (and their floors
+wait for the pin check of the new one, as under serve). A listing that fails leaves the previous
+catalogue in force; with none, calls are refused, saying why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import anyio
+
+from drawbridge.catalogue.names import tool_name_problem
+from drawbridge.gateway.pipeline.call import WAIT, CatalogueUnavailable, Forwarder, Resolved
+from drawbridge.gateway.pipeline.floors import Route
+from drawbridge.gateway.protocol.methods import TOOLS_LIST
+from drawbridge.gateway.protocol.modern import envelope, with_envelope
+
+logger = logging.getLogger("drawbridge.gateway")
+
+MAX_LIST_PAGES: Final = 100
+LIST_TIMEOUT_SECONDS: Final = 30.0
+GATEWAY_CAPABILITIES: Final[Mapping[str, Any]] = {}
+"""What the gateway declares about itself on its own listing requests (it asks nothing of the agent)."""
+
+Ask = Callable[[str, dict[str, Any] | None], Awaitable[dict[str, Any]]]
+"""Send the server a request of the gateway's own; its response body."""
+CatalogueHook = Callable[[], Awaitable[object]]
+
+
+class ListingFailed(Exception):
+    pass
+
+
+class ChildCatalogue:
+    """The Resolver of wrap (module docstring); also a ``pins.CatalogueSource``."""
+
+    def __init__(
+        self,
+        name: str,
+        forwarder: Forwarder,
+        ask: Ask,
+        *,
+        modern: Callable[[], bool],
+        on_catalogue: CatalogueHook | None = None,
+        timeout: float = LIST_TIMEOUT_SECONDS,
+    ) -> None:
+        self.name = name
+        self._forwarder = forwarder
+        self._ask = ask
+        self._modern = modern
+        self.on_catalogue = on_catalogue
+        self._timeout = timeout
+        self.tools: tuple[Any, ...] = ()
+        self.catalogue_version = 0
+        self.generation = 1
+        self._routes: dict[str, Resolved] | None = None
+        self._loading: anyio.Event | None = None
+        self._problem: str | None = None
+        self._again = False
+
+    # -- Resolver
+
+    def resolve_now(self, tool: str) -> Resolved | None | object:
+        routes = self._routes
+        if routes is None:
+            return WAIT
+        return routes.get(tool)
+
+    async def resolve(self, tool: str) -> Resolved | None:
+        if self._routes is None:
+            await self.load()
+        if self._routes is None:
+            raise CatalogueUnavailable(
+                f"the gateway could not read the server's tool list ({self._problem}); the call was not sent"
+            )
+        return self._routes.get(tool)
+
+    def names(self) -> list[str]:
+        return list(self._routes or ())
+
+    # -- listing
+
+    def prefetch(self, tasks: Any) -> None:
+        """The session is initialized: list the catalogue now, so the first call need not wait for it."""
+        if self._routes is None and self._loading is None:
+            tasks.start_soon(self.load)
+
+    def changed(self, tasks: Any) -> None:
+        """The server said its tool list changed: list it again, in the background."""
+        if self._routes is None and self._loading is None:
+            return  # never listed: the next call lists it
+        if self._loading is not None:
+            self._again = True  # the listing in progress may predate the change: list once more
+            return
+        tasks.start_soon(self.load)
+
+    async def load(self) -> None:
+        """List the catalogue; a caller that comes while a listing runs waits for that one."""
+        if self._loading is not None:
+            await self._loading.wait()
+            return
+        self._loading = anyio.Event()
+        try:
+            while True:
+                self._again = False
+                try:
+                    tools = await self._list()
+                except (ListingFailed, TimeoutError, OSError) as exc:
+                    self._problem = str(exc) or type(exc).__name__
+                    logger.warning("listing the server's tools failed (%s)", self._problem)
+                else:
+                    self._store(tools)
+                    if self.on_catalogue is not None:
+                        await self.on_catalogue()
+                if not self._again:
+                    break
+        finally:
+            loading, self._loading = self._loading, None
+            loading.set()
+
+    def _store(self, tools: list[Any]) -> None:
+        routes: dict[str, Resolved] = {}
+        for item in tools:
+            name = item.get("name") if isinstance(item, dict) else None
+            if isinstance(name, str) and tool_name_problem(name) is None:
+                routes[name] = Resolved(Route(self.name, name), self._forwarder)
+        self.tools = tuple(tools)
+        self.catalogue_version += 1
+        self._routes = routes
+        self._problem = None
+
+    async def _list(self) -> list[Any]:
+        hop = envelope(GATEWAY_CAPABILITIES) if self._modern() else None
+        items: list[Any] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(MAX_LIST_PAGES):
+            params: dict[str, Any] | None = {"cursor": cursor} if cursor is not None else None
+            if hop is not None:
+                params = with_envelope(params, hop)
+            with anyio.fail_after(self._timeout):
+                body = await self._ask(TOOLS_LIST, params)
+            result = body.get("result")
+            if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
+                raise ListingFailed("tools/list was answered with an error" if "error" in body else "tools/list gave no tools")
+            items.extend(result["tools"])
+            cursor = result.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                return items
+            if cursor in seen:
+                raise ListingFailed("tools/list returned a cursor it had returned before")
+            seen.add(cursor)
+        raise ListingFailed(f"tools/list did not end within {MAX_LIST_PAGES} pages")
+
+
+__all__ = ["ChildCatalogue"]

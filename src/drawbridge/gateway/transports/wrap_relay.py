@@ -1,0 +1,656 @@
+"""wrap's stdio relay: an MCP server to the agent, an MCP client's pipe to the real server.
+
+Invariant: every request the agent sends gets exactly one response, and that response is either the
+upstream's own line, byte for byte, or an error or refusal written by the gateway; never both, never
+none while the gateway runs. Only ``tools/call`` is decided, and it is decided by the pipeline
+(``pipeline.call``), to which the relay hands every one; every other message, in both directions,
+is passed on as the exact bytes received. The relay only moves bytes.
+
+Theory of operation. Two loops run concurrently. The client loop frames the agent's stdin into lines,
+parses each strictly (``jsonrpc.read_client_line``) and either answers it (bad input), forwards it
+(everything but tools/call), or hands it to the pipeline (``CallPipeline.start``). The upstream loop
+frames the child's stdout, forwards server requests and notifications to the agent, and matches
+responses to the table of requests in flight, keyed by the agent's request id. For the pipeline the
+relay is three things: the call's ``Forwarder`` (its line goes to the child; the child's answer
+comes back to ``answered``), its ``Replier`` (in-band questions to the agent; the answers written),
+and, through ``wrap_catalogue.ChildCatalogue``, its ``Resolver``.
+
+Ids. The relay rewrites no id in either direction. Requests from the agent keep their ids, so a
+response from the upstream goes back unchanged; requests from the upstream (sampling, elicitation,
+roots, ping) keep the upstream's ids, and the agent's responses to them go back unchanged. The two id
+spaces never meet: JSON-RPC ids are scoped to the side that sends the request. The gateway itself
+originates requests in both directions -- ``elicitation/create`` to the agent (asking a person to
+approve a call) and ``tools/list`` to the server (its catalogue) -- on id spaces of its own, strings
+``drawbridge-approval-<random>-<n>`` and ``drawbridge-catalogue-<random>-<n>`` with a random part
+drawn per relay, so neither side can predict them;
+the answers to them are consumed by the gateway and never forwarded, and a request from the other
+side that carries an id of such a space is refused rather than relayed.
+
+Batches. What arrives in one read is handled together. The lines of the calls decided from one read
+of the client go to the upstream in one write, at the end of that read (or sooner, before any other
+line the upstream must see after them); when the pipe cannot take them at once, a task waits for it
+while the client loop goes on reading. The calls answered in one read of the upstream, and in what
+it wrote while they were handled (up to 64 calls), are recorded together and then answered in one
+write (``CallPipeline.flush``), before any other line the agent must see after them.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, Final
+
+import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
+
+from drawbridge.gateway.pipeline.call import (
+    CallPipeline,
+    Flight,
+    GatewayError,
+    GatewayResult,
+    Resolver,
+    UpstreamAnswer,
+)
+from drawbridge.gateway.pipeline.client_link import Elicit, declares_form_elicitation
+from drawbridge.gateway.pipeline.deciders import RECORDING_FAILED as RECORDING_FAILED  # the refusal's text
+from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.protocol.eras import envelope_version
+from drawbridge.gateway.protocol.jsonrpc import (
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    UPSTREAM_EXITED,
+    IdKey,
+    Kind,
+    LineFramer,
+    LineRefusal,
+    Message,
+    MessageError,
+    Oversize,
+    encode_line,
+    error_line,
+    id_key,
+    notification_line,
+    oversize_message,
+    parse_upstream_message,
+    read_client_line,
+    result_line,
+    valid_id,
+)
+from drawbridge.gateway.protocol.methods import (
+    CANCELLED,
+    ELICIT,
+    INITIALIZE,
+    INITIALIZED,
+    TOOLS_CALL,
+    TOOLS_LIST_CHANGED,
+    looks_like_tools_call,
+)
+from drawbridge.gateway.transports.relay_requests import OwnRequest, Pending, RelayConfig
+from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
+from drawbridge.gateway.upstreams.child_process import EnvFilter, UpstreamGone, UpstreamProcess
+
+logger = logging.getLogger("drawbridge.gateway")
+
+READ_CHUNK: Final = 65536
+MAX_ANSWERED_TOGETHER: Final = 64
+OWN_ID_PREFIX: Final = "drawbridge-approval-"
+"""Ids of the requests the gateway itself sends the agent (approval questions) start with this, then a
+per-relay random part."""
+OWN_UPSTREAM_ID_PREFIX: Final = "drawbridge-catalogue-"
+"""Ids of the requests the gateway itself sends the server (its tool list): this, then the same part."""
+QUEUED: Final = "queued"
+"""A decided call's ``Flight.handle`` while its line waits for the end of the client's read."""
+SENT: Final = "sent"
+"""Its ``handle`` once its line is handed to the upstream: only then can the upstream answer it."""
+
+
+class ClientRequestFailed(Exception):
+    """A gateway-originated request to the agent got an error, or no answer (the agent is gone)."""
+
+
+class StdioRelay:
+    def __init__(
+        self,
+        upstream: UpstreamProcess,
+        client_in: ByteReceiveStream,
+        client_out: ByteSendStream,
+        *,
+        pipeline: CallPipeline,
+        config: RelayConfig | None = None,
+        catalogue: ChildCatalogue | None = None,
+    ) -> None:
+        self.upstream = upstream
+        self.config = config or RelayConfig()
+        self.pipeline = pipeline
+        self._client_in = client_in
+        self._client_out = client_out
+        self.catalogue: Resolver = catalogue or ChildCatalogue(
+            self.config.server_id, self, self.request_upstream, modern=lambda: self._modern
+        )
+        self._to_send: list[Flight] = []
+        """Calls decided from the client's last read, whose lines go to the upstream together."""
+        self._reading = False
+        """The client loop is handling the lines of one read (calls decided now wait for its end)."""
+        self._out_lock = anyio.Lock(fast_acquire=True)
+        send_now = getattr(client_out, "send_nowait", None)
+        self._client_send_now = send_now if callable(send_now) else None
+        self._inflight: dict[IdKey, Pending | Flight] = {}
+        """The agent's requests in flight (a ``Flight`` is a tools/call), by the agent's id."""
+        self._upstream_gone: str | None = None
+        self._upstream_done = anyio.Event()
+        self._client_gone = False
+        self._client_scope: anyio.CancelScope | None = None
+        self._tasks: TaskGroup | None = None
+        self._session_version: str | None = None
+        self._modern = False
+        self._closing = False
+        self._client_capabilities: Any = None
+        random_part = secrets.token_hex(6)
+        self._own_prefix = f"{OWN_ID_PREFIX}{random_part}-"
+        self._own_upstream_prefix = f"{OWN_UPSTREAM_ID_PREFIX}{random_part}-"
+        self._own_seq = 0
+        self._own: dict[IdKey, OwnRequest] = {}
+        """The gateway's requests to the agent, by id."""
+        self._own_upstream: dict[IdKey, OwnRequest] = {}
+        """The gateway's requests to the server, by id."""
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        """Relay until the agent closes its end, then stop the upstream. Returns when both are done."""
+        async with anyio.create_task_group() as outer:
+            if not self.pipeline.running:
+                await outer.start(self.pipeline.run)
+            outer.start_soon(self._upstream_loop)
+            try:
+                async with anyio.create_task_group() as tasks:
+                    self._tasks = tasks
+                    with anyio.CancelScope() as scope:
+                        self._client_scope = scope
+                        await self._client_loop()
+                    await self._shutdown()
+                    tasks.cancel_scope.cancel()
+            finally:
+                self._tasks = None
+                with anyio.CancelScope(shield=True):
+                    await self.upstream.aclose(grace=0 if self._upstream_done.is_set() else 0.5)
+                outer.cancel_scope.cancel()
+
+    async def _shutdown(self) -> None:
+        """The agent is gone: let the upstream exit on its own, settle what is in flight, stop the child."""
+        self._closing = True
+        with anyio.move_on_after(self.config.shutdown_grace):
+            # Calls still being decided were sent before the agent closed its end: as with the server
+            # itself, they are forwarded (or refused) before the upstream hears the end of input.
+            while any(isinstance(f, Flight) and f.verdict is None and not f.settled for f in self._inflight.values()):
+                await anyio.sleep(0.005)
+            await self._send_decided()
+            # Bounded: closing waits for a write in progress, which a child that stopped reading blocks.
+            await self.upstream.close_stdin()
+            await self._upstream_done.wait()
+        for key, entry in list(self._inflight.items()):
+            del self._inflight[key]
+            if isinstance(entry, Flight):
+                self.pipeline.cancel(entry, "the agent closed the connection before an answer")
+        await self.pipeline.flush()
+
+    # ----------------------------------------------------------------------------------- writing
+
+    async def _to_client(self, data: bytes) -> None:
+        """Write to the agent. Lines never interleave: a write that cannot finish at once holds the
+        lock while it waits, and nobody writes without it while it is held. When it is free, what
+        the pipe takes now is written without it (no await, so nobody can come in between)."""
+        if self._client_gone:
+            return
+        try:
+            if self._client_send_now is not None and not self._out_lock.locked():
+                written = self._client_send_now(data)
+                if written == len(data):
+                    return
+                data = data[written:]
+            async with self._out_lock:
+                await self._client_out.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._client_gone = True
+            logger.warning("the agent's end of the connection is closed; shutting down")
+            if self._client_scope is not None:
+                self._client_scope.cancel()
+
+    async def _to_upstream(self, data: bytes) -> bool:
+        """Write to the upstream; False if it cannot be written (the upstream loop then sees it end).
+        Calls decided earlier go first, so the upstream sees lines in the client's order."""
+        if self._to_send:
+            await self._send_decided()
+        try:
+            await self.upstream.send(data)
+        except UpstreamGone as exc:
+            await self.pipeline.guard.incident("upstream_unwritable", "upstream", str(exc))
+            return False
+        return True
+
+    # -------------------------------------------------------------- the pipeline's Forwarder
+
+    def send(self, flight: Flight) -> Awaitable[None] | None:
+        """Queue the decided call's line: it goes out with the others of the client's read
+        (``_send_decided``), or at once when its decision came later (a decision task awaits it)."""
+        if self._upstream_gone is not None:
+            self._take(flight)
+            self.pipeline.lost(flight, f"{self._upstream_gone}; the call was not sent", sent=False)
+            return None
+        flight.handle = QUEUED
+        self._to_send.append(flight)
+        return None if self._reading else self._send_decided()
+
+    def abandon(self, flight: Flight, reason: str, *, timed_out: bool) -> Awaitable[None] | None:
+        """A timed-out call: the upstream hears ``notifications/cancelled``. A call the agent cancelled:
+        the agent's own notification goes on (``_cancel_from_client``), unless the line never left."""
+        self._take(flight)
+        if flight.handle is QUEUED:  # decided, but its line is not handed over yet
+            self._to_send.remove(flight)
+            flight.forwarded = False
+            return None
+        if timed_out and self._upstream_gone is None:
+            return self._tell_upstream_cancelled(flight.request_id, reason)
+        return None
+
+    async def _tell_upstream_cancelled(self, request_id: Any, reason: str) -> None:
+        await self._to_upstream(notification_line(CANCELLED, {"requestId": request_id, "reason": reason}))
+
+    async def _send_decided(self) -> None:
+        """Hand the lines of the calls decided since the last time to the upstream, in one write.
+
+        When the pipe cannot take them now (it is full, or another write is waiting), a task of their
+        own waits for it, so the client loop goes on reading (cancellations, the agent closing); the
+        upstream's write lock keeps the order. When the upstream is gone, the calls are answered that
+        they were not sent.
+        """
+        batch = [flight for flight in self._to_send if not flight.settled]
+        self._to_send = []
+        if not batch:
+            return
+        for flight in batch:
+            flight.handle = SENT
+        data = b"".join([flight.message.raw + b"\n" for flight in batch])
+        try:
+            if self.upstream.send_nowait(data):
+                return
+        except UpstreamGone as exc:
+            await self._not_sent(batch, exc)
+            return
+        assert self._tasks is not None
+        self._tasks.start_soon(self._send_waiting, batch, data)
+
+    async def _send_waiting(self, batch: list[Flight], data: bytes) -> None:
+        try:
+            await self.upstream.send(data)
+        except UpstreamGone as exc:
+            await self._not_sent(batch, exc)
+
+    async def _not_sent(self, batch: list[Flight], exc: UpstreamGone) -> None:
+        await self.pipeline.guard.incident("upstream_unwritable", "upstream", str(exc))
+        for flight in batch:
+            self._take(flight)
+            self.pipeline.lost(flight, "the upstream is gone; the call was not sent", sent=False)
+        await self.pipeline.flush()
+
+    # ---------------------------------------------------------------- the pipeline's Replier
+
+    def elicit(self, flight: Flight) -> Elicit | None:
+        call = flight.call
+        if call is not None and not call.modern and declares_form_elicitation(self._client_capabilities):
+            return self._elicit
+        return None
+
+    def deliver(self, flights: Sequence[Flight]) -> Awaitable[None] | None:
+        """Write the answers of recorded calls in one write; a line already in the pipe needs no wait.
+        From here on their ids are free for the agent to use again."""
+        lines = []
+        for flight in flights:
+            self._take(flight)
+            answer = flight.answer
+            if isinstance(answer, UpstreamAnswer):
+                assert answer.raw is not None
+                lines.append(answer.raw + b"\n")
+            elif isinstance(answer, GatewayResult):
+                lines.append(result_line(flight.request_id, answer.result))
+            elif isinstance(answer, GatewayError):
+                lines.append(error_line(flight.request_id, answer.code, answer.message))
+        if not lines:
+            return None
+        return self._to_client(b"".join(lines))
+
+    def _take(self, flight: Flight) -> None:
+        key = flight.message.key
+        if key is not None and self._inflight.get(key) is flight:
+            del self._inflight[key]
+
+    # ------------------------------------------------------------------- the gateway's own requests
+
+    def _is_own_id(self, request_id: Any, prefix: str | None = None) -> bool:
+        """Whether an id is of the gateway's own space towards the agent (or the one ``prefix`` starts)."""
+        return isinstance(request_id, str) and request_id.startswith(prefix or self._own_prefix)
+
+    def _next_own_id(self, prefix: str) -> str:
+        self._own_seq += 1
+        return f"{prefix}{self._own_seq}"
+
+    def _own_response(self, message: Message, table: dict[IdKey, OwnRequest], prefix: str) -> bool:
+        """Consume an answer to a request the gateway sent; True if it was one (even a late one)."""
+        if not self._is_own_id(message.id, prefix):
+            return False
+        key = message.key
+        request = table.pop(key, None) if key is not None else None
+        if request is not None:
+            request.body = message.body
+            request.done.set()
+        return True
+
+    async def request_client(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Send the agent a request of the gateway's own and wait for its answer (the response body).
+
+        Raises ``ClientRequestFailed`` when the agent is gone or closes before answering. A cancelled
+        wait tells the agent (``notifications/cancelled``) that the answer is no longer wanted.
+        """
+        if self._client_gone or self._closing:
+            raise ClientRequestFailed("the agent's connection is closing")
+        request_id = self._next_own_id(self._own_prefix)
+        key = id_key(request_id)
+        request = OwnRequest()
+        self._own[key] = request
+        try:
+            line = encode_line({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            await self._to_client(line)
+            if self._client_gone:
+                raise ClientRequestFailed("the agent's connection is closed")
+            await request.done.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                if self._own.pop(key, None) is not None:
+                    await self._to_client(
+                        notification_line(CANCELLED, {"requestId": request_id, "reason": "no longer needed"})
+                    )
+            raise
+        finally:
+            self._own.pop(key, None)
+        assert request.body is not None
+        return request.body
+
+    async def request_upstream(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """Send the server a request of the gateway's own (its catalogue) and wait for the response body.
+        Raises ``ConnectionError`` when the server is gone before it answers."""
+        if self._upstream_gone is not None:
+            raise ConnectionError(self._upstream_gone)
+        request_id = self._next_own_id(self._own_upstream_prefix)
+        key = id_key(request_id)
+        request = OwnRequest()
+        self._own_upstream[key] = request
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        try:
+            if not await self._to_upstream(encode_line(message)):
+                raise ConnectionError("the upstream is gone")
+            await request.done.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                if self._own_upstream.pop(key, None) is not None and self._upstream_gone is None:
+                    await self._tell_upstream_cancelled(request_id, "no longer needed")
+            raise
+        finally:
+            self._own_upstream.pop(key, None)
+        if request.body is None:
+            raise ConnectionError(self._upstream_gone or "the upstream is gone")
+        return request.body
+
+    async def _elicit(self, call: ToolCall, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Ask the agent in-band (``elicitation/create``); its ``ElicitResult``, or raise."""
+        body = await self.request_client(ELICIT, dict(params))
+        result = body.get("result")
+        if "error" in body or not isinstance(result, dict):
+            raise ClientRequestFailed("the agent answered the approval question with an error")
+        return result
+
+    # ----------------------------------------------------------------------------- client -> upstream
+
+    async def _client_loop(self) -> None:
+        framer = LineFramer(self.config.max_message_bytes)
+        while True:
+            try:
+                chunk = await self._client_in.receive(READ_CHUNK)
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                break
+            self._reading = True
+            try:
+                for item in framer.feed(chunk):
+                    await self._on_client_line(item)
+            finally:
+                self._reading = False
+            if self._to_send:
+                await self._send_decided()
+            await self.pipeline.flush()
+        last = framer.close()
+        if last is not None:
+            await self._on_client_line(last)
+        await self._send_decided()
+        await self.pipeline.flush()
+
+    async def _on_client_line(self, item: bytes | Oversize) -> None:
+        message = read_client_line(item)
+        if isinstance(message, LineRefusal):
+            await self.pipeline.guard.incident(message.kind, "client", message.detail, message.code)
+            if message.reply is not None:
+                await self._to_client(message.reply)
+            return
+        if message.kind is Kind.RESPONSE:
+            if self._own_response(message, self._own, self._own_prefix):
+                return
+            if self._upstream_gone is None:
+                await self._to_upstream(item + b"\n")
+        elif message.kind is Kind.NOTIFICATION:
+            await self._on_client_notification(message)
+        else:
+            await self._on_client_request(message)
+
+    async def _on_client_notification(self, message: Message) -> None:
+        method = message.method
+        assert method is not None
+        if method == TOOLS_CALL or looks_like_tools_call(method):
+            await self.pipeline.guard.incident(
+                "tools_call_notification", "client", "a tools/call without an id was dropped (it cannot be answered)"
+            )
+            return
+        if method == CANCELLED and await self._cancel_from_client(message):
+            return
+        if self._upstream_gone is None:
+            await self._to_upstream(message.raw + b"\n")
+            if method == INITIALIZED and self._tasks is not None and isinstance(self.catalogue, ChildCatalogue):
+                self.catalogue.prefetch(self._tasks)
+
+    async def _cancel_from_client(self, message: Message) -> bool:
+        """Settle a cancelled tools/call; True if the upstream must not hear of it (it never saw it)."""
+        params = message.params
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        if not valid_id(request_id):
+            return False
+        flight = self._inflight.get(id_key(request_id))
+        if not isinstance(flight, Flight):
+            return False
+        self._take(flight)
+        abandoning = self.pipeline.cancel(flight, "the agent cancelled the request")
+        if abandoning is not None:
+            await abandoning
+        await self.pipeline.flush()
+        return not flight.forwarded
+
+    async def _on_client_request(self, message: Message) -> None:
+        key = message.key
+        method = message.method
+        assert key is not None and method is not None
+        if key in self._inflight or self._is_own_id(message.id, self._own_upstream_prefix):
+            detail = f"request id {message.id!r} is already in use by a request in flight; the duplicate was dropped"
+            await self.pipeline.guard.incident("duplicate_id", "client", detail, INVALID_REQUEST)
+            await self._to_client(error_line(None, INVALID_REQUEST, f"invalid request: {detail}"))
+            return
+        if looks_like_tools_call(method):
+            detail = "method not found: the method is not exactly 'tools/call' and is refused"
+            await self.pipeline.guard.incident("invalid_message", "client", detail, METHOD_NOT_FOUND)
+            await self._to_client(error_line(message.id, METHOD_NOT_FOUND, detail))
+            return
+        if not self._modern and envelope_version(_meta_of(message)) is not None:
+            self._modern = True
+        if method == TOOLS_CALL:
+            flight = self.pipeline.start(
+                message, agent=self.config.agent, version=self._session_version, replier=self, resolver=self.catalogue
+            )
+            if not flight.settled:
+                self._inflight[key] = flight
+            return
+        if method == INITIALIZE and isinstance(message.params, dict):
+            self._client_capabilities = message.params.get("capabilities")
+        if self._upstream_gone is not None:
+            await self._to_client(error_line(message.id, UPSTREAM_EXITED, f"{self._upstream_gone}; {method} was not sent"))
+            return
+        pending = Pending(message, method)
+        self._inflight[key] = pending
+        if not await self._to_upstream(message.raw + b"\n") and self._inflight.get(key) is pending:
+            del self._inflight[key]
+            await self._to_client(error_line(message.id, UPSTREAM_EXITED, f"the upstream is gone; {method} was not sent"))
+
+    # ----------------------------------------------------------------------------- upstream -> client
+
+    async def _upstream_loop(self) -> None:
+        answered = 0
+        async for batch in self.upstream.line_batches():
+            for item in batch:
+                answered += await self._on_upstream_line(item)
+            # Answers that came while these were handled join them (fewer writes per call).
+            while answered and answered < MAX_ANSWERED_TOGETHER:
+                more = self.upstream.more_lines()
+                if not more:
+                    break
+                for item in more:
+                    answered += await self._on_upstream_line(item)
+            answered = 0
+            await self.pipeline.flush()
+        await self._on_upstream_end()
+
+    async def _on_upstream_line(self, item: bytes | Oversize) -> int:
+        """Relay one line from the upstream; 1 when it answered a tools/call (completed with the
+        others of the same read), else 0. Anything else first completes those, so the agent receives
+        lines in the upstream's order."""
+        if isinstance(item, Oversize):
+            await self.pipeline.flush()
+            await self.pipeline.guard.incident("upstream_oversize", "upstream", oversize_message(item))
+            return 0
+        try:
+            message = parse_upstream_message(item)
+        except MessageError as exc:
+            await self.pipeline.flush()
+            detail = f"a line from the upstream was dropped: {exc.message}"
+            await self.pipeline.guard.incident("upstream_garbage", "upstream", detail)
+            return 0
+        if message.kind is not Kind.RESPONSE:
+            await self.pipeline.flush()
+            if message.kind is Kind.REQUEST and self._is_own_id(message.id):
+                detail = "a request from the upstream used an id of the gateway's own id space; refused"
+                await self.pipeline.guard.incident("invalid_message", "upstream", detail, INVALID_REQUEST)
+                await self._to_upstream(error_line(message.id, INVALID_REQUEST, f"invalid request: {detail}"))
+                return 0
+            if message.method == TOOLS_LIST_CHANGED and self._tasks is not None and isinstance(self.catalogue, ChildCatalogue):
+                self.catalogue.changed(self._tasks)
+            await self._to_client(item + b"\n")
+            return 0
+        if self._own_response(message, self._own_upstream, self._own_upstream_prefix):
+            return 0
+        key = message.key
+        assert key is not None
+        entry = self._inflight.get(key)
+        if isinstance(entry, Flight):
+            # Only a call the upstream was actually sent can be answered by it: a response for a call
+            # still being decided (a guessable id) must not settle it.
+            if entry.forwarded and entry.handle is SENT:
+                del self._inflight[key]
+                self.pipeline.answered(entry, message.body, item)
+                return 1
+        elif entry is not None:
+            del self._inflight[key]
+            await self.pipeline.flush()
+            await self._to_client(item + b"\n")
+            if entry.method == INITIALIZE:
+                result = message.body.get("result")
+                version = result.get("protocolVersion") if isinstance(result, dict) else None
+                if isinstance(version, str):
+                    self._session_version = version
+            return 0
+        await self.pipeline.flush()
+        detail = f"a response for id {message.id!r}, which has no request in flight, was dropped"
+        await self.pipeline.guard.incident("unknown_response", "upstream", detail)
+        return 0
+
+    async def _on_upstream_end(self) -> None:
+        await self.upstream.wait_exit(0.5)
+        self._upstream_gone = self.upstream.exit_description()
+        self._upstream_done.set()
+        for request in list(self._own_upstream.values()):
+            request.done.set()  # the gateway's own requests end unanswered
+        stranded = list(self._inflight.items())
+        self._inflight.clear()
+        if self._closing and not stranded:
+            logger.info("%s after the agent closed the connection", self._upstream_gone)
+        else:
+            detail = f"{self._upstream_gone}; {len(stranded)} request(s) in flight"
+            await self.pipeline.guard.incident("upstream_exited", "upstream", detail)
+        for _key, entry in stranded:
+            if isinstance(entry, Flight):
+                if entry.handle is QUEUED:
+                    self._to_send.remove(entry)
+                    self.pipeline.lost(entry, f"{self._upstream_gone}; the call was not sent", sent=False)
+                else:
+                    self.pipeline.lost(entry, f"{self._upstream_gone} before answering {TOOLS_CALL}")
+            else:
+                detail = f"{self._upstream_gone} before answering {entry.method}"
+                await self._to_client(error_line(entry.message.id, UPSTREAM_EXITED, detail))
+        await self.pipeline.flush()
+
+
+def _meta_of(message: Message) -> Any:
+    params = message.params
+    return params.get("_meta") if isinstance(params, dict) else None
+
+
+async def run_relay(
+    argv: list[str],
+    client_in: ByteReceiveStream,
+    client_out: ByteSendStream,
+    *,
+    pipeline: CallPipeline,
+    config: RelayConfig | None = None,
+    env_filter: EnvFilter | None = None,
+    cwd: str | None = None,
+) -> None:
+    """Spawn the upstream and relay between it and the given client streams until the client closes."""
+    config = config or RelayConfig()
+    upstream = await UpstreamProcess.spawn(
+        argv, env_filter=env_filter, cwd=cwd, max_message_bytes=config.max_upstream_message_bytes
+    )
+    relay = StdioRelay(upstream, client_in, client_out, pipeline=pipeline, config=config)
+    await relay.run()
+
+
+async def serve_stdio(
+    argv: list[str],
+    *,
+    pipeline: CallPipeline,
+    config: RelayConfig | None = None,
+    env_filter: EnvFilter | None = None,
+    cwd: str | None = None,
+) -> None:
+    """``drawbridge wrap``: relay between this process's stdin/stdout and the upstream command."""
+    from drawbridge.gateway.transports.process_stdio import process_stdio
+
+    async with process_stdio() as (client_in, client_out):
+        await run_relay(argv, client_in, client_out, pipeline=pipeline, config=config, env_filter=env_filter, cwd=cwd)
+
+
+__all__ = ["RECORDING_FAILED", "ClientRequestFailed", "StdioRelay", "run_relay", "serve_stdio"]

@@ -1,0 +1,150 @@
+"""Hot reload of the policies (shell): one current ``PolicySet``, swapped whole or not at all.
+
+Invariant: ``PolicyStore.current`` is always a fully loaded, valid policy set.
+A reload either replaces it in one assignment (readers see the old set or the
+new one, never a mix) or, when the new files do not load, keeps it and
+reports the ``PolicyLoadError`` that says why.
+
+Theory of operation. ``reload`` takes the files' fingerprint, loads the whole
+directory (or file) through ``policy.files``, and swaps. ``watch_policies`` is
+an anyio task that polls the fingerprint every ``interval_ms``; a change is
+acted on once the fingerprint has been the same for two polls in a row, so a
+file caught half-written is not loaded (and if it is, the next change loads
+again). A failed attempt is remembered by its fingerprint, so a broken edit
+is reported once, not at every poll; the next edit is tried again. The load
+runs in a worker thread, so the event loop is not blocked; a lock keeps two
+reloads (watcher and control plane) from interleaving.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from drawbridge.policy.evaluate import evaluate
+from drawbridge.policy.load import PolicyLoadError
+from drawbridge.policy.model import Decision, PolicySet
+from drawbridge.state.policy_files import (
+    Fingerprint,
+    fingerprint,
+    load_policy_dir,
+    load_policy_file,
+    load_policy_path,
+)
+
+logger = logging.getLogger("drawbridge.policy")
+
+DEFAULT_INTERVAL_MS = 250
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadResult:
+    """What one reload did: ``error`` is None when the new set is in place."""
+
+    generation: int
+    error: PolicyLoadError | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class PolicyStore:
+    """Holds the current policy set for a ``policy_dir`` (or one ``--policy`` file)."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        policy_set: PolicySet,
+        loaded: Fingerprint | None = None,
+        *,
+        is_dir: bool | None = None,
+    ) -> None:
+        self.path = Path(path)
+        # Fixed at construction: a policy_dir that disappears is an error, not a file to read.
+        self.is_dir = self.path.is_dir() if is_dir is None else is_dir
+        self._current = policy_set
+        self._attempted: Fingerprint | None = loaded
+        self._last_error: PolicyLoadError | None = None
+        self._generation = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: Path | str) -> PolicyStore:
+        """Load at startup; a ``PolicyLoadError`` here is a startup error."""
+        before = fingerprint(path)
+        return cls(path, load_policy_path(path), before, is_dir=Path(path).is_dir())
+
+    @property
+    def current(self) -> PolicySet:
+        return self._current
+
+    @property
+    def last_error(self) -> PolicyLoadError | None:
+        """The error of the latest reload, or None if it succeeded (or none was tried)."""
+        return self._last_error
+
+    @property
+    def generation(self) -> int:
+        """Counts successful reloads."""
+        return self._generation
+
+    @property
+    def attempted_fingerprint(self) -> Fingerprint | None:
+        return self._attempted
+
+    def evaluate(self, agent: str, tool: str, arguments: Any = None) -> Decision:
+        return evaluate(self._current, agent, tool, arguments)
+
+    def reload(self) -> PolicyLoadError | None:
+        """Load the files again; swap on success, keep the previous set and return the error otherwise."""
+        with self._lock:
+            before = fingerprint(self.path)
+            try:
+                new = load_policy_dir(self.path) if self.is_dir else load_policy_file(self.path)
+            except PolicyLoadError as exc:
+                self._attempted = before
+                self._last_error = exc
+                logger.warning("policy reload failed, keeping the previous policies: %s", exc)
+                return exc
+            self._current = new
+            self._attempted = before
+            self._last_error = None
+            self._generation += 1
+            logger.info("policies reloaded from %s: %d policies", self.path, len(new.policies))
+            return None
+
+
+async def watch_policies(
+    store: PolicyStore,
+    *,
+    interval_ms: int = DEFAULT_INTERVAL_MS,
+    on_reload: Callable[[ReloadResult], None] | None = None,
+) -> None:
+    """Poll the store's path and reload on change, forever (cancel the task to stop)."""
+    if interval_ms <= 0:
+        raise ValueError("interval_ms must be positive")
+    interval = interval_ms / 1000
+    previous: Fingerprint | None = None
+    while True:
+        await anyio.sleep(interval)
+        try:
+            seen = await anyio.to_thread.run_sync(fingerprint, store.path)
+            if seen == store.attempted_fingerprint:
+                previous = seen
+                continue
+            if seen != previous:  # still changing: wait until it settles
+                previous = seen
+                continue
+            error = await anyio.to_thread.run_sync(store.reload)
+            if on_reload is not None:
+                on_reload(ReloadResult(store.generation, error))
+        except Exception:  # the watcher must outlive any surprise; the current set stays
+            logger.exception("policy watcher: unexpected error; keeping the current policies")
