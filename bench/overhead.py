@@ -13,6 +13,12 @@ ratios to direct (medians over rounds that alternate the configurations); then t
 evaluation time at 10, 100 and 1,000 rules.
 
     python bench/overhead.py [--server everything|raw] [--calls 2000] [--inflight 32] [--rounds 3] [--fsync batch]
+        [--compare DIR]
+
+``--compare DIR`` adds the same two gateway configurations run from another source tree (``DIR`` is
+its ``src`` folder, for example a worktree of an earlier commit: ``git worktree add /tmp/before HEAD~1``
+then ``--compare /tmp/before/src``), interleaved in the same rounds, so a change is measured against
+what it changes in one run.
 """
 
 from __future__ import annotations
@@ -132,6 +138,8 @@ def policy_bench() -> list[tuple[int, float, float]]:
 CONFIGS = ("direct", "evidence", "evidence+carriers")
 """direct: the server alone; evidence: through the gateway with the trace and surface records (what
 every run writes); evidence+carriers: the same plus tool-decision truth carriers (opt-in)."""
+COMPARED = " (compared)"
+"""The suffix of a configuration run from the ``--compare`` tree."""
 
 
 def _gateway(tmp: Path, config: str, fsync: str, echo: list[str]) -> list[str]:
@@ -140,7 +148,7 @@ def _gateway(tmp: Path, config: str, fsync: str, echo: list[str]) -> list[str]:
     (policy / "bench.yaml").write_text('name: bench\nagent: "*"\nrules:\n  - tools: ["echo"]\n    action: allow\n')
     argv = [sys.executable, "-m", "drawbridge", "wrap", "--policy", str(policy), "--agent", "bench",
             "--evidence-dir", str(tmp / "evidence"), "--fsync", fsync]
-    if config == "evidence+carriers":
+    if config.removesuffix(COMPARED) == "evidence+carriers":
         argv += ["--tool-decision-truth-out", str(tmp / "carriers.ndjson")]
     return [*argv, "--", *echo]
 
@@ -150,16 +158,22 @@ async def main_async(args: argparse.Namespace) -> None:
     env["DRAWBRIDGE_TDT_HMAC_KEY"] = "bench-key-0123456789abcdef"
     env["DRAWBRIDGE_TDT_HMAC_KEY_ID"] = "bench-kid"
     echo = SERVERS[args.server]
-    latencies: dict[str, list[float]] = {config: [] for config in CONFIGS}
-    rates: dict[str, list[float]] = {config: [] for config in CONFIGS}
+    configs = list(CONFIGS)
+    if args.compare:
+        configs += [f"{config}{COMPARED}" for config in CONFIGS if config != "direct"]
+    latencies: dict[str, list[float]] = {config: [] for config in configs}
+    rates: dict[str, list[float]] = {config: [] for config in configs}
     entries = 0
     # Rounds alternate the configurations, so that whatever else the machine does at the time
     # weighs on all of them alike; each figure is the median over the rounds.
     for _ in range(args.rounds):
-        for config in CONFIGS:
+        for config in configs:
             with tempfile.TemporaryDirectory() as tmp:
                 argv = echo if config == "direct" else _gateway(Path(tmp), config, args.fsync, echo)
-                lat, rate = await _session(argv, env, args.calls, args.inflight)
+                run_env = env
+                if config.endswith(COMPARED):
+                    run_env = {**env, "PYTHONPATH": str(Path(args.compare).resolve())}
+                lat, rate = await _session(argv, run_env, args.calls, args.inflight)
                 latencies[config].extend(lat)
                 rates[config].append(rate)
                 if config != "direct":
@@ -170,15 +184,17 @@ async def main_async(args: argparse.Namespace) -> None:
     direct_p50 = _pct(latencies["direct"], 0.5)
     direct_p99 = _pct(latencies["direct"], 0.99)
     direct_rate = statistics.median(rates["direct"])
-    print(f"{'':<22}{'p50 ms':>10}{'p99 ms':>10}{'calls/s':>12}{'added p50':>12}{'throughput':>12}")
-    for config in CONFIGS:
+    if args.compare:
+        print(f"compared tree: {Path(args.compare).resolve()}")
+    print(f"{'':<31}{'p50 ms':>10}{'p99 ms':>10}{'calls/s':>12}{'added p50':>12}{'throughput':>12}")
+    for config in configs:
         p50, p99 = _pct(latencies[config], 0.5), _pct(latencies[config], 0.99)
         rate = statistics.median(rates[config])
         added = "" if config == "direct" else f"{p50 - direct_p50:>12.3f}"
         ratio = "" if config == "direct" else f"{rate / direct_rate:>12.2f}"
-        print(f"{config:<22}{p50:>10.3f}{p99:>10.3f}{rate:>12.0f}{added:>12}{ratio:>12}")
+        print(f"{config:<31}{p50:>10.3f}{p99:>10.3f}{rate:>12.0f}{added:>12}{ratio:>12}")
     print(f"(added p50 in ms over direct; throughput as a ratio of direct's; direct p99 {direct_p99:.3f} ms; "
-          f"calls/s per round: " + "; ".join(f"{c} " + ", ".join(f"{r:.0f}" for r in rates[c]) for c in CONFIGS) + ")")
+          f"calls/s per round: " + "; ".join(f"{c} " + ", ".join(f"{r:.0f}" for r in rates[c]) for c in configs) + ")")
     print()
     print(f"{'policy evaluation':<22}{'repeat us':>12}{'cold us':>12}")
     for count, warm, cold in policy_bench():
@@ -193,6 +209,8 @@ def main() -> None:
     parser.add_argument("--fsync", choices=["always", "batch", "never"], default="batch")
     parser.add_argument("--server", choices=sorted(SERVERS), default="everything",
                         help="everything: server-everything's echo (default); raw: a minimal Python echo")
+    parser.add_argument("--compare", metavar="DIR",
+                        help="also run the gateway from this source tree (its src folder), in the same rounds")
     anyio.run(main_async, parser.parse_args())
 
 

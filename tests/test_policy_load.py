@@ -23,6 +23,8 @@ from drawbridge.policy import (
     load_policy_text,
 )
 from drawbridge.policy.assay import AssayPattern, OutsidePattern
+from drawbridge.policy.model import Truth
+from drawbridge.policy.schemas import check_arguments
 from drawbridge.state.policy_files import load_policy_dir, load_policy_file
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "src" / "drawbridge" / "examples" / "policies"
@@ -129,7 +131,11 @@ def test_yaml_oddities_that_are_still_json_are_accepted() -> None:
 
 def test_empty_rules_list_is_allowed() -> None:
     ps = load_policy_text("name: p\nagent: '*'\nrules: []\n")
-    assert ps.policies[0].rules == ()
+    (p,) = ps.policies
+    assert (p.name, p.agent.text, p.agent.kind, p.rules, dict(p.schemas), p.source_file, p.line) == (
+        "p", "*", GlobKind.CATCH_ALL, (), {}, "<policy>", 1
+    )
+    assert evaluate(ps, "anyone", "t").action is Action.DENY  # no rule: the default deny
 
 
 # ----------------------------------------------------------------------------- YAML-level errors
@@ -291,9 +297,32 @@ def test_regex_too_long() -> None:
     expect(with_condition("{arg: x, op: matches, value: '" + "a" * 513 + "'}"), 6, r"regex is longer than 512 characters")
 
 
-def test_acceptable_regexes_compile() -> None:
-    for rx in ["prod-[a-z0-9-]+", ".*foo.*", r"\d{1,3}(\.\d{1,3}){3}", "(?:ab)+", "x{2,5}y"]:
-        load_policy_text(with_condition(f"{{arg: x, op: matches, value: '{rx}'}}"))
+@pytest.mark.parametrize(
+    ("rx", "matching", "other"),  # `other` mostly holds a match, but the whole value must match
+    [
+        ("prod-[a-z0-9-]+", "prod-eu-1", "staging-prod-eu-1"),
+        (".*foo.*", "a foo b", "a fo o b"),
+        (r"\d{1,3}(\.\d{1,3}){3}", "10.0.0.255", "10.0.0.2555"),
+        ("(?:ab)+", "ababab", "abababa"),
+        ("x{2,5}y", "xxxy", "xxxxxxy"),
+    ],
+)
+def test_acceptable_regexes_compile(rx: str, matching: str, other: str) -> None:
+    ps = load_policy_text(with_condition(f"{{arg: x, op: matches, value: '{rx}'}}"), "p.yaml", "/etc/p.yaml")
+    (p,) = ps.policies
+    (rule,) = p.rules
+    assert (p.name, p.agent.text, p.source_file) == ("p", "a", "p.yaml")
+    assert (rule.index, rule.line, rule.action, [t.text for t in rule.tools]) == (0, 4, Action.ALLOW, ["t"])
+    (condition,) = rule.conditions
+    assert (condition.arg, condition.op, condition.value, condition.if_missing, condition.line) == (
+        ("x",), Op.MATCHES, rx, None, 6
+    )
+    # The compiled regex is the one written: it decides the condition, and through it the call.
+    assert condition.test(matching) is Truth.TRUE
+    assert condition.test(other) is Truth.FALSE
+    assert condition.test(5) is Truth.UNKNOWN
+    assert evaluate(ps, "a", "t", {"x": matching}).action is Action.ALLOW
+    assert evaluate(ps, "a", "t", {"x": other}).action is Action.DENY
 
 
 # ----------------------------------------------------------------------------- schemas
@@ -344,9 +373,27 @@ def test_good_schema_with_local_refs_and_value_keywords() -> None:
     body = "name: p\nagent: a\nrules: []\nschemas:\n  t:\n    $defs: {s: {type: string}}\n"
     body += "    properties: {a: {$ref: '#/$defs/s'}, b: {const: {$ref: 'https://not-a-ref'}}}\n"
     body += "    patternProperties: {'^x-': {pattern: '^[a-z]+-[0-9]+$'}, 'y': {pattern: '[a-z]+'}}\n"
-    load_policy_text(body)
+    (p,) = load_policy_text(body, "p.yaml").policies
+    assert (p.name, p.rules, list(p.schemas)) == ("p", (), ["t"])
+    schema = p.schemas["t"]
+    assert (schema.tool, schema.line) == ("t", 5)
+    assert schema.schema == {
+        "$defs": {"s": {"type": "string"}},
+        "properties": {"a": {"$ref": "#/$defs/s"}, "b": {"const": {"$ref": "https://not-a-ref"}}},
+        "patternProperties": {"^x-": {"pattern": "^[a-z]+-[0-9]+$"}, "y": {"pattern": "[a-z]+"}},
+    }
+    # The local $ref resolves, a $ref inside `const` is a value, and both patterns apply.
+    valid = {"a": "s", "b": {"$ref": "https://not-a-ref"}, "x-1": "abc-12", "zyz": "a1"}
+    assert check_arguments(schema, valid) is None
+    wrong = [({"a": 5}, "/a", "type"), ({"b": "x"}, "/b", "const"), ({"x-1": "ABC"}, "/x-1", "pattern"),
+             ({"zyz": "1"}, "/zyz", "pattern")]
+    for arguments, pointer, keyword in wrong:
+        violation = check_arguments(schema, arguments)
+        assert violation is not None and (violation.pointer, violation.keyword) == (pointer, keyword), arguments
     boolean = load_policy_text("name: p\nagent: a\nrules: []\nschemas:\n  t: false\n")
-    assert boolean.policies[0].schemas["t"].schema is False
+    (refusing,) = boolean.policies[0].schemas.values()
+    assert (refusing.tool, refusing.schema, refusing.line) == ("t", False, 5)
+    assert check_arguments(refusing, {}) is not None  # `false` accepts nothing
 
 
 # ----------------------------------------------------------------------------- several files
@@ -400,7 +447,10 @@ def test_directory_reading_rules(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("broken: [\n")
     (tmp_path / "sub.yaml").mkdir()
     (tmp_path / "c.yaml").write_bytes(b"\xef\xbb\xbfname: c\nagent: x\nrules: []\n")  # BOM dropped
-    assert [p.name for p in load_policy_dir(tmp_path).policies] == ["a", "b", "c"]
+    loaded = load_policy_dir(tmp_path).policies
+    assert [(p.name, p.agent.text, p.source_file, p.line, p.rules) for p in loaded] == [
+        ("a", "x", "a.yaml", 1, ()), ("b", "x", "b.yml", 1, ()), ("c", "x", "c.yaml", 1, ()),
+    ]
 
 
 def test_file_errors(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from drawbridge.evidence.chain import verify_chain
-from drawbridge.evidence.side_effect import verify_side_effects
+from drawbridge.evidence.side_effect_verify import verify_side_effects
 from drawbridge.evidence.truth.vectors import verify_carriers
 from drawbridge.gateway.pipeline.outcomes import Outcome
 from drawbridge.gateway.pipeline.records import CallRecord, RelayIncident

@@ -5,9 +5,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import anyio
 import mcp_types as types
 import pytest
 from conftest import ERAS, GITHUB_LIKE, PYTHON, child_env, connect, wrap_params
+from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 POLICY = """\
@@ -93,20 +95,57 @@ def test_a_policy_that_does_not_load_stops_the_gateway(tmp_path: Path) -> None:
     assert result.stdout == ""
 
 
-@pytest.mark.anyio
-async def test_policy_edits_apply_to_the_next_call(policy_dir: Path) -> None:
-    import anyio
+class _GatewayLog:
+    """The gateway's stderr, written to a file, read as it grows: the watcher's reload results."""
 
-    params = wrap_params(GITHUB_LIKE, "--policy", str(policy_dir), "--agent", "claude")
-    async with connect(params) as client:
-        assert not (await client.call_tool("list_repos", {"owner": "acme"})).is_error
-        policy = policy_dir / "demo.yaml"
-        policy.write_text(POLICY.replace('["list_repos", "get_repo"]', '["get_repo"]'), encoding="utf-8")
-        with anyio.fail_after(10):
-            while not (await client.call_tool("list_repos", {"owner": "acme"})).is_error:
-                await anyio.sleep(0.2)
-        refused = await client.call_tool("list_repos", {"owner": "acme"})
-        assert _text(refused) == "drawbridge refused this call: default deny: no rule matched"
-        policy.write_text("this: [is not a policy", encoding="utf-8")  # a broken edit keeps the last good set
-        await anyio.sleep(1.0)
-        assert not (await client.call_tool("get_repo", {"owner": "acme", "name": "rocket"})).is_error
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def lines(self) -> list[str]:
+        return self.path.read_text(encoding="utf-8", errors="replace").splitlines()
+
+    def count(self, prefix: str) -> int:
+        return sum(line.startswith(prefix) for line in self.lines())
+
+    async def wait_for(self, prefix: str, occurrence: int = 1, timeout: float = 15) -> str:
+        """The ``occurrence``-th line starting with ``prefix``, once the gateway has written it."""
+        with anyio.fail_after(timeout):
+            while True:
+                found = [line for line in self.lines() if line.startswith(prefix)]
+                if len(found) >= occurrence:
+                    return found[occurrence - 1]
+                await anyio.sleep(0.05)
+
+
+RELOADED = "drawbridge: INFO policies reloaded from "
+REFUSED = "drawbridge: WARNING policy reload failed, keeping the previous policies: "
+
+
+@pytest.mark.anyio
+async def test_policy_edits_apply_to_the_next_call(policy_dir: Path, tmp_path: Path) -> None:
+    params = wrap_params(GITHUB_LIKE, "--policy", str(policy_dir), "--agent", "claude", "--verbose")
+    policy = policy_dir / "demo.yaml"
+    log = _GatewayLog(tmp_path / "gateway.stderr")
+    with log.path.open("w", encoding="utf-8") as errlog:
+        async with connect(stdio_client(params, errlog=errlog)) as client:  # type: ignore[arg-type]
+            assert not (await client.call_tool("list_repos", {"owner": "acme"})).is_error
+            # A good edit: once the watcher says it reloaded, the very next call is decided by it.
+            policy.write_text(POLICY.replace('["list_repos", "get_repo"]', '["get_repo"]'), encoding="utf-8")
+            assert await log.wait_for(RELOADED) == f"{RELOADED}{policy_dir}: 1 policies"
+            refused = await client.call_tool("list_repos", {"owner": "acme"})
+            assert _text(refused) == "drawbridge refused this call: default deny: no rule matched"
+            assert not (await client.call_tool("get_repo", {"owner": "acme", "name": "rocket"})).is_error
+            # A broken edit: the watcher sees it and refuses it, naming the file and the line ...
+            policy.write_text("this: [is not a policy", encoding="utf-8")
+            line = await log.wait_for(REFUSED)
+            assert line.startswith(f"{REFUSED}{policy}:1: invalid YAML: expected ',' or ']'"), line
+            # ... and the last good set (the edited one, not the first) still decides.
+            assert log.count(RELOADED) == 1
+            assert not (await client.call_tool("get_repo", {"owner": "acme", "name": "rocket"})).is_error
+            refused = await client.call_tool("list_repos", {"owner": "acme"})
+            assert _text(refused) == "drawbridge refused this call: default deny: no rule matched"
+            # A good edit after the broken one takes effect again.
+            policy.write_text(POLICY, encoding="utf-8")
+            assert await log.wait_for(RELOADED, occurrence=2) == f"{RELOADED}{policy_dir}: 1 policies"
+            assert not (await client.call_tool("list_repos", {"owner": "acme"})).is_error
+    assert log.count(REFUSED) == 1  # the broken edit is reported once, not at every poll

@@ -17,26 +17,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drawbridge.evidence.side_effect import (
+from drawbridge.evidence.audit_binding import (
     BindsDifferentCall,
     Bound,
-    IrreversibilityClass,
     NotProjectable,
     RecordInconsistent,
-    SideEffect,
-    SideEffectFormatError,
-    SideEffectLevel,
-    SurfaceFormatError,
-    VerificationSource,
     binding_digest,
     check_audit_record,
-    load_audit_records,
-    producer_block,
     promote_with_audit_record,
     promote_with_observed_read,
     subject_from_action,
-    verify_side_effects,
 )
+from drawbridge.evidence.side_effect import (
+    IrreversibilityClass,
+    SideEffect,
+    SideEffectFormatError,
+    SideEffectLevel,
+    VerificationSource,
+    producer_block,
+)
+from drawbridge.evidence.side_effect_verify import SurfaceFormatError, load_audit_records, verify_side_effects
 from drawbridge.evidence.surface import build_decision, build_surface
 
 KEY_TITLE_HASH = "sha256:a65a94d25524f87fbb5ce6d3fde202c02a5b532f27e1ba3b5708076e1ba75ccf"

@@ -22,16 +22,15 @@ from typing import Any
 import pytest
 
 from drawbridge.evidence import vocabulary as v
-from drawbridge.evidence.side_effect import (
-    SideEffect,
+from drawbridge.evidence.audit_binding import (
     binding_digest,
     check_audit_record,
-    producer_block,
     promote_with_audit_record,
     promote_with_observed_read,
     subject_from_action,
-    verify_side_effects,
 )
+from drawbridge.evidence.side_effect import SideEffect, producer_block
+from drawbridge.evidence.side_effect_verify import verify_side_effects
 from drawbridge.evidence.surface import build_decision, build_surface
 from drawbridge.evidence.vocabulary import PROVIDER_AUDIT_RECORD_SCHEMA
 

@@ -30,7 +30,7 @@ import click
 from drawbridge.cli.evidence_cmd import read_surface
 from drawbridge.cli.output import console, plain, table, verdict
 from drawbridge.evidence.chain import verify_chain
-from drawbridge.evidence.side_effect import verify_side_effects
+from drawbridge.evidence.side_effect_verify import verify_side_effects
 from drawbridge.evidence.truth.vectors import verify_carriers
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -338,7 +338,11 @@ def verify_side_effects_cmd(
     (an unreadable surface document or audit file; an audit file that is not JSON
     is listed as skipped, as other non-record files are).
     """
-    from drawbridge.evidence.side_effect import SurfaceFormatError, load_audit_records, verify_side_effects
+    from drawbridge.evidence.side_effect_verify import (
+        SurfaceFormatError,
+        load_audit_records,
+        verify_side_effects,
+    )
 
     if more_imports and not audit_imports:
         raise click.UsageError("extra arguments after SURFACE_JSON: audit records go after --audit-import")

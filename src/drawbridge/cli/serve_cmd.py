@@ -158,7 +158,7 @@ async def _run(
     sock: socket.socket | None,
     pipes: tuple[Any, Any] | None,
 ) -> None:
-    parts = build_serve(runtime, config)
+    parts = build_serve(runtime, config, control_open=sock is not None)
     gateway = parts.hub
     failed: list[str] = []
     async with anyio.create_task_group() as tg:
@@ -189,6 +189,7 @@ async def _run(
                 assert sock is not None
                 from drawbridge.gateway.transports.http_endpoint import HttpSettings, build_app, describe_url
 
+                assert parts.services is not None
                 app = build_app(gateway, HttpSettings.from_config(config), routes=control.routes(parts.services, runtime))
 
                 def ready(host: str, port: int) -> None:
@@ -209,6 +210,7 @@ async def _serve_control_plane(parts: ServeParts, runtime: Runtime, sock: socket
         shown = f"[{host}]" if ":" in host else host
         click.echo(f"drawbridge: control plane on http://{shown}:{port}", err=True)
 
+    assert parts.services is not None
     await serve_http(control.app(parts.services, runtime), sock, ready)
 
 

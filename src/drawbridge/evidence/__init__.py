@@ -12,6 +12,13 @@ build, and the ``drawbridge evidence`` commands verify what was written.
 - the hash-chained trace.
 """
 
+from drawbridge.evidence.audit_binding import (
+    binding_digest,
+    check_audit_record,
+    promote_with_audit_record,
+    promote_with_observed_read,
+    subject_from_action,
+)
 from drawbridge.evidence.chain import (
     GENESIS_HASH,
     ChainHead,
@@ -23,17 +30,8 @@ from drawbridge.evidence.chain import (
 )
 from drawbridge.evidence.classify import Classification, classify, target_hash
 from drawbridge.evidence.correlation import correlation_from_params
-from drawbridge.evidence.side_effect import (
-    SideEffect,
-    SideEffectLevel,
-    binding_digest,
-    check_audit_record,
-    load_audit_records,
-    promote_with_audit_record,
-    promote_with_observed_read,
-    subject_from_action,
-    verify_side_effects,
-)
+from drawbridge.evidence.side_effect import SideEffect, SideEffectLevel
+from drawbridge.evidence.side_effect_verify import load_audit_records, verify_side_effects
 from drawbridge.evidence.surface import Effect, build_decision, build_surface
 from drawbridge.evidence.truth import (
     Evidence,

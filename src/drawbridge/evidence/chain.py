@@ -56,6 +56,10 @@ entry at that seq has another hash. Checkpoints are unsigned in this version:
 one kept apart from the log (another host, a ticket, a transparency log) already
 reveals a cut tail; signed checkpoints, which make them safe to store beside the
 log, come later and will add fields, not change these.
+
+Size. Building, rendering and verifying an entry stay together because the verifier's guarantee is
+that it accepts exactly the lines the builder writes: the line form, the hash and the checks are one
+format, read side by side.
 """
 
 from __future__ import annotations

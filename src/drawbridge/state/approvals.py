@@ -28,6 +28,10 @@ approval is created and ``Approval.resolution_record()`` when it ends, with
 who (``resolved_by``), when, the channel, the strength that channel carries
 (``drawbridge.approval.channels``) and the reason. The caller appends them;
 this module does not write the chain.
+
+Size. The queue is one module because its invariant is a property of one table: every state change
+of an approval is one SQL statement here, next to the row type it reads back, so the only ways a
+row leaves ``pending`` can be read in one place.
 """
 
 from __future__ import annotations

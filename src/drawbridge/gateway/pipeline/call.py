@@ -37,6 +37,11 @@ task, and the flight is completed by ``flush``, which the transport calls at the
 the flights settled by one read of the upstream are recorded together (one write per evidence file)
 and answered together (one write per agent). A call that must wait (an approval, a pin check, a
 catalogue not listed yet) gets a decision task, and is then completed the same way.
+
+Size. This module is one unit on purpose: every way a call ends (refused, forwarded and answered,
+lost, timed out, cancelled, withheld) is a transition of ``Flight`` made here, so one reading shows
+that each call is recorded once and answered once; the values the stages pass on and the stages
+themselves live in the modules beside it.
 """
 
 from __future__ import annotations

@@ -24,12 +24,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from drawbridge.gateway.protocol.eras import RESERVED_PREFIX
+from drawbridge.gateway.protocol.methods import (
+    DISCOVER,
+    PROMPTS_LIST,
+    RESOURCE_TEMPLATES_LIST,
+    RESOURCES_LIST,
+    RESOURCES_READ,
+    TOOLS_LIST,
+)
 
 PER_HOP_META_KEYS: Final = frozenset(
     RESERVED_PREFIX + key for key in ("protocolVersion", "clientInfo", "clientCapabilities", "serverInfo", "logLevel")
 )
 CACHEABLE_METHODS: Final = frozenset(
-    {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read", "server/discover"}
+    {TOOLS_LIST, PROMPTS_LIST, RESOURCES_LIST, RESOURCE_TEMPLATES_LIST, RESOURCES_READ, DISCOVER}
 )
 PRIVATE: Final = "private"
 

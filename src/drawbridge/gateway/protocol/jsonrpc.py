@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
+from drawbridge.gateway.protocol.methods import TOOLS_CALL
+
 JSONRPC_VERSION: Final = "2.0"
 
 PARSE_ERROR: Final = -32700
@@ -229,7 +231,7 @@ def _classify(line: bytes, body: Any, *, strict: bool) -> Message:
         if not isinstance(method, str) or not method:
             raise MessageError(INVALID_REQUEST, "invalid request: method must be a non-empty string", request_id)
         # tools/call params are checked by the pipeline, which records the refused call as a call.
-        if strict and method != "tools/call" and "params" in body and not isinstance(body["params"], dict):
+        if strict and method != TOOLS_CALL and "params" in body and not isinstance(body["params"], dict):
             raise MessageError(INVALID_PARAMS, "invalid params: params must be a JSON object", request_id)
         kind = Kind.REQUEST if has_id else Kind.NOTIFICATION
         return Message(kind, line, body, method, request_id)

@@ -152,7 +152,6 @@ class Runtime:
     recorder: Recorder
     guard: EvidenceGuard
     pipeline: CallPipeline
-    recent: RecentCallRing
     state_db: StateDB | None = None
     engine: ApprovalEngine | None = None
     pin_store: SqlitePinStore | None = None
@@ -189,9 +188,14 @@ class Runtime:
         except BaseException:
             _close(recorder, state_db, temp_dir)
             raise
-        recent = RecentCallRing()
-        guard.observers.append(lambda record: recent_call_summary(record, recent))
-        return cls(settings, policy, recorder, guard, pipeline, recent, state_db, engine, pin_store, pins, temp_dir)
+        return cls(settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, temp_dir)
+
+    def recent_calls(self) -> RecentCallRing:
+        """The ring of each agent's latest decisions the approval view shows, fed from now on by every
+        recorded call (only where a control plane can show it: it costs a little on every call)."""
+        ring = RecentCallRing()
+        self.guard.observers.append(lambda record: recent_call_summary(record, ring))
+        return ring
 
     def guard_catalogue(self, source: CatalogueSource) -> None:
         """Put an upstream's catalogue under the pins (``pin_tools``); nothing without pinning."""

@@ -109,7 +109,7 @@ def control_services(
         approvals=runtime.engine,
         trace_append=runtime.guard.append,
         pins=pin_service,
-        recent_calls=runtime.recent,
+        recent_calls=runtime.recent_calls(),
     )
 
 

@@ -53,7 +53,8 @@ def served_tools(catalogue: Catalogue) -> tuple[object, Iterable[ServedTool]]:
 class ServeParts:
     hub: Gateway
     upstreams: list[UpstreamSession]
-    services: ControlServices
+    services: ControlServices | None
+    """The control plane's services, when a control plane is served."""
     visible: VisibleTools | None = None
 
     async def announce_policy_changes(self, runtime: Runtime, interval: float = POLICY_POLL_SECONDS) -> None:
@@ -71,8 +72,8 @@ class ServeParts:
                 await self.hub.tools_changed()
 
 
-def build_serve(runtime: Runtime, config: GatewayConfig) -> ServeParts:
-    """The hub and its upstreams on the runtime. Call inside the event loop that will run them."""
+def build_serve(runtime: Runtime, config: GatewayConfig, *, control_open: bool) -> ServeParts:
+    """The hub and its upstreams on the runtime (and the control plane's services when one is served)."""
     denied = secret_env_names(config)
     upstreams = [
         UpstreamSession(u, env_filter=EnvPolicy(extra=dict(u.env), deny_names=denied)) for u in config.upstreams
@@ -106,7 +107,10 @@ def build_serve(runtime: Runtime, config: GatewayConfig) -> ServeParts:
         if visible is not None:
             await hub.tools_changed()
 
-    services = control_services(runtime, CatalogueView(lambda: served_tools(hub.tools), pins), after_accept=after_accept)
+    services = None
+    if control_open:
+        catalogue = CatalogueView(lambda: served_tools(hub.tools), pins)
+        services = control_services(runtime, catalogue, after_accept=after_accept)
     return ServeParts(hub, upstreams, services, visible)
 
 

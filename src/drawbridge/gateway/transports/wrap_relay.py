@@ -32,6 +32,11 @@ line the upstream must see after them); when the pipe cannot take them at once, 
 while the client loop goes on reading. The calls answered in one read of the upstream, and in what
 it wrote while they were handled (up to 64 calls), are recorded together and then answered in one
 write (``CallPipeline.flush``), before any other line the agent must see after them.
+
+Size. The relay is one module because its invariant spans both loops: the table of requests in
+flight, the lines queued for the upstream and the gateway's own id spaces are shared by the client
+loop and the upstream loop, and each rule (who answers, in which order lines go out) reads only
+with both in view; the server's catalogue and the settings and pending requests live beside it.
 """
 
 from __future__ import annotations
