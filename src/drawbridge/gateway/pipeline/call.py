@@ -401,7 +401,7 @@ class CallPipeline:
         floor = self.floors.now(resolved.route)
         if floor is None or self._policy_now is None:
             return None
-        verdict = guarded_decision_now(self._policy_now, call, refuse=False)
+        verdict = guarded_decision_now(self._policy_now, call)
         if verdict is None:
             return None
         verdict = floored_verdict(verdict, floor, call.tool)
@@ -416,9 +416,9 @@ class CallPipeline:
             floor = await self.floors.when_checked(route)
         verdict = None
         if self._policy_now is not None:
-            verdict = guarded_decision_now(self._policy_now, call, refuse=False)
+            verdict = guarded_decision_now(self._policy_now, call)
         if verdict is None:
-            verdict = await guarded_decision(self.policy, call, refuse=False)
+            verdict = await guarded_decision(self.policy, call)
         return floored_verdict(verdict, floor, call.tool)
 
     async def _decide(self, flight: Flight) -> Verdict | None:

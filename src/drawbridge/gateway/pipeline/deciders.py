@@ -2,8 +2,8 @@
 
 Invariant: a decider's answer counts only as a ``Verdict`` with a known action. A decider that raises,
 is cancelled by an error or returns anything else gives ``deny`` (``decider_failure``), naming only the
-exception type: its text may quote arguments. After a failed record the guard refuses every call
-(``RECORDING_FAILED``): evidence is part of the contract.
+exception type: its text may quote arguments. After a failed record the pipeline refuses every call
+with ``RECORDING_FAILED``: evidence is part of the contract.
 
 A ``Decider`` is awaitable (``decide(call) -> Verdict``). One that never has to wait may also offer
 ``decide_now(call)``, which returns the same verdict synchronously, or None when this call needs
@@ -59,6 +59,8 @@ deny_all: Final = _FixedDecider(
 
 
 RECORDING_FAILED: Final = "evidence recording failed earlier in this session; failing closed"
+"""The reason of every call refused once a record failed (the pipeline's guard; the evidence is part of
+the contract)."""
 
 
 def _checked(verdict: object) -> Verdict:
@@ -67,11 +69,9 @@ def _checked(verdict: object) -> Verdict:
     return verdict
 
 
-async def guarded_decision(decide: Decider, call: ToolCall, *, refuse: bool) -> Verdict:
-    """Ask ``decide``, failing closed: ``refuse`` (evidence recording has failed) is a deny, and so
-    is a decider that raises or returns something other than a ``Verdict``. Used by every relay."""
-    if refuse:
-        return Verdict(Action.DENY, RECORDING_FAILED, Provenance(GATEWAY_POLICY))
+async def guarded_decision(decide: Decider, call: ToolCall) -> Verdict:
+    """Ask ``decide``, failing closed: a decider that raises or returns something other than a
+    ``Verdict`` gives deny (``decider_failure``)."""
     try:
         verdict = await decide(call)
     except Exception as exc:  # noqa: BLE001 -- a failing decider is a deny, whatever it raised
@@ -80,12 +80,8 @@ async def guarded_decision(decide: Decider, call: ToolCall, *, refuse: bool) -> 
     return _checked(verdict)
 
 
-def guarded_decision_now(
-    decide_now: Callable[[ToolCall], Verdict | None], call: ToolCall, *, refuse: bool
-) -> Verdict | None:
+def guarded_decision_now(decide_now: Callable[[ToolCall], Verdict | None], call: ToolCall) -> Verdict | None:
     """``guarded_decision`` through a decider's synchronous form; None: it cannot decide without waiting."""
-    if refuse:
-        return Verdict(Action.DENY, RECORDING_FAILED, Provenance(GATEWAY_POLICY))
     try:
         verdict = decide_now(call)
     except Exception as exc:  # noqa: BLE001 -- a failing decider is a deny, whatever it raised
