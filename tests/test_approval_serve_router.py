@@ -34,8 +34,9 @@ from drawbridge.gateway.pipeline.outcomes import Outcome
 from drawbridge.gateway.pipeline.records import CallRecord, RelayEvent
 from drawbridge.gateway.pipeline.verdicts import Action
 from drawbridge.gateway.protocol.jsonrpc import parse_client_message
-from drawbridge.gateway.serve.downstream_session import DownstreamSession, open_session
+from drawbridge.gateway.serve.downstream_session import DownstreamSession
 from drawbridge.gateway.serve.hub import Gateway
+from drawbridge.gateway.serve.routes import open_session
 from drawbridge.gateway.upstreams.session import UpstreamSession
 from drawbridge.state.sqlite import StateDB
 

@@ -24,8 +24,9 @@ from drawbridge.gateway.pipeline.records import CallRecord, RelayEvent
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import Action, Provenance, Verdict
 from drawbridge.gateway.protocol.jsonrpc import parse_client_message
-from drawbridge.gateway.serve.downstream_session import DownstreamSession, open_session
+from drawbridge.gateway.serve.downstream_session import DownstreamSession
 from drawbridge.gateway.serve.hub import Gateway, GatewaySettings
+from drawbridge.gateway.serve.routes import open_session
 from drawbridge.gateway.upstreams.session import UpstreamSession
 
 pytestmark = pytest.mark.anyio

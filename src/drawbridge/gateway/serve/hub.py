@@ -3,13 +3,14 @@
 Invariant: the ``Gateway`` is the only place where the two sides' id spaces meet, and every table that
 maps between them is keyed so that nothing one agent sent or caused is ever attributed to another:
 upstream request id -> (session, agent's request id), gateway progress token -> (session, agent's
-token), (session, token of a relayed server request) -> upstream, resource URI -> upstream, and
-(upstream, URI) -> subscribers (``subscriptions.py``: agent connections and listen streams; the
-upstream stays subscribed while anyone wants the URI, and is subscribed again when it reconnects). It
-also holds the merged tool catalogue, rebuilt whenever an upstream's tool list changes, which is the
-call pipeline's ``Resolver`` under serve: every tools/call is handed to the one ``CallPipeline``
-(``pipeline.call``), which resolves it here and forwards it through this upstream's
-``UpstreamForwarder``; incidents go through the pipeline's evidence guard.
+token), (session, token of a relayed server request) -> upstream, resource URI -> upstream
+(``resource_routes.py``), and (upstream, URI) -> subscribers (``subscriptions.py``: agent connections
+and listen streams; the upstream stays subscribed while anyone wants the URI, and is subscribed again
+when it reconnects, ``upstream_subscriptions.py``). It also holds the merged tool catalogue, rebuilt
+whenever an upstream's tool list changes, which is the call pipeline's ``Resolver`` under serve: every
+tools/call is handed to the one ``CallPipeline`` (``pipeline.call``), which resolves it here and
+forwards it through this upstream's ``UpstreamForwarder``; incidents go through the pipeline's
+evidence guard.
 Two optional hooks serve the catalogue features of ``drawbridge serve``: ``on_catalogue`` is awaited on
 every catalogue load of an upstream before the merged list is rebuilt (pinning checks the new tools
 there), and ``tool_filter`` gives each agent its own ``tools/list`` (``hide_denied_tools``); neither
@@ -18,13 +19,14 @@ changes what is decided on a call.
 Theory of operation. The gateway runs every ``UpstreamSession`` and is their listener. Messages from an
 upstream are routed here: progress notifications go back by token; list-changed notifications are
 broadcast to handshake-era sessions and published to the 2026-07-28 ``subscriptions/listen`` streams
-that asked for them (tools: once the merged list has actually changed); resource updates go to the
-sessions and listen streams that subscribed; other notifications and server requests go to the request
-they belong to when the upstream says so (HTTP: the SSE stream of one of our POSTs), else to the one
-session with requests in flight on that upstream (notifications: each such session, or every session
-when none has). A server request that cannot be attributed to exactly one agent is refused rather than
-guessed, and ``roots/list`` is refused outright (the shared session declares no roots). Everything an
-agent sends is handled by its ``AgentSession`` (``router.py``).
+that asked for them (``listen_streams.py``; tools: once the merged list has actually changed);
+resource updates go to the sessions and listen streams that subscribed; other notifications and server
+requests go to the request they belong to when the upstream says so (HTTP: the SSE stream of one of
+our POSTs), else to the one session with requests in flight on that upstream (notifications: each such
+session, or every session when none has). A server request that cannot be attributed to exactly one
+agent is refused rather than guessed, and ``roots/list`` is refused outright (the shared session
+declares no roots). Everything an agent sends is handled by its ``AgentSession``
+(``downstream_session.py``, with the method handlers that ``routes.py`` names).
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ from typing import Any, cast
 import anyio
 import anyio.abc
 from anyio.abc import TaskStatus
-from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
 from drawbridge.catalogue.merged import Catalogue, build_catalogue
 from drawbridge.gateway.pipeline.call import CallPipeline, Resolved
@@ -51,21 +52,24 @@ from drawbridge.gateway.protocol.hop import (
 )
 from drawbridge.gateway.protocol.jsonrpc import (
     INTERNAL_ERROR,
-    INVALID_PARAMS,
     METHOD_NOT_FOUND,
     MessageError,
     RequestId,
 )
+from drawbridge.gateway.protocol.methods import (
+    PROGRESS,
+    PROMPTS_LIST_CHANGED,
+    RESOURCE_UPDATED,
+    RESOURCES_LIST_CHANGED,
+    ROOTS_LIST,
+    TOOLS_LIST_CHANGED,
+)
 from drawbridge.gateway.serve.agents import UNATTRIBUTABLE, AgentSession, NoBackChannel
 from drawbridge.gateway.serve.forwarding import UpstreamForwarder
-from drawbridge.gateway.serve.subscriptions import Key, Subscriptions
-from drawbridge.gateway.upstreams.session import (
-    PendingCall,
-    State,
-    UpstreamLost,
-    UpstreamSession,
-    UpstreamUnavailable,
-)
+from drawbridge.gateway.serve.listen_streams import ListenStreams
+from drawbridge.gateway.serve.resource_routes import ResourceRoutes
+from drawbridge.gateway.serve.upstream_subscriptions import UpstreamSubscriptions
+from drawbridge.gateway.upstreams.session import PendingCall, State, UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
 
@@ -96,19 +100,6 @@ class _ProgressRoute:
     request_id: RequestId
 
 
-LISTEN_BACKLOG = 256
-"""Events a 2026-07-28 listen stream may hold unsent; a stream whose agent stops reading is ended
-there (the agent listens again and refetches: events are not replayed)."""
-
-
-@dataclass(eq=False)
-class _Listener:
-    """One ``subscriptions/listen`` stream: the notification methods it takes, and its queue."""
-
-    methods: frozenset[str]
-    send: anyio.abc.ObjectSendStream[tuple[str, dict[str, Any]]]
-
-
 class Gateway:
     def __init__(
         self,
@@ -137,17 +128,13 @@ class Gateway:
         self._progress: dict[tuple[str, str], _ProgressRoute] = {}
         self._client_progress: dict[tuple[AgentSession, str | int], UpstreamSession] = {}
         self._next_token = 0
-        self._resource_owner: dict[str, str] = {}
-        self._templates: list[tuple[str, str, UriTemplate]] = []
-        self.subscriptions = Subscriptions()
-        self._subscribing = anyio.Lock()
-        """Held while a subscription changes, so that the upstream hears subscribe and unsubscribe
-        in the order the book changed."""
+        self.resources = ResourceRoutes(self.upstreams)
+        self.subscriptions = UpstreamSubscriptions(self.upstreams, call_timeout=self.settings.call_timeout)
+        self.listen_streams = ListenStreams(on_end=self._release)
         self._tasks: anyio.abc.TaskGroup | None = None
         self._reported_problems: set[str] = set()
         self._on_catalogue = on_catalogue
         self._tool_filter = tool_filter
-        self._listeners: dict[object, _Listener] = {}
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -178,8 +165,7 @@ class Gateway:
         return [u.unavailable_reason() for u in self.upstreams.values() if u.start_error is not None]
 
     async def close(self) -> None:
-        for token in list(self._listeners):
-            self.unlisten(token)  # listen streams end gracefully, with their result
+        self.listen_streams.unlisten_all()
         for session in list(self.sessions):
             await session.close()
         for upstream in self.upstreams.values():
@@ -192,6 +178,13 @@ class Gateway:
         for key in [k for k in self._client_progress if k[0] is session]:
             del self._client_progress[key]
         self._release(session)
+
+    def _release(self, subscriber: object) -> None:
+        """A subscriber is gone (its connection or listen stream ended): the upstreams are
+        unsubscribed from what nobody wants any more, in the background."""
+        for key in self.subscriptions.book.drop_all(subscriber):
+            if self._tasks is not None:
+                self._tasks.start_soon(self.subscriptions.unsubscribe_unwanted, key)
 
     # ------------------------------------------------------------------------------ catalogue
 
@@ -214,7 +207,7 @@ class Gateway:
 
     async def tools_changed(self) -> None:
         """Tell agents their tool list may differ (pins accepted, floors changed, a policy reload)."""
-        await self.broadcast({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        await self.broadcast({"jsonrpc": "2.0", "method": TOOLS_LIST_CHANGED})
 
     def rebuild_catalogue(self) -> bool:
         """Merge the upstreams' tool lists again; True when what agents see has changed."""
@@ -249,12 +242,12 @@ class Gateway:
             await self.incident("upstream_exited", "upstream", upstream.unavailable_reason())
         elif upstream.state is State.READY and upstream.generation > 1 and self._tasks is not None:
             # A new connection knows no subscription: ask again for what is still wanted.
-            self._tasks.start_soon(self._resubscribe, upstream)
+            self._tasks.start_soon(self.subscriptions.resubscribe, upstream)
 
     async def upstream_notification(self, upstream: UpstreamSession, message: dict[str, Any], related: int | None) -> None:
         method = message.get("method")
         params = message.get("params")
-        if method == "notifications/progress":
+        if method == PROGRESS:
             token = params.get("progressToken") if isinstance(params, dict) else None
             route = self._progress.get((upstream.name, token)) if isinstance(token, str) else None
             if route is not None:
@@ -264,17 +257,18 @@ class Gateway:
                     route.request_id,
                 )
             return
-        if method in ("notifications/resources/list_changed", "notifications/prompts/list_changed"):
-            if method == "notifications/resources/list_changed":
-                self._forget_resources(upstream.name)
+        if method in (RESOURCES_LIST_CHANGED, PROMPTS_LIST_CHANGED):
+            if method == RESOURCES_LIST_CHANGED:
+                self.resources.forget_resources(upstream.name)
             await self.broadcast(message)
             return
-        if method == "notifications/resources/updated":
+        if method == RESOURCE_UPDATED:
             uri = params.get("uri") if isinstance(params, dict) else None
-            subscribers = self.subscriptions.subscribers(upstream.name, uri) if isinstance(uri, str) else []
+            book = self.subscriptions.book
+            subscribers = book.subscribers(upstream.name, uri) if isinstance(uri, str) else []
             for subscriber in subscribers:
-                if subscriber in self._listeners:
-                    self._deliver(subscriber, (method, {"uri": uri}))
+                if subscriber in self.listen_streams:
+                    self.listen_streams.deliver(subscriber, (method, {"uri": uri}))
                 else:  # an agent connection
                     await cast(AgentSession, subscriber).emit(message, None)
             return
@@ -283,7 +277,7 @@ class Gateway:
 
     async def upstream_request(self, upstream: UpstreamSession, message: dict[str, Any], related: int | None) -> dict[str, Any]:
         method = message.get("method")
-        if method == "roots/list":
+        if method == ROOTS_LIST:
             return {"error": {"code": METHOD_NOT_FOUND, "message": "the gateway does not relay roots"}}
         targets = self._targets(upstream, related, for_request=True)
         if len(targets) != 1:
@@ -333,183 +327,7 @@ class Gateway:
                 await session.emit(message, None)
         method = message.get("method")
         if isinstance(method, str):
-            self._publish(method)
-
-    # ------------------------------------------------------------------- 2026-07-28 listen streams
-
-    def listen(
-        self, methods: frozenset[str]
-    ) -> tuple[object, anyio.abc.ObjectReceiveStream[tuple[str, dict[str, Any]]]]:
-        """Open a listen stream for these notification methods: its token (also the subscriber of
-        the resources it asks for, ``join``) and the (method, params) it receives."""
-        send, receive = anyio.create_memory_object_stream[tuple[str, dict[str, Any]]](LISTEN_BACKLOG)
-        token = object()
-        self._listeners[token] = _Listener(methods, send)
-        return token, receive
-
-    def unlisten(self, token: object) -> None:
-        listener = self._listeners.pop(token, None)
-        if listener is not None:
-            listener.send.close()
-        self._release(token)
-
-    def _publish(self, method: str) -> None:
-        for token, listener in list(self._listeners.items()):
-            if method in listener.methods:
-                self._deliver(token, (method, {}))
-
-    def _deliver(self, token: object, event: tuple[str, dict[str, Any]]) -> None:
-        listener = self._listeners.get(token)
-        if listener is None:
-            return
-        try:
-            listener.send.send_nowait(event)
-        except anyio.WouldBlock:
-            logger.warning("a listen stream's agent stopped reading; the stream is ended")
-            self.unlisten(token)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._listeners.pop(token, None)
-            self._release(token)
-
-    # ------------------------------------------------------------------ resource subscriptions
-
-    async def join(
-        self, upstream: str, uri: str, subscriber: object, subscribe: Callable[[], Awaitable[dict[str, Any]]]
-    ) -> dict[str, Any] | None:
-        """Add a subscriber of ``uri`` on ``upstream``. When nobody wanted it yet, ``subscribe()``
-        asks the upstream first, and the subscriber is added only if it answered with a result;
-        returns that answer, or None when the upstream was subscribed already."""
-        async with self._subscribing:
-            if self.subscriptions.wanted(upstream, uri):
-                self.subscriptions.add(upstream, uri, subscriber)
-                return None
-            answer = await subscribe()
-            if "result" in answer:
-                self.subscriptions.add(upstream, uri, subscriber)
-            return answer
-
-    async def leave(
-        self,
-        upstream: str,
-        uri: str,
-        subscriber: object,
-        unsubscribe: Callable[[], Awaitable[dict[str, Any]]],
-    ) -> dict[str, Any] | None:
-        """Drop a subscriber. When nobody wants the URI any more (or nobody did), ``unsubscribe()``
-        tells the upstream and its answer is returned; None while others still want it."""
-        async with self._subscribing:
-            self.subscriptions.drop(upstream, uri, subscriber)
-            if self.subscriptions.wanted(upstream, uri):
-                return None
-            return await unsubscribe()
-
-    def _release(self, subscriber: object) -> None:
-        """A subscriber is gone (its connection or listen stream ended): the upstreams are
-        unsubscribed from what nobody wants any more, in the background."""
-        for key in self.subscriptions.drop_all(subscriber):
-            if self._tasks is not None:
-                self._tasks.start_soon(self._unsubscribe_unwanted, key)
-
-    async def subscribe_upstream(self, upstream: UpstreamSession, uri: str) -> dict[str, Any]:
-        """The gateway's own request that the upstream send updates of ``uri``: ``resources/subscribe``,
-        or, in the 2026-07-28 era, ``uri`` among the resources of its listen stream. Its answer."""
-        if upstream.modern:
-            return await self._watch(upstream, {*self.subscriptions.uris_of(upstream.name), uri}, uri)
-        return await self.ask_upstream(upstream, "resources/subscribe", {"uri": uri})
-
-    async def unsubscribe_upstream(self, upstream: UpstreamSession, uri: str) -> dict[str, Any]:
-        if upstream.modern:
-            return await self._watch(upstream, set(self.subscriptions.uris_of(upstream.name)) - {uri}, None)
-        return await self.ask_upstream(upstream, "resources/unsubscribe", {"uri": uri})
-
-    async def _watch(self, upstream: UpstreamSession, uris: set[str], wanted: str | None) -> dict[str, Any]:
-        try:
-            honored = await upstream.watch_resources(frozenset(uris))
-        except (UpstreamUnavailable, UpstreamLost, TimeoutError) as exc:
-            problem = f"the upstream's listen stream could not be changed: {exc}"
-            return {"error": {"code": INTERNAL_ERROR, "message": problem}}
-        if wanted is not None and wanted not in honored:
-            problem = "the upstream does not send updates of this resource"
-            return {"error": {"code": INVALID_PARAMS, "message": problem}}
-        return {"result": {}}
-
-    async def _unsubscribe_unwanted(self, key: Key) -> None:
-        name, uri = key
-        upstream = self.upstreams.get(name)
-        async with self._subscribing:
-            if upstream is not None and not self.subscriptions.wanted(name, uri):
-                await self.unsubscribe_upstream(upstream, uri)
-
-    async def _resubscribe(self, upstream: UpstreamSession) -> None:
-        if upstream.modern:
-            return  # its session opens its listen stream with the resources watched (upstream_session.py)
-        async with self._subscribing:
-            for uri in self.subscriptions.uris_of(upstream.name):
-                answer = await self.ask_upstream(upstream, "resources/subscribe", {"uri": uri})
-                if "result" not in answer:
-                    logger.warning("upstream %r refused to subscribe again to a resource after reconnecting",
-                                   upstream.name)
-
-    async def ask_upstream(
-        self, upstream: UpstreamSession, method: str, params: dict[str, Any]
-    ) -> dict[str, Any]:
-        """A request of the gateway's own: the upstream's answer, or an error body when it could not
-        answer (unavailable, lost, too slow)."""
-        try:
-            return await upstream.request(method, params, timeout=self.settings.call_timeout)
-        except (UpstreamUnavailable, UpstreamLost, TimeoutError) as exc:
-            return {"error": {"code": INTERNAL_ERROR, "message": f"{method} could not be sent: {exc}"}}
-
-    # ------------------------------------------------------------------------------ resources
-
-    def _forget_resources(self, upstream: str) -> None:
-        for uri in [u for u, owner in self._resource_owner.items() if owner == upstream]:
-            del self._resource_owner[uri]
-        self._templates = [t for t in self._templates if t[0] != upstream]
-
-    def learn_resources(self, upstream: str, items: Sequence[Any]) -> None:
-        for item in items:
-            uri = item.get("uri") if isinstance(item, dict) else None
-            if isinstance(uri, str):
-                self._resource_owner.setdefault(uri, upstream)
-
-    def learn_templates(self, upstream: str, items: Sequence[Any]) -> None:
-        self._templates = [t for t in self._templates if t[0] != upstream]
-        for item in items:
-            text = item.get("uriTemplate") if isinstance(item, dict) else None
-            if not isinstance(text, str):
-                continue
-            try:
-                self._templates.append((upstream, text, UriTemplate.parse(text)))
-            except (InvalidUriTemplate, ValueError):
-                logger.info("upstream %r lists a resource template that cannot be parsed; not routable", upstream)
-
-    def resource_upstream(self, uri: str) -> UpstreamSession | None:
-        owner = self._resource_owner.get(uri)
-        if owner is None:
-            for name, text, template in self._templates:
-                if text == uri or template.match(uri) is not None:
-                    owner = name
-                    break
-        if owner is None:
-            offering = [u for u in self.upstreams.values() if "resources" in u.capabilities]
-            if len(offering) == 1:
-                return offering[0]
-            return None
-        return self.upstreams.get(owner)
-
-    def resource_upstreams(self) -> list[UpstreamSession]:
-        return [u for u in self.upstreams.values() if u.ready and "resources" in u.capabilities]
-
-    async def relearn_resources(self) -> None:
-        for upstream in self.resource_upstreams():
-            try:
-                self.learn_resources(upstream.name, await upstream.list_all("resources/list", "resources"))
-                self.learn_templates(
-                    upstream.name, await upstream.list_all("resources/templates/list", "resourceTemplates")
-                )
-            except Exception as exc:  # noqa: BLE001 -- one upstream's failure leaves the others routable
-                logger.warning("listing the resources of upstream %r failed (%s)", upstream.name, type(exc).__name__)
+            self.listen_streams.publish(method)
 
     # -------------------------------------------------------------------------- id bookkeeping
 

@@ -6,7 +6,8 @@ wants it. A subscriber is an agent connection that sent ``resources/subscribe`` 
 client: the first subscriber subscribes it, the last one to leave unsubscribes it, and no agent's
 unsubscribe (or disconnect) ends another's updates.
 
-This module only keeps the book; the hub (``hub.py``) asks the upstreams and delivers the updates.
+This module only keeps the book; ``upstream_subscriptions.py`` asks the upstreams, and the hub
+(``hub.py``) delivers the updates.
 """
 
 from __future__ import annotations

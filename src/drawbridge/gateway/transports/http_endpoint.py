@@ -64,13 +64,9 @@ from drawbridge.gateway.protocol.jsonrpc import (
     incident_kind,
     parse_client_message,
 )
-from drawbridge.gateway.serve.downstream_session import (
-    DownstreamSession,
-    error_response,
-    open_session,
-    safe_render,
-)
+from drawbridge.gateway.serve.downstream_session import DownstreamSession, error_response, safe_render
 from drawbridge.gateway.serve.hub import Gateway
+from drawbridge.gateway.serve.routes import open_session
 
 logger = logging.getLogger("drawbridge.gateway.http")
 

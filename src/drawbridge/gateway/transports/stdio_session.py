@@ -22,8 +22,9 @@ from drawbridge.gateway.protocol.jsonrpc import (
     Oversize,
     read_client_line,
 )
-from drawbridge.gateway.serve.downstream_session import open_session, safe_render
+from drawbridge.gateway.serve.downstream_session import safe_render
 from drawbridge.gateway.serve.hub import Gateway
+from drawbridge.gateway.serve.routes import open_session
 
 READ_CHUNK = 65536
 SHUTDOWN_GRACE_SECONDS = 2.0
