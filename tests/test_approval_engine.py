@@ -25,13 +25,10 @@ from mcp_types import _v2026_07_28 as modern_wire
 from drawbridge.approval.channels import Channel, Strength
 from drawbridge.approval.memory import MemoryConfig
 from drawbridge.evidence.chain import verify_chain
-from drawbridge.gateway.pipeline.approvals.engine import (
-    INPUT_KEY,
-    ApprovalEngine,
-    Settlement,
-    SettlementKind,
-)
+from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalGate, verdict_of
+from drawbridge.gateway.pipeline.approvals.questions import INPUT_KEY
+from drawbridge.gateway.pipeline.approvals.settlement import Settlement, SettlementKind
 from drawbridge.gateway.pipeline.client_link import (
     NO_LINK,
     call_declares_elicitation,

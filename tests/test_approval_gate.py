@@ -16,7 +16,6 @@ from pipeline_support import running
 from drawbridge.approval.binding import BINDING_DOMAIN, binding_digest
 from drawbridge.approval.channels import Channel, Strength
 from drawbridge.evidence.truth.carrier import args_digest
-from drawbridge.gateway.pipeline.approvals.engine import Settlement, SettlementKind
 from drawbridge.gateway.pipeline.approvals.gate import (
     ApprovalGate,
     ApprovalSettings,
@@ -24,6 +23,7 @@ from drawbridge.gateway.pipeline.approvals.gate import (
     build_approval_engine,
     verdict_of,
 )
+from drawbridge.gateway.pipeline.approvals.settlement import Settlement, SettlementKind
 from drawbridge.gateway.pipeline.call import CallPipeline
 from drawbridge.gateway.pipeline.client_link import (
     forwardable_params,

@@ -17,7 +17,7 @@ import pytest
 from conftest import PYTHON, child_env
 from control_support import ADMIN_SHA256, ADMIN_TOKEN, NEEDS_PERSON, LiveServer, Plane, build_plane, make_call
 
-from drawbridge.gateway.pipeline.approvals.engine import SettlementKind
+from drawbridge.gateway.pipeline.approvals.settlement import SettlementKind
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from drawbridge.control import AdminAuth, control_app, control_routes, is_loopback
-from drawbridge.gateway.pipeline.approvals.engine import SettlementKind
+from drawbridge.gateway.pipeline.approvals.settlement import SettlementKind
 
 ADMIN_REQUIRED = {"error": "control plane requires admin authorization"}
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -9,8 +9,8 @@ and whose message never repeats the token, the key or an argument value.
 The spec (peers.md 4.3) says servers MUST treat the echoed state as
 attacker-controlled and MUST integrity-protect it; single use is enforced by
 the approval engine, which consumes the approval named inside the state
-exactly once (``drawbridge.approval.engine``). This module is pure: keys,
-nonce and time are passed in.
+exactly once (``gateway.pipeline.approvals.request_states``). This module is
+pure: keys, nonce and time are passed in.
 
 Theory of operation.
 

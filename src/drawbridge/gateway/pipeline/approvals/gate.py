@@ -54,14 +54,9 @@ from anyio.abc import TaskStatus
 
 from drawbridge.approval.binding import binding_digest
 from drawbridge.approval.memory import MemoryConfig
-from drawbridge.gateway.pipeline.approvals.engine import (
-    DEFAULT_TIMEOUT_SECONDS,
-    ApprovalEngine,
-    Settlement,
-    SettlementKind,
-    TraceAppend,
-    utc_clock,
-)
+from drawbridge.gateway.pipeline.approvals.engine import DEFAULT_TIMEOUT_SECONDS, ApprovalEngine
+from drawbridge.gateway.pipeline.approvals.grants import TraceAppend, utc_clock
+from drawbridge.gateway.pipeline.approvals.settlement import Settlement, SettlementKind
 from drawbridge.gateway.pipeline.client_link import ClientLink, call_declares_elicitation
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import Action, Verdict

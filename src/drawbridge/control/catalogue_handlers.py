@@ -1,0 +1,246 @@
+"""The control plane's catalogue and the policy over it: served tools, decisions, pins, policies.
+
+Invariant: a change made here is in the trace chain, or not left in force where it can be undone.
+A policy edit is recorded as ``mesh.policy_edit``; should the record fail, the edited file is put
+back from its ``.bak`` and the policies reloaded, and the answer (500) says whether that worked. A
+pin acceptance is recorded as ``mesh.pin_accept``, each tool's on its own; should a record fail,
+the answer (500) names the server whose pins were accepted unrecorded. What is shown of a tool is
+what its upstream declared (``views.tool_view``), never the gateway's configuration.
+
+Theory of operation. ``CatalogueHandlers`` is a part of ``routes.ControlPlane``: each handler reads
+its input (``inputs``), calls one service (``ControlServices``: the catalogue, the policy store,
+the pin service), records what changed and renders the result. Policy edit paths are read from the
+raw request path, so an agent or tool name holding ``/`` can be sent percent-encoded
+(``/policies/team%2Fbot/tools/fs.read``). A pin acceptance names a server or a list of tools; the
+tools are all resolved (served names, or pinned ones no longer served) before anything changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+from urllib.parse import unquote
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from drawbridge.catalogue.decisions import decision_table
+from drawbridge.control.inputs import (
+    MAX_NAME_CHARS,
+    caller,
+    check_keys,
+    json_body,
+    query_param,
+    shown,
+    text_field,
+)
+from drawbridge.control.problems import Problem, error_response
+from drawbridge.control.services import PIN_ACCEPT_KIND, ControlServices, current_catalogue
+from drawbridge.control.views import policy_view, tool_view
+from drawbridge.policy.edit import EditRefused
+from drawbridge.policy.model import PolicySet
+from drawbridge.state.policy_edits import (
+    BACKUP_SUFFIX,
+    POLICY_EDIT_KIND,
+    EditApplied,
+    apply_policy_edit_async,
+    atomic_write,
+)
+from drawbridge.state.policy_store import PolicyStore
+
+logger = logging.getLogger("drawbridge.control")
+
+_POLICIES_PREFIX: Final = "/policies/"
+
+
+def _seq(entry: Any) -> int | None:
+    return entry.get("seq") if isinstance(entry, Mapping) else None
+
+
+class CatalogueHandlers:
+    """The handlers of ``/tools`` and ``/policies``, on the ``ControlServices`` of the plane."""
+
+    services: ControlServices
+
+    # -- catalogue and decisions ------------------------------------------------------------------
+
+    async def tools(self, request: Request) -> Response:
+        """``GET /tools``: every served tool with its classification."""
+        items = await current_catalogue(self.services.catalogue)
+        return JSONResponse([tool_view(item) for item in items])
+
+    async def decisions(self, request: Request) -> Response:
+        """``GET /tools/decisions?agent=ID``: what the policy decides per tool for one agent."""
+        agent = query_param(request, "agent")
+        if agent is None or not agent.strip():
+            raise Problem(400, "query parameter 'agent' is required: GET /tools/decisions?agent=<id>")
+        if len(agent) > MAX_NAME_CHARS:
+            raise Problem(400, f"agent is longer than {MAX_NAME_CHARS} characters")
+        items = await current_catalogue(self.services.catalogue)
+        policy_set = self.services.policy_store.current
+        rows = decision_table(policy_set, agent, [item.catalogue_tool() for item in items])
+        out = []
+        for item, row in zip(items, rows, strict=True):
+            view = row.as_dict()
+            view["server"] = item.server
+            out.append(view)
+        return JSONResponse(out)
+
+    # -- policies ---------------------------------------------------------------------------------
+
+    async def policies(self, request: Request) -> Response:
+        """``GET /policies``: the policies in force, in evaluation order."""
+        policy_set: PolicySet = self.services.policy_store.current
+        return JSONResponse([policy_view(p) for p in policy_set.policies])
+
+    async def edit_policy(self, request: Request) -> Response:
+        """``PUT /policies/{agent}/tools/{tool}`` with ``{"action": ..., "by": ...}``."""
+        agent, tool = _edit_target(request)
+        body = await json_body(request)
+        check_keys(body, ("action", "by"))
+        action = text_field(body, "action", required=True)
+        by = text_field(body, "by", required=True)
+        assert action is not None and by is not None
+        store = self.services.policy_store
+        result = await apply_policy_edit_async(store, agent=agent, tool=tool, action=action, by=by)
+        if isinstance(result, EditRefused):
+            return error_response(result.status, result.message)
+        try:
+            entry = await self.services.trace_append(POLICY_EDIT_KIND, result.trace_body())
+        except Exception as exc:  # noqa: BLE001 -- an unrecorded edit must not stay in force
+            logger.error("policy edit could not be recorded (%s); undoing it", type(exc).__name__)
+            undone = await anyio.to_thread.run_sync(_undo_edit, store, result)
+            return error_response(
+                500,
+                "the edit could not be recorded in the trace chain, so "
+                + ("it was undone" if undone is None else f"it was to be undone, but {undone}"),
+            )
+        view = result.trace_body()
+        view.update(
+            generation=result.generation,
+            backup=None if result.backup is None else result.backup.name,
+            trace_seq=_seq(entry),
+        )
+        return JSONResponse(view)
+
+    # -- pins -------------------------------------------------------------------------------------
+
+    def _pins(self) -> Any:
+        if self.services.pins is None:
+            raise Problem(409, "tool pinning is off (pin_tools: false): no tool is held back")
+        return self.services.pins
+
+    async def pins(self, request: Request) -> Response:
+        """``GET /tools/pins``: held-back tools with the pinned and the current description."""
+        held = await self._pins().held_back()
+        return JSONResponse([tool.as_dict() for tool in held])
+
+    async def accept_pins(self, request: Request) -> Response:
+        """``POST /tools/pins/accept`` with ``{"server": S}`` or ``{"tools": [...]}`` (and ``by``)."""
+        service = self._pins()
+        body = await json_body(request)
+        check_keys(body, ("server", "tools", "by"))
+        server = text_field(body, "server", required=False)
+        tools = body.get("tools")
+        by = text_field(body, "by", required=False) or caller(request)
+        if (server is None) == (tools is None):
+            raise Problem(400, 'give either "server" or "tools", not both and not neither')
+        if server is not None:
+            if not server.strip():
+                raise Problem(400, "field 'server' must not be empty")
+            if server not in service.servers():
+                raise Problem(404, f"no upstream server named {shown(server)}")
+            groups: dict[str, list[str] | None] = {server: None}
+        else:
+            if not isinstance(tools, list) or not tools or not all(isinstance(t, str) and t for t in tools):
+                raise Problem(400, 'field "tools" must be a non-empty list of tool names')
+            groups = dict(await self._group_tools(service, tools))
+        accepted: list[dict[str, Any]] = []
+        for name, names in groups.items():
+            changes = await service.accept(name, names, by=by)
+            for change in changes:
+                record = change.record()
+                record["name"] = service.display_name(change.server, change.name)
+                try:
+                    entry = await self.services.trace_append(PIN_ACCEPT_KIND, record)
+                except Exception as exc:  # noqa: BLE001
+                    logger.error("pin acceptance could not be recorded: %s", type(exc).__name__)
+                    raise Problem(
+                        500,
+                        f"pins of server {shown(change.server)} were accepted but could not be recorded "
+                        "in the trace chain; check the trace log",
+                    ) from None
+                record["trace_seq"] = _seq(entry)
+                accepted.append(record)
+        return JSONResponse({"accepted": accepted, "count": len(accepted)})
+
+    async def _group_tools(self, service: Any, tools: list[str]) -> dict[str, list[str]]:
+        """Agent-visible names -> upstream names, grouped by server; all resolved before any change."""
+        by_name = {item.name: item for item in await current_catalogue(self.services.catalogue)}
+        servers = list(service.servers())
+        groups: dict[str, list[str]] = {}
+        unknown: list[str] = []
+        for name in tools:
+            item = by_name.get(name)
+            if item is not None:
+                groups.setdefault(item.server, []).append(item.upstream_name)
+                continue
+            target = _split_known(name, servers, service)
+            if target is None:
+                unknown.append(name)
+            else:
+                groups.setdefault(target[0], []).append(target[1])
+        if unknown:
+            names = ", ".join(shown(n, 80) for n in unknown[:5])
+            raise Problem(404, f"no served or pinned tool named {names}")
+        return groups
+
+
+def _split_known(name: str, servers: Sequence[str], service: Any) -> tuple[str, str] | None:
+    """``(server, upstream name)`` for a name no longer served (a pinned tool that went away)."""
+    for server in servers:
+        head, dot, upstream = name.partition(".")
+        if dot and head == server and upstream and service.display_name(server, upstream) == name:
+            return server, upstream
+    return None
+
+
+def _edit_target(request: Request) -> tuple[str, str]:
+    """``(agent, tool)`` from the raw path, so that a percent-encoded ``/`` stays inside its part."""
+    raw = request.scope.get("raw_path")
+    path = raw.decode("latin-1") if isinstance(raw, (bytes, bytearray)) else request.scope["path"]
+    at = path.find(_POLICIES_PREFIX)
+    parts = path[at + len(_POLICIES_PREFIX):].split("/") if at >= 0 else []
+    if len(parts) < 3 or parts[1] != "tools" or not parts[0] or not "/".join(parts[2:]):
+        raise Problem(404, "expected PUT /policies/{agent}/tools/{tool}")
+    agent = unquote(parts[0], errors="strict")
+    tool = unquote("/".join(parts[2:]), errors="strict")
+    if len(agent) > MAX_NAME_CHARS or len(tool) > MAX_NAME_CHARS:
+        raise Problem(400, f"agent and tool names are at most {MAX_NAME_CHARS} characters")
+    return agent, tool
+
+
+def _undo_edit(store: PolicyStore, applied: EditApplied) -> str | None:
+    """Put the edited file back from its ``.bak`` and reload; None when done, else what went wrong."""
+    path, backup = applied.path, applied.backup
+    if path is None or backup is None:
+        return None  # nothing was written
+    try:
+        written = applied.plan.new_text.encode("utf-8")
+        current = path.read_bytes()
+        kept = f"its previous bytes are in {path.name}{BACKUP_SUFFIX}"
+        if current not in (written, b"\xef\xbb\xbf" + written):
+            return f"{path.name} changed again meanwhile; {kept}"
+        mode = path.stat().st_mode & 0o7777
+        atomic_write(path, backup.read_bytes(), mode)
+    except OSError as exc:
+        return f"restoring {path.name} failed ({exc.strerror}); {kept}"
+    error = store.reload()
+    if error is not None:
+        return f"the restored policies do not reload: {error}"
+    return None
+
+
+__all__ = ["CatalogueHandlers"]

@@ -1,0 +1,120 @@
+"""Reading a control-plane request: its JSON body, its fields, its query, its caller.
+
+Invariant: a handler sees only input that passed these readers: a body of at most
+``MAX_BODY_BYTES`` that is one JSON object (strict parsing, ``canonical.parse_json``) with no field
+the handler does not name, text fields that are strings of bounded length, query parameters given
+at most once. Anything else is a ``Problem`` (400, or 413 for a body too large) whose message
+quotes a name from the request only through ``shown`` (sanitized, capped), never a value.
+
+Theory of operation. The body is read as a stream and refused as soon as it outgrows the limit,
+whatever ``Content-Length`` claimed; a declared length above the limit is refused before reading.
+The default ``by`` of a change is the caller's address (``caller``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from starlette.requests import Request
+
+from drawbridge.canonical import CanonicalizationError, parse_json, sanitize
+from drawbridge.control.problems import Problem
+
+MAX_BODY_BYTES: Final = 64 * 1024
+MAX_NAME_CHARS: Final = 1024
+
+
+def shown(value: object, limit: int = 120) -> str:
+    """A name from a request, fit for a message: sanitized, capped, quoted."""
+    safe = sanitize(str(value))
+    if len(safe) > limit:
+        safe = safe[:limit] + "..."
+    return json.dumps(safe, ensure_ascii=False)
+
+
+async def json_body(request: Request, *, required: bool = True) -> dict[str, Any]:
+    """The request body as a JSON object (``{}`` when empty and not ``required``)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise Problem(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise Problem(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+    if not body.strip():
+        if required:
+            raise Problem(400, "a JSON object body is required")
+        return {}
+    try:
+        value = parse_json(bytes(body))
+    except (CanonicalizationError, UnicodeDecodeError):
+        raise Problem(400, "the request body is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise Problem(400, "the request body must be a JSON object")
+    return value
+
+
+def check_keys(body: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    """Refuse a body with a field outside ``allowed``."""
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        names = ", ".join(shown(k, 40) for k in unknown[:5])
+        raise Problem(400, f"unknown field(s) {names}; allowed: {', '.join(allowed)}")
+
+
+def text_field(body: Mapping[str, Any], key: str, *, required: bool) -> str | None:
+    """A string field of bounded length; None when absent and not ``required``."""
+    value = body.get(key)
+    if value is None:
+        if required:
+            raise Problem(400, f"field {key!r} is required")
+        return None
+    if not isinstance(value, str):
+        raise Problem(400, f"field {key!r} must be a string")
+    if required and not value.strip():
+        raise Problem(400, f"field {key!r} must not be empty")
+    if len(value) > MAX_NAME_CHARS * 4:
+        raise Problem(400, f"field {key!r} is longer than {MAX_NAME_CHARS * 4} characters")
+    return value
+
+
+def caller(request: Request) -> str:
+    """The default ``by`` when the body names nobody: the caller's address, as mesh7 records it."""
+    host = request.client.host if request.client else "unknown"
+    return f"http:{sanitize(host)[:64]}"
+
+
+def query_param(request: Request, key: str) -> str | None:
+    """A query parameter given at most once."""
+    values = request.query_params.getlist(key)
+    if len(values) > 1:
+        raise Problem(400, f"query parameter {key!r} is given more than once")
+    return values[0] if values else None
+
+
+def truthy(value: str | None, key: str) -> bool:
+    """A yes/no query value (absent: no)."""
+    if value is None:
+        return False
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes"):
+        return True
+    if lowered in ("0", "false", "no", ""):
+        return False
+    raise Problem(400, f"query parameter {key!r} must be true or false")
+
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_NAME_CHARS",
+    "caller",
+    "check_keys",
+    "json_body",
+    "query_param",
+    "shown",
+    "text_field",
+    "truthy",
+]
