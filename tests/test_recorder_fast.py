@@ -33,13 +33,9 @@ from drawbridge.gateway.pipeline.records import CallRecord, RelayIncident
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import Action, Provenance
 from drawbridge.gateway.recording import recorder as recorder_module
-from drawbridge.gateway.recording.recorder import (
-    BATCH_LINES,
-    EvidenceRecorder,
-    TruthKey,
-    effect_status,
-    ndjson_line,
-)
+from drawbridge.gateway.recording.durability import BATCH_LINES
+from drawbridge.gateway.recording.recorder import EvidenceRecorder, TruthKey, effect_status
+from drawbridge.gateway.recording.segments import ndjson_line
 from drawbridge.state.append_only import AppendOnlyError
 
 LIMIT = 64

@@ -14,15 +14,10 @@ from typing import Any
 
 import pytest
 
-from drawbridge.evidence.truth.assay_policy import AssayPolicyError
+from drawbridge.evidence.truth.assay_errors import AssayPolicyError
 from drawbridge.evidence.truth.evidence import Evidence
-from drawbridge.evidence.truth.verdict import (
-    JSON_NULL,
-    decision_axes,
-    decision_verdict,
-    prepare_policy,
-    prepared_decision_verdict,
-)
+from drawbridge.evidence.truth.prepared import prepare_policy, prepared_decision_verdict
+from drawbridge.evidence.truth.verdict import JSON_NULL, decision_axes, decision_verdict
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "tdt" / "vectors.json").read_text(encoding="utf-8"))
 

@@ -45,11 +45,9 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap
 
-from drawbridge.evidence.truth.assay_policy import (
-    AssayPolicyError,
-    parse_assay_policy,
-    unknown_policy_fields,
-)
+from drawbridge.evidence.truth.assay_errors import AssayPolicyError
+from drawbridge.evidence.truth.assay_fields import unknown_policy_fields
+from drawbridge.evidence.truth.assay_policy import parse_assay_policy
 from drawbridge.evidence.truth.patterns import matches_tool_pattern
 from drawbridge.policy.errors import PolicyLoadError
 from drawbridge.policy.globs import compile_glob

@@ -39,6 +39,10 @@ agent's own), and the policy set in force with that policy in it, and returns an
   it) and the file's line ending; the tool name is written as a YAML double-quoted string in
   printable ASCII with glob characters escaped, so the rule matches the tool literally.
 
+Where each rule stands in the text is read by ``edit_layout`` (the console header is its mark of a
+console rule), and the lines are changed by the splices of ``edit_splice``: this module decides
+which rules move, and checks the text that results.
+
 Refusals: 400 for a bad request (unknown action, a tool name or ``by`` that is empty, too long or
 holds a control character, ``allow``/``human_approval`` for a name with glob characters: the
 escaped pattern would also match the tool literally named like the pattern, so only ``deny``,
@@ -51,20 +55,26 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-
+from drawbridge.policy.edit_layout import UnsupportedLayout, console_header, read_layout
+from drawbridge.policy.edit_splice import (
+    Splice,
+    assemble,
+    close_list,
+    open_list,
+    removal,
+    rule_lines,
+    rule_style,
+)
 from drawbridge.policy.evaluate import explain
 from drawbridge.policy.globs import GLOB_METACHARACTERS, GlobKind, escape_glob
-from drawbridge.policy.load import PolicyLoadError, PolicySource, parse_policy, parse_yaml
+from drawbridge.policy.load import PolicyLoadError, PolicySource, parse_policy
 from drawbridge.policy.model import Action, Basis, Decision, Policy, PolicySet, Rule
 from drawbridge.policy.yaml_text import quoted
 
 INHERIT: Final = "inherit"
-CONSOLE_HEADER_PREFIX: Final = "# set from console, "
 MAX_TOOL_CHARS: Final = 512
 MAX_BY_CHARS: Final = 200
 MAX_DATE_CHARS: Final = 64
@@ -148,14 +158,6 @@ def names_tool_exactly(rule: Rule, tool: str) -> bool:
     return not rule.conditions and len(rule.tools) == 1 and rule.tools[0].exact_value == tool
 
 
-def console_header(date: str, by: str) -> str:
-    return f"{CONSOLE_HEADER_PREFIX}{date} by {by}"
-
-
-def is_console_header(line: str) -> bool:
-    return line.strip().startswith(CONSOLE_HEADER_PREFIX)
-
-
 def _requested(action: object) -> Requested | None:
     if isinstance(action, Action):
         return action
@@ -184,239 +186,6 @@ def _sig(rule: Rule) -> tuple[Any, ...]:
         (c.arg, c.op.value, json.dumps(c.value, sort_keys=True), c.if_missing) for c in rule.conditions
     )
     return (tuple(p.text for p in rule.tools), rule.action.value, conditions)
-
-
-class _Unsupported(Exception):
-    """The file's layout is outside what the text edit handles."""
-
-
-# ----------------------------------------------------------------------------- the file's layout
-
-
-@dataclass(slots=True)
-class _Item:
-    """Where one rule of the ``rules`` block sequence sits (0-based lines)."""
-
-    dash_line: int
-    dash_col: int
-    key_col: int
-    content_line: int
-    last_line: int
-    header_line: int | None
-    attach_start: int
-    action_span: tuple[int, int, int] | None
-
-
-@dataclass(slots=True)
-class _Layout:
-    lines: list[str]
-    ends: list[str]
-    newline: str
-    rules_key_line: int
-    rules_key_col: int
-    empty_flow: tuple[int, int, int] | None  # (line, start, end) of the `[]` of an empty list
-    items: list[_Item]
-
-
-_ACTION_TOKEN = re.compile(r"""(?P<q>["']?)(?P<word>allow|deny|human_approval)(?P=q)(?![\w-])""")
-_EMPTY_FLOW = re.compile(r"\[[ \t]*\]")
-_RULES_KEY = re.compile(r"""(?:rules|"rules"|'rules')[ \t]*:""")
-
-
-def _split(text: str) -> tuple[list[str], list[str], str]:
-    for odd in ("\x85", "\u2028", "\u2029"):
-        if odd in text:
-            raise _Unsupported("the file uses a line break other than LF or CRLF")
-    lines: list[str] = []
-    ends: list[str] = []
-    parts = text.split("\n")
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if last and part == "":
-            break
-        end = "" if last else "\n"
-        if end and part.endswith("\r"):
-            part, end = part[:-1], "\r\n"
-        if "\r" in part:
-            raise _Unsupported("the file holds a carriage return that is not part of a CRLF line ending")
-        lines.append(part)
-        ends.append(end)
-    newline = "\r\n" if "\r\n" in ends else "\n"
-    return lines, ends, newline
-
-
-def _is_blank(line: str) -> bool:
-    return line.strip() == ""
-
-
-def _is_comment(line: str) -> bool:
-    return line.strip().startswith("#")
-
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" "))
-
-
-def _find_dash(lines: list[str], line: int, col: int) -> tuple[int, int]:
-    head = lines[line][:col].rstrip()
-    if head:
-        if head.endswith("-") and head[:-1].strip() == "":
-            return line, len(head) - 1
-        raise _Unsupported(f"line {line + 1}: a rule does not start with `-` on its own")
-    j = line - 1
-    while j >= 0:
-        stripped = lines[j].strip()
-        if stripped == "" or stripped.startswith("#"):
-            j -= 1
-            continue
-        if stripped == "-" or (stripped.startswith("-") and stripped[1:].lstrip().startswith("#")):
-            return j, lines[j].index("-")
-        break
-    raise _Unsupported(f"line {line + 1}: cannot find the `-` that starts a rule")
-
-
-def _last_content(lines: list[str], start: int, stop: int) -> int:
-    for j in range(stop - 1, start, -1):
-        if not _is_blank(lines[j]) and not _is_comment(lines[j]):
-            return j
-    return start
-
-
-def _pos(pair: Any) -> tuple[int, int]:
-    return int(pair[0]), int(pair[1])
-
-
-def _layout(text: str, policy: Policy) -> _Layout:
-    lines, ends, newline = _split(text)
-    try:
-        root = parse_yaml(text, policy.source_file)
-    except PolicyLoadError as exc:
-        raise _Unsupported(f"the file does not parse: {exc}") from None
-    if not isinstance(root, CommentedMap) or "rules" not in root:
-        raise _Unsupported("the file is not a native policy with a `rules` list")
-    key_line, key_col = _pos(root.lc.key("rules"))
-    if lines[key_line][:key_col].strip() != "" or not _RULES_KEY.match(lines[key_line], key_col):
-        raise _Unsupported("the policy is written as a flow mapping ({...}); only block style is edited")
-    seq = root["rules"]
-    if not isinstance(seq, CommentedSeq):
-        raise _Unsupported("`rules` is not a list")
-    if len(seq) != len(policy.rules):
-        raise _Unsupported("the text and the loaded policy disagree on the number of rules")
-    value_line, value_col = _pos(root.lc.value("rules"))
-    if len(seq) == 0:
-        match = _EMPTY_FLOW.match(lines[value_line], value_col)
-        if match is None:
-            raise _Unsupported("the empty `rules` list is not written as `[]` on one line")
-        return _Layout(lines, ends, newline, key_line, key_col, (value_line, value_col, match.end()), [])
-    if lines[value_line][value_col:value_col + 1] == "[":
-        raise _Unsupported(
-            "`rules` is written as a flow sequence ([...]); the console edits block lists only "
-            "(one `- tools: ...` item per rule)"
-        )
-    keys = list(root)
-    boundary = len(lines)
-    after = keys.index("rules") + 1
-    if after < len(keys):
-        boundary = _pos(root.lc.key(keys[after]))[0]
-    items: list[_Item] = []
-    for i, node in enumerate(seq):
-        content_line, content_col = _pos(seq.lc.item(i))
-        if policy.rules[i].line != content_line + 1:
-            raise _Unsupported("the text and the loaded policy disagree on where the rules are")
-        dash_line, dash_col = _find_dash(lines, content_line, content_col)
-        item_key_col = content_col if content_line == dash_line else dash_col + 2
-        header = dash_line - 1 if dash_line > 0 and is_console_header(lines[dash_line - 1]) else None
-        start = dash_line - 1
-        while start >= 0 and _is_comment(lines[start]) and _indent(lines[start]) <= dash_col:
-            start -= 1
-        span = None
-        if isinstance(node, CommentedMap) and "action" in node:
-            aline, acol = _pos(node.lc.value("action"))
-            match = _ACTION_TOKEN.match(lines[aline], acol)
-            if match is not None:
-                span = (aline, match.start("word"), match.end("word"))
-        items.append(_Item(dash_line, dash_col, item_key_col, content_line, -1, header, start + 1, span))
-    for j in range(items[-1].content_line + 1, boundary):
-        if lines[j].startswith(("---", "...")):
-            boundary = j
-            break
-    for i, item in enumerate(items):
-        stop = items[i + 1].dash_line if i + 1 < len(items) else boundary
-        last = _last_content(lines, item.content_line, stop)
-        # Comment lines right below, indented deeper than its `-`, are the rule's own.
-        while last + 1 < stop and _is_comment(lines[last + 1]) and _indent(lines[last + 1]) > item.dash_col:
-            last += 1
-        item.last_line = last
-    return _Layout(lines, ends, newline, key_line, key_col, None, items)
-
-
-# ----------------------------------------------------------------------------- text operations
-
-
-@dataclass(slots=True)
-class _Splice:
-    """Replace lines[start:stop] with ``new`` (new lines get the file's line ending)."""
-
-    start: int
-    stop: int
-    new: list[str]
-
-
-def _rule_lines(indent: str, gap: int, tool: str, action: Action, header: str) -> list[str]:
-    return [
-        f"{indent}{header}",
-        f"{indent}-{' ' * gap}tools: [{quoted(escape_glob(tool))}]",
-        f"{indent}{' ' * (gap + 1)}action: {action.value}",
-    ]
-
-
-def _style(layout: _Layout, item: _Item | None) -> tuple[str, int]:
-    """Indentation (before ``-``) and gap (after it) for a new rule next to ``item``."""
-    if item is None:
-        return " " * (layout.rules_key_col + 2), 1
-    return " " * item.dash_col, max(1, item.key_col - item.dash_col - 1)
-
-
-def _removal(item: _Item) -> _Splice:
-    start = item.header_line if item.header_line is not None else item.dash_line
-    return _Splice(start, item.last_line + 1, [])
-
-
-def _assemble(layout: _Layout, splices: list[_Splice], replaced: dict[int, str]) -> str:
-    lines = [replaced.get(i, line) for i, line in enumerate(layout.lines)]
-    ends = list(layout.ends)
-    final_newline = bool(ends) and ends[-1] != ""
-    for splice in sorted(splices, key=lambda s: s.start, reverse=True):
-        lines[splice.start:splice.stop] = splice.new
-        ends[splice.start:splice.stop] = [layout.newline] * len(splice.new)
-    for i in range(len(ends) - 1):
-        if ends[i] == "":
-            ends[i] = layout.newline
-    if ends:
-        ends[-1] = (ends[-1] or layout.newline) if final_newline else ""
-    return "".join(line + end for line, end in zip(lines, ends, strict=True))
-
-
-def _close_list(layout: _Layout) -> dict[int, str]:
-    """The ``rules:`` line rewritten as ``rules: []`` (the block list became empty)."""
-    line = layout.lines[layout.rules_key_line]
-    match = _RULES_KEY.match(line, layout.rules_key_col)
-    assert match is not None  # checked in _layout
-    return {layout.rules_key_line: line[: match.end()] + " []" + line[match.end():]}
-
-
-def _open_list(layout: _Layout, new: list[str]) -> _Splice:
-    """Replace the empty ``[]`` with the first rule's lines."""
-    assert layout.empty_flow is not None
-    line_no, start, stop = layout.empty_flow
-    line = layout.lines[line_no]
-    before, rest = line[:start].rstrip(), line[stop:].strip()
-    kept: list[str] = []
-    if before:
-        kept.append(before + (" " + rest if rest else ""))
-    elif rest:
-        kept.append(" " * start + rest)
-    return _Splice(line_no, line_no + 1, kept + new)
 
 
 # ----------------------------------------------------------------------------- planning
@@ -469,8 +238,8 @@ def plan_edit(
     if policy_set.by_name(policy.name) != policy:
         raise ValueError("policy_set must hold the policy loaded from text")
     try:
-        layout = _layout(text, policy)
-    except _Unsupported as exc:
+        layout = read_layout(text, policy)
+    except UnsupportedLayout as exc:
         message = f"{policy.source_file}: cannot edit this file as text: {exc}; edit it by hand"
         return EditRefused(409, message)
 
@@ -482,7 +251,7 @@ def plan_edit(
     console = [i for i in exact if layout.items[i].header_line is not None]
     header = console_header(date, by)
 
-    splices: list[_Splice] = []
+    splices: list[Splice] = []
     replaced: dict[int, str] = {}
     removed: tuple[int, ...] = ()
     new_index: int | None = None
@@ -498,9 +267,9 @@ def plan_edit(
                 f"names {quoted(tool)} and was written by hand; edit it in the file",
             )
         removed = tuple(console)
-        splices = [_removal(layout.items[i]) for i in removed]
+        splices = [removal(layout.items[i]) for i in removed]
         if len(removed) == len(policy.rules):
-            replaced = _close_list(layout)
+            replaced = close_list(layout)
         placement = Placement.REMOVE
     else:
         assert isinstance(requested, Action)
@@ -518,31 +287,31 @@ def plan_edit(
             if item.header_line is not None:
                 replaced[item.header_line] = header_line
             else:
-                splices.append(_Splice(item.dash_line, item.dash_line, [header_line]))
+                splices.append(Splice(item.dash_line, item.dash_line, [header_line]))
             placement, new_index = Placement.REWRITE, decider
         else:
             # No live rule names the tool exactly: a new one goes in, and console rules for the
             # tool that an earlier rule shadows go out (all of them come after the decider).
             removed = tuple(i for i in console if decider is None or i > decider)
-            splices = [_removal(layout.items[i]) for i in removed]
+            splices = [removal(layout.items[i]) for i in removed]
             if decider is not None:
                 target = layout.items[decider]
-                indent, gap = _style(layout, target)
-                new = _rule_lines(indent, gap, tool, requested, header)
-                splices.append(_Splice(target.attach_start, target.attach_start, new))
+                indent, gap = rule_style(layout, target)
+                new = rule_lines(indent, gap, tool, requested, header)
+                splices.append(Splice(target.attach_start, target.attach_start, new))
                 placement, new_index = Placement.BEFORE_RULE, decider
             elif layout.empty_flow is not None:
-                indent, gap = _style(layout, None)
-                splices.append(_open_list(layout, _rule_lines(indent, gap, tool, requested, header)))
+                indent, gap = rule_style(layout, None)
+                splices.append(open_list(layout, rule_lines(indent, gap, tool, requested, header)))
                 placement, new_index = Placement.END_OF_POLICY, 0
             else:
                 last = layout.items[-1]
-                indent, gap = _style(layout, last)
-                new = _rule_lines(indent, gap, tool, requested, header)
-                splices.append(_Splice(last.last_line + 1, last.last_line + 1, new))
+                indent, gap = rule_style(layout, last)
+                new = rule_lines(indent, gap, tool, requested, header)
+                splices.append(Splice(last.last_line + 1, last.last_line + 1, new))
                 placement, new_index = Placement.END_OF_POLICY, len(policy.rules) - len(removed)
 
-    new_text = _assemble(layout, splices, replaced)
+    new_text = assemble(layout, splices, replaced)
     return _checked(
         text, new_text, policy, policy_set, agent, tool, requested, by, date, before,
         placement, new_index, removed, header if requested != INHERIT else None,
@@ -631,13 +400,10 @@ def _checked(
 
 
 __all__ = [
-    "CONSOLE_HEADER_PREFIX",
     "INHERIT",
     "EditPlan",
     "EditRefused",
     "Placement",
-    "console_header",
-    "is_console_header",
     "is_own_policy",
     "names_tool_exactly",
     "own_policy",

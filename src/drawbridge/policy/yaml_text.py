@@ -1,7 +1,8 @@
 """Text the gateway writes into policy files: YAML scalars and comments in printable ASCII (pure).
 
-Drafts (``catalogue.draft``) and in-place edits (``policy.edit``) both write tool names that may hold
-any character; these keep every written line printable ASCII and readable back to the same string.
+Drafts (``catalogue.draft``) and in-place edits (``policy.edit_splice``) both write tool names that
+may hold any character; these keep every written line printable ASCII and readable back to the same
+string.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Tool-decision truth (assay.tool_decision_truth.v0): declared side, verdict gate, carriers."""
 
-from drawbridge.evidence.truth.assay_policy import (
+from drawbridge.evidence.truth.args_schema import ArgsCheck
+from drawbridge.evidence.truth.assay_errors import AssayPolicyError
+from drawbridge.evidence.truth.assay_fields import (
     TOOL_LIST_FIELDS,
     UNCONSTRAINED_MODES,
-    AssayPolicyError,
-    normalize_assay_policy,
-    parse_assay_policy,
     unknown_policy_fields,
 )
+from drawbridge.evidence.truth.assay_policy import normalize_assay_policy, parse_assay_policy
 from drawbridge.evidence.truth.carrier import (
     SCHEMA,
     CarrierError,
@@ -43,7 +43,6 @@ from drawbridge.evidence.truth.verdict import (
     IDENTITY_STATES,
     JSON_NULL,
     VERDICTS,
-    ArgsCheck,
     check_tool_args,
     decision_axes,
     decision_verdict,

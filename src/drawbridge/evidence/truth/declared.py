@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from drawbridge.canonical import canonical_bytes, jcs_digest
-from drawbridge.evidence.truth.assay_policy import TOOL_LIST_FIELDS, normalize_assay_policy
+from drawbridge.evidence.truth.assay_fields import TOOL_LIST_FIELDS
+from drawbridge.evidence.truth.assay_policy import normalize_assay_policy
 
 __all__ = ["declared_policy_digest", "declared_view", "project_declared"]
 

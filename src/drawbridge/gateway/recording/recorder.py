@@ -14,24 +14,10 @@ event loop: a write only reaches the kernel's page cache, in microseconds, less
 than a hop to a worker thread would cost. Every record has reached the OS when
 the call returns, so a crash of the gateway loses nothing that was answered.
 
-Durability, the ``fsync`` setting (the files' own fsync is off; the recorder
-fsyncs through descriptors of its own, always in worker threads, so an fsync
-never stalls the event loop and other calls go on meanwhile):
-
-- ``"batch"`` (default): a background thread fsyncs a file at most
-  ``BATCH_SECONDS`` (1 s) after the first line it holds unsynced, and at once
-  when it holds ``BATCH_LINES`` (256) unsynced lines; nobody waits for those
-  fsyncs. Should the disk fall behind, the records whose lines take a file to
-  ``BATCH_LIMIT`` (1,024) unsynced lines complete only with that file's fsync
-  (their answers wait for it). A power loss can lose at most the answered
-  records of the last second, and never more than 1,023 lines per file
-  (usually no more than the lines written during one fsync past the 256th).
-- ``"always"``: records complete only once every file they were written to is
-  fsynced. Records written together share one fsync (a group commit), so many
-  calls in flight do not queue behind one fsync each.
-- ``"never"``: no fsync; the kernel writes back when it likes.
-
-A failed fsync makes every later record raise, as a failed write does.
+Durability, the ``fsync`` setting (``"batch"`` by default, ``"always"``,
+``"never"``): what each promises and how the fsyncs are done off the event loop
+is in ``durability``, the recorder's base. The trace body and the carrier line
+are rendered from cached segments around what changes per call (``segments``).
 
 Files in the evidence directory:
 
@@ -48,66 +34,45 @@ correlate calls within one run and cannot be brute-forced offline.
 
 from __future__ import annotations
 
-import json.encoder
-import logging
 import os
 import secrets
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import anyio.to_thread
-
-from drawbridge.canonical import Canonical, canonical_bytes, sanitize, scalar_bytes
-from drawbridge.canonical.encoders import compact_encoder
+from drawbridge.canonical import Canonical, canonical_bytes, sanitize
 from drawbridge.evidence.classify import UNKNOWN, classify
 from drawbridge.evidence.surface import build_decision, build_surface
 from drawbridge.evidence.truth.carrier import args_digest, build_carrier, observed_input_digest
 from drawbridge.evidence.truth.declared import declared_policy_digest
 from drawbridge.evidence.truth.evidence import Evidence
-from drawbridge.evidence.truth.verdict import PreparedPolicy, prepare_policy, prepared_decision_verdict
+from drawbridge.evidence.truth.prepared import PreparedPolicy, prepare_policy, prepared_decision_verdict
 from drawbridge.gateway.pipeline.outcomes import Outcome
 from drawbridge.gateway.pipeline.records import CallRecord, RelayEvent, RelayIncident
+from drawbridge.gateway.recording.durability import BATCH_LIMIT, BATCH_LINES, BATCH_SECONDS, Durability
+from drawbridge.gateway.recording.segments import (
+    BODY_VARYING,
+    body_join,
+    body_segments,
+    carrier_join,
+    carrier_segments,
+    carrier_texts,
+    ndjson_line,
+)
 from drawbridge.gateway.recording.truth_key import TruthKey
-from drawbridge.state.append_only import AppendOnlyError, AppendOnlyFile, FsyncPolicy
+from drawbridge.state.append_only import AppendOnlyFile, FsyncPolicy
 from drawbridge.state.trace_log import TraceLog
-
-logger = logging.getLogger("drawbridge.evidence")
 
 TRACE_FILE = "trace.ndjson"
 SURFACE_FILE = "tool-decisions.ndjson"
 MAX_REQUEST_ID_CHARS = 128
+SURFACE_CACHE_MAX = 1024
 
 
 def ephemeral_key() -> TruthKey:
     return TruthKey(secrets.token_bytes(32), f"ephemeral-{secrets.token_hex(4)}")
-
-
-_line_encode = compact_encoder(sort_keys=False, ensure_ascii=False, allow_nan=True)
-_ascii_line_encode = compact_encoder(sort_keys=False, ensure_ascii=True, allow_nan=True)
-SURFACE_CACHE_MAX = 1024
-BATCH_LINES = 256
-"""Under ``fsync="batch"``, the unsynced lines at which a file's fsync starts at once (in the
-background thread: no record waits for it)."""
-BATCH_LIMIT = 1024
-"""Under ``fsync="batch"``, the unsynced lines at which the records wait for the file's fsync: the
-bound on what a power loss can take when the disk falls behind. Answers held for an fsync every
-64 lines cost the gateway about a fifth of its throughput (bench/overhead.py)."""
-BATCH_SECONDS = 1.0
-"""Under ``fsync="batch"``, the longest a written line waits for its file's fsync."""
-_SINKS_NEVER_SYNC_BY_THEMSELVES = 2**62
-
-
-def ndjson_line(record: Mapping[str, Any]) -> bytes:
-    """One compact JSON line in the record's insertion order (evidence-formats.md 0.2: digests are
-    always recomputed over JCS, so the line keeps the documented field order for readers)."""
-    try:
-        return (_line_encode(record) + "\n").encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: escape rather than write invalid UTF-8
-        return (_ascii_line_encode(record) + "\n").encode("ascii")
 
 
 _last_second: tuple[int, str] = (-1, "")
@@ -187,73 +152,13 @@ def truth_call_id(record: CallRecord) -> str:
 _Lines = tuple[str, Mapping[str, Any] | Canonical, bytes | None, bytes | None]
 """One event's records: the trace entry's kind and body, the surface line, the carrier line."""
 
-_VARYING = ("args_digest", "decision_ms", "latency_ms", "request_id")
-"""The trace body's fields that change from call to call, in JCS order."""
-_CARRIER_VARYING = ("args_digest", "order", "call_id", "observed_input_digest")
-"""The carrier's fields that change from call to call, in line order (the observed input digest is
-written again inside ``decision_identity``)."""
-_line_string = json.encoder.encode_basestring
-"""A string as ``ndjson_line`` and the JCS route write it (JSON escapes, UTF-8 kept)."""
-
-
-def _marks(count: int) -> list[str]:
-    """Strings no record holds, to stand where the changing values go while the rest is rendered."""
-    return [f"\x00{secrets.token_hex(8)}-{index}\x00" for index in range(count)]
-
-
-def _cut(rendered: bytes, marks: Sequence[str]) -> tuple[bytes, ...] | None:
-    """``rendered`` cut where each of ``marks`` (rendered as JSON strings) stands, in order: the parts
-    between which the values complete it; None unless each stands there exactly once."""
-    segments: list[bytes] = []
-    for mark in marks:
-        token = _line_string(mark).encode("ascii")
-        before, found, rendered = rendered.partition(token)
-        if not found or token in rendered:
-            return None
-        segments.append(before)
-    segments.append(rendered)
-    return tuple(segments)
-
-
-def _carrier_texts(digest: str, order: int, call_id: str, observed: str) -> tuple[bytes, bytes, bytes, bytes]:
-    """The changing values of a carrier's line as written (``UnicodeEncodeError`` when the call id
-    holds a lone surrogate: that line is escaped to ASCII whole)."""
-    return (_line_string(digest).encode(), str(order).encode(), _line_string(call_id).encode("utf-8"),
-            _line_string(observed).encode())
-
-
-def _carrier_join(segments: Sequence[bytes], texts: tuple[bytes, bytes, bytes, bytes]) -> bytes:
-    """A carrier's line from its segments (``_carrier_segments``) and changing values (``_carrier_texts``)."""
-    first, after_digest, after_order, after_call_id, after_observed, last = segments
-    digest, order, call_id, observed = texts
-    return b"".join((
-        first, digest, after_digest, order, after_order, call_id, after_call_id, observed, after_observed,
-        observed, last,
-    ))
-
-
-def _carrier_segments(carrier: Mapping[str, Any]) -> tuple[bytes, ...] | None:
-    """The carrier's line cut where its changing values go; None when it cannot be cut (a field the
-    line must escape to ASCII), checked by filling in the carrier's own values."""
-    marks = _marks(len(_CARRIER_VARYING) + 1)
-    shaped = {**carrier, **dict(zip(_CARRIER_VARYING, marks, strict=False))}
-    shaped["decision_identity"] = {**shaped["decision_identity"], "observed_input_digest": marks[-1]}
-    try:
-        segments = _cut((_line_encode(shaped) + "\n").encode("utf-8"), marks)
-        texts = _carrier_texts(*(carrier[name] for name in _CARRIER_VARYING))
-    except UnicodeEncodeError:  # the line (the shaped one, or this carrier's own) is escaped to ASCII
-        return None
-    if segments is None or ndjson_line(carrier) != _carrier_join(segments, texts):
-        return None
-    return segments
-
-
 Route = Callable[[str], str]
 """Downstream tool name -> the id of the upstream server that serves it (surface ``server.id``)."""
 
 
-class EvidenceRecorder:
-    """Writes the trace, the surface records and (optionally) truth carriers. See the module docstring."""
+class EvidenceRecorder(Durability):
+    """Writes the trace, the surface records and (optionally) truth carriers. See the module docstring
+    (and ``durability``'s, for when the files are fsynced)."""
 
     def __init__(
         self,
@@ -276,26 +181,8 @@ class EvidenceRecorder:
         self._trace: TraceLog | None = None
         self._surface: AppendOnlyFile | None = None
         self._truth: AppendOnlyFile | None = None
-        # Under "always" and "batch" the files never fsync by themselves (except when closed); the
-        # recorder counts their lines and fsyncs through descriptors of its own, in worker threads.
-        self._fsync = fsync
-        managed = fsync != "never"
-        self._sync_fds: list[int] = []
-        self._sync_targets: list[tuple[Path, int, str] | None] = [None, None, None]
-        self._unsynced = [0, 0, 0]  # trace, surface, truth
-        self._unsynced_lock = threading.Lock()
-        self._batch_seconds = batch_seconds
-        self._batch_lines = batch_lines
-        self._batch_limit = batch_limit
-        self._wake = threading.Event()
-        """Set when a file gets its first unsynced line: the time bound starts."""
-        self._soon = threading.Event()
-        """Set when a file reaches ``batch_lines`` unsynced lines (or on closing): fsync now."""
-        self._stopping = threading.Event()
-        self._syncer: threading.Thread | None = None
-        self._broken: str | None = None
-        file_fsync: FsyncPolicy = "batch" if managed else "never"
-        batch_size = _SINKS_NEVER_SYNC_BY_THEMSELVES  # "batch" for the files: they sync only when closed
+        super().__init__(fsync, batch_seconds, batch_lines, batch_limit)
+        file_fsync, batch_size = self._files_fsync()
         try:
             if evidence_dir is not None:
                 directory = Path(evidence_dir)
@@ -308,7 +195,7 @@ class EvidenceRecorder:
                 self._truth = AppendOnlyFile(
                     truth_out, file_fsync, batch_size=batch_size, what="tool-decision truth sink"
                 )
-            if managed:
+            if self._managed:
                 # fsync flushes the file, whichever descriptor it is given.
                 sinks = (
                     (self._trace, "trace log"),
@@ -318,13 +205,8 @@ class EvidenceRecorder:
                 for index, (sink, what) in enumerate(sinks):
                     if sink is not None:
                         fd = os.open(sink.path, os.O_RDONLY | os.O_CLOEXEC)
-                        self._sync_fds.append(fd)
-                        self._sync_targets[index] = (sink.path, fd, what)
-            if fsync == "batch":
-                self._syncer = threading.Thread(
-                    target=self._sync_periodically, name="drawbridge-evidence-sync", daemon=True
-                )
-                self._syncer.start()
+                        self._sync_through(index, sink.path, fd, what)
+            self._start_syncing()
         except BaseException:
             self.close()
             raise
@@ -376,7 +258,7 @@ class EvidenceRecorder:
     def _varying(
         record: CallRecord, digest: str | None
     ) -> tuple[str | None, float | None, float, str | None]:
-        """The trace body's fields that change from call to call, in the order of ``_VARYING``."""
+        """The trace body's fields that change from call to call, in the order of ``BODY_VARYING``."""
         decision_ms = round(record.decision_ms, 3) if record.decision_ms is not None else None
         return digest, decision_ms, round(record.latency_ms, 3), _request_id_text(record.request_id)
 
@@ -397,7 +279,7 @@ class EvidenceRecorder:
             "error_code": record.error_code,
             "protocol_version": record.protocol_version,
         }
-        body.update(zip(_VARYING, cls._varying(record, digest), strict=True))
+        body.update(zip(BODY_VARYING, cls._varying(record, digest), strict=True))
         if record.approval is not None:
             body["approval"] = dict(record.approval)
         return body
@@ -413,19 +295,13 @@ class EvidenceRecorder:
         segments = self._body_segments.get(key)
         if segments is None:
             body = self._trace_body(record, digest)
-            marks = _marks(len(_VARYING))
-            segments = _cut(canonical_bytes({**body, **dict(zip(_VARYING, marks, strict=True))}), marks)
+            segments = body_segments(body)
             if segments is None:  # a field holds a mark's text: the general route, not cached
                 return Canonical(canonical_bytes(body))
             if len(self._body_segments) >= SURFACE_CACHE_MAX:
                 self._body_segments.clear()
             self._body_segments[key] = segments
-        first, after_digest, after_decision, after_latency, last = segments
-        digest, decision_ms, latency_ms, request_id = self._varying(record, digest)
-        return Canonical(b"".join((
-            first, scalar_bytes(digest), after_digest, scalar_bytes(decision_ms), after_decision,
-            scalar_bytes(latency_ms), after_latency, scalar_bytes(request_id), last,
-        )))
+        return body_join(segments, self._varying(record, digest))
 
     def _surface_line(
         self, record: CallRecord, arguments: Any, effect: str, status: str, rule_id: str | None
@@ -503,7 +379,7 @@ class EvidenceRecorder:
         segments = self._carrier_segments.get(key)
         if segments is None:
             carrier = build_carrier(**fields)
-            segments = _carrier_segments(carrier)
+            segments = carrier_segments(carrier)
             if segments is not None:
                 if len(self._carrier_segments) >= SURFACE_CACHE_MAX:
                     self._carrier_segments.clear()
@@ -517,10 +393,10 @@ class EvidenceRecorder:
         order = fields["order"]
         try:
             observed = observed_input_digest(fields["tool_name"], digest, order)
-            texts = _carrier_texts(digest, order, call_id, observed)
+            texts = carrier_texts(digest, order, call_id, observed)
         except UnicodeEncodeError:  # the line escapes the call id: the general route
             return ndjson_line(build_carrier(**fields)), digest
-        return _carrier_join(segments, texts), digest
+        return carrier_join(segments, texts), digest
 
     # ---------------------------------------------------------------- writing
 
@@ -528,8 +404,7 @@ class EvidenceRecorder:
         """Write the records' lines, one ``os.write`` per file for them all; return the files
         (0 trace, 1 surface, 2 truth) now due an fsync ("always", or "batch" at ``batch_limit``
         unsynced lines)."""
-        if self._broken is not None:
-            raise AppendOnlyError(self._broken)
+        self._raise_if_broken()
         due: list[int] = []
         if self._trace is not None:
             self._trace.append_many([(kind, at, body) for kind, body, _surface, _carrier in built])
@@ -545,79 +420,6 @@ class EvidenceRecorder:
                 self._truth.append_lines(carriers, "truth carriers")
                 self._count(2, due, len(carriers))
         return due
-
-    def _count(self, sink: int, due: list[int], lines: int = 1) -> None:
-        """Note ``lines`` written to ``sink``; add it to ``due`` when the setting says the records
-        complete only once the file is fsynced (every time under "always", at ``batch_limit``
-        unsynced lines under "batch"); under "batch", wake the background thread when the file
-        gets its first unsynced line (the time bound) and when it reaches ``batch_lines``."""
-        if self._fsync == "always":
-            due.append(sink)
-        elif self._fsync == "batch":
-            with self._unsynced_lock:
-                before = self._unsynced[sink]
-                unsynced = before + lines
-                if unsynced >= self._batch_limit:
-                    unsynced = 0
-                    due.append(sink)
-                self._unsynced[sink] = unsynced
-            if before == 0 and unsynced:
-                self._wake.set()
-            if before < self._batch_lines <= unsynced:
-                self._soon.set()
-
-    def _sync_periodically(self) -> None:
-        """The background fsyncs of "batch": a file with unsynced lines is fsynced at most
-        ``batch_seconds`` after the first of them was written, or as soon as it holds
-        ``batch_lines`` of them (the worker thread of this recorder)."""
-        while True:
-            self._wake.wait()
-            self._soon.wait(self._batch_seconds)
-            if self._stopping.is_set():
-                return
-            self._wake.clear()
-            self._soon.clear()
-            with self._unsynced_lock:
-                sinks = [sink for sink, count in enumerate(self._unsynced) if count]
-                for sink in sinks:
-                    self._unsynced[sink] = 0
-            for sink in sinks:
-                try:
-                    self._sync(sink)
-                except AppendOnlyError as exc:
-                    logger.error("%s", exc)
-                    return
-
-    def _sync(self, sink: int) -> None:
-        """fsync one due file (in a worker thread). A failure makes every later record raise."""
-        target = self._sync_targets[sink]
-        assert target is not None
-        path, fd, what = target
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            self._broken = f"{what} {path}: fsync failed: {exc.strerror}; no further records will be written"
-            raise AppendOnlyError(self._broken) from exc
-
-    async def _sync_off_loop(self, due: list[int]) -> None:
-        """fsync the due files, each in a worker thread of its own: they are usually due together
-        (every call writes one line to each), and the answer waits for the slowest, not the sum."""
-        if len(due) == 1:
-            await anyio.to_thread.run_sync(self._sync, due[0])
-            return
-        failures: list[BaseException] = []
-
-        async def sync(sink: int) -> None:
-            try:
-                await anyio.to_thread.run_sync(self._sync, sink)
-            except AppendOnlyError as exc:
-                failures.append(exc)
-
-        async with anyio.create_task_group() as tg:
-            for sink in due:
-                tg.start_soon(sync, sink)
-        if failures:
-            raise failures[0]
 
     def _lines(self, event: RelayEvent) -> _Lines:
         if isinstance(event, RelayIncident):
@@ -651,8 +453,7 @@ class EvidenceRecorder:
         if self._trace is None:
             return None
         at = self._clock()
-        if self._broken is not None:
-            raise AppendOnlyError(self._broken)
+        self._raise_if_broken()
         entry = self._trace.append(kind, at, body)
         due: list[int] = []
         self._count(0, due)
@@ -662,18 +463,11 @@ class EvidenceRecorder:
 
     def close(self) -> None:
         """Close the files (each fsyncs what it holds unsynced, unless the setting is "never")."""
-        if self._syncer is not None:
-            self._stopping.set()
-            self._wake.set()
-            self._soon.set()
-            self._syncer.join()
-            self._syncer = None
+        self._stop_syncing()
         for sink in (self._trace, self._surface, self._truth):
             if sink is not None:
                 sink.close()
-        for fd in self._sync_fds:
-            os.close(fd)
-        self._sync_fds = []
+        self._close_sync_fds()
 
 
 __all__ = ["EvidenceRecorder", "TruthKey", "effect_status", "ephemeral_key", "truth_call_id", "utc_now"]
