@@ -20,8 +20,9 @@ from drawbridge.gateway.protocol.hop import (
     progress_token,
     union_capabilities,
 )
-from drawbridge.gateway.transports.http_endpoint import HttpSettings, identify
-from drawbridge.gateway.upstreams.session import _HttpLink, _SseFramer, backoff_delay, safe_url
+from drawbridge.gateway.transports.http_identity import HttpSettings, identify
+from drawbridge.gateway.upstreams.http_link import HttpLink, SseFramer, safe_url
+from drawbridge.gateway.upstreams.session import backoff_delay
 
 SERVER = st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True)
 PRINTABLE = st.text(st.characters(blacklist_categories=("Cc", "Cf", "Cs", "Zl", "Zp", "Zs")), min_size=1, max_size=30)
@@ -213,7 +214,7 @@ def test_bearer_tokens_map_to_agents_by_their_sha256() -> None:
 
 
 def test_sse_framing_yields_message_data_and_skips_primers_comments_and_other_events() -> None:
-    framer = _SseFramer(max_bytes=1000)
+    framer = SseFramer(max_bytes=1000)
     stream = (
         b": keepalive\r\n\r\n"
         b"id: 1\ndata:\n\n"  # a resumption primer
@@ -227,11 +228,11 @@ def test_sse_framing_yields_message_data_and_skips_primers_comments_and_other_ev
     assert out == [b'{"a":\n1}']
     assert framer.feed(b"\n") == [b'{"b":2}']
     with pytest.raises(ValueError):
-        _SseFramer(max_bytes=10).feed(b"data: 0123456789abc\n")
+        SseFramer(max_bytes=10).feed(b"data: 0123456789abc\n")
 
 
 def test_http_upstream_headers_carry_the_upstream_name_not_the_namespaced_one() -> None:
-    link = _HttpLink("http://user:pw@example.com:8080/mcp?key=secret", {"Authorization": "Bearer upstream"}, 1000)
+    link = HttpLink("http://user:pw@example.com:8080/mcp?key=secret", {"Authorization": "Bearer upstream"}, 1000)
     link.session_id, link.protocol_version = "sid-1", "2025-11-25"
     headers = link._headers({"method": "tools/call", "params": {"name": "list_repos", "arguments": {}}})
     assert headers["mcp-method"] == "tools/call" and headers["mcp-name"] == "list_repos"

@@ -187,7 +187,8 @@ async def _run(
                 )
             else:
                 assert sock is not None
-                from drawbridge.gateway.transports.http_endpoint import HttpSettings, build_app, describe_url
+                from drawbridge.gateway.transports.http_endpoint import build_app, describe_url
+                from drawbridge.gateway.transports.http_identity import HttpSettings
 
                 assert parts.services is not None
                 app = build_app(gateway, HttpSettings.from_config(config), routes=control.routes(parts.services, runtime))

@@ -60,7 +60,8 @@ from drawbridge.gateway.protocol.methods import (
 )
 from drawbridge.gateway.serve.agents import NoBackChannel, Outbound
 from drawbridge.gateway.serve.hub import Gateway
-from drawbridge.gateway.upstreams.session import UpstreamLost, UpstreamSession, UpstreamUnavailable
+from drawbridge.gateway.upstreams.requests import UpstreamLost, UpstreamUnavailable
+from drawbridge.gateway.upstreams.session import UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
 

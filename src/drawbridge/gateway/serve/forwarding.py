@@ -18,12 +18,8 @@ from drawbridge.gateway.protocol.hop import outbound_params, progress_token
 from drawbridge.gateway.protocol.jsonrpc import RequestId
 from drawbridge.gateway.protocol.methods import TOOLS_CALL
 from drawbridge.gateway.serve.agents import AgentSession
-from drawbridge.gateway.upstreams.session import (
-    PendingCall,
-    UpstreamLost,
-    UpstreamSession,
-    UpstreamUnavailable,
-)
+from drawbridge.gateway.upstreams.requests import PendingCall, UpstreamLost, UpstreamUnavailable
+from drawbridge.gateway.upstreams.session import UpstreamSession
 
 
 class CallTables(Protocol):

@@ -69,7 +69,8 @@ from drawbridge.gateway.serve.forwarding import UpstreamForwarder
 from drawbridge.gateway.serve.listen_streams import ListenStreams
 from drawbridge.gateway.serve.resource_routes import ResourceRoutes
 from drawbridge.gateway.serve.upstream_subscriptions import UpstreamSubscriptions
-from drawbridge.gateway.upstreams.session import PendingCall, State, UpstreamSession
+from drawbridge.gateway.upstreams.requests import PendingCall
+from drawbridge.gateway.upstreams.session import State, UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
 

@@ -26,7 +26,8 @@ import anyio
 from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 from drawbridge.gateway.protocol.methods import RESOURCES_SUBSCRIBE, RESOURCES_UNSUBSCRIBE
 from drawbridge.gateway.serve.subscriptions import Key, Subscriptions
-from drawbridge.gateway.upstreams.session import UpstreamLost, UpstreamSession, UpstreamUnavailable
+from drawbridge.gateway.upstreams.requests import UpstreamLost, UpstreamUnavailable
+from drawbridge.gateway.upstreams.session import UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
 

@@ -1,12 +1,10 @@
 """Streamable HTTP at ``/mcp``: the agents' side of ``drawbridge serve``, as a Starlette app.
 
-Invariant: an HTTP request reaches a ``DownstreamSession`` only with an identity: a bearer token whose
-SHA-256 matches a configured agent (compared with ``hmac.compare_digest``), or, when the request carries
-no ``Authorization`` at all and ``anonymous_agent`` is configured, that agent. A presented token that
-matches no agent is refused (401) even then: a wrong credential is a mistake or an attack, not a
-request to be anonymous. A session belongs to the agent that created it; the same id presented by
-another agent is unknown (404). Session ids are minted by the gateway at ``initialize`` and never taken
-from the client (fixation defence). Tokens are never logged, echoed, or forwarded upstream.
+Invariant: an HTTP request reaches a ``DownstreamSession`` only with an identity
+(``http_identity.identify``: a bearer token that matches a configured agent, or the anonymous agent
+when no ``Authorization`` is presented at all). A session belongs to the agent that created it; the
+same id presented by another agent is unknown (404). Session ids are minted by the gateway at
+``initialize`` and never taken from the client (fixation defence).
 
 Theory of operation. ``POST /mcp`` reads at most ``max_message_bytes`` (413 beyond, with a JSON-RPC
 error), parses one JSON-RPC message strictly and picks the era from ``MCP-Protocol-Version``:
@@ -23,22 +21,20 @@ error), parses one JSON-RPC message strictly and picks the era from ``MCP-Protoc
   get the status the spec's table gives them, notifications are answered 202, and closing the
   connection cancels the request (the upstream is told).
 
-``build_app`` returns the Starlette app with this one route; other routes (the control plane) are
-added to the same app by passing them in or with ``app.router.routes.append``.
+Where a session's messages wait for their stream is ``http_mailbox.py``; the bytes on the wire (the
+body read, JSON answers, SSE framing) are ``http_wire.py``. ``build_app`` returns the Starlette app
+with this one route; other routes (the control plane) are added to the same app by passing them in
+or with ``app.router.routes.append``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import secrets
 import time
-from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import anyio
 from mcp.shared.inbound import (
@@ -53,123 +49,38 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from drawbridge.config import AgentToken, GatewayConfig
 from drawbridge.gateway.protocol.jsonrpc import (
     INVALID_REQUEST,
     Kind,
     Message,
     MessageError,
     RequestId,
-    id_key,
     incident_kind,
     parse_client_message,
 )
-from drawbridge.gateway.serve.downstream_session import DownstreamSession, error_response, safe_render
+from drawbridge.gateway.protocol.methods import INITIALIZE
+from drawbridge.gateway.serve.downstream_session import DownstreamSession, error_response
 from drawbridge.gateway.serve.hub import Gateway
 from drawbridge.gateway.serve.routes import open_session
+from drawbridge.gateway.transports.http_identity import AUTH_REQUIRED, HttpSettings, identify, origin_ok
+from drawbridge.gateway.transports.http_mailbox import HttpOutbound, Mailbox
+from drawbridge.gateway.transports.http_wire import (
+    TooLarge,
+    accepts,
+    headers_of,
+    raw_headers,
+    read_body,
+    send_error,
+    send_json,
+    send_status,
+    stream_answer,
+    stream_mailbox,
+)
 
 logger = logging.getLogger("drawbridge.gateway.http")
 
 MCP_PATH: Final = "/mcp"
 SESSION_HEADER: Final = "mcp-session-id"
-MAX_SESSIONS: Final = 1024
-MAILBOX_SIZE: Final = 1024
-KEEPALIVE_SECONDS: Final = 15.0
-_SSE_HEADERS: Final = [
-    (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-cache, no-transform"),
-    (b"x-accel-buffering", b"no"),
-]
-
-AUTH_REQUIRED: Final = "authentication required: present a bearer token that the gateway maps to an agent"
-
-
-@dataclass(frozen=True)
-class HttpSettings:
-    agents: tuple[AgentToken, ...] = ()
-    anonymous_agent: str | None = None
-    max_message_bytes: int = 4 * 1024 * 1024
-    max_sessions: int = MAX_SESSIONS
-
-    @classmethod
-    def from_config(cls, config: GatewayConfig) -> HttpSettings:
-        return cls(agents=config.agents, anonymous_agent=config.anonymous_agent, max_message_bytes=config.max_message_bytes)
-
-
-def identify(authorization: str | None, settings: HttpSettings) -> str | None:
-    """The agent id for an ``Authorization`` header value, or None (401).
-
-    Every configured digest is compared, whichever matches, so timing says nothing about which agent
-    a token belongs to or how close a guess came.
-    """
-    if authorization is None or not authorization.strip():
-        return settings.anonymous_agent
-    scheme, _, token = authorization.strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        return None
-    digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
-    found: str | None = None
-    for entry in settings.agents:
-        if hmac.compare_digest(digest, entry.token_sha256):
-            found = entry.agent
-    return found
-
-
-# ------------------------------------------------------------------------------------------ plumbing
-
-
-class _Mailbox:
-    """A bounded queue that never blocks the sender: when full, the oldest message is dropped."""
-
-    def __init__(self, size: int = MAILBOX_SIZE) -> None:
-        self._items: deque[dict[str, Any]] = deque(maxlen=size)
-        self._event = anyio.Event()
-        self.closed = False
-
-    def put(self, item: dict[str, Any]) -> None:
-        if self.closed:
-            return
-        if len(self._items) == self._items.maxlen:
-            logger.warning("a message queue for an agent is full; the oldest message was dropped")
-        self._items.append(item)
-        self._event.set()
-
-    def close(self) -> None:
-        self.closed = True
-        self._event.set()
-
-    def drain(self) -> list[dict[str, Any]]:
-        items = list(self._items)
-        self._items.clear()
-        self._event = anyio.Event()
-        return items
-
-    async def wait(self, timeout: float | None = None) -> None:
-        if self._items or self.closed:
-            return
-        with anyio.move_on_after(timeout):
-            await self._event.wait()
-
-
-class _HttpOutbound:
-    """Routes a session's messages: onto the SSE stream of the POST they belong to, else the GET stream."""
-
-    def __init__(self, unsolicited: bool) -> None:
-        self.unsolicited = unsolicited
-        self.streams: dict[Any, _Mailbox] = {}
-        self.mailbox = _Mailbox()
-
-    def has_stream(self, related: RequestId) -> bool:
-        """Whether messages about this request reach the agent (its POST accepted an SSE answer)."""
-        return id_key(related) in self.streams or self.unsolicited
-
-    async def send(self, message: dict[str, Any], related: RequestId | None) -> None:
-        if related is not None and (box := self.streams.get(id_key(related))) is not None:
-            box.put(message)
-            return
-        if self.unsolicited:
-            self.mailbox.put(message)
 
 
 @dataclass(eq=False)
@@ -177,87 +88,9 @@ class _HttpSession:
     id: str
     agent: str
     session: DownstreamSession
-    outbound: _HttpOutbound
+    outbound: HttpOutbound
     last_used: float = field(default_factory=time.monotonic)
     get_open: bool = False
-
-
-def _headers(scope: Scope) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-
-
-def _raw_headers(scope: Scope) -> list[tuple[str, str]]:
-    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", [])]
-
-
-def _sse_event(message: Mapping[str, Any]) -> bytes | None:
-    data = safe_render(message)
-    if data is None:
-        return None
-    return b"event: message\r\ndata: " + data.rstrip(b"\n") + b"\r\n\r\n"
-
-
-async def _send_json(
-    send: Send, status: int, body: Mapping[str, Any] | None, extra: Iterable[tuple[str, str]] = ()
-) -> None:
-    data = b"" if body is None else (safe_render(body) or b"")
-    headers = [(b"content-type", b"application/json")] if body is not None else []
-    headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": data})
-
-
-async def _send_error(
-    send: Send, status: int, code: int, message: str, request_id: RequestId | None = None, extra: Iterable[tuple[str, str]] = ()
-) -> None:
-    await _send_json(send, status, error_response(request_id, code, message), extra)
-
-
-async def _send_status(send: Send, status: int, extra: Iterable[tuple[str, str]] = ()) -> None:
-    await _send_json(send, status, None, extra)
-
-
-class _TooLarge(Exception):
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-
-async def _read_body(receive: Receive, limit: int, declared: int | None) -> bytes:
-    if declared is not None and declared > limit:
-        raise _TooLarge(declared)
-    body = bytearray()
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise anyio.EndOfStream
-        body += message.get("body", b"")
-        if len(body) > limit:
-            raise _TooLarge(len(body))
-        if not message.get("more_body", False):
-            return bytes(body)
-
-
-def _origin_ok(headers: Mapping[str, str]) -> bool:
-    """A browser's cross-origin request (DNS rebinding) names another origin than the Host it reached."""
-    origin = headers.get("origin")
-    if origin is None or origin == "null":
-        return origin is None
-    try:
-        netloc = urlsplit(origin).netloc
-    except ValueError:
-        return False
-    return netloc.lower() == headers.get("host", "").lower()
-
-
-def _accepts(headers: Mapping[str, str], media: str) -> bool:
-    accept = headers.get("accept")
-    if accept is None:
-        return media == "application/json"
-    kinds = {part.split(";")[0].strip().lower() for part in accept.split(",")}
-    return media in kinds or "*/*" in kinds or f"{media.split('/')[0]}/*" in kinds
-
-
-# ------------------------------------------------------------------------------------------ endpoint
 
 
 class McpEndpoint:
@@ -271,17 +104,17 @@ class McpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        headers = _headers(scope)
-        if not _origin_ok(headers):
-            await _send_error(send, 403, INVALID_REQUEST, "forbidden: the request comes from another origin")
+        headers = headers_of(scope)
+        if not origin_ok(headers):
+            await send_error(send, 403, INVALID_REQUEST, "forbidden: the request comes from another origin")
             return
         method = scope["method"]
         if method not in ("POST", "GET", "DELETE"):
-            await _send_status(send, 405, [("allow", "GET, POST, DELETE")])
+            await send_status(send, 405, [("allow", "GET, POST, DELETE")])
             return
         agent = identify(headers.get("authorization"), self.settings)
         if agent is None:
-            await _send_error(send, 401, INVALID_REQUEST, AUTH_REQUIRED, extra=[("www-authenticate", "Bearer")])
+            await send_error(send, 401, INVALID_REQUEST, AUTH_REQUIRED, extra=[("www-authenticate", "Bearer")])
             return
         if method == "POST":
             await self._post(scope, receive, send, headers, agent)
@@ -304,12 +137,12 @@ class McpEndpoint:
 
     async def _session_error(self, send: Send, found: _HttpSession | None | str, request_id: RequestId | None) -> bool:
         if found == "missing":
-            await _send_error(
+            await send_error(
                 send, 400, INVALID_REQUEST, "invalid request: missing Mcp-Session-Id (send initialize first)", request_id
             )
             return True
         if found is None:
-            await _send_error(send, 404, INVALID_REQUEST, "invalid request: unknown or ended session", request_id)
+            await send_error(send, 404, INVALID_REQUEST, "invalid request: unknown or ended session", request_id)
             return True
         return False
 
@@ -319,7 +152,7 @@ class McpEndpoint:
             logger.info("closing the least recently used HTTP session (the limit is %d)", self.settings.max_sessions)
             await self._end(oldest)
         sid = secrets.token_urlsafe(32)
-        outbound = _HttpOutbound(unsolicited=True)
+        outbound = HttpOutbound(unsolicited=True)
         session = open_session(self.gateway, agent, outbound, transport="http")
         state = _HttpSession(sid, agent, session, outbound)
         self.sessions[sid] = state
@@ -339,23 +172,23 @@ class McpEndpoint:
     async def _post(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], agent: str) -> None:
         content_type = headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type != "application/json":
-            await _send_error(send, 415, INVALID_REQUEST, "invalid request: Content-Type must be application/json")
+            await send_error(send, 415, INVALID_REQUEST, "invalid request: Content-Type must be application/json")
             return
-        if not _accepts(headers, "application/json"):
-            await _send_error(send, 406, INVALID_REQUEST, "invalid request: the client must accept application/json")
+        if not accepts(headers, "application/json"):
+            await send_error(send, 406, INVALID_REQUEST, "invalid request: the client must accept application/json")
             return
         declared = headers.get("content-length")
         try:
-            body = await _read_body(
+            body = await read_body(
                 receive, self.settings.max_message_bytes, int(declared) if declared and declared.isdigit() else None
             )
-        except _TooLarge as exc:
+        except TooLarge as exc:
             detail = (
                 f"invalid request: message of at least {exc.size} bytes exceeds the limit of "
                 f"{self.settings.max_message_bytes} bytes; it was discarded unread"
             )
             await self.gateway.incident("oversize", "client", detail, INVALID_REQUEST)
-            await _send_error(send, 413, INVALID_REQUEST, detail)
+            await send_error(send, 413, INVALID_REQUEST, detail)
             return
         except anyio.EndOfStream:
             return
@@ -363,23 +196,23 @@ class McpEndpoint:
             message = parse_client_message(body)
         except MessageError as exc:
             await self.gateway.incident(incident_kind(exc), "client", exc.message, exc.code)
-            await _send_error(send, 400, exc.code, exc.message, exc.request_id)
+            await send_error(send, 400, exc.code, exc.message, exc.request_id)
             return
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
         if version in MODERN_PROTOCOL_VERSIONS:
             await self._post_modern(scope, receive, send, headers, agent, message)
             return
-        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS and message.method != "initialize":
-            await _send_error(send, 400, INVALID_REQUEST, "invalid request: unsupported MCP-Protocol-Version", message.id)
+        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS and message.method != INITIALIZE:
+            await send_error(send, 400, INVALID_REQUEST, "invalid request: unsupported MCP-Protocol-Version", message.id)
             return
-        if message.kind is Kind.REQUEST and message.method == "initialize":
+        if message.kind is Kind.REQUEST and message.method == INITIALIZE:
             state = await self._new_session(agent)
             response = await state.session.handle_request(message)
             if response is None or "error" in response:
                 await self._end(state)
-                await _send_json(send, 200, response or error_response(message.id, INVALID_REQUEST, "cancelled"))
+                await send_json(send, 200, response or error_response(message.id, INVALID_REQUEST, "cancelled"))
                 return
-            await _send_json(send, 200, response, [(SESSION_HEADER, state.id)])
+            await send_json(send, 200, response, [(SESSION_HEADER, state.id)])
             return
         found = self._lookup(headers, agent)
         if await self._session_error(send, found, message.id):
@@ -387,7 +220,7 @@ class McpEndpoint:
         assert isinstance(found, _HttpSession)
         if message.kind is not Kind.REQUEST:
             await found.session.handle(message)
-            await _send_status(send, 202)
+            await send_status(send, 202)
             return
         await self._answer(scope, receive, send, headers, found.session, found.outbound, message, modern=False)
 
@@ -395,14 +228,14 @@ class McpEndpoint:
         self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], agent: str, message: Message
     ) -> None:
         if message.kind is Kind.RESPONSE:
-            await _send_error(
+            await send_error(
                 send, 400, INVALID_REQUEST, "invalid request: a 2026-07-28 client does not send responses", message.id
             )
             return
         if message.kind is Kind.NOTIFICATION:
-            await _send_status(send, 202)
+            await send_status(send, 202)
             return
-        duplicated = find_duplicated_routing_header(_raw_headers(scope))
+        duplicated = find_duplicated_routing_header(raw_headers(scope))
         rejection: InboundLadderRejection | None = None
         if duplicated is not None:
             rejection = InboundLadderRejection(code=-32020, message=f"{duplicated} header appears more than once")
@@ -412,9 +245,9 @@ class McpEndpoint:
                 rejection = verdict
         if rejection is not None:
             status = ERROR_CODE_HTTP_STATUS.get(rejection.code, 400)
-            await _send_json(send, status, error_response(message.id, rejection.code, rejection.message, rejection.data))
+            await send_json(send, status, error_response(message.id, rejection.code, rejection.message, rejection.data))
             return
-        outbound = _HttpOutbound(unsolicited=False)
+        outbound = HttpOutbound(unsolicited=False)
         session = open_session(self.gateway, agent, outbound, transport="http")
         try:
             await self._answer(scope, receive, send, headers, session, outbound, message, modern=True)
@@ -428,14 +261,14 @@ class McpEndpoint:
         send: Send,
         headers: Mapping[str, str],
         session: DownstreamSession,
-        outbound: _HttpOutbound,
+        outbound: HttpOutbound,
         message: Message,
         *,
         modern: bool,
     ) -> None:
         """Run one request; answer with JSON, or with SSE once a related message comes first."""
         key = message.key
-        box = _Mailbox() if _accepts(headers, "text/event-stream") else None
+        box = Mailbox() if accepts(headers, "text/event-stream") else None
         if box is not None:
             outbound.streams[key] = box
         result: list[dict[str, Any] | None] = []
@@ -460,7 +293,7 @@ class McpEndpoint:
                     early = box.drain()
                 if early:
                     assert box is not None
-                    await self._stream(send, box, early, done, result, message)
+                    await stream_answer(send, box, early, done, result, message)
                 else:
                     await done.wait()
                     await self._write_final(send, result[0] if result else None, message, modern)
@@ -478,38 +311,7 @@ class McpEndpoint:
         if modern and isinstance(response.get("error"), dict):
             code = response["error"].get("code")
             status = ERROR_CODE_HTTP_STATUS.get(code, 200) if isinstance(code, int) else 200
-        await _send_json(send, status, response)
-
-    async def _stream(
-        self,
-        send: Send,
-        box: _Mailbox,
-        early: list[dict[str, Any]],
-        done: anyio.Event,
-        result: list[dict[str, Any] | None],
-        message: Message,
-    ) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-        pending = early
-        while True:
-            for item in pending:
-                event = _sse_event(item)
-                if event is not None:
-                    await send({"type": "http.response.body", "body": event, "more_body": True})
-            if box.closed:
-                pending = box.drain()
-                if not pending:
-                    break
-                continue
-            await box.wait(KEEPALIVE_SECONDS)
-            pending = box.drain()
-            if not pending and not box.closed:
-                await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
-        await done.wait()
-        response = result[0] if result else None
-        if response is None:
-            response = error_response(message.id, INVALID_REQUEST, "the request was cancelled")
-        await send({"type": "http.response.body", "body": _sse_event(response) or b"", "more_body": False})
+        await send_json(send, status, response)
 
     async def _watch_disconnect(self, receive: Receive, session: DownstreamSession, request_id: RequestId | None) -> None:
         while True:
@@ -522,45 +324,23 @@ class McpEndpoint:
 
     async def _get(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], agent: str) -> None:
         if headers.get(MCP_PROTOCOL_VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS:
-            await _send_error(
+            await send_error(
                 send, 405, INVALID_REQUEST, "method not allowed: 2026-07-28 has no GET stream", extra=[("allow", "POST")]
             )
             return
-        if not _accepts(headers, "text/event-stream"):
-            await _send_error(send, 406, INVALID_REQUEST, "invalid request: the client must accept text/event-stream")
+        if not accepts(headers, "text/event-stream"):
+            await send_error(send, 406, INVALID_REQUEST, "invalid request: the client must accept text/event-stream")
             return
         found = self._lookup(headers, agent)
         if await self._session_error(send, found, None):
             return
         assert isinstance(found, _HttpSession)
         if found.get_open:
-            await _send_error(send, 409, INVALID_REQUEST, "conflict: this session already has an open GET stream")
+            await send_error(send, 409, INVALID_REQUEST, "conflict: this session already has an open GET stream")
             return
         found.get_open = True
-        box = found.outbound.mailbox
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-            async with anyio.create_task_group() as tg:
-
-                async def watch() -> None:
-                    while (await receive())["type"] != "http.disconnect":
-                        pass
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(watch)
-                while not box.closed:
-                    await box.wait(KEEPALIVE_SECONDS)
-                    items = box.drain()
-                    if not items:
-                        if box.closed:
-                            break
-                        await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
-                    for item in items:
-                        event = _sse_event(item)
-                        if event is not None:
-                            await send({"type": "http.response.body", "body": event, "more_body": True})
-                tg.cancel_scope.cancel()
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await stream_mailbox(send, receive, found.outbound.mailbox)
         except OSError:
             pass
         finally:
@@ -572,7 +352,7 @@ class McpEndpoint:
             return
         assert isinstance(found, _HttpSession)
         await self._end(found)
-        await _send_status(send, 204)
+        await send_status(send, 204)
 
 
 def build_app(gateway: Gateway, settings: HttpSettings, routes: Sequence[BaseRoute] = ()) -> Starlette:
@@ -589,10 +369,4 @@ def describe_url(host: str, port: int) -> str:
     return f"http://{shown}:{port}{MCP_PATH}"
 
 
-__all__ = [
-    "HttpSettings",
-    "McpEndpoint",
-    "build_app",
-    "describe_url",
-    "identify",
-]
+__all__ = ["McpEndpoint", "build_app", "describe_url"]
