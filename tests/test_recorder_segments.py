@@ -48,6 +48,7 @@ from drawbridge.gateway.pipeline.records import CallRecord, RelayIncident
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import Action, Provenance
 from drawbridge.gateway.recording import recorder as recorder_module
+from drawbridge.gateway.recording import segments as segments_module
 from drawbridge.gateway.recording.recorder import EvidenceRecorder, TruthKey, ndjson_line
 
 KEY = bytes(range(1, 33))
@@ -482,7 +483,7 @@ def test_fields_holding_the_recorders_own_marks_still_give_the_reference_bytes()
     @given(events=_scenarios())
     def check(events: list[Any]) -> None:
         with tempfile.TemporaryDirectory() as directory, \
-                mock.patch.object(recorder_module, "_marks", lambda count: FIXED_MARKS[:count]):
+                mock.patch.object(segments_module, "_marks", lambda count: FIXED_MARKS[:count]):
             _run(Path(directory), events, stats, exact_hits=False)
 
     check()
