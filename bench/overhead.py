@@ -8,8 +8,9 @@ and evidence on, in two configurations: the hash-chained trace and the surface r
 run writes), and the same plus truth carriers (opt-in). fsync as given, default ``batch``;
 ``always`` measures the disk too.
 
-Prints p50/p99 latency of sequential calls, calls per second with many calls in flight, and the
-ratios to direct (medians over rounds that alternate the configurations); then the policy engine's
+Prints p50/p99 latency of sequential calls, calls per second with many calls in flight, the CPU
+time the gateway process spends per call (the steadiest figure on a busy machine), and the ratios to
+direct (medians over rounds that alternate the configurations); then the policy engine's
 evaluation time at 10, 100 and 1,000 rules.
 
     python bench/overhead.py [--server everything|raw] [--calls 2000] [--inflight 32] [--rounds 3] [--fsync batch]
@@ -61,7 +62,22 @@ class Pipe:
         return json.loads(line)
 
 
-async def _session(argv: list[str], env: dict[str, str], calls: int, inflight: int) -> tuple[list[float], float]:
+WARM_UP = 300
+"""Calls made before anything is measured (caches filled, code paths warm)."""
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The user and system CPU time a process has used so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _session(
+    argv: list[str], env: dict[str, str], calls: int, inflight: int
+) -> tuple[list[float], float, float]:
     async with await anyio.open_process(argv, env=env, stderr=None) as process:
         pipe = Pipe(process)
         await pipe.send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -76,9 +92,10 @@ async def _session(argv: list[str], env: dict[str, str], calls: int, inflight: i
             return {"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
                     "params": {"name": "echo", "arguments": {"message": f"hello {i}", "text": f"hello {i}"}}}
 
-        for i in range(300):  # warm-up
+        for i in range(WARM_UP):
             await pipe.send(call(i))
             await pipe.line()
+        cpu_before = _cpu_seconds(process.pid)
         latencies = []
         for i in range(calls):
             start = time.perf_counter()
@@ -99,9 +116,10 @@ async def _session(argv: list[str], env: dict[str, str], calls: int, inflight: i
                 await pipe.send(call(sent))
                 sent += 1
         rate = calls / (time.perf_counter() - start)
+        cpu_per_call = (_cpu_seconds(process.pid) - cpu_before) / (2 * calls)
         assert process.stdin is not None
         await process.stdin.aclose()
-    return latencies, rate
+    return latencies, rate, cpu_per_call
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -163,6 +181,7 @@ async def main_async(args: argparse.Namespace) -> None:
         configs += [f"{config}{COMPARED}" for config in CONFIGS if config != "direct"]
     latencies: dict[str, list[float]] = {config: [] for config in configs}
     rates: dict[str, list[float]] = {config: [] for config in configs}
+    cpu: dict[str, list[float]] = {config: [] for config in configs}
     entries = 0
     # Rounds alternate the configurations, so that whatever else the machine does at the time
     # weighs on all of them alike; each figure is the median over the rounds.
@@ -173,9 +192,10 @@ async def main_async(args: argparse.Namespace) -> None:
                 run_env = env
                 if config.endswith(COMPARED):
                     run_env = {**env, "PYTHONPATH": str(Path(args.compare).resolve())}
-                lat, rate = await _session(argv, run_env, args.calls, args.inflight)
+                lat, rate, cpu_per_call = await _session(argv, run_env, args.calls, args.inflight)
                 latencies[config].extend(lat)
                 rates[config].append(rate)
+                cpu[config].append(cpu_per_call)
                 if config != "direct":
                     entries += sum(1 for _ in open(Path(tmp) / "evidence" / "trace.ndjson", "rb"))
     print(f"upstream: {args.server}; tools/call echo, {args.calls} sequential calls and {args.calls} with "
@@ -186,14 +206,16 @@ async def main_async(args: argparse.Namespace) -> None:
     direct_rate = statistics.median(rates["direct"])
     if args.compare:
         print(f"compared tree: {Path(args.compare).resolve()}")
-    print(f"{'':<31}{'p50 ms':>10}{'p99 ms':>10}{'calls/s':>12}{'added p50':>12}{'throughput':>12}")
+    print(f"{'':<31}{'p50 ms':>10}{'p99 ms':>10}{'calls/s':>12}{'added p50':>12}{'throughput':>12}{'CPU us/call':>13}")
     for config in configs:
         p50, p99 = _pct(latencies[config], 0.5), _pct(latencies[config], 0.99)
         rate = statistics.median(rates[config])
         added = "" if config == "direct" else f"{p50 - direct_p50:>12.3f}"
         ratio = "" if config == "direct" else f"{rate / direct_rate:>12.2f}"
-        print(f"{config:<31}{p50:>10.3f}{p99:>10.3f}{rate:>12.0f}{added:>12}{ratio:>12}")
-    print(f"(added p50 in ms over direct; throughput as a ratio of direct's; direct p99 {direct_p99:.3f} ms; "
+        per_call = statistics.median(cpu[config]) * 1e6
+        print(f"{config:<31}{p50:>10.3f}{p99:>10.3f}{rate:>12.0f}{added:>12}{ratio:>12}{per_call:>13.0f}")
+    print(f"(added p50 in ms over direct; throughput as a ratio of direct's; CPU: the process's own user+system "
+          f"time per call after the warm-up (direct: the server's; else the gateway's); direct p99 {direct_p99:.3f} ms; "
           f"calls/s per round: " + "; ".join(f"{c} " + ", ".join(f"{r:.0f}" for r in rates[c]) for c in configs) + ")")
     print()
     print(f"{'policy evaluation':<22}{'repeat us':>12}{'cold us':>12}")

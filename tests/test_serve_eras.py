@@ -3,7 +3,7 @@
 The era matrix: the same calls made directly and through the gateway give the same results at
 2025-11-25 (initialize handshake) and at 2026-07-28 (per-request envelope), agents and upstreams in
 either era (an upstream's ``protocol`` in the configuration); the gateway rewrites only the per-hop
-parts (see gateway/hop.py and gateway/upstream_modern.py).
+parts (see gateway/protocol/hop.py and gateway/protocol/modern.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,18 @@ from mcp.shared.exceptions import MCPError
 from serve_support import GITHUB, SLACK, dump, serve_argv, stdio_params, write_config
 
 pytestmark = pytest.mark.anyio
+
+
+def test_the_eras_the_gateway_speaks_are_the_sdks() -> None:
+    """``protocol.eras`` writes the SDK's version lists out (so reading a message loads no SDK models);
+    they may not drift from the SDK's own."""
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+    from drawbridge.gateway.protocol import eras
+
+    assert tuple(eras.HANDSHAKE_PROTOCOL_VERSIONS) == tuple(HANDSHAKE_PROTOCOL_VERSIONS)
+    assert tuple(eras.MODERN_PROTOCOL_VERSIONS) == tuple(MODERN_PROTOCOL_VERSIONS)
+    assert (eras.LATEST_HANDSHAKE_VERSION, eras.MODERN_VERSION) == (HANDSHAKE_PROTOCOL_VERSIONS[-1], MODERN_PROTOCOL_VERSIONS[-1])
 
 
 def _part(items: list[dict[str, Any]], server: str) -> list[dict[str, Any]]:

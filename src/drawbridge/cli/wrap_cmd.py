@@ -46,7 +46,6 @@ from drawbridge.gateway.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES, DEFAU
 from drawbridge.gateway.runtime.assembly import Runtime, StartupProblem
 from drawbridge.gateway.runtime.settings import RuntimeSettings
 from drawbridge.gateway.runtime.wrap import run_wrap
-from drawbridge.gateway.transports.http_listener import bind
 from drawbridge.gateway.transports.relay_requests import RelayConfig
 
 
@@ -211,6 +210,8 @@ def command(
     try:
         runtime = Runtime.build(settings)
         if control_port is not None:
+            from drawbridge.gateway.transports.http_listener import bind  # the web stack, only when served
+
             try:
                 sock = bind("127.0.0.1", control_port)
             except OSError as exc:

@@ -57,6 +57,7 @@ import anyio
 import anyio.abc
 from anyio.abc import TaskStatus
 
+from drawbridge.catalogue.floors import NO_FLOOR
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalGate
 from drawbridge.gateway.pipeline.client_link import (
     NO_LINK,
@@ -391,20 +392,22 @@ class CallPipeline:
 
     def _decide_now(self, flight: Flight) -> Verdict | None:
         """Stages 3 to 5 without waiting; None when this call must wait (a task then decides it)."""
-        refused = self._refused_for_evidence()
-        if refused is not None:
-            return refused
+        if self.guard.failed and self.refuse_after_record_failure:
+            return self._refused_for_evidence()
         resolved = flight.resolved
         call = flight.call
-        if resolved is None or call is None or flight.link.retry:
+        if resolved is None or call is None or flight.link is not NO_LINK:  # a retry goes to the approval stage
             return None
-        floor = self.floors.now(resolved.route)
+        route = resolved.route
+        floors = self.floors
+        floor = NO_FLOOR if floors.pins is None and not route.dispatcher else floors.now(route)
         if floor is None or self._policy_now is None:
             return None
         verdict = guarded_decision_now(self._policy_now, call)
         if verdict is None:
             return None
-        verdict = floored_verdict(verdict, floor, call.tool)
+        if floor is not NO_FLOOR:
+            verdict = floored_verdict(verdict, floor, call.tool)
         if verdict.action is Action.HUMAN_APPROVAL and self.approvals is not None:
             return None
         return verdict

@@ -70,7 +70,7 @@ def call_declares_elicitation(call: ToolCall) -> bool:
 
 def is_gateway_retry(params: object) -> bool:
     """Whether tools/call ``params`` carry a ``requestState`` of the gateway's own form (or claim to)."""
-    if not isinstance(params, Mapping):
+    if not isinstance(params, dict):  # parsed JSON: an object is a dict
         return False
     state = params.get("requestState")
     return isinstance(state, str) and state.startswith(GATEWAY_STATE_PREFIX)

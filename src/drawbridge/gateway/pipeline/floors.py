@@ -66,6 +66,8 @@ class Floors:
 
     def now(self, route: Route) -> Floor | None:
         """The route's floor without waiting; None while its server's catalogue is being checked."""
+        if self.pins is None and not route.dispatcher:
+            return NO_FLOOR  # the usual call: nothing to raise it
         floor = _dispatcher(route)
         if self.pins is None:
             return floor

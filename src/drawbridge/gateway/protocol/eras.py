@@ -2,15 +2,17 @@
 
 2025-11-25 and older are handshake eras: ``initialize`` fixes the version for the connection.
 2026-07-28 is stateless: every request carries its version in the ``_meta`` envelope
-(``PROTOCOL_VERSION_META_KEY``). The version lists come from the ``mcp`` SDK's types package.
+(``PROTOCOL_VERSION_META_KEY``). The version lists are the ``mcp`` SDK's (``mcp_types.version``),
+written out here so that reading a message does not load the SDK's models (a fifth of a second at
+every start of ``wrap``); tests/test_serve_eras.py holds them equal to the SDK's.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-
+HANDSHAKE_PROTOCOL_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+MODERN_PROTOCOL_VERSIONS: Final = ("2026-07-28",)
 RESERVED_PREFIX: Final = "io.modelcontextprotocol/"
 PROTOCOL_VERSION_META_KEY: Final = RESERVED_PREFIX + "protocolVersion"
 LATEST_HANDSHAKE_VERSION: Final = HANDSHAKE_PROTOCOL_VERSIONS[-1]

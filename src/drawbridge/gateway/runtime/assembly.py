@@ -32,13 +32,12 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskStatus
 
 from drawbridge.canonical import sanitize
-from drawbridge.control.services import RecentCallRing
 from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalGate, build_approval_engine, run_approvals
 from drawbridge.gateway.pipeline.call import CallPipeline
@@ -55,6 +54,9 @@ from drawbridge.policy.declared import DeclaredContracts, fixed_contract
 from drawbridge.state.pins import SqlitePinStore
 from drawbridge.state.policy_store import watch_policies
 from drawbridge.state.sqlite import StateDB, StateError
+
+if TYPE_CHECKING:
+    from drawbridge.control.services import RecentCallRing
 
 logger = logging.getLogger("drawbridge.gateway")
 
@@ -193,6 +195,8 @@ class Runtime:
     def recent_calls(self) -> RecentCallRing:
         """The ring of each agent's latest decisions the approval view shows, fed from now on by every
         recorded call (only where a control plane can show it: it costs a little on every call)."""
+        from drawbridge.control.services import RecentCallRing  # the control plane's, loaded with it
+
         ring = RecentCallRing()
         self.guard.observers.append(lambda record: recent_call_summary(record, ring))
         return ring

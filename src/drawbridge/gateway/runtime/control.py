@@ -26,6 +26,7 @@ from drawbridge.control import (
 )
 from drawbridge.gateway.pipeline.pins import CataloguePins
 from drawbridge.gateway.runtime.assembly import Runtime
+from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
 from drawbridge.state.pins import PinStoreUnavailable, SqlitePinStore
 
 
@@ -37,6 +38,16 @@ class ServedTool:
     upstream_name: str
     name: str
     tool: dict[str, Any]
+
+
+def served_by(catalogue: ChildCatalogue) -> tuple[object, Iterable[ServedTool]]:
+    """wrap's served tools: the server's own catalogue, with its own names (no namespace)."""
+    tools = [
+        ServedTool(catalogue.name, item["name"], item["name"], dict(item))
+        for item in catalogue.tools
+        if isinstance(item, dict) and isinstance(item.get("name"), str)
+    ]
+    return catalogue.catalogue_version, tools
 
 
 class CatalogueView:
@@ -123,4 +134,4 @@ def app(services: ControlServices, runtime: Runtime) -> Any:
     return control_app(services, admin_token_sha256=runtime.settings.admin_token_sha256)
 
 
-__all__ = ["CatalogueView", "GatewayPinService", "ServedTool", "app", "control_services", "routes"]
+__all__ = ["CatalogueView", "GatewayPinService", "ServedTool", "app", "control_services", "routes", "served_by"]

@@ -10,28 +10,17 @@ runtime's guard. The truth producer's key variables never reach the child.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import anyio
 
 from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
 from drawbridge.gateway.runtime.assembly import Runtime
-from drawbridge.gateway.runtime.control import CatalogueView, ServedTool, app, control_services
-from drawbridge.gateway.transports.http_listener import serve_http
 from drawbridge.gateway.transports.process_stdio import process_stdio
 from drawbridge.gateway.transports.relay_requests import RelayConfig
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
 from drawbridge.gateway.transports.wrap_relay import StdioRelay
 from drawbridge.gateway.upstreams.child_process import EnvPolicy, UpstreamProcess, UpstreamStartError
-
-
-def served_tools(catalogue: ChildCatalogue) -> tuple[object, Iterable[ServedTool]]:
-    tools = [
-        ServedTool(catalogue.name, item["name"], item["name"], dict(item))
-        for item in catalogue.tools
-        if isinstance(item, dict) and isinstance(item.get("name"), str)
-    ]
-    return catalogue.catalogue_version, tools
 
 
 async def run_wrap(
@@ -68,7 +57,16 @@ async def run_wrap(
 
                     catalogue.on_catalogue = check
                 if control is not None:
-                    services = control_services(runtime, CatalogueView(lambda: served_tools(catalogue), pins))
+                    # The control plane's web stack is loaded only when it is served.
+                    from drawbridge.gateway.runtime.control import (
+                        CatalogueView,
+                        app,
+                        control_services,
+                        served_by,
+                    )
+                    from drawbridge.gateway.transports.http_listener import serve_http
+
+                    services = control_services(runtime, CatalogueView(lambda: served_by(catalogue), pins))
                     tg.start_soon(serve_http, app(services, runtime), control, on_control_ready)
                 await relay.run()
         finally:
@@ -76,4 +74,4 @@ async def run_wrap(
     return None
 
 
-__all__ = ["run_wrap", "served_tools"]
+__all__ = ["run_wrap"]

@@ -44,11 +44,11 @@ from mcp.shared.inbound import (
     classify_inbound_request,
     find_duplicated_routing_header,
 )
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from drawbridge.gateway.protocol.eras import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from drawbridge.gateway.protocol.jsonrpc import (
     INVALID_REQUEST,
     Kind,

@@ -312,7 +312,8 @@ class StdioRelay:
         From here on their ids are free for the agent to use again."""
         lines = []
         for flight in flights:
-            self._take(flight)
+            if not flight.forwarded:  # a call refused after its decision task (a forwarded one left already)
+                self._take(flight)
             answer = flight.answer
             if isinstance(answer, UpstreamAnswer):
                 assert answer.raw is not None
@@ -342,7 +343,8 @@ class StdioRelay:
 
     def _own_response(self, message: Message, table: dict[IdKey, OwnRequest], prefix: str) -> bool:
         """Consume an answer to a request the gateway sent; True if it was one (even a late one)."""
-        if not self._is_own_id(message.id, prefix):
+        request_id = message.id
+        if not (isinstance(request_id, str) and request_id.startswith(prefix)):
             return False
         key = message.key
         request = table.pop(key, None) if key is not None else None
@@ -492,7 +494,8 @@ class StdioRelay:
         key = message.key
         method = message.method
         assert key is not None and method is not None
-        if key in self._inflight or self._is_own_id(message.id, self._own_upstream_prefix):
+        request_id = message.id
+        if key in self._inflight or (isinstance(request_id, str) and request_id.startswith(self._own_upstream_prefix)):
             detail = f"request id {message.id!r} is already in use by a request in flight; the duplicate was dropped"
             await self.pipeline.guard.incident("duplicate_id", "client", detail, INVALID_REQUEST)
             await self._to_client(error_line(None, INVALID_REQUEST, f"invalid request: {detail}"))
@@ -502,8 +505,8 @@ class StdioRelay:
             await self.pipeline.guard.incident("invalid_message", "client", detail, METHOD_NOT_FOUND)
             await self._to_client(error_line(message.id, METHOD_NOT_FOUND, detail))
             return
-        if not self._modern and envelope_version(_meta_of(message)) is not None:
-            self._modern = True
+        if self._session_version is None and not self._modern and envelope_version(_meta_of(message)) is not None:
+            self._modern = True  # no handshake came first: the agent speaks 2026-07-28
         if method == TOOLS_CALL:
             flight = self.pipeline.start(
                 message, agent=self.config.agent, version=self._session_version, replier=self, resolver=self.catalogue
@@ -566,7 +569,8 @@ class StdioRelay:
                 self.catalogue.changed(self._tasks)
             await self._to_client(item + b"\n")
             return 0
-        if self._own_response(message, self._own_upstream, self._own_upstream_prefix):
+        request_id = message.id
+        if isinstance(request_id, str) and self._own_response(message, self._own_upstream, self._own_upstream_prefix):
             return 0
         key = message.key
         assert key is not None

@@ -41,11 +41,14 @@ from typing import Any, Final, Protocol
 
 import anyio
 from anyio.abc import TaskStatus
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 import drawbridge
 from drawbridge.config import UpstreamConfig
-from drawbridge.gateway.protocol.eras import LATEST_HANDSHAKE_VERSION, MODERN_VERSION
+from drawbridge.gateway.protocol.eras import (
+    HANDSHAKE_PROTOCOL_VERSIONS,
+    LATEST_HANDSHAKE_VERSION,
+    MODERN_VERSION,
+)
 from drawbridge.gateway.protocol.jsonrpc import DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES, METHOD_NOT_FOUND
 from drawbridge.gateway.protocol.methods import (
     CANCELLED,
