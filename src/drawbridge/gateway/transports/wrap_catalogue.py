@@ -27,10 +27,10 @@ from drawbridge.gateway.pipeline.call import WAIT, CatalogueUnavailable, Forward
 from drawbridge.gateway.pipeline.floors import Route
 from drawbridge.gateway.protocol.methods import TOOLS_LIST
 from drawbridge.gateway.protocol.modern import envelope, with_envelope
+from drawbridge.gateway.protocol.paging import ListingFailed, list_all
 
 logger = logging.getLogger("drawbridge.gateway")
 
-MAX_LIST_PAGES: Final = 100
 LIST_TIMEOUT_SECONDS: Final = 30.0
 GATEWAY_CAPABILITIES: Final[Mapping[str, Any]] = {}
 """What the gateway declares about itself on its own listing requests (it asks nothing of the agent)."""
@@ -38,10 +38,6 @@ GATEWAY_CAPABILITIES: Final[Mapping[str, Any]] = {}
 Ask = Callable[[str, dict[str, Any] | None], Awaitable[dict[str, Any]]]
 """Send the server a request of the gateway's own; its response body."""
 CatalogueHook = Callable[[], Awaitable[object]]
-
-
-class ListingFailed(Exception):
-    pass
 
 
 class ChildCatalogue:
@@ -144,26 +140,14 @@ class ChildCatalogue:
 
     async def _list(self) -> list[Any]:
         hop = envelope(GATEWAY_CAPABILITIES) if self._modern() else None
-        items: list[Any] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        for _ in range(MAX_LIST_PAGES):
-            params: dict[str, Any] | None = {"cursor": cursor} if cursor is not None else None
+
+        async def ask(params: dict[str, Any] | None) -> dict[str, Any]:
             if hop is not None:
                 params = with_envelope(params, hop)
             with anyio.fail_after(self._timeout):
-                body = await self._ask(TOOLS_LIST, params)
-            result = body.get("result")
-            if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
-                raise ListingFailed("tools/list was answered with an error" if "error" in body else "tools/list gave no tools")
-            items.extend(result["tools"])
-            cursor = result.get("nextCursor")
-            if not isinstance(cursor, str) or not cursor:
-                return items
-            if cursor in seen:
-                raise ListingFailed("tools/list returned a cursor it had returned before")
-            seen.add(cursor)
-        raise ListingFailed(f"tools/list did not end within {MAX_LIST_PAGES} pages")
+                return await self._ask(TOOLS_LIST, params)
+
+        return await list_all(ask, TOOLS_LIST, "tools")
 
 
 __all__ = ["ChildCatalogue"]

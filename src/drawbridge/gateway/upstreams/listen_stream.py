@@ -30,7 +30,8 @@ from drawbridge.gateway.protocol.modern import (
     subscription_id,
     without_subscription_id,
 )
-from drawbridge.gateway.upstreams.requests import PendingCall, UpstreamLost, error_summary
+from drawbridge.gateway.protocol.paging import error_summary
+from drawbridge.gateway.upstreams.requests import PendingCall, UpstreamLost
 
 logger = logging.getLogger("drawbridge.gateway.upstream")
 

@@ -91,13 +91,4 @@ def render(message: Mapping[str, Any]) -> bytes:
     return encode_line(message)
 
 
-def error_summary(body: Mapping[str, Any]) -> str:
-    """What a refused request's response says, for logs: the error code, never the upstream's text."""
-    error = body.get("error")
-    if isinstance(error, dict):
-        code = error.get("code")
-        return f"JSON-RPC error {code}" if isinstance(code, int) else "a JSON-RPC error"
-    return "no usable result"
-
-
-__all__ = ["Deliver", "PendingCall", "UpstreamLost", "UpstreamUnavailable", "error_summary", "render"]
+__all__ = ["Deliver", "PendingCall", "UpstreamLost", "UpstreamUnavailable", "render"]

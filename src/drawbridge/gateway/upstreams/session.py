@@ -59,6 +59,7 @@ from drawbridge.gateway.protocol.methods import (
     TOOLS_LIST_CHANGED,
 )
 from drawbridge.gateway.protocol.modern import envelope, read_discover
+from drawbridge.gateway.protocol.paging import ListingFailed, error_summary, list_all
 from drawbridge.gateway.upstreams.child_process import (
     EnvFilter,
     EnvPolicy,
@@ -72,7 +73,6 @@ from drawbridge.gateway.upstreams.requests import (
     PendingCall,
     UpstreamLost,
     UpstreamUnavailable,
-    error_summary,
 )
 from drawbridge.gateway.upstreams.stdio_link import StdioLink
 
@@ -82,7 +82,6 @@ INITIAL_BACKOFF_SECONDS: Final = 1.0
 MAX_BACKOFF_SECONDS: Final = 30.0
 HANDSHAKE_TIMEOUT_SECONDS: Final = 30.0
 LIST_TIMEOUT_SECONDS: Final = 30.0
-MAX_LIST_PAGES: Final = 100
 CLIENT_CAPABILITIES: Final[Mapping[str, Any]] = {"elicitation": {"form": {}, "url": {}}, "sampling": {}}
 """What the gateway declares to upstreams. Sampling and elicitation are relayed to the agent whose call
 caused them; roots are not declared, because one shared session cannot speak for several agents' roots."""
@@ -413,23 +412,13 @@ class UpstreamSession:
         return await self._list_all(method, key)
 
     async def _list_all(self, method: str, key: str) -> list[Any]:
-        items: list[Any] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        for _ in range(MAX_LIST_PAGES):
-            params = {"cursor": cursor} if cursor is not None else None
-            body = await self._exchange.wait(await self._exchange.start(method, params), self._request_timeout)
-            result = body.get("result")
-            if not isinstance(result, dict) or not isinstance(result.get(key), list):
-                raise _ConnectFailed(f"{method} failed ({error_summary(body)})")
-            items.extend(result[key])
-            cursor = result.get("nextCursor")
-            if not isinstance(cursor, str) or not cursor:
-                return items
-            if cursor in seen:
-                raise _ConnectFailed(f"{method} returned a cursor it had returned before")
-            seen.add(cursor)
-        raise _ConnectFailed(f"{method} did not end within {MAX_LIST_PAGES} pages")
+        async def ask(params: dict[str, Any] | None) -> dict[str, Any]:
+            return await self._exchange.wait(await self._exchange.start(method, params), self._request_timeout)
+
+        try:
+            return await list_all(ask, method, key)
+        except ListingFailed as exc:
+            raise _ConnectFailed(str(exc)) from None
 
     def _schedule_refresh(self) -> None:
         self._refresh_wanted = True
