@@ -32,7 +32,9 @@ def _pollable(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
-class FdReceiveStream(ByteReceiveStream):
+class _Descriptor:
+    """One end of a pipe this process owns: non-blocking while it is pollable, restored and closed once."""
+
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._pollable = sys.platform != "win32" and _pollable(fd)
@@ -41,6 +43,21 @@ class FdReceiveStream(ByteReceiveStream):
             self._restore_blocking = os.get_blocking(fd)
             os.set_blocking(fd, False)
         self._closed = False
+
+    def _close_descriptor(self) -> None:
+        """Tell the loop, give the descriptor its blocking mode back, close it."""
+        if self._pollable:
+            anyio.notify_closing(self._fd)
+            if self._restore_blocking is not None:
+                with suppress(OSError):
+                    os.set_blocking(self._fd, self._restore_blocking)
+        with suppress(OSError):
+            os.close(self._fd)
+
+
+class FdReceiveStream(_Descriptor, ByteReceiveStream):
+    def __init__(self, fd: int) -> None:
+        super().__init__(fd)
         self._loop: asyncio.AbstractEventLoop | None = None
         """The asyncio loop the descriptor is registered with, while it is."""
         self._waiter: asyncio.Future[None] | None = None
@@ -128,24 +145,10 @@ class FdReceiveStream(ByteReceiveStream):
             waiter = self._waiter
             if waiter is not None and not waiter.done():
                 waiter.set_exception(anyio.ClosedResourceError())
-            anyio.notify_closing(self._fd)
-            if self._restore_blocking is not None:
-                with suppress(OSError):
-                    os.set_blocking(self._fd, self._restore_blocking)
-        with suppress(OSError):
-            os.close(self._fd)
+        self._close_descriptor()
 
 
-class FdSendStream(ByteSendStream):
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._pollable = sys.platform != "win32" and _pollable(fd)
-        self._restore_blocking: bool | None = None
-        if self._pollable:
-            self._restore_blocking = os.get_blocking(fd)
-            os.set_blocking(fd, False)
-        self._closed = False
-
+class FdSendStream(_Descriptor, ByteSendStream):
     def send_nowait(self, item: bytes) -> int:
         """Write what the descriptor takes now, without waiting: the number of bytes written (0 when
         it takes none now, and always for a descriptor that is not a pipe or a socket)."""
@@ -182,13 +185,7 @@ class FdSendStream(ByteSendStream):
         if self._closed:
             return
         self._closed = True
-        if self._pollable:
-            anyio.notify_closing(self._fd)
-            if self._restore_blocking is not None:
-                with suppress(OSError):
-                    os.set_blocking(self._fd, self._restore_blocking)
-        with suppress(OSError):
-            os.close(self._fd)
+        self._close_descriptor()
 
 
 __all__ = ["READ_CHUNK", "FdReceiveStream", "FdSendStream"]
