@@ -167,3 +167,28 @@ async def test_an_input_required_result_is_refused_to_a_handshake_era_agent() ->
     assert "2025-11-25 connection cannot answer" in legacy.answer.message
     assert isinstance(modern.answer, UpstreamAnswer)
     assert legacy.outcome is modern.outcome is Outcome.INPUT_REQUIRED
+
+
+async def test_a_stage_that_raises_while_the_call_waits_refuses_the_call_and_nothing_else() -> None:
+    from drawbridge.gateway.pipeline.floors import Floors
+
+    class Broken(Floors):
+        def now(self, route: Any) -> None:
+            return None  # "a check is in progress": the call waits
+
+        async def when_checked(self, route: Any) -> Any:
+            raise RuntimeError("the pin store went away")
+
+    recorder = Recorder()
+    broken = Broken(pins=object())  # type: ignore[arg-type]  # pins are on: the floor is asked for
+    async with running(pipeline(recorder, floors=broken), tools={"echo"}) as rig:
+        flight = rig.start(1, "echo")
+        assert flight.verdict is None  # it waits in a task of its own
+        with anyio.fail_after(5):
+            while not flight.completed:
+                await anyio.sleep(0.01)
+        later = await rig.call(2, "echo")
+    assert flight.outcome is Outcome.REFUSED and not flight.forwarded
+    assert flight.verdict is not None and flight.verdict.reason == "the decision failed (RuntimeError); failing closed"
+    assert later.outcome is Outcome.REFUSED  # the same stage fails for it too, and the gateway goes on
+    assert [r.request_id for r in recorder.calls()] == [1, 2] and rig.upstream.sent == []

@@ -467,7 +467,11 @@ class CallPipeline:
             with anyio.CancelScope() as scope:
                 flight.scope = scope
                 if not flight.settled:
-                    verdict = await self._decide(flight)
+                    try:
+                        verdict = await self._decide(flight)
+                    except Exception as exc:  # noqa: BLE001 -- a stage that fails is a deny, whatever it raised
+                        logger.error("deciding a call failed (%s); the call is refused", type(exc).__name__)
+                        verdict = decider_failure(exc)
         finally:
             flight.scope = None
             self._deciding -= 1

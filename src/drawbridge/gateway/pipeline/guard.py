@@ -105,10 +105,13 @@ class EvidenceGuard:
     def _observe(self, events: Sequence[RelayEvent]) -> None:
         if not self.observers:
             return
-        for event in events:
-            if isinstance(event, CallRecord):
-                for observer in self.observers:
-                    observer(event)
+        try:
+            for event in events:
+                if isinstance(event, CallRecord):
+                    for observer in self.observers:
+                        observer(event)
+        except Exception as exc:  # noqa: BLE001 -- what observes the records never stops the recording
+            logger.error("an observer of the call records failed (%s)", type(exc).__name__)
 
 
 __all__ = ["EvidenceGuard"]
