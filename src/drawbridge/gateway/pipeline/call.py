@@ -272,6 +272,8 @@ class CallPipeline:
         self._wake: anyio.Event | None = None
         self._tasks: anyio.abc.TaskGroup | None = None
         self._deciding = 0
+        self._undecided: anyio.Event | None = None
+        """Set when the last decision that waited has ended (``decisions_done``)."""
 
     # ---------------------------------------------------------------------------------- running
 
@@ -283,6 +285,13 @@ class CallPipeline:
     def deciding(self) -> int:
         """How many calls are being decided by a task of their own (an approval, a pin check)."""
         return self._deciding
+
+    async def decisions_done(self) -> None:
+        """Return once no call is being decided (every call taken so far is refused or forwarded)."""
+        while self._deciding:
+            if self._undecided is None:
+                self._undecided = anyio.Event()
+            await self._undecided.wait()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The pipeline's own tasks (the timeout watch, decisions that wait), until cancelled."""
@@ -308,6 +317,7 @@ class CallPipeline:
             return flight
         verdict = self._decide_now(flight)
         if verdict is None:
+            self._deciding += 1  # counted from now: the task may not have started when someone asks
             self._spawn(self._decision_task, flight)
             return flight
         sending = self._act(flight, verdict)
@@ -325,6 +335,7 @@ class CallPipeline:
             if not flight.settled:
                 verdict = self._decide_now(flight)
                 if verdict is None:
+                    self._deciding += 1
                     verdict = await self._decide_in_scope(flight)
                 if verdict is not None and not flight.settled:
                     sending = self._act(flight, verdict)
@@ -460,9 +471,9 @@ class CallPipeline:
         return settled
 
     async def _decide_in_scope(self, flight: Flight) -> Verdict | None:
-        """``_decide`` in a scope that settling the flight meanwhile (the agent cancelled) cancels."""
+        """``_decide`` in a scope that settling the flight meanwhile (the agent cancelled) cancels; the
+        caller counted the decision in ``_deciding``, which this ends."""
         verdict = None
-        self._deciding += 1
         try:
             with anyio.CancelScope() as scope:
                 flight.scope = scope
@@ -475,6 +486,9 @@ class CallPipeline:
         finally:
             flight.scope = None
             self._deciding -= 1
+            if not self._deciding and self._undecided is not None:
+                self._undecided.set()
+                self._undecided = None
         return verdict
 
     async def _decision_task(self, flight: Flight) -> None:

@@ -188,8 +188,7 @@ class StdioRelay:
         with anyio.move_on_after(self.config.shutdown_grace):
             # Calls still being decided were sent before the agent closed its end: as with the server
             # itself, they are forwarded (or refused) before the upstream hears the end of input.
-            while any(isinstance(f, Flight) and f.verdict is None and not f.settled for f in self._inflight.values()):
-                await anyio.sleep(0.005)
+            await self.pipeline.decisions_done()
             await self._send_decided()
             # Bounded: closing waits for a write in progress, which a child that stopped reading blocks.
             await self.upstream.close_stdin()
