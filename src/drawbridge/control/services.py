@@ -57,7 +57,7 @@ def utc_clock() -> datetime:
 
 
 def agent_visible_name(server: str, name: str) -> str:
-    """``server.name``: how ``drawbridge serve`` names an upstream tool (gateway/catalogue.py)."""
+    """``server.name``: how ``drawbridge serve`` names an upstream tool (catalogue/names.py)."""
     return f"{server}.{name}"
 
 
@@ -112,7 +112,7 @@ class CatalogueItem:
         return name if isinstance(name, str) else self.name
 
     def catalogue_tool(self) -> CatalogueTool:
-        """The row input of ``policy.decisions.decision_table``."""
+        """The row input of ``catalogue.decisions.decision_table``."""
         return CatalogueTool(
             name=self.name,
             classification=self.classification,

@@ -7,7 +7,7 @@ Schema compiles, and every value is plain JSON. Anything else raises
 Nothing is guessed, defaulted or skipped with a warning.
 
 Theory of operation. This module is pure: it takes text (the shell in
-``policy.files`` reads the files) and parses it with ruamel.yaml's round-trip
+``state.policy_files`` reads the files) and parses it with ruamel.yaml's round-trip
 loader, which keeps the line of every key and item. Each level is checked
 against a table of allowed keys, then compiled through ``globs``,
 ``conditions`` and ``schemas``. ``load_policies`` loads several files (one

@@ -6,7 +6,7 @@ new one, never a mix) or, when the new files do not load, keeps it and
 reports the ``PolicyLoadError`` that says why.
 
 Theory of operation. ``reload`` takes the files' fingerprint, loads the whole
-directory (or file) through ``policy.files``, and swaps. ``watch_policies`` is
+directory (or file) through ``policy_files``, and swaps. ``watch_policies`` is
 an anyio task that polls the fingerprint every ``interval_ms``; a change is
 acted on once the fingerprint has been the same for two polls in a row, so a
 file caught half-written is not loaded (and if it is, the next change loads

@@ -104,7 +104,7 @@ class UpstreamSubscriptions:
 
     async def resubscribe(self, upstream: UpstreamSession) -> None:
         if upstream.modern:
-            return  # its session opens its listen stream with the resources watched (upstream_session.py)
+            return  # its session opens its listen stream with the resources watched (upstreams/listen_stream.py)
         async with self._subscribing:
             for uri in self.book.uris_of(upstream.name):
                 answer = await self.ask_upstream(upstream, RESOURCES_SUBSCRIBE, {"uri": uri})
