@@ -409,11 +409,11 @@ def evidence_failure(observed: dict[str, dict[str, Run]]) -> dict[str, Run]:
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_evidence_sink_failure(evidence_failure: dict[str, Run], transport: str) -> None:
-    """The call that ran but could not be recorded is answered -32002, its result withheld; every
+    """The call that ran but could not be recorded is answered -31002, its result withheld; every
     later call is refused, fail closed, without reaching the server."""
     step = step_of(evidence_failure, transport, "evidence_failure")
     ran, later, approval = step.answers
-    assert ran.error_code == -32002, step.describe()
+    assert ran.error_code == -31002, step.describe()
     assert ran.error_message is not None and RESULT_WITHHELD in ran.error_message
     assert ran.text is None and ran.structured is None  # the result is withheld
     for refused in (later, approval):

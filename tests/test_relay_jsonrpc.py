@@ -123,7 +123,7 @@ def test_ids_of_different_types_are_different_requests() -> None:
         (b"{", PARSE_ERROR, None),
         (b'{"a":1,"a":2}', PARSE_ERROR, None),
         (b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"n":Infinity}}', PARSE_ERROR, None),
-        (b"[" * 100000, PARSE_ERROR, None),
+        (b"[" * 100000, INVALID_REQUEST, None),
         (b"\xc3\x28", PARSE_ERROR, None),
         (b"[]", INVALID_REQUEST, None),
         (b"3", INVALID_REQUEST, None),

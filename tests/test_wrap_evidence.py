@@ -135,7 +135,10 @@ def test_demo_command_passes(tmp_path: Path) -> None:
     assert "demo passed" in result.stdout
     assert result.stdout.count("VERIFIED") == 5
     evidence = next(tmp_path.glob("run-*/evidence"))
-    assert {p.name for p in evidence.iterdir()} == {"trace.ndjson", "tool-decisions.ndjson", "carriers.ndjson"}
+    # wrap's default state file lives inside its evidence directory (approvals, grants, memory)
+    assert {p.name for p in evidence.iterdir()} == {
+        "trace.ndjson", "tool-decisions.ndjson", "carriers.ndjson", "drawbridge.db"
+    }
 
 
 async def test_lone_surrogates_from_the_agent_neither_break_the_evidence_nor_reach_it(tmp_path: Path) -> None:

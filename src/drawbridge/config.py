@@ -84,6 +84,8 @@ class GatewayConfig:
     agents: tuple[AgentToken, ...] = ()
     anonymous_agent: str | None = None
     max_message_bytes: int = 4 * 1024 * 1024
+    max_depth: int = 64
+    """How deep an agent's message may nest arrays and objects (``limits.max_depth``)."""
     call_timeout_seconds: float = 120.0
     tool_decision_truth_out: str | None = None
     pin_tools: bool = False
@@ -305,13 +307,16 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
             raise auth.fail("agents", "two agents share one bearer token")
         anonymous = auth.get("anonymous_agent", str)
 
-    max_bytes, timeout = 4 * 1024 * 1024, 120.0
+    max_bytes, timeout, max_depth = 4 * 1024 * 1024, 120.0, 64
     if (limits := top.child("limits")) is not None:
-        limits.check_keys({"max_message_bytes", "call_timeout_seconds"})
+        limits.check_keys({"max_message_bytes", "call_timeout_seconds", "max_depth"})
         max_bytes = limits.get("max_message_bytes", int, default=max_bytes)
         timeout = limits.get("call_timeout_seconds", float, default=timeout)
+        max_depth = limits.get("max_depth", int, default=max_depth)
         if max_bytes < 1024:
             raise limits.fail("max_message_bytes", "limits.max_message_bytes must be at least 1024")
+        if not 2 <= max_depth <= 512:
+            raise limits.fail("max_depth", "limits.max_depth must be from 2 to 512")
         if timeout <= 0:
             raise limits.fail("call_timeout_seconds", "limits.call_timeout_seconds must be positive")
 
@@ -354,6 +359,7 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         agents=tuple(agents),
         anonymous_agent=anonymous,
         max_message_bytes=max_bytes,
+        max_depth=max_depth,
         call_timeout_seconds=timeout,
         tool_decision_truth_out=tdt_out,
         pin_tools=bool(top.get("pin_tools", bool, default=False)),

@@ -183,7 +183,8 @@ async def _run(
                 if sock is not None:
                     tg.start_soon(_serve_control_plane, parts, runtime, sock)
                 await serve_stdio_session(
-                    gateway, pipes[0], pipes[1], agent=agent, max_message_bytes=config.max_message_bytes
+                    gateway, pipes[0], pipes[1], agent=agent, max_message_bytes=config.max_message_bytes,
+                    max_depth=config.max_depth,
                 )
             else:
                 assert sock is not None

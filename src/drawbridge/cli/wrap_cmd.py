@@ -16,9 +16,9 @@ catalogue, which the gateway lists itself: a name the server does not list is re
 changed needs a person, a new one is denied, as under ``serve``'s ``pin_tools``.
 
 Human approval (``human_approval`` rules; ``gateway.pipeline.approvals``). The queue, grants and approval
-memory live in the SQLite file ``--state`` (default: ``drawbridge.db`` next to ``--evidence-dir``, in
-its parent directory, as ``drawbridge serve`` keeps ``./drawbridge.db`` beside ``./evidence``; without
-either option, a private temporary file removed at exit, so nothing outlives the run). A person is
+memory live in the SQLite file ``--state`` (default: ``drawbridge.db`` inside ``--evidence-dir``, so
+that it is never the ``./drawbridge.db`` of a ``drawbridge serve`` started beside it; without either
+option, a private temporary file removed at exit, so nothing outlives the run). A person is
 reached in-band when the client supports elicitation, and through the control plane when
 ``--control-port`` serves it on 127.0.0.1 (for ``drawbridge approvals approve`` and ``drawbridge
 grants create``; if ``DRAWBRIDGE_ADMIN_TOKEN`` is set, that token is required, else loopback callers
@@ -98,6 +98,13 @@ def _configure_logging(verbose: bool) -> None:
     help="Largest message accepted from the agent.",
 )
 @click.option(
+    "--max-depth",
+    type=click.IntRange(min=2, max=512),
+    default=64,
+    show_default=True,
+    help="How deep a message from the agent may nest arrays and objects.",
+)
+@click.option(
     "--max-upstream-message-bytes",
     type=click.IntRange(min=1024),
     default=DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES,
@@ -130,7 +137,7 @@ def _configure_logging(verbose: bool) -> None:
     "--state",
     "state_path",
     type=click.Path(dir_okay=False),
-    help="SQLite file for approvals, grants and approval memory (default: drawbridge.db next to "
+    help="SQLite file for approvals, grants and approval memory (default: drawbridge.db inside "
     "--evidence-dir).",
 )
 @click.option(
@@ -156,6 +163,7 @@ def command(
     allow_everything: bool,
     call_timeout: float,
     max_message_bytes: int,
+    max_depth: int,
     max_upstream_message_bytes: int,
     approval_timeout: float,
     non_blocking_approvals: bool,
@@ -203,6 +211,7 @@ def command(
         agent=agent,
         max_message_bytes=max_message_bytes,
         max_upstream_message_bytes=max_upstream_message_bytes,
+        max_depth=max_depth,
         server_id=label,
     )
     sock: socket.socket | None = None

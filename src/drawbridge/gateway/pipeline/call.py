@@ -24,7 +24,9 @@ version, a ``Replier`` (the agent's side: how to ask it in-band, how to write an
 4. policy: the ``Decider``, guarded (``deciders``): a failing decider is a deny;
 5. approval: ``approvals.gate.ApprovalGate`` for ``human_approval`` and for 2026-07-28 retries; when
    a person allowed the call, 3 and 4 run again and must ask the same question;
-6. forward: ``Forwarder.send``, under the call timeout (one watch task for every call: they share
+6. forward: ``Forwarder.send``, once the evidence guard has checked that the call's record can be
+   built (``EvidenceGuard.admit``: what the record derives from the arguments is computed now), under
+   the call timeout (one watch task for every call: they share
    the timeout, so their deadlines come in the order they were sent);
 7. settle: the upstream's answer (``answered``), its loss (``lost``), the timeout, or the agent's
    cancellation (``cancel``) -- whoever comes first; the others find the flight settled;
@@ -519,6 +521,12 @@ class CallPipeline:
         refusal = refusal_for(verdict)
         if refusal is not None:
             self._settle(flight, refusal.outcome, refusal.reason, None, GatewayResult(refusal_result(verdict, refusal, call)))
+            return None
+        problem = self.guard.admit(call)
+        if problem is not None:
+            detail = f"the call's record cannot be built: {problem}; it was not run"
+            flight.call = None  # recorded as an invalid request: nothing more is derived from it
+            self._settle(flight, Outcome.INVALID, detail, INVALID_PARAMS, GatewayError(INVALID_PARAMS, f"invalid params: {detail}"))
             return None
         resolved = flight.resolved
         assert resolved is not None

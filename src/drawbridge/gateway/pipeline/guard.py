@@ -10,7 +10,9 @@ Theory of operation. ``record_now(events)`` hands the events to the recorder's s
 (``record_now``, when it has one: one write per evidence file for all of them) and returns None, or
 an awaitable for what is left (an fsync), which the caller awaits before answering. A recorder that
 only has its awaitable form is awaited in that awaitable, event by event. ``incident`` logs and
-records a ``RelayIncident``; ``append(kind, body)`` writes one trace entry that is not a call
+records a ``RelayIncident``; ``admit(call)`` asks, before a call runs, whether its record can be
+built (a call whose cannot is refused, and nothing else is); ``append(kind, body)`` writes one trace
+entry that is not a call
 (``trace_append`` for the approval engine, the pins and the control plane). ``observers`` see
 every call record written (the recent-calls ring of the approval view); they never see arguments.
 """
@@ -30,6 +32,7 @@ from drawbridge.gateway.pipeline.records import (
     RelayEvent,
     RelayIncident,
 )
+from drawbridge.gateway.pipeline.tool_call import ToolCall
 
 logger = logging.getLogger("drawbridge.gateway")
 
@@ -48,11 +51,23 @@ class EvidenceGuard:
         self._record_now: RecordNow | None = record_now if callable(record_now) else None
         record_event = getattr(recorder, "record_event", None)
         self._record_event = record_event if callable(record_event) else None
+        admit = getattr(recorder, "admit", None)
+        self._admit: Callable[[ToolCall], str | None] | None = admit if callable(admit) else None
         self.observers: list[Observer] = []
 
     def _fail(self, what: str, exc: BaseException) -> None:
         self.failed = True
         logger.error("recording %s failed (%s); later tools/call requests are refused", what, type(exc).__name__)
+
+    def admit(self, call: ToolCall) -> str | None:
+        """Why the record of this call could not be built (it must then not run), or None. A failure
+        here refuses this call only: the sink is not at fault, nothing fails closed."""
+        if self._admit is None:
+            return None
+        try:
+            return self._admit(call)
+        except Exception as exc:  # noqa: BLE001 -- whatever the builder raised, the call is refused
+            return f"building its record failed ({type(exc).__name__})"
 
     def record_now(self, events: Sequence[RelayEvent]) -> Awaitable[None] | None:
         """Write ``events`` now; None when they are complete, else what is left to await (module docstring)."""

@@ -3,7 +3,8 @@
 Invariant: a ``ToolCall`` exists only for a request whose name and arguments read one way. The
 reading takes ``params.name``, ``params.arguments`` and ``params._meta`` and refuses what policy could
 misread: a name with control or format characters (``catalogue.names``), non-object arguments, a
-string anywhere in the call or its id that holds a lone surrogate (no evidence could digest it).
+string anywhere in the call or its id that holds a lone surrogate (no evidence could digest it), a
+key that a case-insensitive parser would take for one of those members (``protocol.one_reading``).
 A refusal is a ``MessageError(INVALID_PARAMS)`` whose message never quotes an argument.
 """
 
@@ -17,6 +18,7 @@ from drawbridge.canonical.encoders import compact_encoder
 from drawbridge.catalogue.names import shown_name, tool_name_problem
 from drawbridge.gateway.protocol.eras import envelope_version, is_modern
 from drawbridge.gateway.protocol.jsonrpc import INVALID_PARAMS, Message, MessageError, RequestId
+from drawbridge.gateway.protocol.one_reading import CALL_MEMBERS, inexact_member
 
 _text_encode = compact_encoder(sort_keys=False, ensure_ascii=False, allow_nan=True)
 
@@ -47,6 +49,11 @@ def parse_tool_call(message: Message, agent: str, session_version: str | None) -
 
     if not isinstance(params, dict):
         raise invalid("tools/call params must be a JSON object")
+    if inexact_member(params, CALL_MEMBERS) is not None:
+        raise invalid(
+            "a key of params reads as name, arguments or _meta to a case-insensitive parser without being "
+            "spelled as one"
+        )
     if has_lone_surrogate(message.raw, (message.id, params)):
         raise invalid(
             "a string in the call holds a lone surrogate (half of a UTF-16 pair escaped as \\uD800-\\uDFFF), "

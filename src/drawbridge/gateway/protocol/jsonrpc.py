@@ -8,8 +8,9 @@ sans-IO: bytes in, values out, no event loop.
 Theory of operation. ``LineFramer`` turns a byte stream into complete lines and enforces the size limit
 without ever holding more than ``max_bytes`` of one line: past the limit it reports ``Oversize`` once and
 discards through the next newline. ``parse_client_message`` is the strict parser for what an agent sends
-(duplicate object keys and NaN/Infinity are refused, because the upstream's parser might read them
-differently from ours and policy must see what the server will see); ``parse_upstream_message`` is the
+(what another parser could read differently -- repeated keys, keys equal but for case, keys with
+control characters, NaN and numbers beyond a double, nesting past the limit -- is refused,
+``one_reading``: policy must see what the server will see); ``parse_upstream_message`` is the
 lenient one for what a server sends (the relay only needs the id of a response). Both return a
 ``Message``: its kind, method, id and the parsed body, together with the raw line for forwarding.
 The ``*_line`` builders render the few messages the relay writes itself.
@@ -25,6 +26,19 @@ from enum import Enum
 from typing import Any, Final
 
 from drawbridge.gateway.protocol.methods import TOOLS_CALL
+from drawbridge.gateway.protocol.one_reading import (
+    DEFAULT_MAX_DEPTH,
+    ENVELOPE_MEMBERS,
+    Ambiguous,
+    NumberTooLarge,
+    RepeatedKey,
+    bounded_int,
+    check_keys,
+    inexact_member,
+    nesting_problem,
+    one_reading_object,
+    too_deep,
+)
 
 JSONRPC_VERSION: Final = "2.0"
 
@@ -33,13 +47,17 @@ INVALID_REQUEST: Final = -32600
 METHOD_NOT_FOUND: Final = -32601
 INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
-# Implementation-defined band (-32000..-32019 per the 2026-07-28 allocation policy). The two values
-# coincide with what the mcp SDK uses internally for the same situations (connection closed, timeout).
+# The error codes follow MCP 2026-07-28's allocation rules ("Error Codes"): -32700..-32600 are
+# JSON-RPC's; -32020..-32022 are MCP's (HEADER_MISMATCH and its neighbours, answered by the SDK's
+# inbound checks); -32000 and -32001 are the legacy band, kept because the mcp SDKs give them the same
+# meaning (connection closed, request timeout) and clients key on them; a code of the gateway's own
+# lies outside -32768..-32000. docs/errors.md lists every code the gateway answers with.
 UPSTREAM_EXITED: Final = -32000
 UPSTREAM_TIMEOUT: Final = -32001
-EVIDENCE_UNWRITTEN: Final = -32002
+EVIDENCE_UNWRITTEN: Final = -31002
 """The call ran, but its evidence could not be written: its result is withheld (nothing is answered
-without evidence) and the gateway refuses every later call."""
+without evidence) and the gateway refuses every later call. (Not -32002, which 2026-07-28 forbids: a
+client of the 2025 era reads it as "resource not found".)"""
 RESULT_WITHHELD: Final = (
     "the call ran, but its evidence could not be written, so its result is withheld; "
     "this gateway refuses further calls until it is restarted with working evidence storage"
@@ -169,17 +187,6 @@ def valid_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        raise _DuplicateKey
-    return obj
-
-
 def _refuse_constant(_name: str) -> Any:
     raise ValueError("NaN and Infinity are not JSON")
 
@@ -192,7 +199,8 @@ def _finite_float(text: str) -> float:
 
 
 _STRICT_DECODER = json.JSONDecoder(
-    object_pairs_hook=_strict_object, parse_constant=_refuse_constant, parse_float=_finite_float
+    object_pairs_hook=one_reading_object, parse_constant=_refuse_constant, parse_float=_finite_float,
+    parse_int=bounded_int,
 )
 _LENIENT_DECODER = json.JSONDecoder()
 
@@ -204,14 +212,20 @@ def _decode(line: bytes, decoder: json.JSONDecoder) -> Any:
         raise MessageError(PARSE_ERROR, f"parse error: message is not UTF-8 (invalid byte at offset {exc.start})")
     try:
         return decoder.decode(text)
-    except _DuplicateKey:
-        raise MessageError(PARSE_ERROR, "parse error: a JSON object in the message repeats a key") from None
+    except (RepeatedKey, NumberTooLarge) as exc:
+        raise MessageError(PARSE_ERROR, f"parse error: {exc}") from None
+    except Ambiguous as exc:  # any other reading another parser could make: refused, the id unread
+        raise MessageError(INVALID_REQUEST, f"invalid request: {exc}") from None
     except json.JSONDecodeError as exc:
         raise MessageError(PARSE_ERROR, f"parse error: {exc.msg} at character {exc.pos}") from None
     except ValueError as exc:  # the constant hook
         raise MessageError(PARSE_ERROR, f"parse error: {exc}") from None
     except RecursionError:
-        raise MessageError(PARSE_ERROR, "parse error: JSON nested too deeply") from None
+        raise _TooDeep from None
+
+
+class _TooDeep(Exception):
+    """The line nests deeper than Python's parser goes (far past any configured limit)."""
 
 
 def _classify(line: bytes, body: Any, *, strict: bool) -> Message:
@@ -219,6 +233,21 @@ def _classify(line: bytes, body: Any, *, strict: bool) -> Message:
         raise MessageError(INVALID_REQUEST, "invalid request: JSON-RPC batches are not supported")
     if not isinstance(body, dict):
         raise MessageError(INVALID_REQUEST, "invalid request: a JSON-RPC message must be a JSON object")
+    if not strict:
+        # An upstream's message is parsed leniently, but the parts the gateway reads and routes are
+        # held to one reading: the envelope, and the keys of its params or result.
+        try:
+            check_keys(body)
+            for part in ("params", "result", "error"):
+                if isinstance(body.get(part), dict):
+                    check_keys(body[part])
+        except Ambiguous as exc:
+            raise MessageError(INVALID_REQUEST, f"invalid request: {exc}") from None
+    if inexact_member(body, ENVELOPE_MEMBERS) is not None:
+        raise MessageError(
+            INVALID_REQUEST, "invalid request: a key of the message reads as a JSON-RPC member to a "
+            "case-insensitive parser without being spelled as one"
+        )
     has_id = "id" in body
     raw_id = body.get("id")
     if has_id and not valid_id(raw_id):
@@ -245,14 +274,27 @@ def _classify(line: bytes, body: Any, *, strict: bool) -> Message:
     )
 
 
-def parse_client_message(line: bytes) -> Message:
-    """Parse a line from the agent, strictly. Raises ``MessageError`` with the code to answer with."""
-    return _classify(line, _decode(line, _STRICT_DECODER), strict=True)
+def parse_client_message(line: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> Message:
+    """Parse a line from the agent, strictly (``one_reading``). Raises ``MessageError`` with the code
+    to answer with."""
+    try:
+        body = _decode(line, _STRICT_DECODER)
+    except _TooDeep:
+        problem: str | None = too_deep(max_depth)
+    else:
+        problem = nesting_problem(line, body, max_depth)
+    if problem is not None:
+        raise MessageError(INVALID_REQUEST, f"invalid request: {problem}")
+    return _classify(line, body, strict=True)
 
 
 def parse_upstream_message(line: bytes) -> Message:
     """Parse a line from the upstream server. Raises ``MessageError`` (the relay drops such lines)."""
-    return _classify(line, _decode(line, _LENIENT_DECODER), strict=False)
+    try:
+        body = _decode(line, _LENIENT_DECODER)
+    except _TooDeep:
+        raise MessageError(PARSE_ERROR, "parse error: JSON nested too deeply") from None
+    return _classify(line, body, strict=False)
 
 
 # ----------------------------------------------------------------------------------------- rendering
@@ -300,13 +342,13 @@ def incident_kind(error: MessageError) -> str:
     return "parse_error" if error.code == PARSE_ERROR else "invalid_message"
 
 
-def read_client_line(item: bytes | Oversize) -> Message | LineRefusal:
+def read_client_line(item: bytes | Oversize, max_depth: int = DEFAULT_MAX_DEPTH) -> Message | LineRefusal:
     """One framed client line, parsed strictly, or the refusal every transport gives for it."""
     if isinstance(item, Oversize):
         detail = oversize_message(item)
         return LineRefusal("oversize", detail, INVALID_REQUEST, error_line(None, INVALID_REQUEST, detail))
     try:
-        return parse_client_message(item)
+        return parse_client_message(item, max_depth)
     except MessageError as exc:
         kind = incident_kind(exc)
         answerable = exc.request_id is not None or exc.code in (PARSE_ERROR, INVALID_REQUEST)

@@ -51,6 +51,7 @@ from drawbridge.evidence.truth.evidence import Evidence
 from drawbridge.evidence.truth.prepared import PreparedPolicy, prepare_policy, prepared_decision_verdict
 from drawbridge.gateway.pipeline.outcomes import Outcome
 from drawbridge.gateway.pipeline.records import CallRecord, RelayEvent, RelayIncident
+from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.recording.durability import BATCH_LIMIT, BATCH_LINES, BATCH_SECONDS, Durability
 from drawbridge.gateway.recording.segments import (
     BODY_VARYING,
@@ -69,6 +70,8 @@ TRACE_FILE = "trace.ndjson"
 SURFACE_FILE = "tool-decisions.ndjson"
 MAX_REQUEST_ID_CHARS = 128
 SURFACE_CACHE_MAX = 1024
+ADMITTED_MAX = 65536
+"""Admitted calls whose digests wait for their records (a bound, in case a record never comes)."""
 
 
 def ephemeral_key() -> TruthKey:
@@ -213,6 +216,8 @@ class EvidenceRecorder(Durability):
         self._route = route
         self._truth_key = truth_key
         self._digest_key = truth_key if truth_key is not None else ephemeral_key()
+        self._admitted: dict[int, str] = {}
+        """Argument digests of admitted calls not recorded yet, by the identity of their ``ToolCall``."""
         self._declared = declared
         self._declared_cache: dict[str, tuple[Mapping[str, Any], str, PreparedPolicy]] = {}
         self._clock = clock
@@ -234,13 +239,33 @@ class EvidenceRecorder(Durability):
             self._declared_cache[agent] = cached
         return cached
 
+    def admit(self, call: ToolCall) -> str | None:
+        """Why the record of this call could not be built, or None; asked before the call runs, so a
+        call whose evidence cannot be made is refused instead of run. What it computes from the
+        arguments (their keyed digest) is kept for the call's record."""
+        digest = args_digest(call.arguments, self._digest_key.key, self._digest_key.key_id)
+        if digest is None:
+            return "its arguments have no canonical form"
+        classify(call.tool, call.arguments)  # the surface record's projection of the arguments
+        if len(self._admitted) >= ADMITTED_MAX:
+            self._admitted.clear()  # only calls recorded without being admitted leave entries behind
+        self._admitted[id(call)] = digest
+        return None
+
+    def _digest_of(self, call: ToolCall) -> str | None:
+        """The call's argument digest: the one computed when it was admitted, else now."""
+        digest = self._admitted.pop(id(call), None)
+        if digest is None:
+            digest = args_digest(call.arguments, self._digest_key.key, self._digest_key.key_id)
+        return digest
+
     def _call_lines(self, record: CallRecord) -> _Lines:
         arguments = record.call.arguments if record.call is not None else None
         carrier_line = None
         if self._truth is not None and record.action is not None and record.call is not None:
             carrier_line, digest = self._carrier_line(record)  # same key: the carrier's digest is the trace's
         elif record.call is not None:
-            digest = args_digest(arguments, self._digest_key.key, self._digest_key.key_id)
+            digest = self._digest_of(record.call)
         else:
             digest = None
         provenance = record.provenance
@@ -385,7 +410,7 @@ class EvidenceRecorder(Durability):
                     self._carrier_segments.clear()
                 self._carrier_segments[key] = segments
             return ndjson_line(carrier), carrier["args_digest"]
-        digest = args_digest(fields["args"], fields["key"], fields["key_id"])
+        digest = self._digest_of(record.call)  # the truth key is the digest key
         call_id = fields["call_id"]
         if digest is None or not isinstance(call_id, str):
             carrier = build_carrier(**fields)  # raises CarrierError, naming the field at fault

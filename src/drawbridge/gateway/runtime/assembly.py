@@ -51,9 +51,11 @@ from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
 from drawbridge.gateway.recording.truth_key import TruthKey, TruthKeyError, truth_key_from_env
 from drawbridge.gateway.runtime.settings import STATE_FILE, RuntimeSettings
 from drawbridge.policy.declared import DeclaredContracts, fixed_contract
+from drawbridge.state.append_only import AppendOnlyError, AppendOnlyLocked
 from drawbridge.state.pins import SqlitePinStore
 from drawbridge.state.policy_store import watch_policies
 from drawbridge.state.sqlite import StateDB, StateError
+from drawbridge.state.trace_log import TraceLogCorrupt
 
 if TYPE_CHECKING:
     from drawbridge.control.services import RecentCallRing
@@ -107,8 +109,18 @@ def open_recorder(settings: RuntimeSettings, policy: Decider, truth_key: TruthKe
             declared=declared,
             fsync=settings.fsync,  # type: ignore[arg-type]
         )
-    except (OSError, ValueError) as exc:
-        raise StartupProblem(f"cannot open the evidence output: {exc}") from exc
+    except AppendOnlyLocked as exc:
+        raise StartupProblem(
+            f"cannot open the evidence output: {exc} (another gateway writes this evidence directory: stop it, "
+            "or give this one a directory of its own)"
+        ) from None
+    except TraceLogCorrupt as exc:
+        raise StartupProblem(
+            f"cannot open the evidence output: {exc}; `drawbridge evidence verify-chain` shows where; move the file aside "
+            "(it stays evidence) so that a new chain starts"
+        ) from None
+    except (AppendOnlyError, OSError, ValueError) as exc:
+        raise StartupProblem(f"cannot open the evidence output: {exc}") from None
 
 
 def open_state(path: str | None) -> tuple[StateDB, str | None]:

@@ -86,7 +86,7 @@ class RuntimeSettings:
         admin_token_sha256: str | None,
         server_id: str,
     ) -> RuntimeSettings:
-        """wrap's settings, from its flags. The state file is ``--state``, else ``drawbridge.db`` next to
+        """wrap's settings, from its flags. The state file is ``--state``, else ``drawbridge.db`` inside
         the evidence directory, else a temporary file."""
         approval = ApprovalSettings(
             timeout_seconds=approval_timeout,
@@ -96,7 +96,7 @@ class RuntimeSettings:
         )
         effective_state = state_path
         if effective_state is None and evidence_dir is not None:
-            effective_state = str(Path(evidence_dir).absolute().parent / STATE_FILE)
+            effective_state = str(Path(evidence_dir).absolute() / STATE_FILE)
         return cls(
             policy=policy,
             allow_all=allow_all,

@@ -39,6 +39,7 @@ from typing import Any, Final
 import anyio
 from mcp.shared.inbound import (
     ERROR_CODE_HTTP_STATUS,
+    HEADER_MISMATCH,
     MCP_PROTOCOL_VERSION_HEADER,
     InboundLadderRejection,
     classify_inbound_request,
@@ -193,7 +194,7 @@ class McpEndpoint:
         except anyio.EndOfStream:
             return
         try:
-            message = parse_client_message(body)
+            message = parse_client_message(body, self.settings.max_depth)
         except MessageError as exc:
             await self.gateway.incident(incident_kind(exc), "client", exc.message, exc.code)
             await send_error(send, 400, exc.code, exc.message, exc.request_id)
@@ -238,7 +239,7 @@ class McpEndpoint:
         duplicated = find_duplicated_routing_header(raw_headers(scope))
         rejection: InboundLadderRejection | None = None
         if duplicated is not None:
-            rejection = InboundLadderRejection(code=-32020, message=f"{duplicated} header appears more than once")
+            rejection = InboundLadderRejection(code=HEADER_MISMATCH, message=f"{duplicated} header appears more than once")
         else:
             verdict = classify_inbound_request(message.body, headers=dict(headers))
             if isinstance(verdict, InboundLadderRejection):

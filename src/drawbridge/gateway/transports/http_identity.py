@@ -22,6 +22,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from drawbridge.config import AgentToken, GatewayConfig
+from drawbridge.gateway.protocol.one_reading import DEFAULT_MAX_DEPTH
 
 MAX_SESSIONS: Final = 1024
 
@@ -34,10 +35,16 @@ class HttpSettings:
     anonymous_agent: str | None = None
     max_message_bytes: int = 4 * 1024 * 1024
     max_sessions: int = MAX_SESSIONS
+    max_depth: int = DEFAULT_MAX_DEPTH
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> HttpSettings:
-        return cls(agents=config.agents, anonymous_agent=config.anonymous_agent, max_message_bytes=config.max_message_bytes)
+        return cls(
+            agents=config.agents,
+            anonymous_agent=config.anonymous_agent,
+            max_message_bytes=config.max_message_bytes,
+            max_depth=config.max_depth,
+        )
 
 
 def identify(authorization: str | None, settings: HttpSettings) -> str | None:

@@ -18,6 +18,7 @@ from drawbridge.gateway.protocol.jsonrpc import (
     DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES,
     Message,
 )
+from drawbridge.gateway.protocol.one_reading import DEFAULT_MAX_DEPTH
 
 
 @dataclass(eq=False, slots=True)
@@ -36,6 +37,8 @@ class RelayConfig:
     """Largest line accepted from the agent."""
     max_upstream_message_bytes: int = DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
     """Largest line accepted from the upstream (results may carry images)."""
+    max_depth: int = DEFAULT_MAX_DEPTH
+    """How deep an agent's message may nest arrays and objects."""
     shutdown_grace: float = 2.0
     """Seconds the upstream gets to exit after the agent closes the connection."""
     server_id: str = "upstream"

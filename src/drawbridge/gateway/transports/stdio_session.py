@@ -22,6 +22,7 @@ from drawbridge.gateway.protocol.jsonrpc import (
     Oversize,
     read_client_line,
 )
+from drawbridge.gateway.protocol.one_reading import DEFAULT_MAX_DEPTH
 from drawbridge.gateway.serve.downstream_session import safe_render
 from drawbridge.gateway.serve.hub import Gateway
 from drawbridge.gateway.serve.routes import open_session
@@ -56,6 +57,7 @@ async def serve_stdio_session(
     *,
     agent: str,
     max_message_bytes: int,
+    max_depth: int = DEFAULT_MAX_DEPTH,
     shutdown_grace: float = SHUTDOWN_GRACE_SECONDS,
 ) -> None:
     """Serve one agent until it closes its end of the pipe."""
@@ -71,7 +73,7 @@ async def serve_stdio_session(
                 await session.close()
 
     async def on_line(item: bytes | Oversize, tg: Any) -> None:
-        message = read_client_line(item)
+        message = read_client_line(item, max_depth)
         if isinstance(message, LineRefusal):
             await gateway.incident(message.kind, "client", message.detail, message.code)
             if message.reply is not None:

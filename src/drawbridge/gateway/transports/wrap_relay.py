@@ -442,7 +442,7 @@ class StdioRelay:
         await self.pipeline.flush()
 
     async def _on_client_line(self, item: bytes | Oversize) -> None:
-        message = read_client_line(item)
+        message = read_client_line(item, self.config.max_depth)
         if isinstance(message, LineRefusal):
             await self.pipeline.guard.incident(message.kind, "client", message.detail, message.code)
             if message.reply is not None:

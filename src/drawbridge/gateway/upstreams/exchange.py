@@ -52,12 +52,14 @@ class Exchange:
         hop: Mapping[str, Any] | None,
         notified: Notified,
         answer: Answer,
+        dropped: Callable[[str], Awaitable[None]],
     ) -> None:
         self._upstream = upstream
         self._unavailable = unavailable
         self._hop = hop
         self._notified = notified
         self._answer = answer
+        self._dropped = dropped
         self.link: Link | None = None
         self.tasks: TaskGroup | None = None
         """The task group of the connection now attached; None between connections."""
@@ -149,6 +151,7 @@ class Exchange:
             message = parse_upstream_message(data)
         except MessageError as exc:
             logger.warning("upstream %r sent a line that is not a JSON-RPC message: %s", self._upstream, exc.message)
+            await self._dropped(exc.message)
             return False
         if message.kind is Kind.RESPONSE:
             call = self._pending.pop(message.id, None) if isinstance(message.id, int) else None  # type: ignore[arg-type]

@@ -121,6 +121,10 @@ class UpstreamListener(Protocol):
 
     async def upstream_state(self, upstream: UpstreamSession) -> None: ...
 
+    async def upstream_dropped(self, upstream: UpstreamSession, detail: str) -> None:
+        """A line from the upstream was dropped: it is no message, or not one every parser reads alike."""
+        ...
+
 
 
 # ----------------------------------------------------------------------------------------- session
@@ -164,6 +168,7 @@ class UpstreamSession:
             hop=envelope(CLIENT_CAPABILITIES) if self.modern else None,
             notified=self._on_notification,
             answer=self._answer,
+            dropped=self._on_dropped,
         )
         self._listen = ListenStream(self.name, self._exchange.start, self.cancel, lambda: self.state is State.READY)
 
@@ -467,6 +472,13 @@ class UpstreamSession:
                 await self.listener.upstream_notification(self, body, related)
             except Exception as exc:  # noqa: BLE001 -- one bad notification must not end the connection
                 logger.error("relaying a notification from upstream %r failed (%s)", self.name, type(exc).__name__)
+
+    async def _on_dropped(self, detail: str) -> None:
+        if self.listener is not None:
+            try:
+                await self.listener.upstream_dropped(self, detail)
+            except Exception as exc:  # noqa: BLE001 -- recording the drop must not end the connection
+                logger.error("reporting a dropped line of upstream %r failed (%s)", self.name, type(exc).__name__)
 
     async def _answer(self, body: dict[str, Any], related: int | None) -> dict[str, Any]:
         if self.listener is None:

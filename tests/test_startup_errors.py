@@ -1,0 +1,82 @@
+"""A gateway that cannot start says why in one line and exits 2: no traceback, whatever stops it.
+
+Two gateways on one evidence directory, and a trace that does not verify (a torn last line), are
+refused before the server is spawned; the line names the file and what to do. wrap's default state
+file lives inside its evidence directory, where no serve started beside it can share it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, SERVERS, child_env
+from one_reading_support import LineGateway
+
+NOTEBOOK = [PYTHON, str(SERVERS / "notebook.py")]
+
+
+def _wrap(evidence: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    argv = [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--evidence-dir", str(evidence), *extra, "--", *NOTEBOOK]
+    return subprocess.run(argv, input="", check=False, capture_output=True, text=True, env=child_env(), timeout=60)
+
+
+def _serve(config: Path) -> subprocess.CompletedProcess[str]:
+    argv = [PYTHON, "-m", "drawbridge", "serve", "--config", str(config), "--stdio"]
+    return subprocess.run(argv, input="", check=False, capture_output=True, text=True, env=child_env(), timeout=60)
+
+
+def _serve_config(directory: Path, evidence: Path) -> Path:
+    (directory / "policies").mkdir(parents=True, exist_ok=True)
+    upstream = {"name": "nb", "transport": "stdio", "command": NOTEBOOK[0], "args": NOTEBOOK[1:]}
+    config = directory / "drawbridge.yaml"
+    config.write_text(json.dumps({"upstreams": [upstream], "policy_dir": "./policies",
+                                  "evidence_dir": str(evidence), "state_path": str(directory / "state.db")}))
+    return config
+
+
+def _one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("second", ["wrap", "serve"])
+def test_a_second_gateway_on_one_evidence_directory_is_one_line_exit_2(tmp_path: Path, second: str) -> None:
+    first = LineGateway(tmp_path / "first")  # running, its trace open and locked
+    try:
+        evidence = first.evidence
+        result = _wrap(evidence) if second == "wrap" else _serve(_serve_config(tmp_path / "serve", evidence))
+        _one_line_error(result, str(evidence / "trace.ndjson"), "already open for writing", "another gateway")
+        assert "ran safe_read" in json.dumps(first.call("safe_read"))  # the first one is untouched
+    finally:
+        assert first.close() == 0
+
+
+@pytest.mark.parametrize("second", ["wrap", "serve"])
+def test_a_trace_that_does_not_verify_is_one_line_exit_2(tmp_path: Path, second: str) -> None:
+    evidence = tmp_path / "evidence"
+    assert _wrap(evidence).returncode == 0
+    trace = evidence / "trace.ndjson"
+    before = trace.read_bytes()
+    trace.write_bytes(before + b'{"schema":"drawbridge.trace_entry.v0","seq":')  # a torn last write
+    result = _wrap(evidence) if second == "wrap" else _serve(_serve_config(tmp_path / "serve", evidence))
+    line = _one_line_error(result, str(trace), "does not verify", "trailing_partial_line", "verify-chain", "move the file aside")
+    assert "Traceback" not in line
+    assert trace.read_bytes().startswith(before)  # nothing written to it, nothing cut from it
+
+
+def test_wraps_default_state_file_is_inside_its_evidence_directory(tmp_path: Path) -> None:
+    gateway = LineGateway(tmp_path, extra=("--pin-tools",))  # the pins are written to the state file
+    try:
+        assert gateway.call("safe_read")["result"]["content"][0]["text"] == "ran safe_read"
+    finally:
+        assert gateway.close() == 0
+    assert gateway.evidence == tmp_path / "evidence"
+    assert (tmp_path / "evidence" / "drawbridge.db").is_file()
+    assert not (tmp_path / "drawbridge.db").exists()  # where a serve beside it keeps ./drawbridge.db
