@@ -7,6 +7,8 @@ the control plane over HTTP, the ``drawbridge`` CLI).
 
 from __future__ import annotations
 
+import re
+
 import json
 import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -80,23 +82,39 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 @dataclass
 class ControlPlane:
-    """The wrap's control plane on 127.0.0.1:``port``."""
+    """The wrap's control plane on 127.0.0.1:``port``, reached with the admin token the gateway keeps
+    beside its state file (``state``: the state file, or the evidence directory that holds it)."""
 
     port: int
+    state: Path | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def token_file(self) -> Path:
+        assert self.state is not None, "give the ControlPlane the gateway's state file or evidence directory"
+        state = self.state / "drawbridge.db" if self.state.suffix != ".db" else self.state
+        return state.with_name(state.stem + ".admin-token")
+
+    def headers(self) -> dict[str, str]:
+        token = self.token_file.read_text(encoding="ascii").strip()
+        return {"Authorization": f"Bearer {token}"}
+
+    def cli_args(self) -> list[str]:
+        """What the CLI needs to reach this control plane: its URL and the token file."""
+        return ["--url", self.url, "--token-file", str(self.token_file)]
+
     async def get(self, path: str, **params: str) -> Any:
         async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
-            response = await http.get(self.url + path, params=params)
+            response = await http.get(self.url + path, params=params, headers=self.headers())
         response.raise_for_status()
         return response.json()
 
     async def post(self, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
         async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
-            return await http.post(self.url + path, json=body or {})
+            return await http.post(self.url + path, json=body or {}, headers=self.headers())
 
     async def pending(self) -> list[dict[str, Any]]:
         return list(await self.get("/approvals", status="pending"))
@@ -107,7 +125,7 @@ class ControlPlane:
             while True:
                 try:
                     listed = await self.pending()
-                except httpx.HTTPError:
+                except (httpx.HTTPError, OSError):
                     listed = []
                 if len(listed) >= count:
                     return listed
@@ -118,6 +136,22 @@ class ControlPlane:
 
     async def deny(self, approval_id: str, by: str = "op-bob", reason: str = "not today") -> httpx.Response:
         return await self.post(f"/approvals/{approval_id}/deny", {"resolved_by": by, "reason": reason})
+
+
+APPROVAL_ID = re.compile(r"Approval required \(id: ([0-9a-f]{16})\)")
+
+
+async def approved_by_operator(
+    client: Any, control: ControlPlane, tool: str, arguments: dict[str, Any], by: str = "op-alice"
+) -> types.CallToolResult:
+    """A call under ``--non-blocking-approvals``: it comes back pending, an operator approves it through
+    the control plane, and its retry runs. Returns the retry's result."""
+    pending = await client.call_tool(tool, arguments)
+    found = APPROVAL_ID.search(text_of(pending))
+    assert pending.is_error and found is not None, text_of(pending)
+    response = await control.approve(found.group(1), by=by)
+    assert response.status_code == 200, response.text
+    return await client.call_tool(tool, arguments)
 
 
 @dataclass

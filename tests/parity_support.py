@@ -45,9 +45,10 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from serve_support import http_client
 
-TIMEOUT = 30.0
+TIMEOUT = 90.0
 """The one bound on every wait of this suite (an answer, a gateway starting or ending, an approval
-showing up on the control plane)."""
+showing up on the control plane). Nothing waits for it to pass, so it is generous: three gateways
+start side by side here, and on a loaded 2-core machine a serve took more than 30 s to print its URL."""
 
 TRANSPORTS = ("wrap", "serve-stdio", "serve-http")
 AGENT = "tester"
@@ -110,8 +111,8 @@ def write_policy(directory: Path) -> Path:
 
 def write_serve_config(directory: Path, upstream: Upstream, *, http: bool, pin_tools: bool = False) -> Path:
     """The drawbridge.yaml (as JSON) for ``serve`` with the parity settings. Without ``http`` it has
-    no ``listen`` section, so ``serve --stdio`` opens no control plane: no operator channel, as for
-    ``wrap`` without ``--control-port``."""
+    no ``control`` section, so ``serve --stdio`` opens no control plane: no operator channel, as for
+    ``wrap`` without ``--control-port``; with it, the control plane listens on a free port of its own."""
     write_policy(directory)
     document: dict[str, Any] = {
         "upstreams": [
@@ -135,6 +136,7 @@ def write_serve_config(directory: Path, upstream: Upstream, *, http: bool, pin_t
         document["pin_tools"] = True
     if http:
         document["listen"] = {"host": "127.0.0.1", "port": 0}
+        document["control"] = {"host": "127.0.0.1", "port": 0}
     path = directory / "drawbridge.yaml"
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     return path

@@ -31,6 +31,7 @@ HTTP_UPSTREAM = FIXTURES / "http_upstream.py"
 
 ALLOW_ALL = {"allow.yaml": "name: allow-all\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"}
 URL_LINE = re.compile(r"serving \d+ upstream\(s\) on (http://\S+/mcp)")
+CONTROL_LINE = re.compile(r"control plane on (http://\S+) \((?:admin token in (.+)|admin token as configured)\)")
 
 
 def everything_upstream(command: Sequence[str]) -> dict[str, Any]:
@@ -84,9 +85,25 @@ class Running:
     stderr: list[str] = field(default_factory=list)
     url: str | None = None
     config: Path | None = None
+    control_url: str | None = None
+    """The control plane's own listener, once serve printed it."""
+    token_file: Path | None = None
+    """Where serve keeps the control plane's admin token (none when one is configured)."""
+    control_ready: threading.Event = field(default_factory=threading.Event)
 
     def text(self) -> str:
         return "".join(self.stderr)
+
+    def control(self, timeout: float = 30.0) -> str:
+        """The control plane's URL, waiting for serve to print it."""
+        assert self.control_ready.wait(timeout) and self.control_url is not None, self.text()
+        return self.control_url
+
+    def control_headers(self) -> dict[str, str]:
+        """The operator's credential: the token serve keeps in its token file."""
+        self.control()
+        assert self.token_file is not None, "the admin token is configured: send it yourself"
+        return {"Authorization": f"Bearer {self.token_file.read_text(encoding='ascii').strip()}"}
 
 
 def _drain(running: Running, ready: threading.Event) -> None:
@@ -98,7 +115,13 @@ def _drain(running: Running, ready: threading.Event) -> None:
         if match:
             running.url = match.group(1)
             ready.set()
+        control = CONTROL_LINE.search(line)
+        if control:
+            running.control_url = control.group(1)
+            running.token_file = Path(control.group(2)) if control.group(2) else None
+            running.control_ready.set()
     ready.set()
+    running.control_ready.set()
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -113,7 +136,13 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def http_gateway(config: Path, env: dict[str, str] | None = None, timeout: float = 45.0) -> Iterator[Running]:
-    """``drawbridge serve --config ...`` over HTTP; yields once it printed the URL it serves."""
+    """``drawbridge serve --config ...`` over HTTP; yields once it printed the URL it serves. Its control
+    plane listens on a free port unless the file says where (never serve's default 8788, which tests
+    running side by side would fight over)."""
+    document = json.loads(config.read_text(encoding="utf-8"))
+    if "control" not in document:
+        document["control"] = {"port": 0}
+        config.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     process = subprocess.Popen(
         serve_argv(config), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env(env)
     )

@@ -13,6 +13,7 @@ from drawbridge.approval.memory import (
     MEMORY_RESOLVER,
     MemoryConfig,
     MemoryCounts,
+    MemoryDecision,
     decide,
     tally,
 )
@@ -22,10 +23,14 @@ from drawbridge.state.sqlite import StateDB
 
 T0 = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 DEFAULT = MemoryConfig()
+ON = MemoryConfig(enabled=True, count_client_answers=True)
+"""Memory switched on, counting client answers too (the most permissive configuration)."""
 
 
-def test_defaults() -> None:
-    assert (DEFAULT.enabled, DEFAULT.min_approvals, DEFAULT.count_client_answers) == (True, 3, True)
+def test_defaults_are_off_and_count_operators_only() -> None:
+    assert (DEFAULT.enabled, DEFAULT.min_approvals, DEFAULT.count_client_answers) == (False, 3, False)
+    plenty = MemoryCounts(operator_approvals=100)
+    assert decide(DEFAULT, plenty, injection_suspected=False) == MemoryDecision(False, "approval memory is off")
 
 
 @pytest.mark.parametrize(
@@ -43,16 +48,16 @@ def test_defaults() -> None:
     ],
 )
 def test_threshold_and_zero_denials(counts: MemoryCounts, approve: bool) -> None:
-    decision = decide(DEFAULT, counts, injection_suspected=False)
+    decision = decide(ON, counts, injection_suspected=False)
     assert decision.auto_approve is approve
 
 
 def test_reasons_say_why() -> None:
-    assert decide(DEFAULT, MemoryCounts(operator_approvals=3), injection_suspected=False).reason == (
+    assert decide(ON, MemoryCounts(operator_approvals=3), injection_suspected=False).reason == (
         "approval memory: 3 prior approvals, 0 denials for this agent, tool and argument shape"
     )
     def reason(counts: MemoryCounts) -> str:
-        return decide(DEFAULT, counts, injection_suspected=False).reason
+        return decide(ON, counts, injection_suspected=False).reason
 
     assert "2 of 3 approvals needed" in reason(MemoryCounts(operator_approvals=2))
     assert "1 denial on record" in reason(MemoryCounts(3, denials=1))
@@ -61,23 +66,23 @@ def test_reasons_say_why() -> None:
 
 def test_injection_off_and_unknown_shape_never_auto_approve() -> None:
     plenty = MemoryCounts(operator_approvals=100)
-    assert not decide(DEFAULT, plenty, injection_suspected=True).auto_approve
-    assert "injected instructions" in decide(DEFAULT, plenty, injection_suspected=True).reason
+    assert not decide(ON, plenty, injection_suspected=True).auto_approve
+    assert "injected instructions" in decide(ON, plenty, injection_suspected=True).reason
     off = MemoryConfig(enabled=False)
     assert decide(off, plenty, injection_suspected=False).reason == "approval memory is off"
     assert not decide(off, plenty, injection_suspected=False).auto_approve
-    assert not decide(DEFAULT, None, injection_suspected=False).auto_approve
+    assert not decide(ON, None, injection_suspected=False).auto_approve
 
 
 def test_configurable_threshold_and_client_answers() -> None:
-    one = MemoryConfig(min_approvals=1)
+    one = MemoryConfig(enabled=True, min_approvals=1)
     assert decide(one, MemoryCounts(operator_approvals=1), injection_suspected=False).auto_approve
-    strict = MemoryConfig(count_client_answers=False)
+    strict = MemoryConfig(enabled=True)  # client answers are not counted unless configured
     few = MemoryCounts(operator_approvals=2, client_approvals=5)
     enough = MemoryCounts(operator_approvals=3, client_approvals=5)
     assert not decide(strict, few, injection_suspected=False).auto_approve
     assert decide(strict, enough, injection_suspected=False).auto_approve
-    assert decide(DEFAULT, few, injection_suspected=False).auto_approve
+    assert decide(ON, few, injection_suspected=False).auto_approve
     for bad in (0, -1, True, 2.5):
         with pytest.raises(ValueError, match="min_approvals"):
             MemoryConfig(min_approvals=bad)  # type: ignore[arg-type]
@@ -128,7 +133,7 @@ async def test_memory_loop_through_the_store(tmp_path: Path) -> None:
     async def ask(arguments: dict[str, Any]) -> tuple[Any, Any]:
         shape = argument_shape(arguments)
         counts = await store.memory_counts("ci-bot", "fs.write_file", shape.digest)
-        decision = decide(DEFAULT, counts, injection_suspected=looks_like_injection(arguments))
+        decision = decide(ON, counts, injection_suspected=looks_like_injection(arguments))
         approval = await store.submit(
             agent="ci-bot", tool="fs.write_file", args_digest=digest, args_shape=shape, reason="rule 1",
             created_at=T0, expires_at=T0 + timedelta(minutes=5),

@@ -49,8 +49,10 @@ async def test_in_band_approval_over_http_in_both_eras(tmp_path: Path, mode: str
 async def test_operator_approval_and_a_grant_reach_calls_made_over_mcp(tmp_path: Path) -> None:
     with http_gateway(config(tmp_path)) as gateway:
         assert gateway.url is not None
-        base = gateway.url.removesuffix("/mcp")
-        async with http_client(gateway.url) as client, httpx.AsyncClient(base_url=base, trust_env=False) as http:
+        base, operator = gateway.control(), gateway.control_headers()
+        async with http_client(gateway.url) as client, httpx.AsyncClient(
+            base_url=base, trust_env=False, headers=operator
+        ) as http:
             results: list[object] = []
 
             async def call() -> None:

@@ -81,7 +81,7 @@ async def test_elicitation_approve_runs_the_call_and_decline_refuses_it(tmp_path
 async def test_control_plane_and_cli_approvals_release_waiting_calls(tmp_path: Path) -> None:
     evidence, port = tmp_path / "evidence", free_port()
     flags = wrap_flags(write_policy(tmp_path), evidence, "--control-port", str(port))
-    control = ControlPlane(port)
+    control = ControlPlane(port, evidence)
     async with connect(wrap_params(GITHUB_LIKE, *flags)) as client:  # no elicitation callback
         async with anyio.create_task_group() as tg:
             results: dict[str, object] = {}
@@ -105,7 +105,7 @@ async def test_control_plane_and_cli_approvals_release_waiting_calls(tmp_path: P
             tg.start_soon(call, "add_deploy_key", {"owner": "acme", "repo": "anvil", "title": "ci", "key": "ssh-ed25519 A"})
             (waiting,) = await control.wait_pending(1)
             done = await anyio.to_thread.run_sync(
-                lambda: cli("approvals", "approve", waiting["short_id"], "--by", "op-carol", "--url", control.url)
+                lambda: cli("approvals", "approve", waiting["short_id"], "--by", "op-carol", *control.cli_args())
             )
             assert done.returncode == 0, done.stderr
         assert "deploy key 'ci' added" in text_of(results["add_deploy_key"])  # type: ignore[arg-type]
@@ -124,7 +124,7 @@ async def test_an_approval_through_another_channel_runs_a_call_being_asked_in_ba
     """The client is being asked and never answers; the operator's approval runs the call anyway."""
     evidence, port = tmp_path / "evidence", free_port()
     flags = wrap_flags(write_policy(tmp_path), evidence, "--control-port", str(port))
-    control = ControlPlane(port)
+    control = ControlPlane(port, evidence)
     asked = anyio.Event()
 
     async def silent(context: object, params: object) -> object:
@@ -152,7 +152,7 @@ async def test_an_approval_through_another_channel_runs_a_call_being_asked_in_ba
 async def test_nobody_answers_then_the_timeout_denies(tmp_path: Path) -> None:
     evidence, port = tmp_path / "evidence", free_port()
     flags = wrap_flags(write_policy(tmp_path), evidence, "--control-port", str(port), "--approval-timeout", "1")
-    control = ControlPlane(port)
+    control = ControlPlane(port, evidence)
     async with connect(wrap_params(GITHUB_LIKE, *flags)) as client:
         with anyio.fail_after(10):
             refused = await client.call_tool("delete_repo", ROCKET)
@@ -170,7 +170,7 @@ async def test_nobody_answers_then_the_timeout_denies(tmp_path: Path) -> None:
 async def test_concurrent_approvals_of_different_calls_each_decide_their_own_call(tmp_path: Path) -> None:
     evidence, port = tmp_path / "evidence", free_port()
     flags = wrap_flags(write_policy(tmp_path), evidence, "--control-port", str(port))
-    control = ControlPlane(port)
+    control = ControlPlane(port, evidence)
     key = {"owner": "acme", "repo": "anvil", "title": "deploy", "key": "ssh-ed25519 B"}
     async with connect(wrap_params(GITHUB_LIKE, *flags)) as client:
         results: dict[str, object] = {}

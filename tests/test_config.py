@@ -119,8 +119,12 @@ def test_approval_section_defaults_and_every_key(tmp_path):
     path = str(tmp_path / "drawbridge.yaml")
     plain = parse_config(BASE.replace("approval: {timeout_seconds: 30}\n", ""), path, ENV)
     assert (plain.approval_timeout_seconds, plain.approval_non_blocking, plain.approval_elicitation) == (300.0, False, True)
-    assert (plain.approval_memory_enabled, plain.approval_memory_min_approvals) == (True, 3)
-    assert plain.approval_memory_count_client_answers is True
+    # Approval memory is off unless configured, and then counts only operators' approvals.
+    assert (plain.approval_memory_enabled, plain.approval_memory_min_approvals) == (False, 3)
+    assert plain.approval_memory_count_client_answers is False
+    on = parse_config(BASE.replace("{timeout_seconds: 30}", "{memory: {min_approvals: 2}}"), path, ENV)
+    assert (on.approval_memory_enabled, on.approval_memory_min_approvals, on.approval_memory_count_client_answers) == (
+        True, 2, False)
     full = parse_config(BASE.replace("approval: {timeout_seconds: 30}\n", APPROVAL_FULL), path, ENV)
     assert full.approval_timeout_seconds == 12.5 and full.approval_non_blocking and not full.approval_elicitation
     assert full.approval_memory_min_approvals == 5 and not full.approval_memory_count_client_answers

@@ -27,7 +27,9 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
+from serve_support import CONTROL_LINE
 from parity_support import (
+    gateway_stderr,
     AGENT,
     MAX_MESSAGE_BYTES,
     NOTEBOOK,
@@ -441,10 +443,13 @@ def test_evidence_sink_failure_parity(evidence_failure: dict[str, Run]) -> None:
 async def deny_as_operator(s: Session, step: Step, answered: anyio.Event) -> None:
     """Over HTTP: wait for the changed tool's approval on the control plane and refuse it there (or
     stop looking once the call was answered without one: the test then says what it got)."""
-    assert s.url is not None
-    base = s.url.removesuffix("/mcp")
+    found = list(CONTROL_LINE.finditer(gateway_stderr(s.directory)))[-1:]  # this run's, the last one
+    assert found and found[0].group(2), gateway_stderr(s.directory)
+    found = found[0]
+    base, token = found.group(1), Path(found.group(2)).read_text(encoding="ascii").strip()
     step.notes["pending"] = None
-    async with httpx.AsyncClient(trust_env=False, timeout=TIMEOUT) as http:
+    auth = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(trust_env=False, timeout=TIMEOUT, headers=auth) as http:
         with anyio.fail_after(TIMEOUT):
             while not (pending := (await http.get(f"{base}/approvals", params={"status": "pending"})).json()):
                 if answered.is_set():
@@ -537,8 +542,9 @@ def test_pinned_tool_changed(pins: dict[str, Run], transport: str) -> None:
     changed, new = second.answers
     assert changed.is_error is True and changed.text is not None, second.describe()
     if transport == "serve-http":
-        # The HTTP listener always serves the control plane, an operator channel: the call waits for
-        # a person there instead of being refused at once; the operator refuses it.
+        # serve over HTTP always serves the control plane (on a listener of its own), an operator
+        # channel: the call waits for a person there instead of being refused at once; the operator
+        # refuses it.
         held = second.notes["pending"]
         assert held is not None, second.describe()  # it waited for a person on the control plane
         assert held["tool"] == "rugpull.echo", held

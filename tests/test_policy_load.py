@@ -186,6 +186,38 @@ def test_unknown_rule_key() -> None:
     expect(with_rule("- tools: [t]\n  action: allow\n  comment: x\n"), 6, r"unknown key `comment` in rule")
 
 
+def test_who_may_approve_and_the_memory_key_are_read_from_human_approval_rules() -> None:
+    body = with_rule(
+        "- tools: [a]\n  action: human_approval\n  approval: operator\n"
+        "- tools: [b]\n  action: human_approval\n  memory_key: [path, options.mode]\n"
+        "- tools: [c]\n  action: human_approval\n"
+    )
+    operator, keyed, plain = load_policy_text(body).policies[0].rules
+    assert (str(operator.approver), operator.memory_key) == ("operator", ())
+    assert (str(keyed.approver), keyed.memory_key) == ("any", (("path",), ("options", "mode")))
+    assert (str(plain.approver), plain.memory_key) == ("any", ())
+    decision = load_policy_text(body).policies[0].decisions[0]
+    assert str(decision.approver) == "operator" and decision.as_dict()["approval"] == "operator"
+    assert decision.reason.endswith("an operator must approve")
+
+
+@pytest.mark.parametrize(
+    ("rule", "line", "pattern"),
+    [
+        ("- tools: [t]\n  action: allow\n  approval: operator\n", 6, r"`approval` applies to human_approval rules only"),
+        ("- tools: [t]\n  action: deny\n  memory_key: [path]\n", 6, r"`memory_key` applies to human_approval rules"),
+        ("- tools: [t]\n  action: human_approval\n  approval: client\n", 6, r"unknown approval 'client' \(allowed: any, operator\)"),
+        ("- tools: [t]\n  action: human_approval\n  memory_key: path\n", 6, r"non-empty list of argument names"),
+        ("- tools: [t]\n  action: human_approval\n  memory_key: []\n", 6, r"non-empty list"),
+        ("- tools: [t]\n  action: human_approval\n  memory_key: [a..b]\n", 6, r"argument name or a dotted path"),
+        ("- tools: [t]\n  action: human_approval\n  approval: operator\n  memory_key: [p]\n", 7,
+         r"no use with `approval: operator`"),
+    ],
+)
+def test_bad_approval_terms_are_load_errors(rule: str, line: int, pattern: str) -> None:
+    expect(with_rule(rule), line, pattern)
+
+
 def test_mesh7_condition_key_gets_a_hint() -> None:
     err = expect(
         with_rule("- tools: [t]\n  action: allow\n  condition: {field: x, operator: '<', value: 1}\n"),

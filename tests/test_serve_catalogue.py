@@ -73,8 +73,8 @@ def _auth(token: str) -> dict[str, str]:
 
 
 def _base(running: Running) -> str:
-    assert running.url is not None
-    return running.url.removesuffix("/mcp")
+    """The control plane's own listener (never the agents' /mcp one)."""
+    return running.control()
 
 
 def _comments(text: str) -> list[str]:
@@ -123,7 +123,7 @@ async def test_each_agent_sees_only_the_tools_it_may_use_and_hidden_calls_are_re
     }
     assert not visible_call.get("isError")
 
-    rows = httpx.get(f"{_base(hiding)}/tools/decisions", params={"agent": "alice"}).json()
+    rows = httpx.get(f"{_base(hiding)}/tools/decisions", params={"agent": "alice"}, headers=hiding.control_headers()).json()
     assert sorted(r["name"] for r in rows if not r["hidden"]) == alice_tools
 
 
@@ -140,18 +140,26 @@ def test_a_filtered_2026_list_is_private_and_filtered(hiding: Running) -> None:
     assert sorted(t["name"] for t in result["tools"]) == ["slack.add_member", "slack.invite", "slack.list_channels"]
 
 
-def test_without_an_admin_token_only_loopback_callers_reach_the_control_plane(hiding: Running) -> None:
+def test_without_a_configured_token_the_control_plane_needs_the_one_serve_keeps(hiding: Running) -> None:
+    """An agent with a shell on this host is a loopback caller: it gets nothing without the token, which
+    serve made at its first start and keeps in a file only its user may read."""
+    base = _base(hiding)
+    assert hiding.token_file is not None and hiding.token_file.name == "drawbridge.admin-token"
+    assert hiding.token_file.parent == hiding.config.parent if hiding.config else False
+    assert hiding.token_file.stat().st_mode & 0o777 == 0o600
+    token = hiding.token_file.read_text(encoding="ascii").strip()
+    assert token not in hiding.text()  # its path is printed, never the token
+    assert httpx.get(f"{base}/policies").status_code == 401
+    assert httpx.get(f"{base}/policies", headers={"X-Forwarded-For": "127.0.0.1"}).status_code == 401
+    assert httpx.get(f"{base}/policies", headers=_auth(ALICE)).status_code == 401  # an agent's token is not it
+    served = httpx.get(f"{base}/policies", headers=hiding.control_headers())
+    assert served.status_code == 200 and [p["name"] for p in served.json()] == ["alice", "bob", "default"]
+    # The two listeners are apart: no control route beside /mcp, no /mcp beside the control plane.
     assert hiding.url is not None
-    port = hiding.url.rsplit(":", 1)[1].split("/")[0]
-    local = httpx.get(f"http://127.0.0.1:{port}/policies")
-    assert local.status_code == 200 and [p["name"] for p in local.json()] == ["alice", "bob", "default"]
-    # A caller from another address is refused too: tests/test_control_plane.py drives the same guard
-    # with a non-loopback client address; this machine's tests send traffic only to loopback.
-    proxied = httpx.get(f"http://127.0.0.1:{port}/tools", headers={"X-Forwarded-For": "127.0.0.1"})
-    assert proxied.status_code == 403
-    # The agents' endpoint is not the control plane's: an agent with a token is served.
+    assert httpx.get(hiding.url.removesuffix("/mcp") + "/policies", headers=hiding.control_headers()).status_code == 404
+    assert httpx.post(f"{base}/mcp", json={}, headers=_auth(ALICE)).status_code in (401, 404)
     agent_mcp = httpx.post(
-        f"http://127.0.0.1:{port}/mcp",
+        hiding.url,
         json={"jsonrpc": "2.0", "id": 1, "method": "initialize",
               "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
         headers={**_auth(ALICE), "accept": "application/json, text/event-stream"},
@@ -324,14 +332,14 @@ def test_a_listen_post_that_takes_no_event_stream_is_refused_at_once(hiding: Run
     assert bad.json()["error"]["message"] == "invalid params: toolsListChanged must be a boolean"
 
 
-# ----------------------------------------------------------------------------- --stdio + listen
+# ---------------------------------------------------------------------------- --stdio + control
 
 
 @pytest.mark.anyio
-async def test_with_stdio_the_control_plane_has_its_own_listener_when_listen_is_configured(tmp_path: Path) -> None:
+async def test_with_stdio_the_control_plane_has_its_own_listener_when_control_is_configured(tmp_path: Path) -> None:
     port = free_port()
     config = write_config(
-        tmp_path, [GITHUB], fsync="never", listen={"host": "127.0.0.1", "port": port},
+        tmp_path, [GITHUB], fsync="never", control={"host": "127.0.0.1", "port": port},
         auth={"admin": {"token_sha256": sha256(ADMIN)}},
     )
     async with connect(stdio_params(config, "--agent", "claude")) as client:

@@ -54,8 +54,8 @@ def _config(directory: Path, upstream: dict[str, Any]) -> Path:
 
 
 def _base(running: Running) -> str:
-    assert running.url is not None
-    return running.url.removesuffix("/mcp")
+    """The control plane's own listener."""
+    return running.control()
 
 
 def _trace(directory: Path) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from drawbridge.state.sqlite import (
     APPLICATION_ID,
+    MIGRATIONS,
     SCHEMA_VERSION,
     StateDB,
     StateUnavailable,
@@ -40,13 +41,17 @@ def test_new_file_is_0600_wal_and_versioned(tmp_path: Path) -> None:
     db.write_sync(lambda c: c.execute("INSERT INTO pin_servers VALUES ('s', 'x', 'y')"), "touch")
     wal = tmp_path / "state.db-wal"
     assert wal.exists() and _mode(wal) == 0o600
-    assert db.schema_version() == SCHEMA_VERSION == 2
+    assert db.schema_version() == SCHEMA_VERSION == 3
     raw = sqlite3.connect(path)
     try:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert raw.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
         rows = raw.execute("SELECT version, name FROM schema_version").fetchall()
-        assert rows == [(1, "approvals, grants, pins"), (2, "approval uses: each resolution delivered to one call")]
+        assert rows == [
+            (1, "approvals, grants, pins"),
+            (2, "approval uses: each resolution delivered to one call"),
+            (3, "who may approve (approval: operator), and the key approval memory counts under (memory_key)"),
+        ]
     finally:
         raw.close()
         db.close()
@@ -66,7 +71,35 @@ def test_reopen_does_not_rerun_migrations(tmp_path: Path) -> None:
         StateDB.open(path).close()
     raw = sqlite3.connect(path)
     try:
-        assert raw.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 2
+        assert raw.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 3
+    finally:
+        raw.close()
+
+
+def test_a_version_2_database_gains_the_approver_and_the_memory_key(tmp_path: Path) -> None:
+    """Migration 3 on a file written by version 2: existing approvals ask anyone, and memory keeps
+    counting them under their shape digest."""
+    path = tmp_path / "state.db"
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    raw.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)")
+    for migration in MIGRATIONS[:2]:
+        for statement in migration.statements:
+            raw.execute(statement)
+        raw.execute("INSERT INTO schema_version VALUES (?, ?, '2026-01-01T00:00:00.000000Z')", (migration.version, migration.name))
+    raw.execute(
+        "INSERT INTO approvals (id, agent, tool, args_digest, shape_digest, reason, status, created_at, expires_at) "
+        "VALUES ('00000000000000aa', 'a', 't', 'hmac-sha256:k:00', 'sha256:' || hex(zeroblob(32)), 'r', 'pending', "
+        "'2026-01-01T00:00:00.000000Z', '2026-01-01T00:05:00.000000Z')"
+    )
+    raw.close()
+    StateDB.open(path).close()
+    raw = sqlite3.connect(path)
+    try:
+        row = raw.execute("SELECT approver, memory_digest = shape_digest FROM approvals").fetchone()
+        assert row == ("any", 1)
+        with pytest.raises(sqlite3.IntegrityError):
+            raw.execute("UPDATE approvals SET approver = 'client'")
     finally:
         raw.close()
 
@@ -103,7 +136,7 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     raw.execute("INSERT INTO schema_version VALUES (99, 'future', '2030-01-01T00:00:00.000000Z')")
     raw.commit()
     raw.close()
-    newer = r"schema version 99, newer than this drawbridge supports \(2\)"
+    newer = r"schema version 99, newer than this drawbridge supports \(3\)"
     with pytest.raises(StateUnavailable, match=newer):
         StateDB.open(path)
 

@@ -80,6 +80,11 @@ class GatewayConfig:
     fsync: str = "batch"
     listen_host: str = "127.0.0.1"
     listen_port: int = 8787
+    control_host: str = "127.0.0.1"
+    control_port: int = 8788
+    """The control plane's own listener, apart from ``/mcp`` (``control``)."""
+    control_configured: bool = False
+    """The file has a ``control`` section (with ``--stdio``, only then is a control plane served)."""
     admin_token_sha256: str | None = None
     agents: tuple[AgentToken, ...] = ()
     anonymous_agent: str | None = None
@@ -93,9 +98,10 @@ class GatewayConfig:
     approval_timeout_seconds: float = 300.0
     approval_non_blocking: bool = False
     approval_elicitation: bool = True
-    approval_memory_enabled: bool = True
+    approval_memory_enabled: bool = False
+    """Approval memory is off unless ``approval.memory`` is configured (then on, unless ``enabled: false``)."""
     approval_memory_min_approvals: int = 3
-    approval_memory_count_client_answers: bool = True
+    approval_memory_count_client_answers: bool = False
 
 
 def _line(node: Any, key: Any = None) -> int | None:
@@ -240,15 +246,13 @@ def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
 
 
 _TOP_KEYS = {
-    "upstreams", "policy_dir", "policy_file", "evidence_dir", "state_path", "fsync", "listen", "auth",
-    "limits", "tool_decision_truth", "pin_tools", "hide_denied_tools", "approval",
+    "upstreams", "policy_dir", "policy_file", "evidence_dir", "state_path", "fsync", "listen", "control",
+    "auth", "limits", "tool_decision_truth", "pin_tools", "hide_denied_tools", "approval",
 }
 
 
-def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = None) -> GatewayConfig:
-    """Validate a configuration text; ``env`` supplies environment variables named by the file."""
-    env = os.environ if env is None else env
-    base = Path(source_file).resolve().parent
+def _top(text: str, source_file: str) -> _Reader:
+    """The top-level mapping of a configuration text, its keys checked."""
     try:
         root = YAML(typ="rt").load(text)
     except YAMLError as exc:
@@ -258,6 +262,21 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         raise ConfigError(source_file, None, "the configuration is empty")
     top = _Reader(source_file, root, "config")
     top.check_keys(_TOP_KEYS)
+    return top
+
+
+def _read(path: str | os.PathLike[str]) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), None, f"cannot read the configuration: {exc.__class__.__name__}: {exc}") from None
+
+
+def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Validate a configuration text; ``env`` supplies environment variables named by the file."""
+    env = os.environ if env is None else env
+    base = Path(source_file).resolve().parent
+    top = _top(text, source_file)
 
     raw_upstreams = top.get("upstreams", CommentedSeq, required=True)
     upstreams = tuple(_upstream(source_file, node, i, base) for i, node in enumerate(raw_upstreams))
@@ -286,6 +305,19 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         port = listen.get("port", int, default=port)
         if not 0 <= port <= 65535:
             raise listen.fail("port", f"listen.port {port} is out of range")
+
+    control_host, control_port = "127.0.0.1", 8788
+    control = top.child("control")
+    if control is not None:
+        control.check_keys({"host", "port"})
+        control_host = control.get("host", str, default=control_host)
+        control_port = control.get("port", int, default=control_port)
+        if not 0 <= control_port <= 65535:
+            raise control.fail("port", f"control.port {control_port} is out of range")
+        if control_port and (control_host, control_port) == (host, port):
+            raise control.fail(
+                "port", "the control plane listens apart from /mcp: give control.port a port of its own"
+            )
 
     admin_digest, agents, anonymous = None, [], None
     if (auth := top.child("auth")) is not None:
@@ -327,7 +359,7 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
 
     approval_timeout = 300.0
     non_blocking, elicitation = False, True
-    memory_enabled, memory_min, memory_client = True, 3, True
+    memory_enabled, memory_min, memory_client = False, 3, False  # memory is off unless configured
     if (approval := top.child("approval")) is not None:
         approval.check_keys({"timeout_seconds", "non_blocking", "elicitation", "memory"})
         approval_timeout = approval.get("timeout_seconds", float, default=approval_timeout)
@@ -343,7 +375,7 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
                 raise memory.fail(
                     "min_approvals", "approval.memory.min_approvals must be an integer of at least 1"
                 )
-            memory_client = memory.get("count_client_answers", bool, default=True)
+            memory_client = memory.get("count_client_answers", bool, default=False)
 
     return GatewayConfig(
         source_file=str(Path(source_file).resolve()),
@@ -355,6 +387,9 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         fsync=fsync,
         listen_host=host,
         listen_port=port,
+        control_host=control_host,
+        control_port=control_port,
+        control_configured=control is not None,
         admin_token_sha256=admin_digest,
         agents=tuple(agents),
         anonymous_agent=anonymous,
@@ -373,11 +408,44 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
     )
 
 
+@dataclass(frozen=True)
+class ControlAccess:
+    """How the CLI reaches the control plane of the gateway a configuration file describes."""
+
+    url: str
+    state_path: str
+    """The state file; the gateway's own admin token lives beside it (``<stem>.admin-token``)."""
+    token_env: str | None
+    """The environment variable ``auth.admin.token_env`` names, if any."""
+    token_configured: bool
+    """``auth.admin`` is configured: the gateway makes no token file."""
+
+
+def control_access(path: str | os.PathLike[str]) -> ControlAccess:
+    """What the CLI needs of a configuration file, read without the secrets the gateway needs (the
+    CLI asks only for what it uses); the file is held to the same key rules for what is read."""
+    source = str(path)
+    top = _top(_read(path), source)
+    base = Path(source).resolve().parent
+    host, port = "127.0.0.1", 8788
+    if (control := top.child("control")) is not None:
+        control.check_keys({"host", "port"})
+        host = control.get("host", str, default=host)
+        port = control.get("port", int, default=port)
+    token_env, configured = None, False
+    if (auth := top.child("auth")) is not None and (admin := auth.child("admin")) is not None:
+        configured = True
+        token_env = admin.get("token_env", str)
+    shown = f"[{host}]" if ":" in host else host
+    return ControlAccess(
+        url=f"http://{shown}:{port}",
+        state_path=_resolve(base, top.get("state_path", str, default="./drawbridge.db")) or "",
+        token_env=token_env,
+        token_configured=configured,
+    )
+
+
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> GatewayConfig:
     """Read and validate a configuration file; unreadable files are a ConfigError too."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), None, f"cannot read the configuration: {exc.__class__.__name__}: {exc}") from None
-    return parse_config(text, str(path), env)
+    return parse_config(_read(path), str(path), env)
 

@@ -1,13 +1,19 @@
 """Approval memory: when earlier human decisions may stand in for a new one.
 
 Invariant: memory only ever turns a pending ``human_approval`` into an
-approval, and only when all of these hold for the exact (agent, tool, argument
-shape digest): memory is enabled; at least ``min_approvals`` approvals came
-from people (operator channels, and client answers unless configured out);
-there has been no denial at all, through any channel; and the current call's
-arguments do not look like injected instructions. Anything else, including
-a call whose argument shape could not be computed, goes to a person. Memory
-never denies and never overrides a deny.
+approval, and only when all of these hold for the exact (agent, tool, memory
+key): memory is enabled (it is off unless configured); at least
+``min_approvals`` approvals came from operators (client answers count only when
+``count_client_answers`` is configured: they prove only that the client
+answered); there has been no denial at all, through any channel; and the
+current call's arguments do not look like injected instructions. The memory key
+is the argument shape's digest, or, for a rule with ``memory_key``, a keyed
+digest of that shape and the values of the named fields (``memory_key_digest``),
+so "the same kind of call" can mean "the same path" and not only "a path".
+Anything else, including a call whose argument shape could not be computed,
+goes to a person. Memory never denies and never overrides a deny. The gateway
+never consults it for a generic tool (its argument is the program), a changed
+pin or an ``approval: operator`` rule.
 
 Theory of operation. The approval store counts past resolutions for the key
 (``ApprovalStore.memory_counts``) by feeding its (status, channel) rows to
@@ -23,13 +29,15 @@ exact query over the local approval table, scoped to the argument shape.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from drawbridge.approval.channels import Strength, strength_of
+from drawbridge.canonical import CanonicalizationError, canonical_bytes, hmac_sha256_hex, is_valid_key_id
 
 DEFAULT_MIN_APPROVALS: Final = 3
+MEMORY_KEY_DOMAIN: Final = "drawbridge.approval_memory.v1"
 MEMORY_RESOLVER: Final = "memory"
 """``resolved_by`` of an approval that memory granted."""
 
@@ -38,9 +46,9 @@ MEMORY_RESOLVER: Final = "memory"
 class MemoryConfig:
     """How approval memory behaves. ``enabled=False`` switches it off entirely."""
 
-    enabled: bool = True
+    enabled: bool = False
     min_approvals: int = DEFAULT_MIN_APPROVALS
-    count_client_answers: bool = True
+    count_client_answers: bool = False
     """Whether in-band elicitation answers (which prove only that the client answered) count as approvals."""
 
     def __post_init__(self) -> None:
@@ -65,6 +73,33 @@ class MemoryCounts:
 class MemoryDecision:
     auto_approve: bool
     reason: str
+
+
+def memory_key_digest(
+    shape_digest: str, arguments: Mapping[str, Any], paths: Sequence[Sequence[str]], key: bytes, key_id: str
+) -> str | None:
+    """The memory key of a call under a rule's ``memory_key``: HMAC-SHA256 (domain
+    ``drawbridge.approval_memory.v1``) over the canonical bytes of the shape digest and, per named
+    path, whether it is present and its value. Keyed, so no value can be recovered from the stored
+    digest; None when it cannot be computed (memory then does not apply)."""
+    if not paths or not isinstance(key, (bytes, bytearray)) or not key or not is_valid_key_id(key_id):
+        return None
+    fields: list[Any] = []
+    for path in paths:
+        value: Any = arguments
+        for part in path:
+            if not isinstance(value, Mapping) or part not in value:
+                fields.append([".".join(path), False, None])
+                break
+            value = value[part]
+        else:
+            fields.append([".".join(path), True, value])
+    try:
+        canonical = canonical_bytes({"shape": shape_digest, "fields": fields})
+    except (CanonicalizationError, TypeError, ValueError, RecursionError):
+        return None
+    preimage = f"{MEMORY_KEY_DOMAIN}:{key_id}:".encode("ascii") + canonical
+    return f"hmac-sha256:{key_id}:{hmac_sha256_hex(bytes(key), preimage)}"
 
 
 def tally(rows: Iterable[tuple[str, str | None, int]]) -> MemoryCounts:
@@ -122,10 +157,12 @@ def decide(config: MemoryConfig, counts: MemoryCounts | None, *, injection_suspe
 
 __all__ = [
     "DEFAULT_MIN_APPROVALS",
+    "MEMORY_KEY_DOMAIN",
     "MEMORY_RESOLVER",
     "MemoryConfig",
     "MemoryCounts",
     "MemoryDecision",
     "decide",
+    "memory_key_digest",
     "tally",
 ]

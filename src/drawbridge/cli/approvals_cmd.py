@@ -95,6 +95,7 @@ def _show(view: dict[str, Any]) -> None:
         ("tool", view.get("tool")),
         ("status", _status(view.get("status"))),
         ("why", view.get("reason")),
+        ("approved by", "an operator only" if view.get("approver") == "operator" else "anyone asked"),
         ("rule", f"{view.get('policy')} #{view.get('rule_index')} ({view.get('source_file')})"),
         ("arguments", f"shape {view.get('args_shape')}, digest {view.get('args_digest')}"),
         ("remaining", _seconds(view.get("remaining_seconds"))),

@@ -1,10 +1,17 @@
 """The HTTP client every control-plane subcommand shares (``tools``, ``policy``, ``pins``, ``approvals``,
 ``grants``), and what their exit codes mean.
 
-Invariant: the admin token is read from the environment (``DRAWBRIDGE_ADMIN_TOKEN``), sent only in
-the ``Authorization`` header of requests to the ``--url`` given, and never printed, logged or put in
+Invariant: the admin token is read from one place (``find_token``), sent only in the
+``Authorization`` header of requests to the control plane's URL, and never printed, logged or put in
 an error message; a token that could not travel in a header is refused before anything is sent, so
 the HTTP library never gets to quote it.
+
+Where the token comes from, first found wins: ``--token-file FILE``; ``DRAWBRIDGE_ADMIN_TOKEN``; with
+``--config FILE``, the variable its ``auth.admin.token_env`` names, else the gateway's token file
+beside the state file the configuration names; with ``--state FILE``, the token file beside it;
+else ``./drawbridge.admin-token`` when it exists (beside serve's default state file). The URL is
+``--url``, else ``DRAWBRIDGE_URL``, else the configuration's ``control`` listener, else
+``http://127.0.0.1:8788``.
 
 Exit codes, for every control-plane subcommand:
 
@@ -31,10 +38,14 @@ import click
 import httpx
 
 from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT, FORMATS, display_text
+from drawbridge.config import ConfigError, ControlAccess, control_access
+from drawbridge.gateway.runtime.admin_token import AdminTokenProblem, read_token_file, token_file_for
 
-DEFAULT_URL: Final = "http://127.0.0.1:8787"
+DEFAULT_URL: Final = "http://127.0.0.1:8788"
 URL_ENV: Final = "DRAWBRIDGE_URL"
 TOKEN_ENV: Final = "DRAWBRIDGE_ADMIN_TOKEN"
+DEFAULT_TOKEN_FILE: Final = "drawbridge.admin-token"
+"""Beside serve's default state file ``./drawbridge.db``: found when the CLI runs where serve does."""
 DEFAULT_TIMEOUT: Final = 30.0
 _HEADER_SAFE: Final = re.compile(r"[\x21-\x7e]+")
 
@@ -73,23 +84,41 @@ class ControlClient:
     url: str
     token: str | None = field(default=None, repr=False)
     timeout: float = DEFAULT_TIMEOUT
+    token_source: str | None = None
+    """Where the token was found (a variable's name or a file's path), for messages."""
 
     @classmethod
-    def from_env(cls, url: str, env: Mapping[str, str] | None = None) -> ControlClient:
+    def from_env(
+        cls,
+        url: str | None,
+        env: Mapping[str, str] | None = None,
+        *,
+        token_file: str | None = None,
+        config: str | None = None,
+        state: str | None = None,
+    ) -> ControlClient:
         env = os.environ if env is None else env
+        access = None
+        if config is not None:
+            try:
+                access = control_access(config)
+            except ConfigError as exc:
+                raise ControlError(str(exc), EXIT_INPUT) from None
+        if url is None:
+            url = env.get(URL_ENV) or (access.url if access is not None else DEFAULT_URL)
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ControlError(
                 f"--url must be an http:// or https:// URL with a host, not {url!r}", EXIT_INPUT
             )
-        token = env.get(TOKEN_ENV) or None
+        token, source = find_token(env, token_file=token_file, access=access, state=state)
         if token is not None and _HEADER_SAFE.fullmatch(token) is None:
             raise ControlError(
-                f"{TOKEN_ENV} holds characters that cannot be sent in an HTTP header "
+                f"the admin token from {source} holds characters that cannot be sent in an HTTP header "
                 "(spaces, control or non-ASCII characters); check how it was set",
                 EXIT_INPUT,
             )
-        return cls(url.rstrip("/"), token)
+        return cls(url.rstrip("/"), token, token_source=source)
 
     def request(
         self,
@@ -144,12 +173,10 @@ class ControlClient:
                 message = f"{method} {path} failed"
         if status == 401:
             message += (
-                f"; the token in {TOKEN_ENV} was refused"
+                f"; the admin token from {self.token_source} was refused"
                 if self.token is not None
-                else f"; set {TOKEN_ENV} to the gateway's admin token"
+                else f"; no admin token found: {TOKEN_HINT}"
             )
-        elif status == 403 and self.token is None:
-            message += f"; set {TOKEN_ENV} to the gateway's admin token"
         code = EXIT_INPUT if status == 400 else EXIT_FAILED
         raise ControlError(f"{message} (HTTP {status})", code, status)
 
@@ -164,6 +191,50 @@ class ControlClient:
 
     def delete(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         return self.request("DELETE", path, params=params)
+
+
+TOKEN_HINT: Final = (
+    f"set {TOKEN_ENV}, or give --token-file, or --config (or --state) of the gateway, whose token file "
+    "lies beside its state file"
+)
+
+
+def find_token(
+    env: Mapping[str, str],
+    *,
+    token_file: str | None = None,
+    access: ControlAccess | None = None,
+    state: str | None = None,
+) -> tuple[str | None, str | None]:
+    """The admin token and where it came from (module docstring for the order); (None, None) if none."""
+    if token_file is not None:
+        return _from_file(token_file), token_file
+    if env.get(TOKEN_ENV):
+        return env[TOKEN_ENV], TOKEN_ENV
+    if access is not None:
+        if access.token_env is not None and env.get(access.token_env):
+            return env[access.token_env], access.token_env
+        if not access.token_configured:
+            path = str(token_file_for(access.state_path))
+            return _from_file(path), path
+        raise ControlError(
+            f"the configuration's auth.admin names the admin token, and {access.token_env or 'no variable'} "
+            f"does not hold it here: {TOKEN_HINT}",
+            EXIT_INPUT,
+        )
+    if state is not None:
+        path = str(token_file_for(state))
+        return _from_file(path), path
+    if os.path.exists(DEFAULT_TOKEN_FILE):
+        return _from_file(DEFAULT_TOKEN_FILE), DEFAULT_TOKEN_FILE
+    return None, None
+
+
+def _from_file(path: str) -> str:
+    try:
+        return read_token_file(path)
+    except AdminTokenProblem as exc:
+        raise ControlError(f"{exc} ({TOKEN_HINT})", EXIT_INPUT) from None
 
 
 @dataclass(frozen=True)
@@ -183,9 +254,17 @@ def control_options(func: F | None = None, *, formats: bool = True) -> Any:
 
     def decorate(f: F) -> F:
         @functools.wraps(f)
-        def wrapper(*args: Any, url: str, output_format: str = "table", **kwargs: Any) -> Any:
-            ctl = Control(ControlClient.from_env(url), output_format)
-            return f(*args, ctl=ctl, **kwargs)
+        def wrapper(
+            *args: Any,
+            url: str | None,
+            token_file: str | None,
+            config_path: str | None,
+            state_path: str | None,
+            output_format: str = "table",
+            **kwargs: Any,
+        ) -> Any:
+            client = ControlClient.from_env(url, token_file=token_file, config=config_path, state=state_path)
+            return f(*args, ctl=Control(client, output_format), **kwargs)
 
         wrapped: Any = wrapper
         if formats:
@@ -198,11 +277,26 @@ def control_options(func: F | None = None, *, formats: bool = True) -> Any:
                 help="table: for people (rich); json: the control plane's answer as JSON.",
             )(wrapped)
         wrapped = click.option(
+            "--state",
+            "state_path",
+            metavar="FILE",
+            help="The gateway's state file: its admin token file lies beside it (<stem>.admin-token).",
+        )(wrapped)
+        wrapped = click.option(
+            "--config",
+            "config_path",
+            metavar="FILE",
+            help="The gateway's configuration: its control listener and where its admin token is.",
+        )(wrapped)
+        wrapped = click.option(
+            "--token-file",
+            metavar="FILE",
+            help=f"A file holding the admin token (else {TOKEN_ENV}, else the gateway's token file).",
+        )(wrapped)
+        wrapped = click.option(
             "--url",
-            envvar=URL_ENV,
-            default=DEFAULT_URL,
-            show_default=True,
-            help=f"The gateway's control plane (env {URL_ENV}). The admin token is read from {TOKEN_ENV}.",
+            default=None,
+            help=f"The gateway's control plane (else {URL_ENV}, else the --config's, else {DEFAULT_URL}).",
         )(wrapped)
         return wrapped  # type: ignore[no-any-return]
 
@@ -221,6 +315,7 @@ def default_person() -> str:
 
 
 __all__ = [
+    "DEFAULT_TOKEN_FILE",
     "DEFAULT_URL",
     "TOKEN_ENV",
     "URL_ENV",
@@ -229,6 +324,7 @@ __all__ = [
     "ControlError",
     "control_options",
     "default_person",
+    "find_token",
     "segment",
     "shown_url",
 ]

@@ -4,8 +4,10 @@ The upstreams named in the configuration (stdio children and streamable-HTTP URL
 and shared by every agent; their tools are served as ``<upstream>.<tool>``. Agents connect over
 streamable HTTP at ``/mcp`` (bearer tokens map to agent ids, see docs/configuration.md) or, with
 ``--stdio``, one agent over this process's stdin and stdout. The control plane (docs/control-plane.md)
-is served on the same HTTP listener; with ``--stdio`` it gets a listener of its own only when the
-configuration file has a ``listen`` section (no ``/mcp`` there: the stdio agent is the only agent).
+is served on a listener of its own (``control``, default 127.0.0.1:8788), apart from ``/mcp``, and
+always needs the admin token: the configured one, else the one the gateway keeps in the file beside
+its state file (``gateway.runtime.admin_token``). With ``--stdio`` it is served only when the
+configuration file has a ``control`` section.
 The runtime is the one wrap builds (``drawbridge.gateway.runtime``): policy store, state database,
 pins, approval engine, trace and the one call pipeline; ``runtime.serve`` adds the upstreams and the hub.
 
@@ -25,6 +27,7 @@ import signal
 import socket
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -67,19 +70,11 @@ def preflight(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
     return problems
 
 
-def listen_configured(config: GatewayConfig) -> bool:
-    """Whether the configuration file has a ``listen`` section (read again: the loaded value has defaults).
-
-    With ``--stdio`` the control plane gets a listener only then, so that an MCP client starting
-    several stdio gateways does not make them fight over the default port."""
-    from ruamel.yaml import YAML
-
+def _bind(host: str, port: int, what: str) -> socket.socket:
     try:
-        with open(config.source_file, encoding="utf-8") as handle:
-            document = YAML(typ="safe").load(handle)
-    except (OSError, ValueError) as exc:
-        raise _Startup(f"cannot read the configuration again: {exc}") from None
-    return isinstance(document, dict) and document.get("listen") is not None
+        return bind(host, port)
+    except OSError as exc:
+        raise _Startup(f"cannot listen on {host}:{port} ({what}): {exc.strerror or exc}") from exc
 
 
 @click.command(name="serve", context_settings={"help_option_names": ["-h", "--help"]})
@@ -107,26 +102,25 @@ def command(config_path: str, stdio: bool, agent: str | None, verbose: bool) -> 
     except ConfigError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INPUT)
-    sock: socket.socket | None = None
+    socks: _Sockets = _Sockets()
     runtime: Runtime | None = None
     try:
         problems = preflight(config, os.environ)
         if problems:
             raise _Startup("\n".join(problems))
-        control_open = not stdio or listen_configured(config)
+        # With --stdio a control plane is served only when the file asks for one, so that an MCP client
+        # starting several stdio gateways does not make them fight over the default port.
+        control_open = not stdio or config.control_configured
         settings = RuntimeSettings.from_config(config, control_open=control_open)
         try:
             runtime = Runtime.build(settings)
         except StartupProblem as exc:
             raise _Startup(str(exc)) from None
+        if not stdio:
+            socks.mcp = _bind(config.listen_host, config.listen_port, "listen: the agents' /mcp")
         if control_open:
-            try:
-                sock = bind(config.listen_host, config.listen_port)
-            except OSError as exc:
-                raise _Startup(
-                    f"cannot listen on {config.listen_host}:{config.listen_port}: {exc.strerror or exc}"
-                ) from exc
-        anyio.run(_serve, config, runtime, agent or config.anonymous_agent or "anonymous", sock, stdio)
+            socks.control = _bind(config.control_host, config.control_port, "control: the control plane")
+        anyio.run(_serve, config, runtime, agent or config.anonymous_agent or "anonymous", socks, stdio)
     except _Startup as exc:
         click.echo(str(exc) if str(exc).startswith(config.source_file) else f"drawbridge: {exc}", err=True)
         sys.exit(EXIT_INPUT)
@@ -135,30 +129,40 @@ def command(config_path: str, stdio: bool, agent: str | None, verbose: bool) -> 
     finally:
         if runtime is not None:
             runtime.close()
-        if sock is not None:
-            sock.close()
+        socks.close()
 
 
-async def _serve(
-    config: GatewayConfig, runtime: Runtime, agent: str, sock: socket.socket | None, stdio: bool
-) -> None:
+@dataclass
+class _Sockets:
+    """The listeners serve opened before it started: the agents' ``/mcp`` and the control plane's."""
+
+    mcp: socket.socket | None = None
+    control: socket.socket | None = None
+
+    def close(self) -> None:
+        for sock in (self.mcp, self.control):
+            if sock is not None:
+                sock.close()
+
+
+async def _serve(config: GatewayConfig, runtime: Runtime, agent: str, socks: _Sockets, stdio: bool) -> None:
     if stdio:
         from drawbridge.gateway.transports.process_stdio import process_stdio
 
         async with process_stdio() as (client_in, client_out):
-            await _run(config, runtime, agent, sock, (client_in, client_out))
+            await _run(config, runtime, agent, socks, (client_in, client_out))
     else:
-        await _run(config, runtime, agent, sock, None)
+        await _run(config, runtime, agent, socks, None)
 
 
 async def _run(
     config: GatewayConfig,
     runtime: Runtime,
     agent: str,
-    sock: socket.socket | None,
+    socks: _Sockets,
     pipes: tuple[Any, Any] | None,
 ) -> None:
-    parts = build_serve(runtime, config, control_open=sock is not None)
+    parts = build_serve(runtime, config, control_open=socks.control is not None)
     gateway = parts.hub
     failed: list[str] = []
     async with anyio.create_task_group() as tg:
@@ -177,40 +181,41 @@ async def _run(
                     click.echo(
                         f"drawbridge: {upstream.unavailable_reason()}; retrying in the background", err=True
                     )
+            if socks.control is not None:
+                tg.start_soon(_serve_control_plane, parts, runtime, socks.control)
             if pipes is not None:
                 from drawbridge.gateway.transports.stdio_session import serve_stdio_session
 
-                if sock is not None:
-                    tg.start_soon(_serve_control_plane, parts, runtime, sock)
                 await serve_stdio_session(
                     gateway, pipes[0], pipes[1], agent=agent, max_message_bytes=config.max_message_bytes,
                     max_depth=config.max_depth,
                 )
             else:
-                assert sock is not None
+                assert socks.mcp is not None
                 from drawbridge.gateway.transports.http_endpoint import build_app, describe_url
                 from drawbridge.gateway.transports.http_identity import HttpSettings
 
-                assert parts.services is not None
-                app = build_app(gateway, HttpSettings.from_config(config), routes=control.routes(parts.services, runtime))
+                app = build_app(gateway, HttpSettings.from_config(config))
 
                 def ready(host: str, port: int) -> None:
                     click.echo(
                         f"drawbridge: serving {len(parts.upstreams)} upstream(s) on {describe_url(host, port)}", err=True
                     )
 
-                await serve_http(app, sock, ready)
+                await serve_http(app, socks.mcp, ready)
             tg.cancel_scope.cancel()
     if failed:
         raise _Startup("\n".join(failed))
 
 
 async def _serve_control_plane(parts: ServeParts, runtime: Runtime, sock: socket.socket) -> None:
-    """With ``--stdio``: the control plane alone on the configured listener (no ``/mcp``)."""
+    """The control plane on its own listener (never beside ``/mcp``)."""
 
     def ready(host: str, port: int) -> None:
-        shown = f"[{host}]" if ":" in host else host
-        click.echo(f"drawbridge: control plane on http://{shown}:{port}", err=True)
+        click.echo(
+            f"drawbridge: control plane on {control.control_url(host, port)} ({control.credential_note(runtime)})",
+            err=True,
+        )
 
     assert parts.services is not None
     await serve_http(control.app(parts.services, runtime), sock, ready)

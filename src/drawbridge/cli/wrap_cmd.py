@@ -21,8 +21,8 @@ that it is never the ``./drawbridge.db`` of a ``drawbridge serve`` started besid
 option, a private temporary file removed at exit, so nothing outlives the run). A person is
 reached in-band when the client supports elicitation, and through the control plane when
 ``--control-port`` serves it on 127.0.0.1 (for ``drawbridge approvals approve`` and ``drawbridge
-grants create``; if ``DRAWBRIDGE_ADMIN_TOKEN`` is set, that token is required, else loopback callers
-are served). A ``--state`` file shared with another gateway counts as a channel too: that gateway's
+grants create``; it needs the admin token: ``DRAWBRIDGE_ADMIN_TOKEN`` if set, else the one the gateway
+keeps in ``<state>.admin-token`` beside the state file, whose path it prints). A ``--state`` file shared with another gateway counts as a channel too: that gateway's
 control plane resolves what this one waits for. With no channel at all, a call that needs approval is
 refused at once (after grants and memory).
 
@@ -128,10 +128,10 @@ def _configure_logging(verbose: bool) -> None:
 @click.option(
     "--approval-memory",
     type=click.IntRange(min=0),
-    default=3,
+    default=0,
     show_default=True,
-    help="Approve automatically after this many approvals (and no denial) of the same tool and argument "
-    "shape; 0 switches approval memory off.",
+    help="Approve automatically after this many operator approvals (and no denial) of the same tool and "
+    "argument shape; never for generic tools, changed pins or `approval: operator` rules; 0: off.",
 )
 @click.option(
     "--state",
@@ -245,6 +245,8 @@ ADMIN_TOKEN_ENV = "DRAWBRIDGE_ADMIN_TOKEN"
 
 async def _serve(runtime: Runtime, argv: list[str], config: RelayConfig, sock: socket.socket | None) -> str | None:
     def ready(host: str, port: int) -> None:
-        click.echo(f"drawbridge: control plane on http://{host}:{port}", err=True)
+        from drawbridge.gateway.runtime.control import control_url, credential_note
+
+        click.echo(f"drawbridge: control plane on {control_url(host, port)} ({credential_note(runtime)})", err=True)
 
     return await run_wrap(runtime, argv, config, control=sock, on_control_ready=ready)

@@ -8,7 +8,7 @@ fills in (``ControlServices``); ``routes`` the route table (``control_routes`` t
 through ``views``. Every route and status code is in docs/control-plane.md.
 """
 
-from drawbridge.control.auth import ADMIN_REQUIRED, AdminAuth, Refusal, is_loopback
+from drawbridge.control.auth import ADMIN_REQUIRED, AdminAuth, Refusal
 from drawbridge.control.problems import Problem
 from drawbridge.control.routes import ControlPlane, control_app, control_routes
 from drawbridge.control.services import (
@@ -47,7 +47,6 @@ __all__ = [
     "control_app",
     "control_routes",
     "current_catalogue",
-    "is_loopback",
     "policy_view",
     "tool_view",
 ]

@@ -9,8 +9,8 @@ or log line carries a token, a raw argument value or an environment value: appro
 and shapes, tools show what the upstream declared, never the gateway's configuration.
 
 Theory of operation. ``control_routes(services, admin_token_sha256=...)`` returns Starlette
-``Route`` objects for the gateway to mount beside ``/mcp``; ``control_app`` wraps them in an app
-of their own (tests, or a control plane on a separate listener). ``ControlPlane`` binds the
+``Route`` objects; ``control_app`` wraps them in the app the gateway serves on a listener of its
+own, apart from ``/mcp`` (an agent's endpoint and the operator's are never one listener). ``ControlPlane`` binds the
 handlers to one ``ControlServices``: those of the catalogue, pins and policies
 (``catalogue_handlers``) and those of approvals and grants (``approval_handlers``). Each handler
 reads its input (``inputs``), calls one service, records what changed in the trace chain
@@ -66,8 +66,8 @@ def _by_method(handlers: Mapping[str, Endpoint]) -> Endpoint:
     return dispatch
 
 
-def control_routes(services: ControlServices, *, admin_token_sha256: str | None) -> list[Route]:
-    """The control plane's routes, each behind the admin check (None: loopback callers only).
+def control_routes(services: ControlServices, *, admin_token_sha256: str) -> list[Route]:
+    """The control plane's routes, each behind the admin check (a credential is always needed).
 
     Every request to one of these paths, whatever its method, is checked before anything else is
     answered (a wrong method is 405 only for an authorized caller).
@@ -96,8 +96,8 @@ def control_routes(services: ControlServices, *, admin_token_sha256: str | None)
     return routes
 
 
-def control_app(services: ControlServices, *, admin_token_sha256: str | None) -> Starlette:
-    """The control plane as an app of its own (tests; or a listener separate from ``/mcp``)."""
+def control_app(services: ControlServices, *, admin_token_sha256: str) -> Starlette:
+    """The control plane as an app of its own, on a listener apart from ``/mcp``."""
 
     async def not_found(request: Request, exc: Exception) -> Response:
         shown = sanitize(request.url.path)[:200]

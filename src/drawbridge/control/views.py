@@ -87,6 +87,7 @@ def approval_view(approval: Approval, now: datetime) -> dict[str, Any]:
         "expires_at": to_db_time(approval.expires_at),
         "remaining_seconds": int(approval.remaining(now).total_seconds()),
         "injection_findings": list(approval.injection_findings),
+        "approver": str(approval.approver),
     }
     if not approval.pending:
         view.update(

@@ -21,6 +21,7 @@ from drawbridge.policy.load import (
 from drawbridge.policy.model import (
     DEFAULT_DENY,
     Action,
+    Approver,
     Basis,
     Condition,
     Decision,
@@ -37,6 +38,7 @@ from drawbridge.policy.schemas import SchemaLoadError, Violation, check_argument
 __all__ = [
     "DEFAULT_DENY",
     "Action",
+    "Approver",
     "Basis",
     "Candidate",
     "Condition",

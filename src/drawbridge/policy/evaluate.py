@@ -137,7 +137,8 @@ def _unknown(candidate: Candidate, condition: Condition, arguments: Any) -> Deci
         "so the stricter outcome applies"
     )
     return Decision(
-        rule.action, policy.name, policy.source_file, rule.index, reason, rule.line, Basis.CONDITION_UNKNOWN
+        rule.action, policy.name, policy.source_file, rule.index, reason, rule.line, Basis.CONDITION_UNKNOWN,
+        rule.approver, rule.memory_key,
     )
 
 

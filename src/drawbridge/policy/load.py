@@ -32,11 +32,11 @@ from ruamel.yaml.scalarbool import ScalarBoolean
 from drawbridge.policy.conditions import ConditionError, compile_condition
 from drawbridge.policy.errors import PolicyLoadError
 from drawbridge.policy.globs import GlobError, compile_glob
-from drawbridge.policy.model import Action, Condition, Policy, PolicySet, Rule, ToolSchema
+from drawbridge.policy.model import Action, Approver, Condition, Policy, PolicySet, Rule, ToolSchema
 from drawbridge.policy.schemas import SchemaLoadError, compile_schema
 
 POLICY_KEYS = ("name", "agent", "description", "rules", "schemas")
-RULE_KEYS = ("tools", "action", "when")
+RULE_KEYS = ("tools", "action", "when", "approval", "memory_key")
 CONDITION_KEYS = ("arg", "op", "value", "if_missing")
 
 #: Top-level keys of Assay's McpPolicy (evidence-formats.md 4.2): a file with some of
@@ -270,7 +270,40 @@ def _rule(node: Any, index: int, line: int, ctx: _Ctx) -> Rule:
         if not isinstance(when, CommentedSeq) or not when:
             raise ctx.fail(when_line, "`when` must be a non-empty list of conditions")
         conditions = tuple(_condition(c, _item_line(when, i, when_line), ctx) for i, c in enumerate(when))
-    return Rule(index, line, tuple(patterns), action, conditions)
+    approver, memory_key = _approval_terms(node, action, ctx)
+    return Rule(index, line, tuple(patterns), action, conditions, approver, memory_key)
+
+
+def _approval_terms(node: CommentedMap, action: Action, ctx: _Ctx) -> tuple[Approver, tuple[tuple[str, ...], ...]]:
+    """A ``human_approval`` rule's ``approval`` (who may approve) and ``memory_key`` (what memory also
+    matches on); on any other rule they would say nothing, so they are refused there."""
+    for key in ("approval", "memory_key"):
+        if key in node and action is not Action.HUMAN_APPROVAL:
+            raise ctx.fail(_key_line(node, key), f"`{key}` applies to human_approval rules only")
+    approver = Approver.ANY
+    if "approval" in node:
+        text = node["approval"]
+        try:
+            approver = Approver(text) if isinstance(text, str) else None  # type: ignore[assignment]
+        except ValueError:
+            approver = None  # type: ignore[assignment]
+        if approver is None:
+            allowed = ", ".join(a.value for a in Approver)
+            raise ctx.fail(_value_line(node, "approval"), f"unknown approval {text!r} (allowed: {allowed})")
+    paths: list[tuple[str, ...]] = []
+    if "memory_key" in node:
+        raw = node["memory_key"]
+        line = _value_line(node, "memory_key")
+        if not isinstance(raw, CommentedSeq) or not raw:
+            raise ctx.fail(line, "`memory_key` must be a non-empty list of argument names or dotted paths")
+        for i, item in enumerate(raw):
+            item_line = _item_line(raw, i, line)
+            if not isinstance(item, str) or not item or any(part == "" for part in str(item).split(".")):
+                raise ctx.fail(item_line, "each entry of `memory_key` must be an argument name or a dotted path")
+            paths.append(tuple(str(item).split(".")))
+        if approver is Approver.OPERATOR:
+            raise ctx.fail(line, "`memory_key` has no use with `approval: operator`: approval memory never applies")
+    return approver, tuple(paths)
 
 
 _GLOB_META = frozenset("*?[")

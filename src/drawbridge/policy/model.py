@@ -45,6 +45,18 @@ def stricter(a: Action, b: Action) -> Action:
     return a if _STRICTNESS[a] >= _STRICTNESS[b] else b
 
 
+class Approver(enum.StrEnum):
+    """Who may lift a rule's ``human_approval`` (the rule's ``approval`` key).
+
+    ``any``: a person through any channel, the client's in-band answer included (it proves only that
+    the client answered). ``operator``: only an operator the gateway authenticated (console, CLI,
+    control plane); the client is never asked and approval memory never stands in.
+    """
+
+    ANY = "any"
+    OPERATOR = "operator"
+
+
 class Op(enum.StrEnum):
     """Condition operators (docs/policy-format.md, "Conditions")."""
 
@@ -109,6 +121,10 @@ class Rule:
     tools: tuple[ToolPattern, ...]
     action: Action
     conditions: tuple[Condition, ...] = ()
+    approver: Approver = Approver.ANY
+    """Who may approve this rule's ``human_approval`` (``approval:``)."""
+    memory_key: tuple[tuple[str, ...], ...] = ()
+    """Argument paths whose values must also match for approval memory (``memory_key:``)."""
 
     @property
     def conditional(self) -> bool:
@@ -160,10 +176,14 @@ class Decision:
     reason: str
     line: int | None = None
     basis: Basis = Basis.RULE
+    approver: Approver = Approver.ANY
+    """Who may lift a ``human_approval`` decision (the deciding rule's ``approval``)."""
+    memory_key: tuple[tuple[str, ...], ...] = ()
+    """The deciding rule's ``memory_key``: argument paths approval memory also matches on."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form for records and the control plane (no argument data in it)."""
-        return {
+        out: dict[str, Any] = {
             "action": self.action.value,
             "policy": self.policy,
             "source_file": self.source_file,
@@ -172,6 +192,9 @@ class Decision:
             "basis": self.basis.value,
             "reason": self.reason,
         }
+        if self.action is Action.HUMAN_APPROVAL and self.approver is not Approver.ANY:
+            out["approval"] = self.approver.value
+        return out
 
 
 DEFAULT_DENY = Decision(Action.DENY, None, None, None, "no rule matched", None, Basis.NO_RULE)
@@ -179,7 +202,11 @@ DEFAULT_DENY = Decision(Action.DENY, None, None, None, "no rule matched", None, 
 
 def _rule_decision(policy: str, source_file: str, rule: Rule) -> Decision:
     reason = f"{rule.action} by rule {rule.index} of policy {policy!r} ({source_file}:{rule.line})"
-    return Decision(rule.action, policy, source_file, rule.index, reason, rule.line, Basis.RULE)
+    if rule.action is Action.HUMAN_APPROVAL and rule.approver is Approver.OPERATOR:
+        reason += ", an operator must approve"
+    return Decision(
+        rule.action, policy, source_file, rule.index, reason, rule.line, Basis.RULE, rule.approver, rule.memory_key
+    )
 
 
 @dataclass(frozen=True)

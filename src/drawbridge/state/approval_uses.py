@@ -30,7 +30,11 @@ import sqlite3
 from datetime import datetime
 from typing import Final, Protocol
 
+from drawbridge.approval.channels import STRENGTH, Strength
 from drawbridge.state.sqlite import StateDB, to_db_time
+
+OPERATOR_CHANNELS: Final = ", ".join(f"'{c.value}'" for c, s in STRENGTH.items() if s is Strength.OPERATOR)
+"""The channels of operator strength, as an SQL list (a fixed vocabulary, never input)."""
 
 SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS approval_uses (
@@ -45,10 +49,12 @@ class ApprovalUses(Protocol):
     async def claim(self, approval_id: str, *, at: datetime) -> bool: ...
 
     async def claim_resolved(
-        self, agent: str, tool: str, args_digest: str, *, since: datetime, at: datetime
+        self, agent: str, tool: str, args_digest: str, *, since: datetime, at: datetime, operator_only: bool = False
     ) -> str | None: ...
 
-    async def find_pending(self, agent: str, tool: str, args_digest: str, *, now: datetime) -> str | None: ...
+    async def find_pending(
+        self, agent: str, tool: str, args_digest: str, *, now: datetime, operator_only: bool = False
+    ) -> str | None: ...
 
     async def used(self, approval_id: str) -> bool: ...
 
@@ -82,15 +88,17 @@ class SqliteApprovalUses:
         return await self._db.write(lambda conn: _insert_use(conn, approval_id, when), "claim approval")
 
     async def claim_resolved(
-        self, agent: str, tool: str, args_digest: str, *, since: datetime, at: datetime
+        self, agent: str, tool: str, args_digest: str, *, since: datetime, at: datetime, operator_only: bool = False
     ) -> str | None:
-        """Use the oldest unused resolution of this exact call resolved at or after ``since``; its id."""
+        """Use the oldest unused resolution of this exact call resolved at or after ``since``; its id.
+        ``operator_only``: an approval counts only when an operator gave it (a refusal always counts)."""
         low, when = to_db_time(since), to_db_time(at)
         sql = (
             "SELECT a.id FROM approvals a WHERE a.agent = ? AND a.tool = ? AND a.args_digest = ? "
             "AND a.status IN ('approved', 'denied', 'expired') AND a.resolved_at >= ? "
             "AND (a.channel IS NULL OR a.channel != 'memory') "
-            "AND NOT EXISTS (SELECT 1 FROM approval_uses u WHERE u.approval_id = a.id) "
+            + (f"AND (a.status != 'approved' OR a.channel IN ({OPERATOR_CHANNELS})) " if operator_only else "")
+            + "AND NOT EXISTS (SELECT 1 FROM approval_uses u WHERE u.approval_id = a.id) "
             "ORDER BY a.resolved_at, a.id LIMIT 1"
         )
 
@@ -102,15 +110,19 @@ class SqliteApprovalUses:
 
         return await self._db.write(take, "claim resolved approval")
 
-    async def find_pending(self, agent: str, tool: str, args_digest: str, *, now: datetime) -> str | None:
-        """The oldest approval of this exact call still open at ``now``."""
+    async def find_pending(
+        self, agent: str, tool: str, args_digest: str, *, now: datetime, operator_only: bool = False
+    ) -> str | None:
+        """The oldest approval of this exact call still open at ``now`` that asks who this call asks
+        (``operator_only``: an operator; else anyone)."""
         sql = (
             "SELECT id FROM approvals WHERE agent = ? AND tool = ? AND args_digest = ? "
-            "AND status = 'pending' AND expires_at > ? ORDER BY created_at, id LIMIT 1"
+            "AND status = 'pending' AND expires_at > ? AND approver = ? ORDER BY created_at, id LIMIT 1"
         )
         when = to_db_time(now)
+        approver = "operator" if operator_only else "any"
         row = await self._db.read(
-            lambda conn: conn.execute(sql, (agent, tool, args_digest, when)).fetchone(),
+            lambda conn: conn.execute(sql, (agent, tool, args_digest, when, approver)).fetchone(),
             "find pending approval",
         )
         return None if row is None else row[0]

@@ -2,7 +2,9 @@
 
 Invariant: an approval is resolved exactly once, and the only way to
 ``approved`` is an explicit ``resolve`` through a human channel or memory
-before ``expires_at``. Everything else ends in a refusal: the timeout
+before ``expires_at`` -- and, for an approval only an operator may give
+(``approver`` ``operator``: a rule's ``approval: operator``, a changed pin),
+only through a channel of operator strength. Everything else ends in a refusal: the timeout
 (``expired``, ``system:timeout``), a restart of the gateway (every row still
 pending becomes ``expired``, ``system:restart``: the call that waited is gone,
 and nothing may approve it later), a question nobody is left to answer (the
@@ -10,7 +12,9 @@ client answered it with an error and no other channel reaches a person:
 ``expired``, ``system:unanswerable``), an answer that arrives after the deadline
 (recorded as the timeout it is). Raw arguments are never stored; an approval
 keeps the keyed HMAC digest of the arguments and their shape (keys and JSON
-types, ``drawbridge.approval.shape``).
+types, ``drawbridge.approval.shape``), and the key approval memory counts it
+under (``memory_digest``: the shape digest, or a keyed digest of the shape and
+the values of a rule's ``memory_key`` fields).
 
 Theory of operation. ``ApprovalStore`` is the small interface the gateway,
 the control plane and the CLI use; ``SqliteApprovalStore`` implements it on a
@@ -48,6 +52,7 @@ from drawbridge.approval.channels import Channel, Strength, strength_of
 from drawbridge.approval.memory import MemoryCounts, tally
 from drawbridge.approval.shape import ArgumentShape
 from drawbridge.canonical import is_sha256_digest, parse_hmac_digest
+from drawbridge.policy.model import Approver
 from drawbridge.state.ids import (
     AmbiguousId,
     IdSource,
@@ -83,6 +88,10 @@ class ApprovalError(StateError):
 
 class InvalidApproval(ApprovalError, ValueError):
     """A submit or resolve with arguments the store refuses (named in the message)."""
+
+
+class OperatorRequired(InvalidApproval):
+    """An approval only an operator may give was answered through a channel of lesser strength."""
 
 
 class ApprovalNotFound(UnknownId):
@@ -130,6 +139,11 @@ class Approval:
     channel: Channel | None = None
     resolution_reason: str | None = None
     resolved_at: datetime | None = None
+    approver: Approver = Approver.ANY
+    """Who may approve: ``operator`` only through a channel of operator strength."""
+    memory_digest: str | None = None
+    """What approval memory counts this approval under (``approval.memory``): the shape's digest unless
+    a rule's ``memory_key`` made it a keyed digest of the shape and values; None without a shape."""
 
     @property
     def short_id(self) -> str:
@@ -178,6 +192,8 @@ class Approval:
         body.update({k: v for k, v in optional.items() if v is not None})
         if self.injection_findings:
             body["injection_findings"] = list(self.injection_findings)
+        if self.approver is not Approver.ANY:
+            body["approver"] = self.approver.value
         return body
 
     def resolution_record(self) -> dict[str, Any]:
@@ -220,6 +236,8 @@ class ApprovalStore(Protocol):
         source_file: str | None = None,
         rule_index: int | None = None,
         injection_findings: Sequence[str] = (),
+        approver: Approver = Approver.ANY,
+        memory_digest: str | None = None,
     ) -> Approval: ...
 
     async def get(self, id_or_prefix: str) -> Approval: ...
@@ -245,14 +263,15 @@ class ApprovalStore(Protocol):
 
     async def recover_after_restart(self, now: datetime) -> list[Approval]: ...
 
-    async def memory_counts(self, agent: str, tool: str, shape_digest: str) -> MemoryCounts: ...
+    async def memory_counts(self, agent: str, tool: str, memory_digest: str) -> MemoryCounts: ...
 
 
 # -- SQLite ------------------------------------------------------------------------------------
 
 _COLUMNS: Final = (
     "id, agent, tool, args_digest, args_shape, shape_digest, reason, policy, source_file, rule_index, "
-    "injection, status, created_at, expires_at, resolved_by, channel, resolution_reason, resolved_at"
+    "injection, status, created_at, expires_at, resolved_by, channel, resolution_reason, resolved_at, "
+    "approver, memory_digest"
 )
 
 
@@ -284,6 +303,7 @@ def _decode(row: sqlite3.Row | tuple[Any, ...]) -> Approval:
     (
         id_, agent, tool, args_digest, args_shape, shape_digest, reason, policy, source_file, rule_index,
         injection, status, created_at, expires_at, resolved_by, channel, resolution_reason, resolved_at,
+        approver, memory_digest,
     ) = row
     return Approval(
         id=id_,
@@ -304,6 +324,8 @@ def _decode(row: sqlite3.Row | tuple[Any, ...]) -> Approval:
         channel=Channel(channel) if channel is not None else None,
         resolution_reason=resolution_reason,
         resolved_at=from_db_time(resolved_at) if resolved_at is not None else None,
+        approver=Approver(approver),
+        memory_digest=memory_digest,
     )
 
 
@@ -366,8 +388,11 @@ class SqliteApprovalStore:
         source_file: str | None = None,
         rule_index: int | None = None,
         injection_findings: Sequence[str] = (),
+        approver: Approver = Approver.ANY,
+        memory_digest: str | None = None,
     ) -> Approval:
-        """Queue a call for a person; returns the pending approval with its new id."""
+        """Queue a call for a person; returns the pending approval with its new id. ``memory_digest``
+        defaults to the shape's digest (memory counts by shape alone)."""
         _text(agent, "agent")
         _text(tool, "tool")
         if parse_hmac_digest(args_digest) is None:
@@ -392,6 +417,14 @@ class SqliteApprovalStore:
         if expires_at <= created_at:
             raise InvalidApproval("expires_at must be later than created_at")
         injection = json.dumps(list(findings)) if findings else ""
+        try:
+            who = Approver(approver)
+        except ValueError:
+            raise InvalidApproval("approver must be 'any' or 'operator'") from None
+        if memory_digest is None and args_shape is not None:
+            memory_digest = args_shape.digest
+        if memory_digest is not None and not (is_sha256_digest(memory_digest) or parse_hmac_digest(memory_digest)):
+            raise InvalidApproval("memory_digest must be a sha256 digest or a keyed digest")
 
         def insert(conn: sqlite3.Connection) -> Approval:
             for _ in range(_ID_ATTEMPTS):
@@ -399,12 +432,13 @@ class SqliteApprovalStore:
                 try:
                     conn.execute(
                         f"INSERT INTO approvals ({_COLUMNS}) VALUES "
-                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, NULL, NULL, NULL, NULL)",
+                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, NULL, NULL, NULL, NULL, ?, ?)",
                         (
                             approval_id, agent, tool, args_digest,
                             args_shape.text if args_shape else None,
                             args_shape.digest if args_shape else None,
                             reason, policy, source_file, rule_index, injection, created, expires,
+                            who.value, memory_digest,
                         ),
                     )
                 except sqlite3.IntegrityError:
@@ -475,6 +509,15 @@ class SqliteApprovalStore:
             current = _find(conn, id_or_prefix)
             if not current.pending:
                 return current, False
+            if (
+                current.approver is Approver.OPERATOR
+                and status is ApprovalStatus.APPROVED
+                and strength_of(via) is not Strength.OPERATOR
+            ):
+                raise OperatorRequired(
+                    f"approval {current.short_id} may be approved only by an operator (console, CLI, control "
+                    f"plane), not through the {via.value} channel"
+                )
             if at >= current.expires_at:
                 (expired,) = _expire(
                     conn, "id = ?", (current.id,), RESOLVED_BY_TIMEOUT,
@@ -540,15 +583,15 @@ class SqliteApprovalStore:
             "recover approvals after restart",
         )
 
-    async def memory_counts(self, agent: str, tool: str, shape_digest: str) -> MemoryCounts:
-        """Past resolutions of (agent, tool, argument shape), counted for approval memory."""
+    async def memory_counts(self, agent: str, tool: str, memory_digest: str) -> MemoryCounts:
+        """Past resolutions of (agent, tool, memory key), counted for approval memory."""
         sql = (
             "SELECT status, channel, count(*) FROM approvals "
-            "WHERE agent = ? AND tool = ? AND shape_digest = ? AND status != 'pending' "
+            "WHERE agent = ? AND tool = ? AND memory_digest = ? AND status != 'pending' "
             "GROUP BY status, channel"
         )
         rows = await self._db.read(
-            lambda conn: conn.execute(sql, (agent, tool, shape_digest)).fetchall(),
+            lambda conn: conn.execute(sql, (agent, tool, memory_digest)).fetchall(),
             "count approvals for memory",
         )
         return tally(rows)
@@ -568,5 +611,6 @@ __all__ = [
     "ApprovalStatus",
     "ApprovalStore",
     "InvalidApproval",
+    "OperatorRequired",
     "SqliteApprovalStore",
 ]

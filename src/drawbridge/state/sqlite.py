@@ -175,6 +175,17 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             )""",
         ),
     ),
+    Migration(
+        3,
+        "who may approve (approval: operator), and the key approval memory counts under (memory_key)",
+        (
+            "ALTER TABLE approvals ADD COLUMN approver TEXT NOT NULL DEFAULT 'any' "
+            "CHECK (approver IN ('any', 'operator'))",
+            "ALTER TABLE approvals ADD COLUMN memory_digest TEXT",
+            "UPDATE approvals SET memory_digest = shape_digest",
+            "CREATE INDEX approvals_by_memory_digest ON approvals (agent, tool, memory_digest, status)",
+        ),
+    ),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 

@@ -435,7 +435,10 @@ class CallPipeline:
             verdict = guarded_decision_now(self._policy_now, call)
         if verdict is None:
             verdict = await guarded_decision(self.policy, call)
-        return floored_verdict(verdict, floor, call.tool)
+        verdict = floored_verdict(verdict, floor, call.tool)
+        if route.generic and verdict.action is Action.HUMAN_APPROVAL:
+            verdict = dataclasses.replace(verdict, generic=True)  # memory never answers for a program
+        return verdict
 
     async def _decide(self, flight: Flight) -> Verdict | None:
         """Stages 2 to 5, waiting where they must; None when the flight was settled meanwhile (an
@@ -468,7 +471,7 @@ class CallPipeline:
             # A person may have taken minutes: decide again and run the call only if what was
             # approved is still what would be asked.
             again = await self._floored(call, route)
-            if again.action is not verdict.action or again.person_only != verdict.person_only:
+            if not verdict.same_question(again):
                 return Verdict(Action.DENY, DECISION_CHANGED.format(action=again.action.value), again.provenance)
         return settled
 

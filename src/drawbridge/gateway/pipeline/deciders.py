@@ -117,6 +117,8 @@ class PolicyDecider:
             decision.action,
             decision.reason,
             Provenance(decision.policy, decision.source_file, decision.rule_index),
+            approver=decision.approver,
+            memory_key=decision.memory_key,
         )
 
 

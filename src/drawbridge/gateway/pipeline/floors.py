@@ -6,7 +6,8 @@ stricter of its pin floor (``pins.CataloguePins``: ``new`` deny, ``changed`` hum
 unchecked or unreadable catalogue deny) and its dispatcher floor (a CLI dispatcher: human_approval,
 or its ``default_action`` when stricter) -- the same ``catalogue.floors.tool_floor`` rules that
 ``/tools/decisions`` shows. A floor that raised the action is named as the decider, and a
-``human_approval`` it raised is ``person_only``: no grant and no approval memory lift it.
+``human_approval`` it raised is ``person_only``: no grant, no approval memory and no client's answer lifts
+it, only an operator's approval (as for a changed pin under a policy that asks too).
 
 Theory of operation. ``Floors.now(route)`` answers without waiting, or None while the pins of the
 route's server are being checked; ``Floors.when_checked(route)`` waits for that check (bounded, in
@@ -15,10 +16,13 @@ route's server are being checked; ``Floors.when_checked(route)`` waits for that 
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from drawbridge.canonical import sanitize
+from drawbridge.catalogue.classify import Family, classify_tool
 from drawbridge.catalogue.floors import NO_FLOOR, Floor, apply_floor, tool_floor
 from drawbridge.gateway.pipeline.pins import CataloguePins
 from drawbridge.gateway.pipeline.verdicts import GATEWAY_POLICY, Action, Provenance, Verdict
@@ -36,6 +40,19 @@ class Route:
     dispatcher: bool = False
     """The tool is a CLI dynamic dispatcher: the subcommand is an argument."""
     dispatcher_default_action: Action | None = None
+    generic: bool = False
+    """The tool is generic (``catalogue.classify``: its argument carries the effect), so approval
+    memory never stands in for a person on its calls."""
+
+
+def route_of(server: str, name: str, tool: Mapping[str, Any]) -> Route:
+    """The route of one listed tool, classified once per catalogue (not per call). A tool that cannot
+    be classified counts as generic: memory is then never applied to it."""
+    try:
+        generic = classify_tool(tool).family is Family.GENERIC
+    except ValueError:
+        generic = True
+    return Route(server, name, generic=generic)
 
 
 DISPATCHER_ONLY: Final = tool_floor(dispatcher=True)
@@ -95,6 +112,9 @@ def floored_verdict(verdict: Verdict, floor: Floor, tool: str) -> Verdict:
         return verdict
     floored = apply_floor(floor, verdict.action)
     if not floored.by_floor:
+        if floor.action is Action.HUMAN_APPROVAL and verdict.action is Action.HUMAN_APPROVAL:
+            # The policy asks too, but the floor's question is still a person's (a changed pin).
+            return dataclasses.replace(verdict, person_only=True)
         return verdict
     said = f"the policy said {verdict.action.value} ({verdict.provenance.label()})"
     reason = f"catalogue floor on {sanitize(tool)}: {'; '.join(floor.reasons)}; {said}"
@@ -102,4 +122,4 @@ def floored_verdict(verdict: Verdict, floor: Floor, tool: str) -> Verdict:
     return Verdict(action, reason, Provenance(GATEWAY_POLICY), person_only=action is Action.HUMAN_APPROVAL)
 
 
-__all__ = ["Floors", "Route", "floored_verdict", "joined"]
+__all__ = ["Floors", "Route", "floored_verdict", "joined", "route_of"]

@@ -14,7 +14,7 @@ from typing import Any, Final
 from drawbridge.canonical import sanitize
 from drawbridge.gateway.pipeline.outcomes import Outcome
 from drawbridge.gateway.pipeline.tool_call import ToolCall
-from drawbridge.policy.model import Action
+from drawbridge.policy.model import Action, Approver
 
 APPROVAL_UNAVAILABLE: Final = "approval unavailable"
 REFUSAL_META_KEY: Final = "drawbridge/decision"
@@ -52,7 +52,32 @@ class Verdict:
     ``InputRequiredResult``, or a non-blocking approval's retry instructions); the call is not run."""
     person_only: bool = False
     """Only a person may lift this ``human_approval``: it was raised by a catalogue floor (a changed
-    pin), which no grant and no approval memory may relax."""
+    pin), which no grant and no approval memory may relax, and only an operator may answer it."""
+    approver: Approver = Approver.ANY
+    """Who may answer the deciding rule's ``human_approval`` (its ``approval``)."""
+    memory_key: tuple[tuple[str, ...], ...] = ()
+    """Argument paths whose values approval memory also matches on (the rule's ``memory_key``)."""
+    generic: bool = False
+    """The tool is generic (its argument is the program): approval memory never stands in for a person."""
+
+    @property
+    def operator_only(self) -> bool:
+        """Only an operator the gateway authenticated may approve: the client is never asked."""
+        return self.person_only or self.approver is Approver.OPERATOR
+
+    @property
+    def memory_applies(self) -> bool:
+        """Whether approval memory may stand in for a person on this call."""
+        return not (self.operator_only or self.generic)
+
+    def same_question(self, other: Verdict) -> bool:
+        """Whether ``other`` asks what this verdict asked: the action and who may answer it."""
+        return (
+            other.action is self.action
+            and other.person_only == self.person_only
+            and other.approver is self.approver
+            and other.memory_key == self.memory_key
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,7 @@ from drawbridge.gateway.pipeline.records import CallRecord, Recorder, null_recor
 from drawbridge.gateway.recording.recorder import EvidenceRecorder, utc_now
 from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
 from drawbridge.gateway.recording.truth_key import TruthKey, TruthKeyError, truth_key_from_env
+from drawbridge.gateway.runtime.admin_token import AdminTokenProblem, ensure_admin_token, token_file_for
 from drawbridge.gateway.runtime.settings import STATE_FILE, RuntimeSettings
 from drawbridge.policy.declared import DeclaredContracts, fixed_contract
 from drawbridge.state.append_only import AppendOnlyError, AppendOnlyLocked
@@ -171,6 +172,10 @@ class Runtime:
     pin_store: SqlitePinStore | None = None
     pins: CataloguePins | None = None
     _temp_dir: str | None = field(default=None, repr=False)
+    admin_token_sha256: str | None = None
+    """What the control plane's credential must hash to (configured, or from ``admin_token_file``)."""
+    admin_token_file: Path | None = None
+    """The file holding the control plane's credential, when the gateway made or reused it."""
 
     @classmethod
     def build(cls, settings: RuntimeSettings) -> Runtime:
@@ -183,8 +188,16 @@ class Runtime:
         try:
             engine = gate = None
             approvals = isinstance(policy, PolicyDecider)
-            if approvals or settings.pin_tools:
+            if approvals or settings.pin_tools or settings.control_open:
                 state_db, temp_dir = open_state(settings.state_path)
+            admin_digest, admin_file = settings.admin_token_sha256, None
+            if settings.control_open and admin_digest is None:
+                assert state_db is not None
+                admin_file = token_file_for(state_db.path)
+                try:
+                    admin_digest = ensure_admin_token(admin_file)
+                except AdminTokenProblem as exc:
+                    raise StartupProblem(str(exc)) from None
             if approvals:
                 assert state_db is not None
                 engine = build_approval_engine(settings.approval, state_db, guard.append)
@@ -202,7 +215,10 @@ class Runtime:
         except BaseException:
             _close(recorder, state_db, temp_dir)
             raise
-        return cls(settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, temp_dir)
+        return cls(
+            settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, temp_dir,
+            admin_digest, admin_file,
+        )
 
     def recent_calls(self) -> RecentCallRing:
         """The ring of each agent's latest decisions the approval view shows, fed from now on by every

@@ -124,14 +124,43 @@ def control_services(
     )
 
 
+def control_url(host: str, port: int) -> str:
+    """The control plane's URL as the CLI's ``--url`` takes it."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def credential_note(runtime: Runtime) -> str:
+    """Where the control plane's credential is, for the startup line (a path, never the token)."""
+    if runtime.admin_token_file is not None:
+        return f"admin token in {runtime.admin_token_file}"
+    return "admin token as configured"
+
+
+def _credential(runtime: Runtime) -> str:
+    if runtime.admin_token_sha256 is None:  # Runtime.build makes one whenever a control plane is open
+        raise ValueError("the control plane needs a credential: build the runtime with control_open")
+    return runtime.admin_token_sha256
+
+
 def routes(services: ControlServices, runtime: Runtime) -> list[BaseRoute]:
-    """The control plane's routes, behind the admin token (none configured: loopback callers only)."""
-    return list(control_routes(services, admin_token_sha256=runtime.settings.admin_token_sha256))
+    """The control plane's routes, behind the admin token (configured, or the gateway's token file)."""
+    return list(control_routes(services, admin_token_sha256=_credential(runtime)))
 
 
 def app(services: ControlServices, runtime: Runtime) -> Any:
-    """The control plane as an app of its own (a listener without ``/mcp``)."""
-    return control_app(services, admin_token_sha256=runtime.settings.admin_token_sha256)
+    """The control plane as an app of its own (its own listener, apart from ``/mcp``)."""
+    return control_app(services, admin_token_sha256=_credential(runtime))
 
 
-__all__ = ["CatalogueView", "GatewayPinService", "ServedTool", "app", "control_services", "routes", "served_by"]
+__all__ = [
+    "CatalogueView",
+    "GatewayPinService",
+    "ServedTool",
+    "app",
+    "control_services",
+    "control_url",
+    "credential_note",
+    "routes",
+    "served_by",
+]

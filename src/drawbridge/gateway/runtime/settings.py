@@ -45,7 +45,10 @@ class RuntimeSettings:
     """A person can answer outside the client: a control plane is open, or the state file is shared."""
     pin_tools: bool = False
     hide_denied_tools: bool = False
+    control_open: bool = False
+    """A control plane is served: it needs a credential (``admin_token``)."""
     admin_token_sha256: str | None = None
+    """The configured admin token's digest; None: the token file beside the state file (``admin_token``)."""
     server_id: Callable[[str], str] = upstream_of
     """The served tool name -> the upstream's id in surface records."""
 
@@ -61,6 +64,7 @@ class RuntimeSettings:
             call_timeout=config.call_timeout_seconds,
             approval=ApprovalSettings.from_config(config),
             operator_channel=control_open,
+            control_open=control_open,
             pin_tools=config.pin_tools,
             hide_denied_tools=config.hide_denied_tools,
             admin_token_sha256=config.admin_token_sha256,
@@ -108,6 +112,7 @@ class RuntimeSettings:
             approval=approval,
             # A person outside the client: this wrap's control plane, or a gateway sharing the state file.
             operator_channel=control_open or state_path is not None,
+            control_open=control_open,
             pin_tools=pin_tools,
             admin_token_sha256=admin_token_sha256,
             server_id=lambda _tool: server_id,

@@ -43,7 +43,7 @@ from anyio.abc import TaskStatus
 
 from drawbridge.catalogue.merged import Catalogue, build_catalogue
 from drawbridge.gateway.pipeline.call import CallPipeline, Resolved
-from drawbridge.gateway.pipeline.floors import Route
+from drawbridge.gateway.pipeline.floors import route_of
 from drawbridge.gateway.protocol.hop import (
     combined_instructions,
     progress_token,
@@ -124,6 +124,8 @@ class Gateway:
         self.guard = pipeline.guard
         self._forwarders = {name: UpstreamForwarder(self, u, pipeline) for name, u in self.upstreams.items()}
         self.tools: Catalogue = build_catalogue([])
+        self._routes: dict[str, Resolved] = {}
+        """The route of every served name, made when the catalogue is (``route_of`` classifies)."""
         self.sessions: set[AgentSession] = set()
         self._inflight: dict[tuple[str, int], _Forward] = {}
         self._progress: dict[tuple[str, str], _ProgressRoute] = {}
@@ -215,6 +217,10 @@ class Gateway:
         catalogue = build_catalogue([(u.name, u.tools) for u in self.upstreams.values()], "tool")
         changed = catalogue.listing() != self.tools.listing()
         self.tools = catalogue
+        self._routes = {
+            entry.name: Resolved(route_of(entry.server, entry.upstream_name, entry.item), self._forwarders[entry.server])
+            for entry in catalogue.entries
+        }
         return changed
 
     # -------------------------------------------------------------------------- upstream events
@@ -356,10 +362,7 @@ class Gateway:
 
     def resolve_now(self, tool: str) -> Resolved | None:
         """The route of a served (namespaced) tool name, or None: the merged catalogue is always known."""
-        entry = self.tools.resolve(tool)
-        if entry is None:
-            return None
-        return Resolved(Route(entry.server, entry.upstream_name), self._forwarders[entry.server])
+        return self._routes.get(tool)
 
     async def resolve(self, tool: str) -> Resolved | None:
         return self.resolve_now(tool)

@@ -24,7 +24,7 @@ import anyio
 
 from drawbridge.catalogue.names import tool_name_problem
 from drawbridge.gateway.pipeline.call import WAIT, CatalogueUnavailable, Forwarder, Resolved
-from drawbridge.gateway.pipeline.floors import Route
+from drawbridge.gateway.pipeline.floors import route_of
 from drawbridge.gateway.protocol.methods import TOOLS_LIST
 from drawbridge.gateway.protocol.modern import envelope, with_envelope
 from drawbridge.gateway.protocol.paging import ListingFailed, list_all
@@ -132,7 +132,7 @@ class ChildCatalogue:
         for item in tools:
             name = item.get("name") if isinstance(item, dict) else None
             if isinstance(name, str) and tool_name_problem(name) is None:
-                routes[name] = Resolved(Route(self.name, name), self._forwarder)
+                routes[name] = Resolved(route_of(self.name, name, item), self._forwarder)
         self.tools = tuple(tools)
         self.catalogue_version += 1
         self._routes = routes

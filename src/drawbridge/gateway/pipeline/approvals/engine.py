@@ -1,7 +1,9 @@
 """The approval engine: what happens to a tools/call whose policy says ``human_approval``.
 
 Invariant: such a call runs only if one of these holds, and the trace chain
-says which: an active temporal grant matches it (``approval_by_grant``);
+says which (for a call only an operator may approve -- an ``approval:
+operator`` rule, a changed pin -- only a grant or an operator's approval
+counts, and a changed pin takes no grant either): an active temporal grant matches it (``approval_by_grant``);
 approval memory approves it (``approval_by_memory``); or a person approved
 exactly this call (same agent, tool and keyed argument digest) through some
 channel before the timeout (``approval_resolved``, with who, when, channel,
@@ -21,7 +23,8 @@ follows this order:
    a retry that changes only a password cannot ride on an approval;
    a call whose arguments have no canonical form cannot be bound to an
    approval and is denied.
-3. Active grant for (agent, tool) -> allow, recorded.
+3. Active grant for (agent, tool) -> allow, recorded (not for a floor's
+   ``person_only`` question).
 4. Expire what is due (recorded), then: the oldest resolution of this exact
    call that no call has used yet (``state.approval_uses``) is claimed
    atomically and delivered -- approved runs, denied or expired is told.
@@ -29,10 +32,17 @@ follows this order:
    before memory on purpose: a person's answer to this very call is more
    specific than memory and is recorded with its stronger strength.
 5. Approval memory (``approval.memory.decide``), skipped when the arguments
-   look like injected instructions -> an approval row resolved through the
-   ``memory`` channel, used at once by this call, recorded.
-6. The open question for this exact call, if any, else a new approval
-   (``approval_requested``). Then, by what the client can do:
+   look like injected instructions, and never consulted for a generic tool,
+   a changed pin or an ``approval: operator`` rule -> an approval row resolved
+   through the ``memory`` channel, used at once by this call, recorded. It
+   counts under the argument shape, or the shape and the values of the rule's
+   ``memory_key`` fields (``approval.memory.memory_key_digest``).
+6. The open question for this exact call that asks the same person, if any,
+   else a new approval (``approval_requested``, its ``approver`` stored: the
+   store refuses a client's approval of an operator's question). A call only
+   an operator may approve is never asked in-band: it waits for an operator
+   channel (blocking or non-blocking), or is refused at once when none is open.
+   Otherwise, by what the client can do:
 
    * 2026-07-28 client with elicitation: an ``InputRequiredResult`` whose
      ``requestState`` is sealed (``approvals.request_states``) and bound to
@@ -71,6 +81,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
@@ -78,7 +89,7 @@ import anyio
 
 from drawbridge.approval.binding import binding_digest
 from drawbridge.approval.channels import Channel
-from drawbridge.approval.memory import MemoryConfig
+from drawbridge.approval.memory import MemoryConfig, memory_key_digest
 from drawbridge.approval.shape import ArgumentShape, ShapeError, argument_shape, injection_findings
 from drawbridge.gateway.pipeline.approvals.grants import Clock, GrantService, TraceAppend, utc_clock
 from drawbridge.gateway.pipeline.approvals.questions import Elicit, pending
@@ -94,6 +105,7 @@ from drawbridge.gateway.pipeline.approvals.settlement import (
 from drawbridge.gateway.pipeline.approvals.standing import ApprovalMemory, grant_settlement
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import Action, Verdict
+from drawbridge.policy.model import Approver
 from drawbridge.state.approval_uses import ApprovalUses, SqliteApprovalUses
 from drawbridge.state.approvals import Approval, ApprovalStatus, ApprovalStore, SqliteApprovalStore
 from drawbridge.state.grants import GrantStore, SqliteGrantStore
@@ -110,6 +122,23 @@ NO_CHANNEL: Final = (
     "no channel reaches a person for this call (the client cannot be asked in-band and no control plane "
     "is open): approval unavailable"
 )
+
+
+OPERATOR_NEEDED: Final = (
+    "only an operator may approve this call (an `approval: operator` rule or a changed pin), and no "
+    "operator channel is open (the control plane, the console, the CLI): approval unavailable"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Terms:
+    """What one settle asks, computed once: the verdict, the binding, the shape, the memory key."""
+
+    verdict: Verdict
+    digest: str
+    shape: ArgumentShape | None
+    findings: tuple[str, ...]
+    memory_digest: str | None
 
 
 class DigestKey(Protocol):
@@ -267,15 +296,16 @@ class ApprovalEngine:
         if digest is None:
             return denied("unbindable", UNBINDABLE)
         now = self._clock()
-
-        # A floor's human_approval (a changed pin) is for a person: grants and memory do not lift it.
-        person_only = getattr(verdict, "person_only", False)
+        # Who may answer: a changed pin (person_only) or an ``approval: operator`` rule only an
+        # operator; then the client is never asked, and a client's earlier answer never counts.
+        operator_only = verdict.operator_only
+        person_only = verdict.person_only  # a floor's question: grants do not lift it either
         grant = None if person_only else await self._grants.active_for(call.agent, call.tool, now)
         if grant is not None:
             return await grant_settlement(self._trace, call, grant, digest, self._clock())
 
         await self._resolutions.expire_due(now)
-        delivered = await self._deliver_resolution(call, digest)
+        delivered = await self._deliver_resolution(call, digest, operator_only)
         if delivered is not None:
             return delivered
 
@@ -284,16 +314,24 @@ class ApprovalEngine:
             shape: ArgumentShape | None = argument_shape(call.arguments)
         except ShapeError:
             shape = None
+        memory_digest = self._memory_digest(call, shape, verdict)
+        terms = _Terms(verdict, digest, shape, findings, memory_digest)
 
         async def submit() -> Approval:  # memory's row is opened like any other, once memory approves
-            return await self._submit(call, verdict, digest, shape, findings, now)
+            return await self._submit(call, terms, now)
 
-        remembered = None if person_only else await self._memory.settle(call, shape, findings, now, submit)
+        remembered = None
+        if verdict.memory_applies:
+            remembered = await self._memory.settle(call, memory_digest, findings, now, submit)
         if remembered is not None:
             return remembered
 
         in_band = elicit if elicit is not None else self._elicit
-        if call.modern:
+        if operator_only:
+            mode = None
+            if not others:
+                return denied("unavailable", OPERATOR_NEEDED)
+        elif call.modern:
             mode = "input_required" if elicitation_supported else None
         else:
             mode = "elicitation" if elicitation_supported and in_band is not None else None
@@ -305,10 +343,10 @@ class ApprovalEngine:
         for round_ in range(MAX_ROUNDS):
             now = self._clock()
             if round_:
-                delivered = await self._deliver_resolution(call, digest)
+                delivered = await self._deliver_resolution(call, digest, operator_only)
                 if delivered is not None:
                     return delivered
-            approval = await self._question(call, verdict, digest, shape, findings, now, mode)
+            approval = await self._question(call, terms, now, mode)
             if mode == "input_required":
                 return Settlement(
                     SettlementKind.INPUT_REQUIRED, "input_required",
@@ -347,11 +385,12 @@ class ApprovalEngine:
 
     # -- steps ---------------------------------------------------------------------------------
 
-    async def _deliver_resolution(self, call: ToolCall, digest: str) -> Settlement | None:
-        """Claim the oldest unused resolution of exactly this call, if any, and answer with it."""
+    async def _deliver_resolution(self, call: ToolCall, digest: str, operator_only: bool) -> Settlement | None:
+        """Claim the oldest unused resolution of exactly this call, if any, and answer with it (for a
+        call only an operator may approve, an approval counts only when an operator gave it)."""
         now = self._clock()
         used = await self._uses.claim_resolved(
-            call.agent, call.tool, digest, since=now - self._window, at=now
+            call.agent, call.tool, digest, since=now - self._window, at=now, operator_only=operator_only
         )
         if used is None:
             return None
@@ -364,47 +403,47 @@ class ApprovalEngine:
             return self._binding(call.arguments)
         return binding_digest(dict(call.arguments), bytes(self._key.key), self._key.key_id)
 
-    async def _submit(
-        self,
-        call: ToolCall,
-        verdict: Verdict,
-        digest: str,
-        shape: ArgumentShape | None,
-        findings: tuple[str, ...],
-        now: datetime,
-    ) -> Approval:
+    def _memory_digest(self, call: ToolCall, shape: ArgumentShape | None, verdict: Verdict) -> str | None:
+        """The key approval memory counts this call under: its shape's digest, or with the rule's
+        ``memory_key`` a keyed digest of the shape and those fields' values. None: never counted
+        (no shape, or memory may not stand in for a person on this call)."""
+        if shape is None or not verdict.memory_applies:
+            return None
+        if not verdict.memory_key:
+            return shape.digest
+        return memory_key_digest(
+            shape.digest, call.arguments, verdict.memory_key, bytes(self._key.key), self._key.key_id
+        )
+
+    async def _submit(self, call: ToolCall, terms: _Terms, now: datetime) -> Approval:
+        verdict = terms.verdict
         reason = clip(f"{verdict.provenance.label()}: {verdict.reason}", 4000) or "human_approval"
         return await self._store.submit(
             agent=call.agent,
             tool=call.tool,
-            args_digest=digest,
-            args_shape=shape,
+            args_digest=terms.digest,
+            args_shape=terms.shape,
             reason=reason,
             created_at=now,
             expires_at=now + self._timeout,
             policy=verdict.provenance.policy,
             source_file=verdict.provenance.source_file,
             rule_index=verdict.provenance.rule_index,
-            injection_findings=findings,
+            injection_findings=terms.findings,
+            approver=Approver.OPERATOR if verdict.operator_only else Approver.ANY,
+            memory_digest=terms.memory_digest,
         )
 
-    async def _question(
-        self,
-        call: ToolCall,
-        verdict: Verdict,
-        digest: str,
-        shape: ArgumentShape | None,
-        findings: tuple[str, ...],
-        now: datetime,
-        mode: str,
-    ) -> Approval:
-        """The open approval for this exact call, or a new one (recorded)."""
-        open_id = await self._uses.find_pending(call.agent, call.tool, digest, now=now)
+    async def _question(self, call: ToolCall, terms: _Terms, now: datetime, mode: str) -> Approval:
+        """The open approval for this exact call that asks the same person, or a new one (recorded)."""
+        open_id = await self._uses.find_pending(
+            call.agent, call.tool, terms.digest, now=now, operator_only=terms.verdict.operator_only
+        )
         if open_id is not None:
             approval = await self._store.get(open_id)
             if approval.pending:
                 return approval
-        approval = await self._submit(call, verdict, digest, shape, findings, now)
+        approval = await self._submit(call, terms, now)
         body = approval.request_record()
         body["mode"] = mode
         body["timeout_seconds"] = self.timeout_seconds

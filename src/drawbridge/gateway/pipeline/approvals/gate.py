@@ -19,10 +19,12 @@ the call's ``client_link``:
 
 1. (The floors and the policy have decided.)
 2. A 2026-07-28 retry carrying the gateway's ``requestState`` (``client_link``) goes to
-   ``engine.settle_retry``: forged, altered, expired, mismatched or replayed states are refused; an
+   ``engine.settle_retry`` -- unless only an operator may approve the call now (an ``approval:
+   operator`` rule, a changed pin): its answer is then ignored and the call settled as in 4: forged, altered, expired, mismatched or replayed states are refused; an
    answer applies through the elicitation channel; the approval is used once.
 3. Any other verdict but ``human_approval`` is returned as is.
-4. ``human_approval`` goes to ``engine.settle`` with what this call's client can do: a 2026-07-28
+4. ``human_approval`` goes to ``engine.settle`` with what this call's client can do (nothing, when
+   only an operator may approve): a 2026-07-28
    client whose request declares form elicitation gets an ``InputRequiredResult`` (sealed
    ``requestState``); a 2025-11-25 client that declared elicitation gets a gateway-originated
    ``elicitation/create`` while the other channels stay open; otherwise the operator channels (the
@@ -201,7 +203,8 @@ class ApprovalGate:
 
     async def settle(self, call: ToolCall, verdict: Verdict, link: ClientLink) -> Verdict:
         """The verdict the pipeline acts on (``verdict_of`` the engine's settlement)."""
-        if link.retry:
+        operator_only = verdict.action is Action.HUMAN_APPROVAL and verdict.operator_only
+        if link.retry and not operator_only:
             settlement = await self.engine.settle_retry(
                 call, link.request_state, link.input_responses, verdict=verdict
             )
@@ -209,7 +212,10 @@ class ApprovalGate:
         if verdict.action is not Action.HUMAN_APPROVAL:
             return verdict
         elicit = None
-        if call.modern:
+        if operator_only:
+            # A retry's answer is the client's: it never lifts what only an operator may approve.
+            supported = False
+        elif call.modern:
             supported = self._elicitation and call_declares_elicitation(call)
         else:
             elicit = link.elicit if self._elicitation else None

@@ -9,7 +9,8 @@ Neither applies to a floor's question for a person: the engine does not consult 
 
 Theory of operation. ``grant_settlement`` records the grant that matched (``state.grants``) and
 answers ``allow`` naming it. ``ApprovalMemory.settle`` counts the earlier answers for this agent,
-tool and argument shape (``ApprovalStore.memory_counts``), lets ``approval.memory.decide`` judge
+tool and memory key (the argument shape, or the shape and a rule's ``memory_key`` values:
+``ApprovalStore.memory_counts``), lets ``approval.memory.decide`` judge
 them, and only when it approves opens the row (``submit``, the engine's, so the row is like any
 other) and resolves it.
 """
@@ -22,7 +23,6 @@ from typing import Final
 
 from drawbridge.approval.channels import Channel, Strength
 from drawbridge.approval.memory import MEMORY_RESOLVER, MemoryConfig, decide
-from drawbridge.approval.shape import ArgumentShape
 from drawbridge.gateway.pipeline.approvals.grants import TraceAppend
 from drawbridge.gateway.pipeline.approvals.resolutions import Resolutions
 from drawbridge.gateway.pipeline.approvals.settlement import Settlement, SettlementKind, clip
@@ -79,17 +79,18 @@ class ApprovalMemory:
     async def settle(
         self,
         call: ToolCall,
-        shape: ArgumentShape | None,
+        memory_digest: str | None,
         findings: tuple[str, ...],
         now: datetime,
         submit: Submit,
     ) -> Settlement | None:
-        """``allow`` when memory approves this call (recorded), else None: someone must be asked."""
+        """``allow`` when memory approves this call (recorded), else None: someone must be asked.
+        ``memory_digest`` is the key earlier answers are counted under (None: no shape to count)."""
         if not self._config.enabled:
             return None
         counts = None
-        if shape is not None and not findings:
-            counts = await self._store.memory_counts(call.agent, call.tool, shape.digest)
+        if memory_digest is not None and not findings:
+            counts = await self._store.memory_counts(call.agent, call.tool, memory_digest)
         decision = decide(self._config, counts, injection_suspected=bool(findings))
         if not decision.auto_approve:
             return None
