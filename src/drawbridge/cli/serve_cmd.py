@@ -192,7 +192,8 @@ async def _run(
                 from drawbridge.gateway.transports.http_identity import HttpSettings
 
                 assert parts.services is not None
-                app = build_app(gateway, HttpSettings.from_config(config), routes=control.routes(parts.services, runtime))
+                settings = HttpSettings.from_config(config, sock.getsockname()[1])
+                app = build_app(gateway, settings, routes=control.routes(parts.services, runtime))
 
                 def ready(host: str, port: int) -> None:
                     click.echo(
