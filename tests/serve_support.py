@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conftest import FIXTURES, PYTHON, SERVERS, child_env
+from conftest import FIXTURES, LEGACY_VERSION, PYTHON, SERVERS, child_env
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -195,6 +195,13 @@ async def http_client(url: str, mode: str = "legacy", token: str | None = None, 
     async with create_mcp_http_client(headers=headers) as http:
         async with Client(streamable_http_client(url, http_client=http), mode=mode, **options) as client:
             yield client
+
+
+def initialize_request(request_id: str | int = 1) -> dict[str, Any]:
+    """A 2025-11-25 ``initialize`` as a raw client sends it."""
+    client = {"name": "raw", "version": "0"}
+    params = {"protocolVersion": LEGACY_VERSION, "capabilities": {}, "clientInfo": client}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": params}
 
 
 def dump(model: Any) -> Any:

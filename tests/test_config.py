@@ -153,3 +153,76 @@ def test_approval_section_is_strict(tmp_path, section, fragment):
         parse_config(BASE.replace("{timeout_seconds: 30}", section), str(tmp_path / "c.yaml"), ENV)
     assert fragment in str(info.value)
     assert info.value.line == 25
+
+
+def test_listen_allowed_hosts_are_normalized_and_default_to_none(tmp_path):
+    path = str(tmp_path / "drawbridge.yaml")
+    assert parse_config(BASE, path, ENV).allowed_hosts is None  # the loopback names, with the bound port
+    listed = "listen: {host: 0.0.0.0, port: 8899, allowed_hosts: [MCP.Example.COM, 'gw.internal:8443', '[0:0::1]:*', 10.0.0.5, 'a.b:08443', mcp.example.com]}"
+    cfg = parse_config(BASE.replace("listen: {host: 127.0.0.1, port: 8899}", listed), path, ENV)
+    assert cfg.listen_host == "0.0.0.0"
+    assert cfg.allowed_hosts == ("mcp.example.com", "gw.internal:8443", "[::1]:*", "10.0.0.5", "a.b:8443")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "localhost", "::1", "LocalHost"])
+def test_a_loopback_listener_needs_no_allowed_hosts(tmp_path, host):
+    text = BASE.replace("listen: {host: 127.0.0.1, port: 8899}", f"listen: {{host: '{host}', port: 8899}}")
+    assert parse_config(text, str(tmp_path / "c.yaml"), ENV).allowed_hosts is None
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "gateway.example.com", "128.0.0.1"])
+def test_a_listener_beyond_loopback_without_allowed_hosts_is_refused(tmp_path, host):
+    text = BASE.replace("listen: {host: 127.0.0.1, port: 8899}", f"listen: {{host: '{host}', port: 8899}}")
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, str(tmp_path / "c.yaml"), ENV)
+    assert info.value.line == 13
+    assert f"listen.host {host} is not a loopback address" in str(info.value)
+    assert "listen.allowed_hosts" in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("[]", "is empty"),
+        ("['*']", "'*' is not HOST, HOST:PORT or HOST:*"),
+        ("['*.example.com']", "'*.example.com' is not HOST"),
+        ("['http://mcp.example.com']", "'http://mcp.example.com' is not HOST"),
+        ("['mcp.example.com/mcp']", "is not HOST"),
+        ("['mcp.example.com:0']", "is not HOST"),
+        ("['mcp.example.com:65536']", "is not HOST"),
+        ("['mcp.example.com:']", "is not HOST"),
+        ("['user@mcp.example.com']", "is not HOST"),
+        ("['[::1']", "is not HOST"),
+        ("['[fe80::1%eth0]']", "is not HOST"),
+        ("['::1']", "is not HOST"),
+        ("['']", "is not HOST"),
+        ("mcp.example.com", "must be a list of strings"),
+        ("[8080]", "must be a list of strings"),
+    ],
+)
+def test_listen_allowed_hosts_is_strict(tmp_path, value, fragment):
+    text = BASE.replace("listen: {host: 127.0.0.1, port: 8899}", f"listen: {{host: 127.0.0.1, port: 8899, allowed_hosts: {value}}}")
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, str(tmp_path / "c.yaml"), ENV)
+    assert fragment in str(info.value)
+    assert info.value.line == 13
+
+
+def test_session_limits_default_and_are_checked(tmp_path):
+    path = str(tmp_path / "c.yaml")
+    plain = parse_config(BASE, path, ENV)
+    assert (plain.max_sessions_per_agent, plain.max_sessions) == (64, 1024)
+    limits = "limits: {max_message_bytes: 2048, call_timeout_seconds: 5"
+    set_ = parse_config(BASE.replace(limits, limits + ", max_sessions_per_agent: 8, max_sessions: 100"), path, ENV)
+    assert (set_.max_sessions_per_agent, set_.max_sessions) == (8, 100)
+    for extra, fragment in (
+        (", max_sessions_per_agent: 0", "limits.max_sessions_per_agent must be at least 1"),
+        (", max_sessions_per_agent: 65, max_sessions: 64", "limits.max_sessions must be at least limits.max_sessions_per_agent (65)"),
+        (", max_sessions: 10", "limits.max_sessions must be at least limits.max_sessions_per_agent (64)"),
+        (", max_sessions: true", "must be a number, not a boolean"),
+        (", max_sessions_per_agent: 2.5", "limits.max_sessions_per_agent must be int"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            parse_config(BASE.replace(limits, limits + extra), path, ENV)
+        assert fragment in str(info.value), extra
+        assert info.value.line == 21

@@ -90,6 +90,20 @@ def test_a_port_in_use_stops_the_start(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+def test_a_listener_beyond_loopback_without_allowed_hosts_stops_the_start(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    config = write_config(tmp_path, [_marker_upstream(marker)], listen={"host": "0.0.0.0", "port": 0})
+    line = next(i for i, text in enumerate(config.read_text().splitlines(), 1) if '"0.0.0.0"' in text)
+    done = _run(serve_argv(config))
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"{config}:{line}: listen.host 0.0.0.0 is not a loopback address: list in listen.allowed_hosts the "
+        "names agents reach the gateway by (their Host header), so that a DNS-rebinding web page cannot"
+    )
+    assert not marker.exists()
+    assert not (tmp_path / "evidence").exists()
+
+
 def test_an_upstream_command_that_does_not_exist_stops_the_start(tmp_path: Path) -> None:
     missing = {"name": "ghost", "transport": "stdio", "command": str(tmp_path / "no-such-server")}
     config = write_config(tmp_path, [GITHUB, missing])
@@ -126,7 +140,8 @@ def test_the_documented_full_example_is_a_valid_configuration(tmp_path: Path) ->
         "policy_dir:", "policy_file:", "evidence_dir:", "state_path:", "fsync:", "listen:", "host:", "port:",
         "auth:", "admin:", "agents:", "agent:", "token_env:", "token_sha256:", "anonymous_agent:", "limits:",
         "max_message_bytes:", "call_timeout_seconds:", "tool_decision_truth:", "out:", "pin_tools:",
-        "hide_denied_tools:", "approval:", "timeout_seconds:",
+        "hide_denied_tools:", "approval:", "timeout_seconds:", "allowed_hosts:", "max_sessions_per_agent:",
+        "max_sessions:",
     ):
         assert key in blocks[0], key
     assert "SEARCH_AUTHORIZATION" in secret_env_names(config)

@@ -18,7 +18,7 @@ import anyio
 import anyio.from_thread
 import httpx
 import pytest
-from conftest import LEGACY_VERSION, MODERN
+from conftest import MODERN
 from serve_support import (
     CRASHY,
     GITHUB,
@@ -27,6 +27,7 @@ from serve_support import (
     dump,
     http_client,
     http_gateway,
+    initialize_request,
     sha256,
     write_config,
 )
@@ -65,13 +66,7 @@ def _auth(token: str | None) -> dict[str, str]:
 
 
 def _initialize(url: str, token: str | None, **headers: str) -> httpx.Response:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": LEGACY_VERSION, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
-    }
-    return httpx.post(url, json=body, headers={**JSON_HEADERS, **_auth(token), **headers})
+    return httpx.post(url, json=initialize_request(), headers={**JSON_HEADERS, **_auth(token), **headers})
 
 
 def _post(url: str, token: str | None, body: Any, **headers: str) -> httpx.Response:

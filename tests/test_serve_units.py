@@ -20,6 +20,7 @@ from drawbridge.gateway.protocol.hop import (
     progress_token,
     union_capabilities,
 )
+from drawbridge.gateway.transports.http_hosts import AllowedHosts, origin_authority
 from drawbridge.gateway.transports.http_identity import HttpSettings, identify
 from drawbridge.gateway.upstreams.http_link import HttpLink, SseFramer, safe_url
 from drawbridge.gateway.upstreams.session import backoff_delay
@@ -211,6 +212,30 @@ def test_bearer_tokens_map_to_agents_by_their_sha256() -> None:
     assert identify(None, anonymous) == "guest"
     assert identify("", anonymous) == "guest"
     assert identify("Bearer wrong", anonymous) is None  # a wrong token is refused, not made anonymous
+
+
+def test_allowed_hosts_compare_one_spelling_of_each_authority() -> None:
+    default = AllowedHosts.build(None, "127.0.0.2", 40123)
+    for host in ("127.0.0.1:40123", "LocalHost:40123", "[::1]:40123", "[0::1]:040123", "127.0.0.2:40123"):
+        assert default.admits(host), host
+    for host in ("127.0.0.1", "localhost:40124", "localhost.:40123", "[::1%lo]:40123", "[::1]:x", "[::1]40123",
+                 "127.0.0.1:99999", "127.0.0.1:40123:1", "a@127.0.0.1:40123", "", "[::2]:40123", "evil.example:40123"):
+        assert not default.admits(host), host
+    configured = AllowedHosts.build(("gw.test", "proxy.test:8443", "[::1]:*"), "0.0.0.0", 8787)
+    assert [configured.admits(h) for h in ("gw.test", "gw.test:8787", "gw.test:80", "proxy.test:8443", "proxy.test")] == [
+        True, True, False, True, False
+    ]
+    assert configured.admits("[::1]") and configured.admits("[::1]:1") and not configured.admits("127.0.0.1:8787")
+    assert configured.check(["gw.test"], []) is None
+    for hosts in (["gw.test", "gw.test"], []):  # a repeated Host, or none
+        refusal = configured.check(hosts, [])
+        assert refusal is not None and (refusal.status, refusal.incident) == (421, "foreign_host")
+    assert configured.check(["gw.test"], ["https://GW.test"]) is None
+    for origin in ("null", "https://gw.test/", "ftp://gw.test", "https://user@gw.test", "gw.test", "https://evil.test"):
+        refusal = configured.check(["gw.test"], [origin])
+        assert refusal is not None and refusal.status == 403, origin
+    assert configured.check(["gw.test"], ["https://gw.test", "https://gw.test"]) is not None
+    assert origin_authority("HTTP://[::1]:8787") == "[::1]:8787" and origin_authority("null") is None
 
 
 def test_sse_framing_yields_message_data_and_skips_primers_comments_and_other_events() -> None:

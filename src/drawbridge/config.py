@@ -15,6 +15,7 @@ uniform. Relative paths are resolved against the config file's directory.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -32,7 +33,11 @@ UPSTREAM_PROTOCOLS: tuple[str, ...] = ("2025-11-25", "2026-07-28")
 _AGENT_RE = re.compile(r"[A-Za-z0-9._:@/-]+")
 _ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_HOST_NAME_RE = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?")
+_PORT_RE = re.compile(r"[0-9]{1,5}")
 FSYNC_MODES = ("always", "batch", "never")
+MAX_SESSIONS_PER_AGENT = 64
+MAX_SESSIONS = 1024
 
 
 class ConfigError(ValueError):
@@ -85,12 +90,17 @@ class GatewayConfig:
     """The control plane's own listener, apart from ``/mcp`` (``control``)."""
     control_configured: bool = False
     """The file has a ``control`` section (with ``--stdio``, only then is a control plane served)."""
+    allowed_hosts: tuple[str, ...] | None = None
+    """The ``Host`` (and ``Origin``) authorities ``/mcp`` answers to, normalized (``listen.allowed_hosts``);
+    None: the loopback names with the listening port, which only a loopback listener may use."""
     admin_token_sha256: str | None = None
     agents: tuple[AgentToken, ...] = ()
     anonymous_agent: str | None = None
     max_message_bytes: int = 4 * 1024 * 1024
     max_depth: int = 64
     """How deep an agent's message may nest arrays and objects (``limits.max_depth``)."""
+    max_sessions_per_agent: int = MAX_SESSIONS_PER_AGENT
+    max_sessions: int = MAX_SESSIONS
     call_timeout_seconds: float = 120.0
     tool_decision_truth_out: str | None = None
     pin_tools: bool = False
@@ -154,8 +164,8 @@ class _Reader:
 
 
 def _str_list(reader: _Reader, key: str) -> tuple[str, ...]:
-    value = reader.get(key, CommentedSeq, default=[])
-    if not all(isinstance(item, str) for item in value):
+    value = reader.get(key, object, default=[])
+    if not isinstance(value, (CommentedSeq, list)) or not all(isinstance(item, str) for item in value):
         raise reader.fail(key, f"{reader.where}.{key} must be a list of strings")
     return tuple(value)
 
@@ -172,6 +182,68 @@ def _str_map(reader: _Reader, key: str, value_re: re.Pattern[str] | None = None)
             raise sub.fail(name, f"{sub.where}.{name}: {value!r} is not an environment variable name")
         out[name] = value
     return out
+
+
+def split_authority(text: str) -> tuple[str, str | None] | None:
+    """``host[:port]`` as (host, port text or None), or None when it is not one.
+
+    The host comes back normalized, so that one authority has one spelling: a name or IPv4 literal in
+    lower case, an IPv6 literal in brackets in its compressed form (a zone id is not an authority). The
+    port text is returned unchecked: a configured entry may say ``*``, a request may not.
+    """
+    text = text.strip().lower()
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            return None
+        literal, rest = text[1:end], text[end + 1 :]
+        if "%" in literal:
+            return None
+        try:
+            host = f"[{ipaddress.IPv6Address(literal).compressed}]"
+        except ValueError:
+            return None
+    else:
+        literal, colon, port_text = text.partition(":")
+        host, rest = literal, (colon + port_text)
+        if not _HOST_NAME_RE.fullmatch(host):
+            return None
+    if not rest:
+        return host, None
+    if not rest.startswith(":") or not rest[1:]:
+        return None
+    return host, rest[1:]
+
+
+def is_loopback_address(host: str) -> bool:
+    """Whether a listen address is loopback: ``localhost``, 127.0.0.0/8 or ::1."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _allowed_hosts(listen: _Reader) -> tuple[str, ...]:
+    """``listen.allowed_hosts``, each entry checked and normalized (``HOST``, ``HOST:PORT`` or ``HOST:*``)."""
+    entries = _str_list(listen, "allowed_hosts")
+    if not entries:
+        raise listen.fail("allowed_hosts", "listen.allowed_hosts is empty: it would admit no request")
+    out: list[str] = []
+    for entry in entries:
+        split = split_authority(entry)
+        port = split[1] if split else None
+        port_ok = port is None or port == "*" or (_PORT_RE.fullmatch(port) is not None and 0 < int(port) < 65536)
+        if split is None or not port_ok:
+            raise listen.fail(
+                "allowed_hosts",
+                f"listen.allowed_hosts: {entry!r} is not HOST, HOST:PORT or HOST:* (a host name or an IP "
+                "address, an IPv6 address in brackets; no scheme, path or wildcard host)",
+            )
+        assert split is not None
+        out.append(split[0] if port is None else f"{split[0]}:{port if port == '*' else int(port)}")
+    return tuple(dict.fromkeys(out))
 
 
 def _resolve(base: Path, value: str | None) -> str | None:
@@ -298,13 +370,21 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
     if fsync not in FSYNC_MODES:
         raise top.fail("fsync", f"fsync must be one of {', '.join(FSYNC_MODES)}, not {fsync!r}")
 
-    host, port = "127.0.0.1", 8787
+    host, port, allowed_hosts = "127.0.0.1", 8787, None
     if (listen := top.child("listen")) is not None:
-        listen.check_keys({"host", "port"})
+        listen.check_keys({"host", "port", "allowed_hosts"})
         host = listen.get("host", str, default=host)
         port = listen.get("port", int, default=port)
         if not 0 <= port <= 65535:
             raise listen.fail("port", f"listen.port {port} is out of range")
+        if listen.get("allowed_hosts", object) is not None:
+            allowed_hosts = _allowed_hosts(listen)
+        elif not is_loopback_address(host):
+            raise listen.fail(
+                "host",
+                f"listen.host {host} is not a loopback address: list in listen.allowed_hosts the names "
+                "agents reach the gateway by (their Host header), so that a DNS-rebinding web page cannot",
+            )
 
     control_host, control_port = "127.0.0.1", 8788
     control = top.child("control")
@@ -340,11 +420,23 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         anonymous = auth.get("anonymous_agent", str)
 
     max_bytes, timeout, max_depth = 4 * 1024 * 1024, 120.0, 64
+    per_agent, max_sessions = MAX_SESSIONS_PER_AGENT, MAX_SESSIONS
     if (limits := top.child("limits")) is not None:
-        limits.check_keys({"max_message_bytes", "call_timeout_seconds", "max_depth"})
+        limits.check_keys({
+            "max_message_bytes", "call_timeout_seconds", "max_depth", "max_sessions_per_agent", "max_sessions",
+        })
         max_bytes = limits.get("max_message_bytes", int, default=max_bytes)
         timeout = limits.get("call_timeout_seconds", float, default=timeout)
         max_depth = limits.get("max_depth", int, default=max_depth)
+        per_agent = limits.get("max_sessions_per_agent", int, default=per_agent)
+        max_sessions = limits.get("max_sessions", int, default=max_sessions)
+        if per_agent < 1:
+            raise limits.fail("max_sessions_per_agent", "limits.max_sessions_per_agent must be at least 1")
+        if max_sessions < per_agent:
+            raise limits.fail(
+                "max_sessions",
+                f"limits.max_sessions must be at least limits.max_sessions_per_agent ({per_agent})",
+            )
         if max_bytes < 1024:
             raise limits.fail("max_message_bytes", "limits.max_message_bytes must be at least 1024")
         if not 2 <= max_depth <= 512:
@@ -390,11 +482,14 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         control_host=control_host,
         control_port=control_port,
         control_configured=control is not None,
+        allowed_hosts=allowed_hosts,
         admin_token_sha256=admin_digest,
         agents=tuple(agents),
         anonymous_agent=anonymous,
         max_message_bytes=max_bytes,
         max_depth=max_depth,
+        max_sessions_per_agent=per_agent,
+        max_sessions=max_sessions,
         call_timeout_seconds=timeout,
         tool_decision_truth_out=tdt_out,
         pin_tools=bool(top.get("pin_tools", bool, default=False)),

@@ -195,7 +195,7 @@ async def _run(
                 from drawbridge.gateway.transports.http_endpoint import build_app, describe_url
                 from drawbridge.gateway.transports.http_identity import HttpSettings
 
-                app = build_app(gateway, HttpSettings.from_config(config))
+                app = build_app(gateway, HttpSettings.from_config(config, socks.mcp.getsockname()[1]))
 
                 def ready(host: str, port: int) -> None:
                     click.echo(

@@ -1,10 +1,14 @@
 """Streamable HTTP at ``/mcp``: the agents' side of ``drawbridge serve``, as a Starlette app.
 
-Invariant: an HTTP request reaches a ``DownstreamSession`` only with an identity
-(``http_identity.identify``: a bearer token that matches a configured agent, or the anonymous agent
-when no ``Authorization`` is presented at all). A session belongs to the agent that created it; the
-same id presented by another agent is unknown (404). Session ids are minted by the gateway at
-``initialize`` and never taken from the client (fixation defence).
+Invariant: an HTTP request reaches a ``DownstreamSession`` only when it names a host ``/mcp``
+answers to (``http_hosts``: ``Host``, and ``Origin`` when present, against ``listen.allowed_hosts``;
+421 and 403 otherwise, recorded) and with an identity (``http_identity.identify``: one bearer token
+that matches a configured agent, or the anonymous agent when no ``Authorization`` is presented at
+all). A session belongs to the agent that created it; the same id presented by another agent is
+unknown (404). Session ids are minted by the gateway at ``initialize`` and never taken from the
+client (fixation defence). One agent's sessions never end another's: an agent holds at most
+``max_sessions_per_agent`` (its least recently used one ends when it opens one more), and when the
+gateway holds ``max_sessions`` an agent with none of its own is refused (503), never given room.
 
 Theory of operation. ``POST /mcp`` reads at most ``max_message_bytes`` (413 beyond, with a JSON-RPC
 error), parses one JSON-RPC message strictly and picks the era from ``MCP-Protocol-Version``:
@@ -63,11 +67,12 @@ from drawbridge.gateway.protocol.methods import INITIALIZE
 from drawbridge.gateway.serve.downstream_session import DownstreamSession, error_response
 from drawbridge.gateway.serve.hub import Gateway
 from drawbridge.gateway.serve.routes import open_session
-from drawbridge.gateway.transports.http_identity import AUTH_REQUIRED, HttpSettings, identify, origin_ok
+from drawbridge.gateway.transports.http_identity import AUTH_REPEATED, AUTH_REQUIRED, HttpSettings, identify
 from drawbridge.gateway.transports.http_mailbox import HttpOutbound, Mailbox
 from drawbridge.gateway.transports.http_wire import (
     TooLarge,
     accepts,
+    header_values,
     headers_of,
     raw_headers,
     read_body,
@@ -82,6 +87,11 @@ logger = logging.getLogger("drawbridge.gateway.http")
 
 MCP_PATH: Final = "/mcp"
 SESSION_HEADER: Final = "mcp-session-id"
+WWW_AUTHENTICATE: Final = ("www-authenticate", "Bearer")
+SESSIONS_FULL: Final = (
+    "service unavailable: the gateway holds as many sessions as it may (limits.max_sessions), none of them "
+    "this agent's; try again once sessions end"
+)
 
 
 @dataclass(eq=False)
@@ -101,21 +111,30 @@ class McpEndpoint:
         self.gateway = gateway
         self.settings = settings
         self.sessions: dict[str, _HttpSession] = {}
+        self.by_agent: dict[str, dict[str, _HttpSession]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        headers = headers_of(scope)
-        if not origin_ok(headers):
-            await send_error(send, 403, INVALID_REQUEST, "forbidden: the request comes from another origin")
+        hosts, origins = header_values(scope, "host"), header_values(scope, "origin")
+        refusal = self.settings.allowed_hosts.check(hosts, origins)
+        if refusal is not None:
+            await self.gateway.incident(refusal.incident, "client", refusal.message, INVALID_REQUEST)
+            await send_error(send, refusal.status, INVALID_REQUEST, refusal.message)
             return
+        headers = headers_of(scope)
         method = scope["method"]
         if method not in ("POST", "GET", "DELETE"):
             await send_status(send, 405, [("allow", "GET, POST, DELETE")])
             return
-        agent = identify(headers.get("authorization"), self.settings)
+        authorization = header_values(scope, "authorization")
+        if len(authorization) > 1:
+            await self.gateway.incident("repeated_authorization", "client", AUTH_REPEATED, INVALID_REQUEST)
+            await send_error(send, 401, INVALID_REQUEST, AUTH_REPEATED, extra=[WWW_AUTHENTICATE])
+            return
+        agent = identify(authorization[0] if authorization else None, self.settings)
         if agent is None:
-            await send_error(send, 401, INVALID_REQUEST, AUTH_REQUIRED, extra=[("www-authenticate", "Bearer")])
+            await send_error(send, 401, INVALID_REQUEST, AUTH_REQUIRED, extra=[WWW_AUTHENTICATE])
             return
         if method == "POST":
             await self._post(scope, receive, send, headers, agent)
@@ -147,22 +166,68 @@ class McpEndpoint:
             return True
         return False
 
-    async def _new_session(self, agent: str) -> _HttpSession:
-        while len(self.sessions) >= self.settings.max_sessions:
-            oldest = min(self.sessions.values(), key=lambda s: s.last_used)
-            logger.info("closing the least recently used HTTP session (the limit is %d)", self.settings.max_sessions)
-            await self._end(oldest)
-        sid = secrets.token_urlsafe(32)
-        outbound = HttpOutbound(unsolicited=True)
-        session = open_session(self.gateway, agent, outbound, transport="http")
-        state = _HttpSession(sid, agent, session, outbound)
-        self.sessions[sid] = state
+    async def _new_session(self, agent: str) -> _HttpSession | None:
+        """A session for ``agent``, or None when the gateway is full of other agents' sessions.
+
+        The room is made and the session registered before anything is awaited, so initializes that
+        arrive together cannot pass a limit between them; the sessions that make room end after.
+        """
+        ending = self._make_room(agent)
+        state: _HttpSession | None = None
+        if len(self.sessions) < self.settings.max_sessions:
+            sid = secrets.token_urlsafe(32)
+            outbound = HttpOutbound(unsolicited=True)
+            session = open_session(self.gateway, agent, outbound, transport="http")
+            state = _HttpSession(sid, agent, session, outbound)
+            self.sessions[sid] = state
+            self.by_agent.setdefault(agent, {})[sid] = state
+        for old in ending:
+            await self._close(old)
         return state
 
-    async def _end(self, state: _HttpSession) -> None:
+    def _make_room(self, agent: str) -> list[_HttpSession]:
+        """Forget the sessions that make room for one more of ``agent``'s: only its own, or ended ones."""
+        ending: list[_HttpSession] = []
+        own = self.by_agent.get(agent, {})
+
+        def forget(state: _HttpSession) -> None:
+            self._forget(state)
+            ending.append(state)
+
+        for state in [s for s in own.values() if s.session.closed]:
+            forget(state)
+        while len(own) >= self.settings.max_sessions_per_agent:
+            logger.info(
+                "closing the least recently used HTTP session of agent %s "
+                "(limits.max_sessions_per_agent is %d)", agent, self.settings.max_sessions_per_agent,
+            )
+            forget(min(own.values(), key=lambda s: s.last_used))
+        if len(self.sessions) >= self.settings.max_sessions:
+            for state in [s for s in self.sessions.values() if s.session.closed]:
+                forget(state)
+        if len(self.sessions) >= self.settings.max_sessions and own:
+            logger.info(
+                "closing the least recently used HTTP session of agent %s (limits.max_sessions is %d)",
+                agent, self.settings.max_sessions,
+            )
+            forget(min(own.values(), key=lambda s: s.last_used))
+        return ending
+
+    def _forget(self, state: _HttpSession) -> None:
         self.sessions.pop(state.id, None)
+        own = self.by_agent.get(state.agent)
+        if own is not None:
+            own.pop(state.id, None)
+            if not own:
+                del self.by_agent[state.agent]
+
+    async def _close(self, state: _HttpSession) -> None:
         state.outbound.mailbox.close()
         await state.session.close()
+
+    async def _end(self, state: _HttpSession) -> None:
+        self._forget(state)
+        await self._close(state)
 
     async def close(self) -> None:
         for state in list(self.sessions.values()):
@@ -208,6 +273,12 @@ class McpEndpoint:
             return
         if message.kind is Kind.REQUEST and message.method == INITIALIZE:
             state = await self._new_session(agent)
+            if state is None:
+                await self.gateway.incident("session_limit", "client", SESSIONS_FULL, INVALID_REQUEST)
+                await send_error(
+                    send, 503, INVALID_REQUEST, SESSIONS_FULL, message.id, extra=[("retry-after", "5")]
+                )
+                return
             response = await state.session.handle_request(message)
             if response is None or "error" in response:
                 await self._end(state)

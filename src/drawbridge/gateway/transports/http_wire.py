@@ -42,6 +42,12 @@ def raw_headers(scope: Scope) -> list[tuple[str, str]]:
     return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", [])]
 
 
+def header_values(scope: Scope, name: str) -> list[str]:
+    """Every value of one header as sent (``headers_of`` keeps the last): a repeated header shows."""
+    key = name.encode("latin-1")
+    return [v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == key]
+
+
 def accepts(headers: Mapping[str, str], media: str) -> bool:
     accept = headers.get("accept")
     if accept is None:
@@ -164,6 +170,7 @@ __all__ = [
     "SSE_HEADERS",
     "TooLarge",
     "accepts",
+    "header_values",
     "headers_of",
     "raw_headers",
     "read_body",
