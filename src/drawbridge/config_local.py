@@ -214,6 +214,8 @@ def parse_cli_tool(file: str, node: Any, index: int, base: Path, call_timeout: f
     binary = reader.get("bin", str, required=True)
     if not binary or "\x00" in binary:
         raise reader.fail("bin", f"{owner}: bin must name a program")
+    if "/" in binary:
+        binary = resolve_path(base, binary) or binary  # a path: against the configuration's folder
     default_action = reader.get("default_action", str, default="human_approval") or "human_approval"
     if default_action not in CLI_DEFAULT_ACTIONS:
         raise reader.fail(

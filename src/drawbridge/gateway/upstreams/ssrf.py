@@ -91,14 +91,15 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
 async def resolved_problem(host: str) -> str | None:
     """Why the guard would refuse to connect to ``host`` now (checked when ``serve`` starts, so that a
-    backend on a private address is a startup error rather than a refusal on every call)."""
+    backend on a private address is a startup error rather than a refusal on every call). A name that
+    does not resolve now is no refusal: it is checked again on every connection."""
     problem = private_address_problem(host)
     if problem is not None:
         return problem
     try:
         infos = await anyio.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except OSError as exc:
-        return f"{host} cannot be resolved ({exc})"
+    except OSError:
+        return None
     for info in infos:
         problem = private_address_problem(str(info[4][0]))
         if problem is not None:

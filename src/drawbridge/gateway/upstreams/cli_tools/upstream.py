@@ -65,7 +65,7 @@ class _Runnable:
     validator: Draft202012Validator
 
 
-def _facts(entry: CliToolConfig, binary: str, rule: CliCommandConfig) -> str:
+def _facts(entry: CliToolConfig, rule: CliCommandConfig) -> str:
     parts = []
     if rule.allowed_args is not None:
         parts.append("Flags allowed: " + (", ".join(rule.allowed_args) if rule.allowed_args else "none") + ".")
@@ -104,11 +104,11 @@ def open_cli(entry: CliToolConfig, environ: Mapping[str, str], default_timeout: 
 
     for command, rule in entry.commands.items():
         schema = _schema(False)
-        description = f"Runs `{binary} {command}` with the given args and flags (no shell). {_facts(entry, binary, rule)}"
+        description = f"Runs `{binary} {command}` with the given args and flags (no shell). {_facts(entry, rule)}"
         add(command, description, _Runnable(command, rule, Draft202012Validator(schema)), schema)
     if entry.bare is not None:
         schema = _schema(False)
-        description = f"Runs `{binary}` with the given args and flags (no shell). {_facts(entry, binary, entry.bare)}"
+        description = f"Runs `{binary}` with the given args and flags (no shell). {_facts(entry, entry.bare)}"
         add(BARE, description, _Runnable(None, entry.bare, Draft202012Validator(schema)), schema)
     if entry.dispatcher:
         schema = _schema(True)
@@ -117,7 +117,7 @@ def open_cli(entry: CliToolConfig, environ: Mapping[str, str], default_timeout: 
         description = (
             f"Runs `{binary} <command>` for any subcommand given in `command` (no shell): a dispatcher, whose "
             f"calls are held at least at {floor.value} whatever the policy says. Declared subcommands "
-            f"({declared}) keep their own rules. {_facts(entry, binary, default_rule)}"
+            f"({declared}) keep their own rules. {_facts(entry, default_rule)}"
         )
         add(DISPATCH, description, _Runnable(None, None, Draft202012Validator(schema)), schema,
             dispatcher=True, dispatcher_default_action=floor)
