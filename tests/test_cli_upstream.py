@@ -15,7 +15,7 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
-from approval_support import text_of, trace
+from approval_support import cli, text_of, trace
 from serve_support import http_client, http_gateway, write_config
 
 pytestmark = pytest.mark.anyio
@@ -218,6 +218,9 @@ async def test_the_dispatcher_floor_holds_against_an_allow_policy(gateway: Any) 
     assert "CLI dispatcher" in tools["git.__dispatch"]["classification"]["reasons"]
     kinds = [e["kind"] for e in trace(gateway.config.parent / "evidence") if e["kind"].startswith("approval_")]
     assert kinds == ["approval_requested", "approval_resolved"] * 3
+    listing = cli("tools", "list", "--url", base, env={"COLUMNS": "250"})
+    row = next(line for line in listing.stdout.splitlines() if "git.__dispatch" in line)
+    assert "generic" in row and "cli git" in row
 
 
 async def test_a_deny_floor_is_lifted_by_no_grant(gateway: Any) -> None:

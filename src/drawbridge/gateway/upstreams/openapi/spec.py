@@ -166,6 +166,11 @@ class _Resolver:
         except SpecError:
             raise
         except Unresolvable as exc:
+            cause: BaseException | None = exc
+            while cause is not None:  # a retriever's refusal says why
+                if isinstance(cause, SpecError):
+                    raise cause from None
+                cause = cause.__cause__ or cause.__context__
             raise SpecError(f"the reference {ref!r} cannot be resolved ({type(exc).__name__})") from None
         except Exception as exc:  # noqa: BLE001 -- a retriever's failure, whatever it was
             raise SpecError(f"the reference {ref!r} cannot be resolved ({exc})") from None
