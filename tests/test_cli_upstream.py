@@ -69,6 +69,7 @@ def config(tmp_path: Path, repo: Path) -> Path:
         tmp_path, [], policies=ALLOW_ALL, cli_tools=cli_tools(repo, listing),
         evidence_dir=str(tmp_path / "evidence"), state_path=str(tmp_path / "state.db"),
         auth={"anonymous_agent": "guest"}, approval={"timeout_seconds": 30, "elicitation": False},
+        hide_denied_tools=True,
     )
 
 
@@ -103,7 +104,8 @@ def gateway(config: Path) -> Iterator[Any]:
 async def test_declared_commands_run_real_binaries_without_a_shell(gateway: Any, tmp_path: Path) -> None:
     async with http_client(gateway.url) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}
-        assert names == {"git.log", "git.status", "git.__dispatch", "vault.status", "vault.__dispatch", "ls.run",
+        # vault.__dispatch is left out: its deny floor leaves every path through the policy at deny.
+        assert names == {"git.log", "git.status", "git.__dispatch", "vault.status", "ls.run",
                          "date.run", "sleep.run", "slow.run", "env.run"}
         log = await client.call_tool("git.log", {"flags": {"n": 1, "oneline": True}})
         assert not log.is_error and "second commit" in text_of(log) and "first commit" not in text_of(log)
@@ -237,3 +239,4 @@ async def test_a_deny_floor_is_lifted_by_no_grant(gateway: Any) -> None:
         rows = {r["name"]: r for r in (await http.get("/tools/decisions", params={"agent": "guest"})).json()}
     assert rows["vault.__dispatch"]["action"] == "deny" and rows["vault.__dispatch"]["policy_action"] == "allow"
     assert rows["vault.__dispatch"]["floor"]["reasons"] == ["CLI dispatcher whose default_action is deny"]
+    assert rows["vault.__dispatch"]["hidden"] is True and rows["git.__dispatch"]["hidden"] is False

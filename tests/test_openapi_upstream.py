@@ -145,12 +145,21 @@ async def test_redirects_stay_on_the_backend_and_answers_are_capped(tmp_path: Pa
 
 
 async def test_tools_show_source_upstream_and_the_method_signal(tmp_path: Path, backend: Backend) -> None:
-    with http_gateway(_config(tmp_path, items_entry(backend))) as gateway:
+    entry = items_entry(backend, headers={"X-Api-Key": "ITEMS_API_KEY"})
+    with http_gateway(_config(tmp_path, entry), env={"ITEMS_API_KEY": "k-31337"}) as gateway:
         assert gateway.url is not None
         base = gateway.url.removesuffix("/mcp")
+        async with http_client(gateway.url) as client:
+            assert not (await client.call_tool("items.get_item", {"item_id": "1"})).is_error
+            assert "k-31337" not in str([tool.model_dump() for tool in (await client.list_tools()).tools])
+        assert backend.log()[-1]["x_api_key"] == "k-31337"  # sent to the backend, shown nowhere
         with httpx.Client(base_url=base, trust_env=False) as http:
-            tools = {t["name"]: t for t in http.get("/tools").json()}
+            listing = http.get("/tools")
+            assert "k-31337" not in listing.text and "ITEMS_API_KEY" not in listing.text
+            tools = {t["name"]: t for t in listing.json()}
             rows = {r["name"]: r for r in http.get("/tools/decisions", params={"agent": "someone"}).json()}
+    assert "k-31337" not in gateway.text()
+    assert "k-31337" not in (tmp_path / "evidence" / "trace.ndjson").read_text()
     get_item, create, delete = tools["items.get_item"], tools["items.create_item"], tools["items.delete_item"]
     assert (get_item["source"], get_item["server"], get_item["upstream_name"]) == ("openapi", "items", "get_item")
     assert get_item["classification"]["access"] == "read" and "HTTP method GET" in get_item["classification"]["reasons"]
