@@ -141,7 +141,12 @@ def test_the_documented_full_example_is_a_valid_configuration(tmp_path: Path) ->
         "auth:", "admin:", "agents:", "agent:", "token_env:", "token_sha256:", "anonymous_agent:", "limits:",
         "max_message_bytes:", "call_timeout_seconds:", "tool_decision_truth:", "out:", "pin_tools:",
         "hide_denied_tools:", "approval:", "timeout_seconds:", "allowed_hosts:", "max_sessions_per_agent:",
-        "max_sessions:",
+        "max_sessions:", "control:",
+        "openapi:", "file:", "backend_url:", "headers:", "timeout:", "operations:", "max_response_bytes:",
+        "allow_private:", "cli_tools:", "bin:", "working_dir:", "commands:", "allowed_args:", "strict:",
+        "default_action:", "max_output_bytes:", "bare:",
     ):
         assert key in blocks[0], key
     assert "SEARCH_AUTHORIZATION" in secret_env_names(config)
+    assert [o.name for o in config.openapi] == ["pets"] and [c.name for c in config.cli_tools] == ["git", "date"]
+    assert "PETS_AUTHORIZATION" in secret_env_names(config)

@@ -10,12 +10,18 @@ Theory of operation: the YAML is parsed with ruamel's round-trip loader, which
 keeps line numbers; a small table of field specs per section drives validation,
 so the accepted keys are readable in one place and the error messages are
 uniform. Relative paths are resolved against the config file's directory.
+
+Three kinds of upstream share one namespace (their ``name`` prefixes tool names, so
+it is unique across all three): MCP servers (``upstreams``), OpenAPI services
+(``openapi``) and CLI binaries (``cli_tools``). What can be checked without I/O is
+checked here (an address literal that is private without ``allow_private``, a CLI
+timeout longer than the call timeout); what needs the network or the file system
+(a spec, a binary on PATH) is checked when ``serve`` or ``discover`` starts.
 """
 
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -24,8 +30,24 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.comments import CommentedSeq
 from ruamel.yaml.error import YAMLError
+
+from drawbridge.config_local import (
+    CliCommandConfig,
+    CliToolConfig,
+    OpenApiConfig,
+    parse_cli_tool,
+    parse_openapi,
+    private_address_problem,
+)
+from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
+from drawbridge.config_hosts import is_loopback_address, split_authority
+from drawbridge.config_reader import ConfigError
+from drawbridge.config_reader import Reader as _Reader
+from drawbridge.config_reader import resolve_path as _resolve
+from drawbridge.config_reader import str_list as _str_list
+from drawbridge.config_reader import str_map as _str_map
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 UPSTREAM_PROTOCOLS: tuple[str, ...] = ("2025-11-25", "2026-07-28")
@@ -33,20 +55,9 @@ UPSTREAM_PROTOCOLS: tuple[str, ...] = ("2025-11-25", "2026-07-28")
 _AGENT_RE = re.compile(r"[A-Za-z0-9._:@/-]+")
 _ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_HOST_NAME_RE = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?")
-_PORT_RE = re.compile(r"[0-9]{1,5}")
 FSYNC_MODES = ("always", "batch", "never")
 MAX_SESSIONS_PER_AGENT = 64
 MAX_SESSIONS = 1024
-
-
-class ConfigError(ValueError):
-    """A configuration problem, located as ``file:line: problem``."""
-
-    def __init__(self, file: str, line: int | None, problem: str) -> None:
-        self.file, self.line, self.problem = file, line, problem
-        where = f"{file}:{line}" if line is not None else file
-        super().__init__(f"{where}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -112,145 +123,15 @@ class GatewayConfig:
     """Approval memory is off unless ``approval.memory`` is configured (then on, unless ``enabled: false``)."""
     approval_memory_min_approvals: int = 3
     approval_memory_count_client_answers: bool = False
+    openapi: tuple[OpenApiConfig, ...] = ()
+    cli_tools: tuple[CliToolConfig, ...] = ()
+
+    @property
+    def upstream_names(self) -> tuple[str, ...]:
+        """Every upstream of the three kinds, in configuration order (MCP, OpenAPI, CLI)."""
+        return tuple(u.name for u in (*self.upstreams, *self.openapi, *self.cli_tools))
 
 
-def _line(node: Any, key: Any = None) -> int | None:
-    try:
-        if key is not None and isinstance(node, CommentedMap):
-            return int(node.lc.key(key)[0]) + 1
-        return int(node.lc.line) + 1
-    except Exception:  # noqa: BLE001 -- plain values carry no position
-        return None
-
-
-class _Reader:
-    """Typed field access on a mapping node that remembers what was read."""
-
-    def __init__(self, file: str, node: Any, where: str) -> None:
-        if not isinstance(node, CommentedMap):
-            raise ConfigError(file, _line(node), f"{where} must be a mapping")
-        self.file, self.node, self.where = file, node, where
-
-    def fail(self, key: str | None, problem: str) -> ConfigError:
-        return ConfigError(self.file, _line(self.node, key) if key else _line(self.node), problem)
-
-    def check_keys(self, allowed: set[str]) -> None:
-        for key in self.node:
-            if not isinstance(key, str) or key not in allowed:
-                raise self.fail(
-                    key if isinstance(key, str) else None,
-                    f"unknown key {key!r} in {self.where} (allowed: {', '.join(sorted(allowed))})",
-                )
-
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None, *, required: bool = False) -> Any:
-        if key not in self.node or self.node[key] is None:
-            if required:
-                raise self.fail(None, f"{self.where}: missing required key {key!r}")
-            return default
-        value = self.node[key]
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if isinstance(value, bool) and kind in (int, float):
-            raise self.fail(key, f"{self.where}.{key} must be a number, not a boolean")
-        if not isinstance(value, kind):
-            name = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-            raise self.fail(key, f"{self.where}.{key} must be {name}")
-        return value
-
-    def child(self, key: str) -> _Reader | None:
-        if key not in self.node or self.node[key] is None:
-            return None
-        return _Reader(self.file, self.node[key], f"{self.where}.{key}" if self.where != "config" else key)
-
-
-def _str_list(reader: _Reader, key: str) -> tuple[str, ...]:
-    value = reader.get(key, object, default=[])
-    if not isinstance(value, (CommentedSeq, list)) or not all(isinstance(item, str) for item in value):
-        raise reader.fail(key, f"{reader.where}.{key} must be a list of strings")
-    return tuple(value)
-
-
-def _str_map(reader: _Reader, key: str, value_re: re.Pattern[str] | None = None) -> dict[str, str]:
-    sub = reader.child(key)
-    if sub is None:
-        return {}
-    out: dict[str, str] = {}
-    for name, value in sub.node.items():
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise sub.fail(name if isinstance(name, str) else None, f"{sub.where} must map strings to strings")
-        if value_re is not None and not value_re.fullmatch(value):
-            raise sub.fail(name, f"{sub.where}.{name}: {value!r} is not an environment variable name")
-        out[name] = value
-    return out
-
-
-def split_authority(text: str) -> tuple[str, str | None] | None:
-    """``host[:port]`` as (host, port text or None), or None when it is not one.
-
-    The host comes back normalized, so that one authority has one spelling: a name or IPv4 literal in
-    lower case, an IPv6 literal in brackets in its compressed form (a zone id is not an authority). The
-    port text is returned unchecked: a configured entry may say ``*``, a request may not.
-    """
-    text = text.strip().lower()
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            return None
-        literal, rest = text[1:end], text[end + 1 :]
-        if "%" in literal:
-            return None
-        try:
-            host = f"[{ipaddress.IPv6Address(literal).compressed}]"
-        except ValueError:
-            return None
-    else:
-        literal, colon, port_text = text.partition(":")
-        host, rest = literal, (colon + port_text)
-        if not _HOST_NAME_RE.fullmatch(host):
-            return None
-    if not rest:
-        return host, None
-    if not rest.startswith(":") or not rest[1:]:
-        return None
-    return host, rest[1:]
-
-
-def is_loopback_address(host: str) -> bool:
-    """Whether a listen address is loopback: ``localhost``, 127.0.0.0/8 or ::1."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _allowed_hosts(listen: _Reader) -> tuple[str, ...]:
-    """``listen.allowed_hosts``, each entry checked and normalized (``HOST``, ``HOST:PORT`` or ``HOST:*``)."""
-    entries = _str_list(listen, "allowed_hosts")
-    if not entries:
-        raise listen.fail("allowed_hosts", "listen.allowed_hosts is empty: it would admit no request")
-    out: list[str] = []
-    for entry in entries:
-        split = split_authority(entry)
-        port = split[1] if split else None
-        port_ok = port is None or port == "*" or (_PORT_RE.fullmatch(port) is not None and 0 < int(port) < 65536)
-        if split is None or not port_ok:
-            raise listen.fail(
-                "allowed_hosts",
-                f"listen.allowed_hosts: {entry!r} is not HOST, HOST:PORT or HOST:* (a host name or an IP "
-                "address, an IPv6 address in brackets; no scheme, path or wildcard host)",
-            )
-        assert split is not None
-        out.append(split[0] if port is None else f"{split[0]}:{port if port == '*' else int(port)}")
-    return tuple(dict.fromkeys(out))
-
-
-def _resolve(base: Path, value: str | None) -> str | None:
-    if value is None:
-        return None
-    path = Path(os.path.expanduser(value))
-    return str(path if path.is_absolute() else (base / path))
 
 
 def _token_digest(
@@ -319,7 +200,7 @@ def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
 
 _TOP_KEYS = {
     "upstreams", "policy_dir", "policy_file", "evidence_dir", "state_path", "fsync", "listen", "control",
-    "auth", "limits", "tool_decision_truth", "pin_tools", "hide_denied_tools", "approval",
+    "auth", "limits", "tool_decision_truth", "pin_tools", "hide_denied_tools", "approval", "openapi", "cli_tools",
 }
 
 
@@ -350,15 +231,8 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
     base = Path(source_file).resolve().parent
     top = _top(text, source_file)
 
-    raw_upstreams = top.get("upstreams", CommentedSeq, required=True)
+    raw_upstreams = top.get("upstreams", CommentedSeq, default=[])
     upstreams = tuple(_upstream(source_file, node, i, base) for i, node in enumerate(raw_upstreams))
-    if not upstreams:
-        raise top.fail("upstreams", "upstreams must list at least one server")
-    seen: set[str] = set()
-    for upstream in upstreams:
-        if upstream.name in seen:
-            raise top.fail("upstreams", f"duplicate upstream name {upstream.name!r}")
-        seen.add(upstream.name)
 
     policy_dir, policy_file = top.get("policy_dir", str), top.get("policy_file", str)
     if policy_dir is None and policy_file is None:
@@ -444,6 +318,26 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         if timeout <= 0:
             raise limits.fail("call_timeout_seconds", "limits.call_timeout_seconds must be positive")
 
+    openapi = tuple(
+        parse_openapi(source_file, node, i, base, timeout)
+        for i, node in enumerate(top.get("openapi", CommentedSeq, default=[]))
+    )
+    cli_tools = tuple(
+        parse_cli_tool(source_file, node, i, base, timeout)
+        for i, node in enumerate(top.get("cli_tools", CommentedSeq, default=[]))
+    )
+    if not (upstreams or openapi or cli_tools):
+        raise top.fail(
+            "upstreams" if "upstreams" in top.node else None,
+            "list at least one upstream: an MCP server (upstreams), an OpenAPI service (openapi) or a CLI tool (cli_tools)",
+        )
+    seen: set[str] = set()
+    for key, entries in (("upstreams", upstreams), ("openapi", openapi), ("cli_tools", cli_tools)):
+        for entry in entries:
+            if entry.name in seen:
+                raise top.fail(key, f"duplicate upstream name {entry.name!r} (names are unique across upstreams, openapi and cli_tools)")
+            seen.add(entry.name)
+
     tdt_out = None
     if (tdt := top.child("tool_decision_truth")) is not None:
         tdt.check_keys({"out"})
@@ -500,6 +394,8 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         approval_memory_enabled=memory_enabled,
         approval_memory_min_approvals=memory_min,
         approval_memory_count_client_answers=memory_client,
+        openapi=openapi,
+        cli_tools=cli_tools,
     )
 
 
@@ -544,3 +440,19 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
     """Read and validate a configuration file; unreadable files are a ConfigError too."""
     return parse_config(_read(path), str(path), env)
 
+
+
+__all__ = [
+    "FSYNC_MODES",
+    "UPSTREAM_PROTOCOLS",
+    "AgentToken",
+    "CliCommandConfig",
+    "CliToolConfig",
+    "ConfigError",
+    "GatewayConfig",
+    "OpenApiConfig",
+    "UpstreamConfig",
+    "load_config",
+    "parse_config",
+    "private_address_problem",
+]

@@ -1,16 +1,22 @@
-"""``drawbridge discover --config drawbridge.yaml [--generate-policy]``: what the upstreams declare.
+"""``drawbridge discover --config drawbridge.yaml [--openapi FILE|URL] [--generate-policy]``: what the
+upstreams declare.
 
-Connects to every upstream of the configuration the way ``serve`` does (same sessions, same child
-environment: the gateway's own credentials never reach a child), reads each one's ``tools/list``,
-and disconnects, without starting the gateway: no port is opened, no policy is loaded, nothing is
-recorded. It prints the catalogue with the classification of each tool (family, access, reasons;
+Reads every upstream of the configuration the way ``serve`` does -- MCP servers connected with the
+same sessions and the same child environment (the gateway's own credentials never reach a child),
+OpenAPI specs read and CLI entries opened by the same code (``runtime.serve.open_local_upstreams``),
+no CLI command run -- and stops, without starting the gateway: no port is opened, no policy is
+loaded, nothing is recorded. ``--openapi`` adds a spec of its own, served as ``openapi.<operation>``
+(``--backend`` names its backend when the spec's first server is not the one; ``--allow-private``
+lets the SSRF guard through to a private or loopback address). It prints the catalogue with the classification of each tool (family, access, reasons;
 advice read from what the upstream declares, never verified), or, with ``--generate-policy``, a
 draft native policy (``catalogue.draft``): named reads allow, everything else ``human_approval``, a
 final deny on ``*``, each rule under a comment with the tool's classification and reasons. The
 draft is a policy file ``drawbridge serve`` loads as it is; review it before use.
 
 Names are the names agents see under ``serve``: ``<upstream>.<tool>``. Tools ``serve`` would not
-serve (names that cannot be routed safely, duplicates) are not listed; they are named on stderr.
+serve (names that cannot be routed safely, duplicates, operations it cannot call) are not listed;
+they are named on stderr. Each tool says its ``source`` (``mcp``, ``openapi``, ``cli``); an OpenAPI
+operation is classified by its HTTP method as well, a CLI dispatcher as generic.
 
 Exit codes: 0 every upstream answered; 1 some upstream could not be reached (the output covers the
 others, and stderr says which and why); 2 the configuration is invalid or an environment variable it
@@ -22,19 +28,33 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import click
 
-from drawbridge.catalogue.classify import Classification, classify_tool
+from drawbridge.catalogue.classify import Classification, Source, classify_tool
 from drawbridge.catalogue.draft import DraftTool, generate_draft, origin_label
 from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT, console, emit_json, format_option, table
-from drawbridge.config import ConfigError, GatewayConfig, load_config
+from drawbridge.config import (
+    CliToolConfig,
+    ConfigError,
+    GatewayConfig,
+    OpenApiConfig,
+    load_config,
+    parse_config,
+)
+
+if TYPE_CHECKING:
+    from drawbridge.gateway.upstreams.local import LocalUpstream
 
 DEFAULT_TIMEOUT_SECONDS: Final = 30.0
+
+
+AD_HOC_NAME: Final = "openapi"
+"""The namespace of the spec given with ``--openapi``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +64,14 @@ class DiscoveredTool:
     name: str
     """The name agents see under ``serve``: ``server.tool``."""
     classification: Classification
+    source: Source = "mcp"
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "server": self.server,
             "upstream_name": self.upstream_name,
+            "source": self.source,
             "classification": self.classification.as_dict(),
         }
 
@@ -64,14 +86,17 @@ class Discovery:
 
     def draft(self, agent: str = "*", policy_name: str = "draft") -> str:
         return generate_draft(
-            [DraftTool(t.name, t.classification, origin_label("mcp", t.server)) for t in self.tools],
+            [DraftTool(t.name, t.classification, origin_label(t.source, t.server)) for t in self.tools],
             policy_name=policy_name,
             agent=agent,
         )
 
 
-def classify_catalogue(sources: Sequence[tuple[str, Sequence[Any]]]) -> tuple[list[DiscoveredTool], list[str]]:
-    """Namespace and classify ``(server, tools)`` pairs exactly as ``serve`` would serve them."""
+def classify_catalogue(
+    sources: Sequence[tuple[str, Sequence[Any]]], local: Mapping[str, LocalUpstream] | None = None
+) -> tuple[list[DiscoveredTool], list[str]]:
+    """Namespace and classify ``(server, tools)`` pairs exactly as ``serve`` would serve them; ``local``
+    names the upstreams that are OpenAPI services or CLI binaries (their tools' facts classify them)."""
     from drawbridge.catalogue.merged import build_catalogue
 
     catalogue = build_catalogue(list(sources), "tool")
@@ -79,8 +104,19 @@ def classify_catalogue(sources: Sequence[tuple[str, Sequence[Any]]]) -> tuple[li
     for entry in catalogue.entries:
         own = dict(entry.item)
         own["name"] = entry.upstream_name
-        tools.append(DiscoveredTool(entry.server, entry.upstream_name, entry.name, classify_tool(own)))
-    return tools, [problem.describe() for problem in catalogue.problems]
+        kind = (local or {}).get(entry.server)
+        facts = kind.tool(entry.upstream_name) if kind is not None else None
+        if kind is None or facts is None:
+            tools.append(DiscoveredTool(entry.server, entry.upstream_name, entry.name, classify_tool(own)))
+            continue
+        classification = classify_tool(
+            own, source=kind.source, openapi_method=facts.openapi_method, cli_dispatcher=facts.dispatcher
+        )
+        tools.append(DiscoveredTool(entry.server, entry.upstream_name, entry.name, classification, kind.source))
+    problems = [problem.describe() for problem in catalogue.problems]
+    for kind in (local or {}).values():
+        problems += [f"upstream {kind.name!r}: {problem}" for problem in kind.not_served]
+    return tools, problems
 
 
 def _why_not(upstream: Any, timeout: float) -> str:
@@ -91,15 +127,43 @@ def _why_not(upstream: Any, timeout: float) -> str:
     return f"upstream {upstream.name!r} did not answer within {timeout:g} seconds"
 
 
-async def discover(config: GatewayConfig, timeout: float) -> Discovery:
-    """Connect to every upstream, read its tools, disconnect."""
+async def _open_local(
+    config: GatewayConfig | None, ad_hoc: OpenApiConfig | None
+) -> tuple[list[LocalUpstream], list[str]]:
+    """The OpenAPI and CLI upstreams that can be opened, and why each other one cannot."""
+    from drawbridge.gateway.runtime.serve import StartError, open_local_upstreams
+
+    opened: list[LocalUpstream] = []
+    unavailable: list[str] = []
+    entries: list[Any] = [*(config.openapi if config else ()), *(config.cli_tools if config else ())]
+    if ad_hoc is not None:
+        entries.append(ad_hoc)
+    timeout = config.call_timeout_seconds if config is not None else 120.0
+    for entry in entries:
+        one = GatewayConfig(
+            source_file="", upstreams=(), call_timeout_seconds=timeout,
+            openapi=(entry,) if isinstance(entry, OpenApiConfig) else (),
+            cli_tools=(entry,) if isinstance(entry, CliToolConfig) else (),
+        )
+        try:
+            opened += await open_local_upstreams(one)
+        except StartError as exc:
+            unavailable.append(str(exc))
+    return opened, unavailable
+
+
+async def discover(config: GatewayConfig | None, timeout: float, ad_hoc: OpenApiConfig | None = None) -> Discovery:
+    """Connect to every upstream, read its tools, disconnect; open the OpenAPI and CLI upstreams
+    (``ad_hoc``: the spec of ``--openapi``) without calling them."""
     from drawbridge.gateway.runtime.serve import secret_env_names
     from drawbridge.gateway.upstreams.child_process import EnvPolicy
     from drawbridge.gateway.upstreams.session import UpstreamSession
 
-    denied = secret_env_names(config)
+    local, local_unavailable = await _open_local(config, ad_hoc)
+    denied = secret_env_names(config) if config is not None else frozenset()
     upstreams = [
-        UpstreamSession(u, env_filter=EnvPolicy(extra=dict(u.env), deny_names=denied)) for u in config.upstreams
+        UpstreamSession(u, env_filter=EnvPolicy(extra=dict(u.env), deny_names=denied))
+        for u in (config.upstreams if config is not None else ())
     ]
     async with anyio.create_task_group() as tg:
         for upstream in upstreams:
@@ -112,22 +176,30 @@ async def discover(config: GatewayConfig, timeout: float) -> Discovery:
         for upstream in upstreams:
             await upstream.close()
         tg.cancel_scope.cancel()
-    tools, problems = classify_catalogue(sources)
-    return Discovery(tuple(tools), tuple(unavailable), tuple(problems))
+    for kind in local:
+        await kind.close()
+    sources += [(kind.name, kind.tools) for kind in local]
+    tools, problems = classify_catalogue(sources, {kind.name: kind for kind in local})
+    return Discovery(tuple(tools), tuple(unavailable + local_unavailable), tuple(problems))
 
 
 def _render_table(found: Discovery) -> None:
     rows = [
         [t.server, t.name, t.classification.family.value, t.classification.access.value,
-         "; ".join(t.classification.reason_texts)]
+         "; ".join(t.classification.reason_texts), t.source]
         for t in found.tools
     ]
     title = f"{len(found.tools)} tools (classification: what each tool declares; nothing is verified)"
-    console().print(table(title, ["SERVER", "TOOL", "FAMILY", "ACCESS", "REASONS"], rows))
+    console().print(table(title, ["UPSTREAM", "TOOL", "FAMILY", "ACCESS", "REASONS", "SOURCE"], rows))
 
 
 @click.command(name="discover", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_path", required=True, metavar="FILE", help="The gateway configuration (YAML).")
+@click.option("--config", "config_path", metavar="FILE", help="The gateway configuration (YAML).")
+@click.option("--openapi", "openapi", metavar="FILE|URL", help="An OpenAPI 3.0/3.1 spec to read as well (tools openapi.*).")
+@click.option("--backend", metavar="URL", help="The backend of the --openapi spec (default: the spec's first server).")
+@click.option(
+    "--allow-private", is_flag=True, help="Let the --openapi spec and backend be on a loopback or private address."
+)
 @click.option(
     "--generate-policy", is_flag=True, help="Print a draft policy (one rule per tool) instead of the table."
 )
@@ -140,13 +212,24 @@ def _render_table(found: Discovery) -> None:
     help="Seconds to wait for the upstreams to answer.",
 )
 @format_option
-def command(config_path: str, generate_policy: bool, agent: str, timeout: float, output_format: str) -> None:
-    """Connect to the upstreams of a configuration and show their classified tools.
+def command(
+    config_path: str | None,
+    openapi: str | None,
+    backend: str | None,
+    allow_private: bool,
+    generate_policy: bool,
+    agent: str,
+    timeout: float,
+    output_format: str,
+) -> None:
+    """Read the upstreams of a configuration (MCP servers, OpenAPI specs, CLI tools) and show their
+    classified tools.
 
     \b
     Examples:
       drawbridge discover --config drawbridge.yaml
       drawbridge discover --config drawbridge.yaml --generate-policy > policies/draft.yaml
+      drawbridge discover --openapi ./petstore.yaml --backend https://api.example.com/v1
       drawbridge discover --config drawbridge.yaml --format json
     """
     handler = logging.StreamHandler(sys.stderr)
@@ -155,18 +238,28 @@ def command(config_path: str, generate_policy: bool, agent: str, timeout: float,
     log.handlers[:] = [handler]
     log.setLevel(logging.ERROR)
     log.propagate = False
-    try:
-        config = load_config(config_path)
-    except ConfigError as exc:
-        click.echo(str(exc), err=True)
-        sys.exit(EXIT_INPUT)
-    from drawbridge.cli.serve_cmd import preflight
+    if config_path is None and openapi is None:
+        raise click.UsageError("give --config FILE, --openapi FILE|URL, or both")
+    if backend is not None and openapi is None:
+        raise click.UsageError("--backend goes with --openapi")
+    config = None
+    if config_path is not None:
+        try:
+            config = load_config(config_path)
+        except ConfigError as exc:
+            click.echo(str(exc), err=True)
+            sys.exit(EXIT_INPUT)
+        from drawbridge.cli.serve_cmd import preflight
 
-    problems = preflight(config, os.environ)
-    if problems:
-        click.echo("\n".join(problems), err=True)
-        sys.exit(EXIT_INPUT)
-    found = anyio.run(discover, config, timeout)
+        problems = preflight(config, os.environ)
+        if problems:
+            click.echo("\n".join(problems), err=True)
+            sys.exit(EXIT_INPUT)
+        if openapi is not None and AD_HOC_NAME in config.upstream_names:
+            click.echo(f"drawbridge: the configuration already has an upstream named {AD_HOC_NAME!r}", err=True)
+            sys.exit(EXIT_INPUT)
+    ad_hoc = _ad_hoc(openapi, backend, allow_private) if openapi is not None else None
+    found = anyio.run(discover, config, timeout, ad_hoc)
     for problem in found.not_served:
         click.echo(f"drawbridge: not served: {problem}", err=True)
     for reason in found.unavailable:
@@ -189,4 +282,22 @@ def command(config_path: str, generate_policy: bool, agent: str, timeout: float,
         sys.exit(EXIT_FAILED)
 
 
-__all__ = ["DiscoveredTool", "Discovery", "classify_catalogue", "command", "discover"]
+def _ad_hoc(spec: str, backend: str | None, allow_private: bool) -> OpenApiConfig:
+    """The ``--openapi`` spec as an ``openapi:`` entry, checked like one (exit 2 when it is refused)."""
+    import json
+
+    entry: dict[str, Any] = {"name": AD_HOC_NAME, "allow_private": allow_private}
+    entry["url" if spec.startswith(("http://", "https://")) else "file"] = (
+        spec if spec.startswith(("http://", "https://")) else os.path.abspath(spec)
+    )
+    if backend is not None:
+        entry["backend_url"] = backend
+    try:
+        config = parse_config(json.dumps({"openapi": [entry], "policy_dir": "."}), "--openapi")
+    except ConfigError as exc:
+        click.echo(str(exc).removeprefix("--openapi:1: ").replace("openapi 'openapi': ", "--openapi: "), err=True)
+        sys.exit(EXIT_INPUT)
+    return config.openapi[0]
+
+
+__all__ = ["AD_HOC_NAME", "DiscoveredTool", "Discovery", "classify_catalogue", "command", "discover"]

@@ -1,7 +1,8 @@
-"""``drawbridge serve --config drawbridge.yaml``: several upstream MCP servers behind one gateway.
+"""``drawbridge serve --config drawbridge.yaml``: several upstreams behind one gateway.
 
-The upstreams named in the configuration (stdio children and streamable-HTTP URLs) are connected once
-and shared by every agent; their tools are served as ``<upstream>.<tool>``. Agents connect over
+The upstreams named in the configuration (MCP servers as stdio children and streamable-HTTP URLs,
+OpenAPI services, CLI binaries) are connected or opened once and shared by every agent; their tools
+are served as ``<upstream>.<tool>``. Agents connect over
 streamable HTTP at ``/mcp`` (bearer tokens map to agent ids, see docs/configuration.md) or, with
 ``--stdio``, one agent over this process's stdin and stdout. The control plane (docs/control-plane.md)
 is served on a listener of its own (``control``, default 127.0.0.1:8788), apart from ``/mcp``, and
@@ -37,7 +38,7 @@ from drawbridge.cli.output import EXIT_INPUT
 from drawbridge.config import ConfigError, GatewayConfig, load_config
 from drawbridge.gateway.runtime import control
 from drawbridge.gateway.runtime.assembly import Runtime, StartupProblem
-from drawbridge.gateway.runtime.serve import ServeParts, build_serve
+from drawbridge.gateway.runtime.serve import ServeParts, StartError, build_serve, open_local_upstreams
 from drawbridge.gateway.runtime.settings import RuntimeSettings
 from drawbridge.gateway.transports.http_listener import bind, serve_http
 
@@ -60,7 +61,7 @@ def _configure_logging(verbose: bool) -> None:
 def preflight(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
     """Problems that would only show when an upstream connects: report them before anything starts."""
     problems: list[str] = []
-    for upstream in config.upstreams:
+    for upstream in (*config.upstreams, *config.openapi):
         for header, env_name in upstream.headers_env.items():
             if not environ.get(env_name):
                 problems.append(
@@ -162,7 +163,11 @@ async def _run(
     socks: _Sockets,
     pipes: tuple[Any, Any] | None,
 ) -> None:
-    parts = build_serve(runtime, config, control_open=socks.control is not None)
+    try:
+        local = await open_local_upstreams(config)
+    except StartError as exc:
+        raise _Startup(str(exc)) from None
+    parts = build_serve(runtime, config, control_open=socks.control is not None, local=local)
     gateway = parts.hub
     failed: list[str] = []
     async with anyio.create_task_group() as tg:
@@ -199,7 +204,7 @@ async def _run(
 
                 def ready(host: str, port: int) -> None:
                     click.echo(
-                        f"drawbridge: serving {len(parts.upstreams)} upstream(s) on {describe_url(host, port)}", err=True
+                        f"drawbridge: serving {len(parts.upstreams) + len(local)} upstream(s) on {describe_url(host, port)}", err=True
                     )
 
                 await serve_http(app, socks.mcp, ready)

@@ -29,7 +29,8 @@ def _reasons(classification: Any) -> str:
 @command.command(name="list")
 @control_options
 def list_tools(ctl: Control) -> None:
-    """Every served tool with its classification (family, access, reasons) and pin status."""
+    """Every served tool with its classification (family, access, reasons), pin status, and upstream
+    (its kind -- mcp, openapi, cli -- and name)."""
     tools = ctl.client.get("/tools")
     if ctl.json:
         emit_json(tools)
@@ -37,8 +38,11 @@ def list_tools(ctl: Control) -> None:
     rows = []
     for tool in tools:
         c = tool.get("classification") or {}
-        rows.append([tool.get("name"), c.get("family"), c.get("access"), tool.get("pin_status"), _reasons(c)])
-    console().print(table(f"{len(tools)} tools", ["TOOL", "FAMILY", "ACCESS", "PIN", "REASONS"], rows))
+        rows.append([
+            tool.get("name"), c.get("family"), c.get("access"), tool.get("pin_status"), _reasons(c),
+            f"{tool.get('source')} {tool.get('server')}",
+        ])
+    console().print(table(f"{len(tools)} tools", ["TOOL", "FAMILY", "ACCESS", "PIN", "REASONS", "UPSTREAM"], rows))
 
 
 def _action(value: Any) -> Text:

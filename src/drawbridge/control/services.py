@@ -87,13 +87,18 @@ class CatalogueItem:
         source: str = "mcp",
         dispatcher: bool = False,
         dispatcher_default_action: Action | None = None,
+        openapi_method: str | None = None,
     ) -> CatalogueItem:
-        """Classify ``tool`` and name it ``server.<its name>`` unless ``name`` is given."""
+        """Classify ``tool`` and name it ``server.<its name>`` unless ``name`` is given; an OpenAPI
+        operation is classified by its HTTP method too (``openapi_method``)."""
         upstream_name = tool.get("name")
         if not isinstance(upstream_name, str) or not upstream_name:
             raise ValueError("a tool needs a non-empty string name")
         classification = classify_tool(
-            tool, source=source, cli_dispatcher=dispatcher and source == "cli"  # type: ignore[arg-type]
+            tool,
+            source=source,  # type: ignore[arg-type]
+            cli_dispatcher=dispatcher and source == "cli",
+            openapi_method=openapi_method if source == "openapi" else None,
         )
         return cls(
             server=server,

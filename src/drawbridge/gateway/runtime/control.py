@@ -27,6 +27,7 @@ from drawbridge.control import (
 from drawbridge.gateway.pipeline.pins import CataloguePins
 from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
+from drawbridge.policy.model import Action
 from drawbridge.state.pins import PinStoreUnavailable, SqlitePinStore
 
 
@@ -38,6 +39,10 @@ class ServedTool:
     upstream_name: str
     name: str
     tool: dict[str, Any]
+    source: str = "mcp"
+    openapi_method: str | None = None
+    dispatcher: bool = False
+    dispatcher_default_action: Action | None = None
 
 
 def served_by(catalogue: ChildCatalogue) -> tuple[object, Iterable[ServedTool]]:
@@ -69,11 +74,17 @@ class CatalogueView:
             status = None if self._pins is None else self._pins.status(served.server, served.upstream_name)
             known = self._classified.get(served.name)
             if known is None:
-                item = CatalogueItem.of(served.server, served.tool, name=served.name, pin_status=status)
+                item = CatalogueItem.of(
+                    served.server, served.tool, name=served.name, pin_status=status, source=served.source,
+                    dispatcher=served.dispatcher, dispatcher_default_action=served.dispatcher_default_action,
+                    openapi_method=served.openapi_method,
+                )
                 self._classified[served.name] = item.classification
             else:
                 item = CatalogueItem(
-                    server=served.server, tool=served.tool, name=served.name, classification=known, pin_status=status
+                    server=served.server, tool=served.tool, name=served.name, classification=known, pin_status=status,
+                    dispatcher=served.dispatcher, dispatcher_default_action=served.dispatcher_default_action,
+                    source=served.source,
                 )
             items.append(item)
         return items

@@ -3,14 +3,19 @@
 Invariant: serve adds transports and upstreams, never a second decision path: the hub hands every
 tools/call to the runtime's pipeline, whose floors are the runtime's pins (every upstream is put
 under them with ``pin_tools``), and the control plane reads the hub's merged catalogue with the
-same pin statuses. Under ``hide_denied_tools`` agents are told (``notifications/tools/list_changed``)
+same pin statuses. OpenAPI services and CLI binaries (``openapi:``, ``cli_tools:``) are opened here
+before the hub exists (``open_local_upstreams``: a spec that cannot be read, a binary that cannot be
+found is a startup error), put under the same pins, and served by the same hub and pipeline.
+Under ``hide_denied_tools`` agents are told (``notifications/tools/list_changed``)
 after every change that may change their list: a policy reload, an accepted pin, a catalogue whose
 floors changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -20,14 +25,18 @@ from drawbridge.catalogue.floors import Floor
 from drawbridge.catalogue.merged import Catalogue, CatalogueEntry
 from drawbridge.config import GatewayConfig
 from drawbridge.control import ControlServices
-from drawbridge.gateway.pipeline.floors import Route
 from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
 from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.gateway.runtime.control import CatalogueView, ServedTool, control_services
 from drawbridge.gateway.serve.hub import Gateway, GatewaySettings
 from drawbridge.gateway.serve.visible_tools import VisibleTools
 from drawbridge.gateway.upstreams.child_process import EnvPolicy
+from drawbridge.gateway.upstreams.cli_tools.upstream import open_cli
+from drawbridge.gateway.upstreams.local import LocalUpstream, StartError
+from drawbridge.gateway.upstreams.openapi.upstream import open_openapi
 from drawbridge.gateway.upstreams.session import UpstreamSession
+
+logger = logging.getLogger("drawbridge.gateway")
 
 POLICY_POLL_SECONDS: Final = 0.25
 """How often the policy generation is checked for ``announce_policy_changes``."""
@@ -37,14 +46,43 @@ def secret_env_names(config: GatewayConfig) -> frozenset[str]:
     """Environment variables that hold the gateway's own credentials: never passed to stdio children
     (``DRAWBRIDGE_*`` never is either, see ``EnvPolicy``)."""
     names = {name for upstream in config.upstreams for name in upstream.headers_env.values()}
+    names |= {name for service in config.openapi for name in service.headers_env.values()}
     return frozenset(names | set(TRUTH_KEY_NAMES))
 
 
-def served_tools(catalogue: Catalogue) -> tuple[object, Iterable[ServedTool]]:
+async def open_local_upstreams(config: GatewayConfig, environ: Mapping[str, str] | None = None) -> list[LocalUpstream]:
+    """The configuration's OpenAPI services and CLI binaries, opened in order; raises ``StartError``
+    (after closing what was opened) for the first that cannot be served."""
+    environ = os.environ if environ is None else environ
+    opened: list[LocalUpstream] = []
+    try:
+        for service in config.openapi:
+            opened.append(await open_openapi(service, environ))
+        for entry in config.cli_tools:
+            opened.append(open_cli(entry, environ, min(30.0, config.call_timeout_seconds)))
+    except BaseException:
+        for kind in opened:
+            await kind.close()
+        raise
+    for kind in opened:
+        for problem in kind.not_served:
+            logger.warning("upstream %r: not served: %s", kind.name, problem)
+    return opened
+
+
+def served_tools(catalogue: Catalogue, local: Mapping[str, LocalUpstream] | None = None) -> tuple[object, Iterable[ServedTool]]:
     def tool(entry: CatalogueEntry) -> ServedTool:
         item = dict(entry.item)
         item["name"] = entry.upstream_name  # the upstream's own dict, with its own name
-        return ServedTool(entry.server, entry.upstream_name, entry.name, item)
+        kind = local.get(entry.server) if local else None
+        facts = kind.tool(entry.upstream_name) if kind is not None else None
+        if kind is None or facts is None:
+            return ServedTool(entry.server, entry.upstream_name, entry.name, item)
+        return ServedTool(
+            entry.server, entry.upstream_name, entry.name, item, source=kind.source,
+            openapi_method=facts.openapi_method, dispatcher=facts.dispatcher,
+            dispatcher_default_action=facts.dispatcher_default_action,
+        )
 
     return catalogue, [tool(entry) for entry in catalogue.entries]
 
@@ -72,26 +110,32 @@ class ServeParts:
                 await self.hub.tools_changed()
 
 
-def build_serve(runtime: Runtime, config: GatewayConfig, *, control_open: bool) -> ServeParts:
-    """The hub and its upstreams on the runtime (and the control plane's services when one is served)."""
+def build_serve(
+    runtime: Runtime, config: GatewayConfig, *, control_open: bool, local: Iterable[LocalUpstream] = ()
+) -> ServeParts:
+    """The hub and its upstreams on the runtime (and the control plane's services when one is served);
+    ``local``: the opened OpenAPI and CLI upstreams (``open_local_upstreams``)."""
     denied = secret_env_names(config)
     upstreams = [
         UpstreamSession(u, env_filter=EnvPolicy(extra=dict(u.env), deny_names=denied)) for u in config.upstreams
     ]
-    for upstream in upstreams:
-        runtime.guard_catalogue(upstream)
+    local = list(local)
+    for source in [*upstreams, *local]:
+        runtime.guard_catalogue(source)
     pins = runtime.pins
     floors = runtime.pipeline.floors
+    hub: Gateway | None = None
 
     def floor(entry: CatalogueEntry) -> Floor:
-        return floors.current(Route(entry.server, entry.upstream_name))
+        assert hub is not None
+        return floors.current(hub.route(entry))
 
     def revision() -> int:
         return 0 if pins is None else pins.revision
 
     visible = VisibleTools(runtime.policy_store, floor, revision) if config.hide_denied_tools else None
 
-    async def on_catalogue(upstream: UpstreamSession) -> bool:
+    async def on_catalogue(upstream: UpstreamSession | LocalUpstream) -> bool:
         assert pins is not None
         return await pins.check(upstream.name)
 
@@ -101,6 +145,7 @@ def build_serve(runtime: Runtime, config: GatewayConfig, *, control_open: bool) 
         settings=GatewaySettings(call_timeout=config.call_timeout_seconds),
         on_catalogue=on_catalogue if pins is not None else None,
         tool_filter=visible,
+        local=local,
     )
 
     async def after_accept(server: str) -> None:
@@ -109,9 +154,18 @@ def build_serve(runtime: Runtime, config: GatewayConfig, *, control_open: bool) 
 
     services = None
     if control_open:
-        catalogue = CatalogueView(lambda: served_tools(hub.tools), pins)
+        served = hub
+        catalogue = CatalogueView(lambda: served_tools(served.tools, served.local), pins)
         services = control_services(runtime, catalogue, after_accept=after_accept)
     return ServeParts(hub, upstreams, services, visible)
 
 
-__all__ = ["POLICY_POLL_SECONDS", "ServeParts", "build_serve", "secret_env_names", "served_tools"]
+__all__ = [
+    "POLICY_POLL_SECONDS",
+    "ServeParts",
+    "StartError",
+    "build_serve",
+    "open_local_upstreams",
+    "secret_env_names",
+    "served_tools",
+]

@@ -11,6 +11,9 @@ whenever an upstream's tool list changes, which is the call pipeline's ``Resolve
 tools/call is handed to the one ``CallPipeline`` (``pipeline.call``), which resolves it here and
 forwards it through this upstream's ``UpstreamForwarder``; incidents go through the pipeline's
 evidence guard.
+Upstreams the gateway runs itself (OpenAPI services, CLI binaries: ``upstreams.local``) join the same
+merged catalogue under their own names, and are the forwarder of their own tools; they offer nothing
+but tools, so every other table here is the MCP upstreams' alone.
 Two optional hooks serve the catalogue features of ``drawbridge serve``: ``on_catalogue`` is awaited on
 every catalogue load of an upstream before the merged list is rebuilt (pinning checks the new tools
 there), and ``tool_filter`` gives each agent its own ``tools/list`` (``hide_denied_tools``); neither
@@ -31,6 +34,8 @@ declares no roots). Everything an agent sends is handled by its ``AgentSession``
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -41,9 +46,9 @@ import anyio
 import anyio.abc
 from anyio.abc import TaskStatus
 
-from drawbridge.catalogue.merged import Catalogue, build_catalogue
-from drawbridge.gateway.pipeline.call import CallPipeline, Resolved
-from drawbridge.gateway.pipeline.floors import route_of
+from drawbridge.catalogue.merged import Catalogue, CatalogueEntry, build_catalogue
+from drawbridge.gateway.pipeline.call import CallPipeline, Forwarder, Resolved
+from drawbridge.gateway.pipeline.floors import Route, route_of
 from drawbridge.gateway.protocol.hop import (
     combined_instructions,
     progress_token,
@@ -69,12 +74,13 @@ from drawbridge.gateway.serve.forwarding import UpstreamForwarder
 from drawbridge.gateway.serve.listen_streams import ListenStreams
 from drawbridge.gateway.serve.resource_routes import ResourceRoutes
 from drawbridge.gateway.serve.upstream_subscriptions import UpstreamSubscriptions
+from drawbridge.gateway.upstreams.local import LocalUpstream
 from drawbridge.gateway.upstreams.requests import PendingCall
 from drawbridge.gateway.upstreams.session import State, UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
 
-CatalogueHook = Callable[[UpstreamSession], Awaitable[bool]]
+CatalogueHook = Callable[[UpstreamSession | LocalUpstream], Awaitable[bool]]
 """Awaited on every catalogue load of an upstream, before the merged list is rebuilt; True when the
 floors of that upstream's tools changed (pin statuses)."""
 ToolFilter = Callable[[str, Catalogue], list[dict[str, Any]]]
@@ -111,6 +117,7 @@ class Gateway:
         clock: Callable[[], float] = time.perf_counter,
         on_catalogue: CatalogueHook | None = None,
         tool_filter: ToolFilter | None = None,
+        local: Sequence[LocalUpstream] = (),
     ) -> None:
         self.upstreams: dict[str, UpstreamSession] = {}
         for upstream in upstreams:
@@ -118,11 +125,21 @@ class Gateway:
                 raise ValueError(f"duplicate upstream name {upstream.name!r}")
             self.upstreams[upstream.name] = upstream
             upstream.listener = self
+        self.local: dict[str, LocalUpstream] = {}
+        """Upstreams the gateway runs itself (OpenAPI, CLI), in configuration order."""
+        for kind in local:
+            if kind.name in self.upstreams or kind.name in self.local:
+                raise ValueError(f"duplicate upstream name {kind.name!r}")
+            self.local[kind.name] = kind
+            kind.attach(pipeline)
         self.settings = settings or GatewaySettings(call_timeout=pipeline.call_timeout)
         self.clock = clock
         self.pipeline = pipeline
         self.guard = pipeline.guard
-        self._forwarders = {name: UpstreamForwarder(self, u, pipeline) for name, u in self.upstreams.items()}
+        self._forwarders: dict[str, Forwarder] = {
+            name: UpstreamForwarder(self, u, pipeline) for name, u in self.upstreams.items()
+        }
+        self._forwarders.update(self.local)
         self.tools: Catalogue = build_catalogue([])
         self._routes: dict[str, Resolved] = {}
         """The route of every served name, made when the catalogue is (``route_of`` classifies)."""
@@ -149,6 +166,11 @@ class Gateway:
                 if not self.pipeline.running:
                     await tg.start(self.pipeline.run)
                 self._tasks = tg
+                for kind in self.local.values():
+                    await tg.start(kind.run)
+                self.rebuild_catalogue()
+                for kind in self.local.values():
+                    tg.start_soon(self.upstream_catalogue, kind, True)  # the pins' check, once
                 for upstream in self.upstreams.values():
                     tg.start_soon(upstream.run)
                 task_status.started()
@@ -173,6 +195,8 @@ class Gateway:
             await session.close()
         for upstream in self.upstreams.values():
             await upstream.close()
+        for kind in self.local.values():
+            await kind.close()
 
     def forget_session(self, session: AgentSession) -> None:
         self.sessions.discard(session)
@@ -214,18 +238,17 @@ class Gateway:
 
     def rebuild_catalogue(self) -> bool:
         """Merge the upstreams' tool lists again; True when what agents see has changed."""
-        catalogue = build_catalogue([(u.name, u.tools) for u in self.upstreams.values()], "tool")
+        sources = [(u.name, u.tools) for u in self.upstreams.values()]
+        sources += [(kind.name, kind.tools) for kind in self.local.values()]
+        catalogue = build_catalogue(sources, "tool")
         changed = catalogue.listing() != self.tools.listing()
         self.tools = catalogue
-        self._routes = {
-            entry.name: Resolved(route_of(entry.server, entry.upstream_name, entry.item), self._forwarders[entry.server])
-            for entry in catalogue.entries
-        }
+        self._routes = {entry.name: Resolved(self.route(entry), self._forwarders[entry.server]) for entry in catalogue.entries}
         return changed
 
     # -------------------------------------------------------------------------- upstream events
 
-    async def upstream_catalogue(self, upstream: UpstreamSession, changed: bool) -> None:
+    async def upstream_catalogue(self, upstream: UpstreamSession | LocalUpstream, changed: bool) -> None:
         # The catalogue hook (pinning) runs first, so the floors of a new catalogue are computed
         # before agents are told about it; until then its calls wait for the check or are held back.
         floors_changed = False
@@ -359,6 +382,15 @@ class Gateway:
         return self._client_progress.get((session, token)) if valid_token(token) else None
 
     # ------------------------------------------------------------------- the pipeline's Resolver
+
+    def route(self, entry: CatalogueEntry) -> Route:
+        """Where a catalogue entry's calls go, with what the floors read of it (a CLI dispatcher) and
+        what approval memory reads of it (a generic tool); made once per catalogue for the calls."""
+        classified = route_of(entry.server, entry.upstream_name, entry.item)
+        kind = self.local.get(entry.server)
+        if kind is not None:
+            return dataclasses.replace(kind.route(entry.upstream_name), generic=classified.generic)
+        return classified
 
     def resolve_now(self, tool: str) -> Resolved | None:
         """The route of a served (namespaced) tool name, or None: the merged catalogue is always known."""

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from drawbridge.config import is_loopback_address, split_authority
+from drawbridge.config_hosts import is_loopback_address, split_authority
 
 LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")
 

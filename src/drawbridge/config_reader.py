@@ -1,0 +1,117 @@
+"""Reading the configuration's YAML: typed, located access to its mappings (``config`` uses it).
+
+Invariant: every value read through a ``Reader`` has the type asked for, and every problem is a
+``ConfigError`` located as ``file:line``; a key a section does not know is an error, never ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+
+class ConfigError(ValueError):
+    """A configuration problem, located as ``file:line: problem``."""
+
+    def __init__(self, file: str, line: int | None, problem: str) -> None:
+        self.file, self.line, self.problem = file, line, problem
+        where = f"{file}:{line}" if line is not None else file
+        super().__init__(f"{where}: {problem}")
+
+
+def line_of(node: Any, key: Any = None) -> int | None:
+    try:
+        if key is not None and isinstance(node, CommentedMap):
+            return int(node.lc.key(key)[0]) + 1
+        return int(node.lc.line) + 1
+    except Exception:  # noqa: BLE001 -- plain values carry no position
+        return None
+
+
+class Reader:
+    """Typed field access on a mapping node that remembers what was read."""
+
+    def __init__(self, file: str, node: Any, where: str) -> None:
+        if not isinstance(node, CommentedMap):
+            raise ConfigError(file, line_of(node), f"{where} must be a mapping")
+        self.file, self.node, self.where = file, node, where
+
+    def fail(self, key: str | None, problem: str) -> ConfigError:
+        return ConfigError(self.file, line_of(self.node, key) if key else line_of(self.node), problem)
+
+    def check_keys(self, allowed: set[str]) -> None:
+        for key in self.node:
+            if not isinstance(key, str) or key not in allowed:
+                raise self.fail(
+                    key if isinstance(key, str) else None,
+                    f"unknown key {key!r} in {self.where} (allowed: {', '.join(sorted(allowed))})",
+                )
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None, *, required: bool = False) -> Any:
+        if key not in self.node or self.node[key] is None:
+            if required:
+                raise self.fail(None, f"{self.where}: missing required key {key!r}")
+            return default
+        value = self.node[key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, bool) and kind in (int, float):
+            raise self.fail(key, f"{self.where}.{key} must be a number, not a boolean")
+        if not isinstance(value, kind):
+            name = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+            raise self.fail(key, f"{self.where}.{key} must be {name}")
+        return value
+
+    def child(self, key: str) -> Reader | None:
+        if key not in self.node or self.node[key] is None:
+            return None
+        return Reader(self.file, self.node[key], f"{self.where}.{key}" if self.where != "config" else key)
+
+
+def str_list(reader: Reader, key: str) -> tuple[str, ...]:
+    value = reader.get(key, object, default=[])
+    if not isinstance(value, (CommentedSeq, list)) or not all(isinstance(item, str) for item in value):
+        raise reader.fail(key, f"{reader.where}.{key} must be a list of strings")
+    return tuple(value)
+
+
+def str_map(reader: Reader, key: str, value_re: re.Pattern[str] | None = None) -> dict[str, str]:
+    sub = reader.child(key)
+    if sub is None:
+        return {}
+    out: dict[str, str] = {}
+    for name, value in sub.node.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise sub.fail(name if isinstance(name, str) else None, f"{sub.where} must map strings to strings")
+        if value_re is not None and not value_re.fullmatch(value):
+            raise sub.fail(name, f"{sub.where}.{name}: {value!r} is not an environment variable name")
+        out[name] = value
+    return out
+
+
+def resolve_path(base: Path, value: str | None) -> str | None:
+    if value is None:
+        return None
+    path = Path(os.path.expanduser(value))
+    return str(path if path.is_absolute() else (base / path))
+
+
+NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def named_entry(file: str, node: Any, section: str, index: int, keys: set[str]) -> tuple[Reader, str]:
+    """One entry of an upstream list: its reader (unknown keys refused) and its ``name``, which prefixes
+    tool names and so must match ``[A-Za-z0-9_-]+``."""
+    reader = Reader(file, node, f"{section}[{index}]")
+    reader.check_keys(keys)
+    name = reader.get("name", str, required=True)
+    if not NAME_RE.fullmatch(name):
+        raise reader.fail("name", f"{section}[{index}].name {name!r} must match [A-Za-z0-9_-]+ (it prefixes tool names)")
+    return reader, name
+
+
+__all__ = ["NAME_RE", "ConfigError", "Reader", "line_of", "named_entry", "resolve_path", "str_list", "str_map"]

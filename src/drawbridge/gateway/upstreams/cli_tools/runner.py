@@ -1,0 +1,183 @@
+"""Running one CLI call: a process of its own group, a minimal environment, capped output, a timeout.
+
+Invariant: a call's process runs without a shell, in a new session (so its process group is its own),
+with only ``PATH``, ``HOME``, ``LANG`` and the entry's ``env`` in its environment, and it does not
+outlive the call: when the call ends -- the program exited, its timeout passed, or the call was
+cancelled (the pipeline's timeout, the agent gave up) -- every process left in its group is killed
+with SIGKILL, so a child it started in the background goes too. Each of stdout and stderr is kept up
+to ``max_output_bytes``; the rest is read and dropped (the program never blocks on a full pipe) and
+counted, and a cut stream ends with a marker that says how much was left out.
+
+Theory of operation. ``run`` opens the process with anyio, pipes ``stdin`` in and reads both streams
+in a task group under ``move_on_after(timeout)``; the group is killed in a ``finally`` that also runs
+on cancellation, and the process is reaped shielded from it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import anyio
+from anyio.abc import ByteReceiveStream, Process
+
+DEFAULT_LANG: Final = "C.UTF-8"
+READ_CHUNK: Final = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class Captured:
+    data: bytes
+    total: int
+    """Bytes the program wrote, kept or not."""
+
+    @property
+    def cut(self) -> bool:
+        return self.total > len(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    exit_code: int | None
+    """None when the program was still running at the timeout."""
+    stdout: Captured
+    stderr: Captured
+    timed_out: bool
+
+
+def child_environment(environ: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """``PATH``, ``HOME`` and ``LANG`` of the gateway (``LANG`` defaults to C.UTF-8), then the entry's env."""
+    env = {"PATH": environ.get("PATH") or os.defpath, "LANG": environ.get("LANG") or DEFAULT_LANG}
+    if environ.get("HOME"):
+        env["HOME"] = environ["HOME"]
+    env.update(extra)
+    return env
+
+
+class _Sink:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.chunks: list[bytes] = []
+        self.kept = 0
+        self.total = 0
+
+    async def drain(self, stream: ByteReceiveStream | None) -> None:
+        if stream is None:
+            return
+        try:
+            while True:
+                chunk = await stream.receive(READ_CHUNK)
+                self.total += len(chunk)
+                room = self.limit - self.kept
+                if room > 0:
+                    piece = chunk[:room]
+                    self.chunks.append(piece)
+                    self.kept += len(piece)
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return
+
+    def captured(self) -> Captured:
+        return Captured(b"".join(self.chunks), self.total)
+
+
+async def _feed(process: Process, data: bytes | None) -> None:
+    if process.stdin is None:
+        return
+    try:
+        if data:
+            await process.stdin.send(data)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        pass  # the program stopped reading: what it read is what it got
+    finally:
+        await process.stdin.aclose()
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone already
+
+
+async def run(
+    argv: tuple[str, ...],
+    *,
+    env: Mapping[str, str],
+    cwd: str | None,
+    stdin: bytes | None,
+    timeout: float,
+    max_output_bytes: int,
+) -> RunResult:
+    """Run one call (module docstring). Raises ``OSError`` when the program cannot be started."""
+    process = await anyio.open_process(
+        list(argv),
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env),
+        cwd=cwd,
+        start_new_session=True,
+    )
+    out, err = _Sink(max_output_bytes), _Sink(max_output_bytes)
+    exit_code: int | None = None
+    try:
+        with anyio.move_on_after(timeout) as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(out.drain, process.stdout)
+                tg.start_soon(err.drain, process.stderr)
+                tg.start_soon(_feed, process, stdin)
+                exit_code = await process.wait()
+        timed_out = scope.cancelled_caught
+    finally:
+        _kill_group(process.pid)
+        with anyio.CancelScope(shield=True):
+            await process.wait()
+            await process.aclose()
+    return RunResult(exit_code, out.captured(), err.captured(), timed_out)
+
+
+def _text(name: str, captured: Captured, limit: int) -> str:
+    text = captured.data.decode("utf-8", errors="replace")
+    if captured.cut:
+        text += (
+            f"\n[drawbridge: {name} cut at {limit} bytes (max_output_bytes); "
+            f"{captured.total - len(captured.data)} more bytes were not shown]"
+        )
+    return text
+
+
+def call_result(result: RunResult, timeout: float, max_output_bytes: int) -> dict[str, Any]:
+    """The CallToolResult of a run: ``isError`` on a non-zero exit or a timeout, never a JSON-RPC error."""
+    stdout = _text("stdout", result.stdout, max_output_bytes)
+    stderr = _text("stderr", result.stderr, max_output_bytes)
+    content: list[dict[str, Any]] = []
+    if result.timed_out:
+        content.append({
+            "type": "text",
+            "text": f"timed out after {timeout:g} seconds; the process group was killed",
+        })
+    elif result.exit_code != 0:
+        content.append({"type": "text", "text": f"exit status {result.exit_code}"})
+    if stdout or not content:
+        content.append({"type": "text", "text": stdout})
+    if stderr:
+        content.append({"type": "text", "text": f"stderr:\n{stderr}"})
+    return {
+        "content": content,
+        "structuredContent": {
+            "exit_code": result.exit_code,
+            "stdout": stdout,
+            "stderr": stderr,
+            "stdout_truncated": result.stdout.cut,
+            "stderr_truncated": result.stderr.cut,
+            "timed_out": result.timed_out,
+        },
+        "isError": result.timed_out or result.exit_code != 0,
+    }
+
+
+__all__ = ["Captured", "RunResult", "call_result", "child_environment", "run"]

@@ -1,0 +1,423 @@
+"""An OpenAPI 3.0 or 3.1 document read into the operations the gateway serves, every ``$ref`` resolved.
+
+Invariant: an operation is served only as the document states it, read one way. The document is JSON
+or YAML with no key given twice; its ``$ref``s (Reference Objects and schema references alike) are
+resolved by ``referencing`` (the JSON Schema reference resolver of the ``jsonschema`` project), never by
+hand; a reference that cannot be resolved, a version other than 3.0.x or 3.1.x, or a part the gateway
+reads that has the wrong shape makes the whole document a load error (``SpecError``) naming where. An
+operation the gateway cannot call as the document describes it (a required cookie parameter, a body
+that is not JSON, two parameters that would share one argument name) is left out and named in
+``Spec.skipped``, never served half-understood.
+
+Theory of operation. The document is one resource in a ``referencing.Registry`` at its own URI (the
+spec file's ``file:`` URI, or the URL it was fetched from). Other documents are retrieved only for a
+spec read from a file, from files beside it; a spec fetched by URL may only refer inside itself.
+Reference Objects (a parameter, a request body, a path item) are followed until a real object is
+reached. Schemas are *bundled*: every ``$ref`` in a parameter's or the body's schema is replaced by
+``#/$defs/<name>`` and the schema it points to is copied once into the tool's ``$defs`` (a
+recursive schema refers to itself there), so each tool's ``inputSchema`` stands alone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import unquote, urldefrag, urljoin, urlsplit
+
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT4, DRAFT202012
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+METHODS: Final = ("get", "put", "post", "delete", "patch", "head")
+"""The operations served; ``options`` and ``trace`` are not calls an agent makes."""
+LOCATIONS: Final = ("path", "query", "header")
+IGNORED_HEADERS: Final = frozenset({"accept", "content-type", "authorization"})
+"""Header parameters OpenAPI says to ignore: the gateway sets these itself."""
+MAX_REF_HOPS: Final = 64
+MAX_SPEC_BYTES: Final = 16 * 1024 * 1024
+_VERSION = re.compile(r"3\.(0|1)\.\d+")
+
+
+class SpecError(ValueError):
+    """The document cannot be served: the message says where and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Parameter:
+    name: str
+    location: str
+    required: bool
+    schema: Any
+    description: str | None = None
+    explode: bool = True
+    """For an array in the query: ``tag=a&tag=b`` (true, the default) or ``tag=a,b``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    method: str
+    """Upper case."""
+    path: str
+    operation_id: str | None
+    summary: str | None
+    description: str | None
+    parameters: tuple[Parameter, ...]
+    body_schema: Any = None
+    body_required: bool = False
+    body_description: str | None = None
+    defs: Mapping[str, Any] | None = None
+    """The schemas the parameters' and the body's schemas refer to (``#/$defs/<name>``)."""
+
+    @property
+    def has_body(self) -> bool:
+        return self.body_schema is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    version: str
+    title: str | None
+    servers: tuple[str, ...]
+    operations: tuple[Operation, ...]
+    skipped: tuple[str, ...] = ()
+    """Operations left out, each with why."""
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise SpecError(f"the key {key!r} is given twice in one object")
+        out[key] = value
+    return out
+
+
+def parse_text(text: str, where: str) -> Any:
+    """A JSON or YAML document; a key given twice is an error (it could be read two ways)."""
+    stripped = text.lstrip()
+    try:
+        if stripped.startswith(("{", "[")):
+            return json.loads(text, object_pairs_hook=_no_duplicates)
+        return YAML(typ="safe", pure=True).load(text)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except YAMLError as exc:
+        raise SpecError(f"{where}: not valid YAML ({' '.join(str(exc).split())})") from None
+
+
+def read_file(path: str) -> tuple[Any, str]:
+    """The document in a file, and its URI."""
+    file = Path(path)
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"cannot read the OpenAPI document {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"the OpenAPI document {path} is larger than {MAX_SPEC_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"the OpenAPI document {path} is not UTF-8 text") from None
+    return parse_text(text, path), file.resolve().as_uri()
+
+
+def _file_retriever(root: str) -> Callable[[str], Resource[Any]]:
+    """Retrieve documents a file spec refers to: files only (``file:`` URIs)."""
+
+    def retrieve(uri: str) -> Resource[Any]:
+        if urlsplit(uri).scheme != "file":
+            raise SpecError(f"a reference to {uri} leaves the spec's files; only files beside it are read")
+        document, _ = read_file(unquote(urlsplit(uri).path))
+        return Resource(contents=document, specification=DRAFT202012)
+
+    return retrieve
+
+
+def _refuse_retrieval(uri: str) -> Resource[Any]:
+    raise SpecError(f"a reference to {uri} leaves the document; a spec read by URL may only refer inside itself")
+
+
+# ------------------------------------------------------------------------------------------ resolving
+
+
+class _Resolver:
+    """Follows ``$ref``s from a base URI, and bundles schemas into one ``$defs``."""
+
+    def __init__(self, registry: Registry[Any], base: str) -> None:
+        self.registry = registry
+        self.base = base
+
+    def lookup(self, ref: str, base: str) -> tuple[Any, str]:
+        """The target of ``ref`` read from a document at ``base``, and the target's absolute URI."""
+        target = urljoin(base, ref)
+        try:
+            resolved = self.registry.resolver(base_uri=base).lookup(ref)
+        except SpecError:
+            raise
+        except Unresolvable as exc:
+            cause: BaseException | None = exc
+            while cause is not None:  # a retriever's refusal says why
+                if isinstance(cause, SpecError):
+                    raise cause from None
+                cause = cause.__cause__ or cause.__context__
+            raise SpecError(f"the reference {ref!r} cannot be resolved ({type(exc).__name__})") from None
+        except Exception as exc:  # noqa: BLE001 -- a retriever's failure, whatever it was
+            raise SpecError(f"the reference {ref!r} cannot be resolved ({exc})") from None
+        return resolved.contents, target
+
+    def follow(self, value: Any, base: str, what: str) -> tuple[Any, str]:
+        """A Reference Object followed to the object it names (and that object's document URI)."""
+        hops = 0
+        while isinstance(value, Mapping) and isinstance(value.get("$ref"), str):
+            hops += 1
+            if hops > MAX_REF_HOPS:
+                raise SpecError(f"{what}: references loop")
+            value, target = self.lookup(value["$ref"], base)
+            base = urldefrag(target)[0]
+        return value, base
+
+
+class _Bundle:
+    """One tool's schemas: every ``$ref`` becomes ``#/$defs/<name>``, each target copied once."""
+
+    def __init__(self, resolver: _Resolver, openapi30: bool) -> None:
+        self._resolver = resolver
+        self._openapi30 = openapi30
+        self.defs: dict[str, Any] = {}
+        self._names: dict[str, str] = {}
+
+    def schema(self, schema: Any, base: str, depth: int = 0) -> Any:
+        if depth > 256:
+            raise SpecError("a schema nests deeper than 256 levels")
+        if isinstance(schema, Mapping):
+            out: dict[str, Any] = {}
+            for key, value in schema.items():
+                if not isinstance(key, str):
+                    raise SpecError("a schema has a key that is not a string")
+                if key == "$ref" and isinstance(value, str):
+                    out[key] = f"#/$defs/{self._def(value, base, depth)}"
+                elif key in ("$id", "$schema"):
+                    continue  # the bundled schema lives in the tool's inputSchema, under its base
+                else:
+                    out[key] = self.schema(value, base, depth + 1)
+            return _from_openapi30(out) if self._openapi30 else out
+        if isinstance(schema, list):
+            return [self.schema(item, base, depth + 1) for item in schema]
+        return schema
+
+    def _def(self, ref: str, base: str, depth: int) -> str:
+        target_uri = urljoin(base, ref)
+        name = self._names.get(target_uri)
+        if name is not None:
+            return name
+        fragment = urldefrag(target_uri)[1]
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", unquote(fragment.rsplit("/", 1)[-1])) or "schema"
+        name, n = stem, 1
+        while name in self.defs:
+            n += 1
+            name = f"{stem}_{n}"
+        self._names[target_uri] = name
+        self.defs[name] = True  # taken now: a schema that refers to itself finds its name
+        target, uri = self._resolver.lookup(ref, base)
+        self.defs[name] = self.schema(target, urldefrag(uri)[0], depth + 1)
+        return name
+
+
+def _from_openapi30(schema: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAPI 3.0 schema object in JSON Schema 2020-12 terms (what ``inputSchema`` is):
+    ``nullable: true`` admits null, boolean ``exclusiveMinimum``/``exclusiveMaximum`` take the bound."""
+    if schema.pop("nullable", None) is True:
+        declared = schema.get("type")
+        if isinstance(declared, str):
+            schema["type"] = [declared, "null"]
+        elif isinstance(declared, list) and "null" not in declared:
+            schema["type"] = [*declared, "null"]
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        flag = schema.get(exclusive)
+        if isinstance(flag, bool):
+            del schema[exclusive]
+            if flag and bound in schema:
+                schema[exclusive] = schema.pop(bound)
+    return schema
+
+
+# ------------------------------------------------------------------------------------------ the shape
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{what} must be an object")
+    return value
+
+
+def _json_media(content: Any, what: str) -> tuple[Any, bool] | None:
+    """The schema of the JSON media type of a ``content`` map (True when one is there), or None."""
+    content = _mapping(content, f"{what}.content")
+    for media, body in content.items():
+        kind = str(media).split(";", 1)[0].strip().lower()
+        if kind == "application/json" or kind.endswith("+json"):
+            body = _mapping(body, f"{what}.content[{media}]")
+            return body.get("schema", {}), True
+    return None
+
+
+class _Reader:
+    def __init__(self, document: Mapping[str, Any], resolver: _Resolver) -> None:
+        self.document = document
+        self.resolver = resolver
+
+    def parameters(self, raw: Any, base: str, what: str) -> dict[tuple[str, str], tuple[Any, str]]:
+        if raw is None:
+            return {}
+        if not isinstance(raw, list):
+            raise SpecError(f"{what}.parameters must be a list")
+        out: dict[tuple[str, str], tuple[Any, str]] = {}
+        for index, item in enumerate(raw):
+            value, where = self.resolver.follow(item, base, f"{what}.parameters[{index}]")
+            value = _mapping(value, f"{what}.parameters[{index}]")
+            name, location = value.get("name"), value.get("in")
+            if not isinstance(name, str) or not name or not isinstance(location, str):
+                raise SpecError(f"{what}.parameters[{index}] needs a name and an in")
+            out[(name, location)] = (value, where)
+        return out
+
+    def operation(self, path: str, method: str, raw: Any, shared: dict[tuple[str, str], tuple[Any, str]],
+                  base: str, bundle: _Bundle) -> Operation | str:
+        """The operation, or why it is not served."""
+        what = f"paths[{path}].{method}"
+        raw = _mapping(raw, what)
+        merged = dict(shared)
+        merged.update(self.parameters(raw.get("parameters"), base, what))
+        parameters: list[Parameter] = []
+        names: set[str] = set()
+        for (name, location), (value, where) in merged.items():
+            if location == "cookie":
+                if value.get("required") is True:
+                    return f"{method.upper()} {path}: a required cookie parameter ({name}) cannot be sent"
+                continue
+            if location not in LOCATIONS:
+                raise SpecError(f"{what}: parameter {name!r} has an unknown location {location!r}")
+            if location == "header" and name.lower() in IGNORED_HEADERS:
+                continue
+            if name in names or name == "body":
+                return f"{method.upper()} {path}: two parameters would share the argument name {name!r}"
+            names.add(name)
+            schema: Any = value.get("schema")
+            if schema is None and value.get("content") is not None:
+                media = _json_media(value["content"], f"{what} parameter {name!r}")
+                schema = media[0] if media is not None else None
+            if schema is None:
+                schema = {}
+            explode = value.get("explode")
+            parameters.append(
+                Parameter(
+                    name=name,
+                    location=location,
+                    required=location == "path" or value.get("required") is True,
+                    schema=bundle.schema(schema, where),
+                    description=_text(value.get("description")),
+                    explode=explode if isinstance(explode, bool) else value.get("style", "form") == "form",
+                )
+            )
+        for placeholder in re.findall(r"\{([^}]*)\}", path):
+            if placeholder not in names or not any(p.name == placeholder and p.location == "path" for p in parameters):
+                return f"{method.upper()} {path}: the path parameter {placeholder!r} is not declared"
+        body_schema, body_required, body_description = None, False, None
+        if raw.get("requestBody") is not None:
+            body, where = self.resolver.follow(raw["requestBody"], base, f"{what}.requestBody")
+            body = _mapping(body, f"{what}.requestBody")
+            media = _json_media(body.get("content", {}), f"{what}.requestBody")
+            body_required = body.get("required") is True
+            if media is None:
+                if body_required:
+                    return f"{method.upper()} {path}: the request body is not JSON"
+            else:
+                body_schema = bundle.schema(media[0], where)
+                body_description = _text(body.get("description"))
+        operation_id = raw.get("operationId")
+        return Operation(
+            method=method.upper(),
+            path=path,
+            operation_id=operation_id if isinstance(operation_id, str) and operation_id else None,
+            summary=_text(raw.get("summary")),
+            description=_text(raw.get("description")),
+            parameters=tuple(parameters),
+            body_schema=body_schema,
+            body_required=body_required,
+            body_description=body_description,
+            defs=dict(bundle.defs) or None,
+        )
+
+
+def read_spec(document: Any, uri: str, *, from_file: bool) -> Spec:
+    """The operations of a parsed document at ``uri`` (module docstring); raises ``SpecError``."""
+    document = _mapping(document, "the OpenAPI document")
+    version = document.get("openapi")
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
+        shown = version if isinstance(version, str) else type(version).__name__
+        raise SpecError(f"the document is not OpenAPI 3.0 or 3.1 (openapi: {shown!r})"[:300])
+    specification = DRAFT202012 if version.startswith("3.1") else DRAFT4
+    retrieve = _file_retriever(uri) if from_file else _refuse_retrieval
+    registry: Registry[Any] = Registry(retrieve=retrieve).with_resource(  # type: ignore[call-arg]
+        uri, Resource(contents=document, specification=specification)
+    )
+    resolver = _Resolver(registry, uri)
+    info = document.get("info")
+    title = _text(info.get("title")) if isinstance(info, Mapping) else None
+    servers: list[str] = []
+    raw_servers = document.get("servers")
+    if isinstance(raw_servers, list):
+        for server in raw_servers:
+            if isinstance(server, Mapping) and isinstance(server.get("url"), str):
+                servers.append(_server_url(server, uri))
+    paths = _mapping(document.get("paths", {}), "paths")
+    reader = _Reader(document, resolver)
+    operations: list[Operation] = []
+    skipped: list[str] = []
+    for path, raw_item in paths.items():
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise SpecError(f"paths: {str(path)[:80]!r} does not start with /")
+        item, base = resolver.follow(raw_item, uri, f"paths[{path}]")
+        item = _mapping(item, f"paths[{path}]")
+        shared = reader.parameters(item.get("parameters"), base, f"paths[{path}]")
+        for method in METHODS:
+            if item.get(method) is None:
+                continue
+            bundle = _Bundle(resolver, openapi30=version.startswith("3.0"))
+            found = reader.operation(path, method, item[method], shared, base, bundle)
+            if isinstance(found, str):
+                skipped.append(found)
+            else:
+                operations.append(found)
+    return Spec(version, title, tuple(servers), tuple(operations), tuple(skipped))
+
+
+def _server_url(server: Mapping[str, Any], uri: str) -> str:
+    """A server's URL with its variables at their defaults, made absolute against the document's URI."""
+    url = str(server["url"])
+    variables = server.get("variables")
+    if isinstance(variables, Mapping):
+        for name, variable in variables.items():
+            if isinstance(variable, Mapping) and isinstance(variable.get("default"), str):
+                url = url.replace("{" + str(name) + "}", variable["default"])
+    if not urlsplit(url).scheme and urlsplit(uri).scheme in ("http", "https"):
+        url = urljoin(uri, url)
+    return url
+
+
+__all__ = ["Operation", "Parameter", "Spec", "SpecError", "parse_text", "read_file", "read_spec"]

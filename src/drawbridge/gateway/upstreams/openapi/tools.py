@@ -1,0 +1,112 @@
+"""OpenAPI operations as MCP tools: one tool per operation, named, described and typed from the spec.
+
+Invariant: what an agent and a reviewer read about a tool is what a call does. Its ``inputSchema``
+has exactly one property per parameter the call sends (path, query, header) and ``body`` for a JSON
+request body, with no other property allowed; every call's arguments are checked against it before
+anything is sent. Its description ends with the method and the URL template the call goes to, so a
+changed backend or path is a changed tool (and a changed pin). ``readOnlyHint`` is set for GET and
+HEAD, and the classification reads the method (``catalogue.classify``).
+
+Names. ``operationId`` in snake case (``listItems`` -> ``list_items``), else the method and the path
+(``GET /items/{id}`` -> ``get_items_id``). Two operations of one spec with the same name are both
+refused by the merged catalogue (``catalogue.merged``), never one of them picked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from drawbridge.catalogue.classify import name_words
+from drawbridge.gateway.upstreams.openapi.spec import Operation, Spec
+from drawbridge.policy.globs import compile_glob
+
+READ_ONLY_METHODS = frozenset({"GET", "HEAD"})
+
+
+@dataclass(frozen=True)
+class OperationTool:
+    """One served operation: the tools/list item, the operation, the compiled argument check."""
+
+    name: str
+    item: Mapping[str, Any]
+    operation: Operation
+    validator: Draft202012Validator
+
+
+def tool_name(operation: Operation) -> str:
+    if operation.operation_id is not None:
+        words = name_words(operation.operation_id)
+        if words:
+            return "_".join(words)
+    return "_".join((operation.method.lower(), *name_words(operation.path)))
+
+
+def _described(schema: Any, description: str | None) -> Any:
+    if description and isinstance(schema, Mapping) and "description" not in schema:
+        return {**schema, "description": description}
+    return schema
+
+
+def input_schema(operation: Operation) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for parameter in operation.parameters:
+        properties[parameter.name] = _described(parameter.schema, parameter.description)
+        if parameter.required:
+            required.append(parameter.name)
+    if operation.has_body:
+        properties["body"] = _described(operation.body_schema, operation.body_description or "The JSON request body.")
+        if operation.body_required:
+            required.append("body")
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        schema["required"] = required
+    if operation.defs:
+        schema["$defs"] = dict(operation.defs)
+    return schema
+
+
+def description(operation: Operation, backend_url: str) -> str:
+    parts = [text for text in (operation.summary, operation.description) if text]
+    parts.append(f"{operation.method} {backend_url.rstrip('/')}{operation.path}")
+    return "\n\n".join(parts)
+
+
+def operation_tools(
+    spec: Spec, backend_url: str, include: Sequence[str] = ()
+) -> tuple[list[OperationTool], list[str]]:
+    """The tools of a spec (only those whose name matches an ``include`` glob, when given), and the
+    operations left out with why."""
+    globs = [compile_glob(pattern) for pattern in include]
+    tools: list[OperationTool] = []
+    skipped = list(spec.skipped)
+    names = [tool_name(operation) for operation in spec.operations]
+    for operation, name in zip(spec.operations, names, strict=True):
+        if globs and not any(glob.matches(name) for glob in globs):
+            continue
+        if names.count(name) > 1:
+            skipped.append(f"{operation.method} {operation.path}: another operation has the same tool name {name!r}")
+            continue
+        schema = input_schema(operation)
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            skipped.append(f"{operation.method} {operation.path}: its parameters' schemas are invalid ({exc.message[:200]})")
+            continue
+        item: dict[str, Any] = {
+            "name": name,
+            "description": description(operation, backend_url),
+            "inputSchema": schema,
+        }
+        if operation.method in READ_ONLY_METHODS:
+            item["annotations"] = {"readOnlyHint": True}
+        tools.append(OperationTool(name, item, operation, Draft202012Validator(schema)))
+    return tools, skipped
+
+
+__all__ = ["READ_ONLY_METHODS", "OperationTool", "description", "input_schema", "operation_tools", "tool_name"]

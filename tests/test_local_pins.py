@@ -1,0 +1,83 @@
+"""Pinning covers OpenAPI operations and CLI commands like MCP tools: the first start pins them, a
+changed spec or a changed entry is a changed pin at the next start, held at ``human_approval``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from approval_support import text_of
+from openapi_support import SPEC, openapi_backend
+from serve_support import http_client, http_gateway, write_config
+
+pytestmark = pytest.mark.anyio
+
+ALLOW_ALL = {"allow.yaml": "name: allow-all\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"}
+
+
+def _write(tmp_path: Path, spec: Path, api: str, git_flags: list[str]) -> Path:
+    return write_config(
+        tmp_path, [], policies=ALLOW_ALL, pin_tools=True,
+        openapi=[{"name": "items", "file": str(spec), "backend_url": api, "allow_private": True}],
+        cli_tools=[{"name": "git", "bin": "git", "strict": True, "working_dir": str(tmp_path),
+                    "commands": {"log": {"allowed_args": git_flags}, "version": None}}],
+        evidence_dir=str(tmp_path / "evidence"), state_path=str(tmp_path / "state.db"),
+        auth={"anonymous_agent": "guest"}, approval={"timeout_seconds": 30, "elicitation": False},
+    )
+
+
+def _rows(gateway: Any) -> dict[str, dict[str, Any]]:
+    with httpx.Client(base_url=gateway.control(), trust_env=False, headers=gateway.control_headers()) as http:
+        return {r["name"]: r for r in http.get("/tools/decisions", params={"agent": "guest"}).json()}
+
+
+async def test_a_changed_spec_or_entry_is_a_changed_pin(tmp_path: Path) -> None:
+    spec = tmp_path / "items.yaml"
+    spec.write_text(SPEC.read_text())
+    with openapi_backend() as backend:
+        with http_gateway(_write(tmp_path, spec, backend.api, ["--oneline"])) as first:
+            assert first.url is not None
+            rows = _rows(first)
+            assert {rows[n]["pin_status"] for n in ("items.get_item", "git.log", "git.version")} == {"pinned"}
+            async with http_client(first.url) as client:
+                ran = await client.call_tool("items.get_item", {"item_id": "1"})
+                assert not ran.is_error
+        # The operation's summary changes in the spec, and the allowed flags of one command.
+        spec.write_text(SPEC.read_text().replace("summary: Read one item", "summary: Read one item, now better"))
+        with http_gateway(_write(tmp_path, spec, backend.api, ["--oneline", "--output"])) as second:
+            assert second.url is not None
+            base, operator = second.control(), second.control_headers()
+            rows = _rows(second)
+            assert (rows["items.get_item"]["pin_status"], rows["git.log"]["pin_status"]) == ("changed", "changed")
+            assert rows["items.list_items"]["pin_status"] == rows["git.version"]["pin_status"] == "pinned"
+            assert rows["items.get_item"]["action"] == "human_approval" and rows["items.get_item"]["by_floor"]
+            with httpx.Client(base_url=base, trust_env=False, headers=operator) as http:
+                held = {t["name"]: t for t in http.get("/tools/pins").json()}
+            assert set(held) == {"items.get_item", "git.log"}
+            assert "now better" in held["items.get_item"]["current"]["description"]
+            assert "now better" not in held["items.get_item"]["pinned"]["description"]
+            assert "--output" in held["git.log"]["current"]["description"]
+            async with http_client(second.url) as client, httpx.AsyncClient(
+                base_url=base, trust_env=False, headers=operator
+            ) as http:
+                calls: list[Any] = []
+
+                async def call() -> None:
+                    calls.append(await client.call_tool("items.get_item", {"item_id": "1"}))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    with anyio.fail_after(20):
+                        while not (pending := (await http.get("/approvals", params={"status": "pending"})).json()):
+                            await anyio.sleep(0.05)
+                    assert pending[0]["tool"] == "items.get_item"
+                    await http.post(f"/approvals/{pending[0]['id']}/deny", json={"resolved_by": "op"})
+                assert calls[0].is_error and "denied" in text_of(calls[0]).lower()
+                unchanged = await client.call_tool("items.list_items", {"limit": 1})
+                assert not unchanged.is_error
+    first_use = [json.loads(line) for line in (tmp_path / "evidence" / "trace.ndjson").read_text().splitlines()]
+    assert {e["body"]["server"] for e in first_use if e["kind"] == "mesh.pin_first_use"} == {"items", "git"}
