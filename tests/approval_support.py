@@ -177,3 +177,15 @@ def listed(result: types.CallToolResult) -> Sequence[str]:
     content = result.structured_content
     assert isinstance(content, dict)
     return list(content["result"])
+
+
+def unfolded(lines: Sequence[str]) -> list[str]:
+    """Lines folded to a width (``approval.shown_arguments``) joined back: a continuation starts with
+    ``  + `` and belongs to the line above."""
+    out: list[str] = []
+    for line in lines:
+        if line.startswith("  + "):
+            out[-1] += line[4:]
+        else:
+            out.append(line)
+    return out

@@ -526,7 +526,8 @@ async def test_elicitation_accept_approves_with_client_strength(tmp_path: Path) 
         assert settled.resolved_by == "mcp-client:ci-bot"
         (params,) = seen
         legacy_wire.ElicitRequestFormParams.model_validate(params)  # the 2025-11-25 wire shape
-        assert "/srv/app/config.yaml" not in params["message"] and "port: 8080" not in params["message"]
+        # The person is shown the call's arguments, one value a line.
+        assert '\n/path: "/srv/app/config.yaml"\n/content: "port: 8080"' in params["message"]
         assert settled.approval_id and settled.approval_id[:8] in params["message"]
         (resolved,) = r.entries("approval_resolved")
         assert (resolved["body"]["channel"], resolved["body"]["strength"]) == ("elicitation", "client")
@@ -602,7 +603,8 @@ async def test_input_required_has_the_2026_wire_shape(tmp_path: Path) -> None:
         assert parsed.result_type == "input_required" and parsed.request_state == result["requestState"]
         request = result["inputRequests"][INPUT_KEY]
         modern_wire.ElicitRequest.model_validate(request)
-        assert "/srv/app/config.yaml" not in json.dumps(result)
+        shown = '\n/path: "/srv/app/config.yaml"\n/content: "port: 8080"'
+        assert request["params"]["message"].endswith(shown)
         (requested,) = r.entries("approval_requested")
         assert requested["body"]["mode"] == "input_required"
 

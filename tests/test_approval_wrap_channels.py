@@ -42,7 +42,8 @@ async def test_elicitation_approve_runs_the_call_and_decline_refuses_it(tmp_path
         refused = await client.call_tool("delete_repo", ROCKET)
         assert refused.is_error and "declined in the client" in text_of(refused)
         assert listed(await client.call_tool("list_repos", {"owner": "acme"})) == ["anvil", "rocket"]
-    assert len(no.questions) == 1 and "delete_repo" in no.questions[0] and "rocket" not in no.questions[0]
+    (question,) = no.questions
+    assert "delete_repo" in question and '\n/name: "rocket"' in question
 
     async with connect(wrap_params(GITHUB_LIKE, *flags, env=TRUTH_ENV), elicitation_callback=yes) as client:
         done = await client.call_tool("delete_repo", ROCKET)

@@ -1,5 +1,5 @@
 """Human approval, the pure part: channels and their strength, argument shapes, the injection
-heuristic, approval memory, durations.
+heuristic, approval memory, durations, what a person is shown of the arguments.
 
 Nothing here does I/O, reads a clock or draws randomness. The stores that persist approvals,
 grants and pins live in ``drawbridge.state`` and import from here, never the other way round.
@@ -25,6 +25,7 @@ from drawbridge.approval.shape import (
     looks_like_injection,
     shape_of,
 )
+from drawbridge.approval.shown_arguments import ShownArguments, ShownValue, argument_lines, show_arguments
 
 __all__ = [
     "DEFAULT_MIN_APPROVALS",
@@ -39,7 +40,10 @@ __all__ = [
     "MemoryCounts",
     "MemoryDecision",
     "ShapeError",
+    "ShownArguments",
+    "ShownValue",
     "Strength",
+    "argument_lines",
     "argument_shape",
     "decide",
     "format_duration",
@@ -47,6 +51,7 @@ __all__ = [
     "looks_like_injection",
     "parse_duration",
     "shape_of",
+    "show_arguments",
     "strength_of",
     "tally",
 ]

@@ -19,7 +19,7 @@ from drawbridge.canonical.jcs import (
     parse_json,
     scalar_bytes,
 )
-from drawbridge.canonical.text import RUST_WHITESPACE, rust_trim, sanitize
+from drawbridge.canonical.text import RUST_WHITESPACE, escape_unsafe, rust_trim, sanitize
 
 __all__ = [
     "RUST_WHITESPACE",
@@ -29,6 +29,7 @@ __all__ = [
     "canonical_text",
     "canonicalize_text",
     "constant_time_equal",
+    "escape_unsafe",
     "hmac_sha256_hex",
     "is_sha256_digest",
     "is_valid_key_id",

@@ -1,12 +1,15 @@
 """``drawbridge approvals list|show|approve|deny|watch``: the approval queue, through the control plane.
 
 An approval resolved here is recorded with channel ``cli`` (strength ``operator``: the admin token
-authenticated the caller) and ``--by`` as given (default ``cli:<login>``). The argument values of
-the waiting call are never shown: the gateway keeps only their keyed digest and shape.
+authenticated the caller) and ``--by`` as given (default ``cli:<login>``). ``show`` and ``watch``
+print the waiting call's arguments as the gateway holds them in memory while the approval is pending
+(values under secret-like keys masked, long values cut), one value a line
+(``approval.shown_arguments.argument_lines``: control and format characters as visible escapes,
+lines folded to the terminal under a marker of their own); the state file never has them.
 
-``watch`` polls the pending approvals every ``--interval`` seconds and asks, for each new one,
-``[a]pprove / [d]eny / [s]kip ?`` on the terminal; it ends when its input ends (or after one round
-with ``--once``).
+``watch`` polls the pending approvals every ``--interval`` seconds and asks, for each new one (read
+alone, with its arguments), ``[a]pprove / [d]eny / [s]kip ?`` on the terminal; it ends when its
+input ends (or after one round with ``--once``).
 
 Exit codes: 0 done; 1 refused or not found (unknown id, already resolved, expired); 2 usage error
 or control plane unreachable.
@@ -22,10 +25,16 @@ from typing import Any
 import click
 from rich.text import Text
 
+from drawbridge.approval.shown_arguments import argument_lines
 from drawbridge.cli.control_client import Control, ControlError, control_options, default_person, segment
 from drawbridge.cli.output import console, display_text, emit_json, key_values, table
 
 STATUSES = ("pending", "approved", "denied", "expired", "all")
+ARGUMENTS_ENDED = "not shown once an approval has ended (the gateway lets go of them)"
+ARGUMENTS_NOT_HELD = (
+    "not held by this gateway process (another gateway on the same state file opened this approval, "
+    "or more approvals are pending than it keeps arguments for): deny unless you know the call"
+)
 
 
 @click.group(name="approvals", context_settings={"help_option_names": ["-h", "--help"]})
@@ -97,7 +106,7 @@ def _show(view: dict[str, Any]) -> None:
         ("why", view.get("reason")),
         ("approved by", "an operator only" if view.get("approver") == "operator" else "anyone asked"),
         ("rule", f"{view.get('policy')} #{view.get('rule_index')} ({view.get('source_file')})"),
-        ("arguments", f"shape {view.get('args_shape')}, digest {view.get('args_digest')}"),
+        ("argument shape", f"{view.get('args_shape')}, digest {view.get('args_digest')}"),
         ("remaining", _seconds(view.get("remaining_seconds"))),
     ]
     if findings:
@@ -114,6 +123,20 @@ def _show(view: dict[str, Any]) -> None:
     if recent is not None:
         pairs.append(("recent calls", len(recent)))
     console().print(key_values(f"approval {view.get('short_id') or view.get('id')}", pairs))
+    if "arguments" in view:  # a detail view (a list carries none)
+        _show_arguments(view)
+
+
+def _show_arguments(view: dict[str, Any]) -> None:
+    shown = view.get("arguments")
+    if shown is None:
+        why = ARGUMENTS_NOT_HELD if view.get("status") == "pending" else ARGUMENTS_ENDED
+        click.echo(display_text(f"arguments: {why}"))
+        return
+    click.echo("arguments (values under secret-like keys masked):")
+    indent = "  "
+    for line in argument_lines(shown, console().width - len(indent)):
+        click.echo(indent + display_text(line))
 
 
 @command.command(name="show")
@@ -187,6 +210,14 @@ def watch(ctl: Control, interval: float, once: bool, by: str | None) -> None:
             if not isinstance(approval_id, str) or approval_id in seen:
                 continue
             seen.add(approval_id)
+            try:
+                view = ctl.client.get(f"/approvals/{segment(approval_id)}")
+            except ControlError as exc:
+                if exc.status == 404:  # gone meanwhile
+                    continue
+                raise
+            if view.get("status") != "pending":
+                continue  # resolved or expired meanwhile
             _show(view)
             click.echo("[a]pprove / [d]eny / [s]kip ? ", nl=False)
             line = sys.stdin.readline()

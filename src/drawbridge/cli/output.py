@@ -1,9 +1,13 @@
 """How every subcommand prints: one JSON object for machines, rich tables for people.
 
 Invariant: text that came from an input file (tool names, record ids, reasons
-copied from imported records) reaches the terminal only as plain ``rich.text.Text``
-with control characters replaced, never as console markup: a hostile value like
-``[red]`` or an escape sequence prints as itself, not as formatting.
+copied from imported records) or from a call (argument values) reaches the
+terminal only as plain text (``rich.text.Text``, or ``click.echo`` of
+``display_text``) with control characters replaced, never as console markup: a
+hostile value like ``[red]`` or an escape sequence prints as itself, not as
+formatting. JSON output writes every character that could steer a
+terminal (controls, C1 included, bidi and other format characters, line and
+paragraph separators) as a JSON escape, so it reads as the same JSON.
 
 Exit codes shared by the evidence commands live here too, so every command
 means the same thing by them: 0 verified, 1 verification failed, 2 usage
@@ -22,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from drawbridge.canonical import sanitize
+from drawbridge.canonical import escape_unsafe, sanitize
 
 # Carriage return and the bidirectional overrides can make a terminal show other
 # text than the report holds; they print as U+FFFD too.
@@ -58,8 +62,8 @@ def format_option(func: F) -> F:
 
 
 def emit_json(report: Any) -> None:
-    """Print one JSON object (control characters escaped by JSON itself)."""
-    click.echo(json.dumps(report, indent=2, ensure_ascii=False))
+    """Print one JSON object; what could steer a terminal is escaped (the same JSON, read back)."""
+    click.echo(escape_unsafe(json.dumps(report, indent=2, ensure_ascii=False), keep="\n"))
 
 
 def console() -> Console:

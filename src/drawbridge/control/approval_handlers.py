@@ -6,7 +6,10 @@ the gateway's own (memory, system), the agent's client (elicitation) or the gate
 (tty). An approval or a grant is
 changed only through the engine (``ApprovalEngine.resolve``) and its grant service, which record the
 change in the trace chain and wake the waiting call; these handlers record nothing themselves.
-What they show of an approval is its digest and shape (``views.approval_view``), never an argument.
+What they show of an approval is its digest and shape (``views.approval_view``); one pending
+approval read alone (``GET /approvals/{id}``) also shows its call's arguments as the engine holds
+them in memory for a person (secret-like values masked, long values cut), and only to a caller the
+admin check let in. Lists carry no argument value: they stay small, and each value is a request away.
 
 Theory of operation. ``ApprovalHandlers`` is a part of ``routes.ControlPlane``: each handler reads
 its input (``inputs``), calls the approval engine or its grant service (``ControlServices.approvals``)
@@ -33,7 +36,7 @@ from drawbridge.control.inputs import (
 )
 from drawbridge.control.problems import Problem, problem_for
 from drawbridge.control.services import ControlServices
-from drawbridge.control.views import approval_view, grant_view
+from drawbridge.control.views import approval_view, arguments_view, grant_view
 from drawbridge.policy.globs import GlobError, compile_glob
 from drawbridge.state.approvals import ApprovalStatus
 
@@ -88,11 +91,13 @@ class ApprovalHandlers:
         return JSONResponse(out)
 
     async def approval(self, request: Request) -> Response:
-        """``GET /approvals/{id}``: one approval, the agent's active grants and recent calls."""
+        """``GET /approvals/{id}``: one approval, its call's arguments while pending, the agent's active
+        grants and recent calls."""
         approvals = self.services.approvals
         approval = await approvals.store.get(request.path_params["id"])
         now = self.services.clock()
         view = approval_view(approval, now)
+        view["arguments"] = arguments_view(approval, approvals.shown_arguments(approval.id))
         view["active_grants"] = [
             grant_view(g, now) for g in await approvals.grant_service.active_for_agent(approval.agent)
         ]

@@ -6,7 +6,9 @@ required argument and wraps each endpoint itself), answers JSON, and refuses wit
 unknown, 405 a method the path does not serve, 409 a state that forbids the change, 413 too large,
 422 a refused value, 503 the state store unreadable, 500 unexpected, without detail). No response
 or log line carries a token, a raw argument value or an environment value: approvals show digests
-and shapes, tools show what the upstream declared, never the gateway's configuration.
+and shapes (one pending approval read alone, its call's arguments as a person is shown them:
+secret-like values masked, long values cut), tools show what the upstream declared, never the
+gateway's configuration.
 
 Theory of operation. ``control_routes(services, admin_token_sha256=...)`` returns Starlette
 ``Route`` objects; ``control_app`` wraps them in the app the gateway serves on a listener of its

@@ -15,8 +15,9 @@ Theory of operation. ``ControlServices`` bundles:
   the pin status (None when pinning is off) and the CLI dispatcher facts. The gateway computes pin
   statuses when it (re)connects an upstream; the control plane only reads them.
 * ``approvals``: an ``ApprovalDesk``, which the gateway's approval engine is: its ``store`` lists and
-  reads approvals, ``resolve`` is every channel's one way to answer one, and its ``grant_service``
-  creates, lists and revokes grants.
+  reads approvals, ``resolve`` is every channel's one way to answer one, ``shown_arguments`` gives
+  what a person is shown of a pending call's arguments (held in the gateway's memory only), and its
+  ``grant_service`` creates, lists and revokes grants.
 * ``trace_append(kind, body)``: appends one entry to the gateway's hash-chained trace (async);
   ``mesh.policy_edit`` and ``mesh.pin_accept`` are written through it.
 * ``pins``: a ``PinService`` (None when ``pin_tools`` is off). ``StorePinService`` implements it on
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
+from drawbridge.approval.shown_arguments import ShownArguments
 from drawbridge.catalogue.classify import Classification, classify_tool
 from drawbridge.catalogue.decisions import CatalogueTool
 from drawbridge.catalogue.fingerprint import PinStatus
@@ -290,6 +292,8 @@ class ApprovalDesk(Protocol):
     async def resolve(
         self, id_or_prefix: str, decision: Any, resolved_by: str, channel: Any, reason: str = ""
     ) -> Approval: ...
+
+    def shown_arguments(self, approval_id: str) -> ShownArguments | None: ...
 
 
 @dataclass(frozen=True)

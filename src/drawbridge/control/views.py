@@ -1,7 +1,9 @@
 """What the control plane shows: policies, served tools, approvals and grants as JSON objects.
 
-Invariant: a view holds what was declared, digested or decided, never an argument value, a token or
-an environment value: approvals show digests and shapes, tools what the upstream declared. Pure.
+Invariant: a view holds what was declared, digested or decided, never a token or an environment
+value: tools show what the upstream declared; approvals show digests and shapes, and one pending
+approval shown alone (``GET /approvals/{id}``) also its call's arguments as the gateway holds them in
+memory for a person (``approval.shown_arguments``: secret-like values masked, long values cut). Pure.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from drawbridge.approval.shown_arguments import ShownArguments
 from drawbridge.canonical import sanitize
 from drawbridge.control.services import CatalogueItem
 from drawbridge.policy.model import Policy
@@ -70,7 +73,7 @@ def tool_view(item: CatalogueItem) -> dict[str, Any]:
 
 
 def approval_view(approval: Approval, now: datetime) -> dict[str, Any]:
-    """An approval as the control plane and the CLI show it: digests and names, never argument values."""
+    """An approval as the control plane and the CLI show it: digests, shapes and names."""
     view: dict[str, Any] = {
         "id": approval.id,
         "short_id": approval.short_id,
@@ -98,6 +101,12 @@ def approval_view(approval: Approval, now: datetime) -> dict[str, Any]:
             resolved_at=to_db_time(approval.resolved_at) if approval.resolved_at else None,
         )
     return view
+
+
+def arguments_view(approval: Approval, shown: ShownArguments | None) -> dict[str, Any] | None:
+    """The arguments of ``approval``'s call as a person is shown them: only while it is pending and
+    the gateway holds them (else None)."""
+    return shown.as_dict() if shown is not None and approval.pending else None
 
 
 def grant_view(grant: Grant, now: datetime) -> dict[str, Any]:

@@ -68,6 +68,11 @@ follows this order:
 pending from a previous process becomes expired (``system:restart``) and is
 recorded; it is never approved. ``sweep()`` expires what is due.
 
+While an approval is pending, the engine holds what a person is shown of its
+call's arguments (``approvals.held_arguments``: in memory only, secret-like
+values masked, bounded) for ``shown_arguments``, the control plane's view; the
+entry goes when the approval ends.
+
 Trace kinds written here: ``approval_requested``; ``approval_by_grant`` and
 ``approval_by_memory`` through ``approvals.standing``, ``approval_resolved``
 through ``Resolutions``, ``approval_state_refused`` through ``RequestStates``,
@@ -91,7 +96,9 @@ from drawbridge.approval.binding import binding_digest
 from drawbridge.approval.channels import Channel
 from drawbridge.approval.memory import MemoryConfig, memory_key_digest
 from drawbridge.approval.shape import ArgumentShape, ShapeError, argument_shape, injection_findings
+from drawbridge.approval.shown_arguments import ShownArguments
 from drawbridge.gateway.pipeline.approvals.grants import Clock, GrantService, TraceAppend, utc_clock
+from drawbridge.gateway.pipeline.approvals.held_arguments import HeldArguments
 from drawbridge.gateway.pipeline.approvals.questions import Elicit, pending
 from drawbridge.gateway.pipeline.approvals.request_states import RequestStates, new_nonce
 from drawbridge.gateway.pipeline.approvals.resolutions import Resolutions
@@ -196,8 +203,10 @@ class ApprovalEngine:
         self._non_blocking = non_blocking
         self._elicit = elicit
         self._uses = uses
+        self._held = HeldArguments()
         self._resolutions = Resolutions(
-            store, trace_append, clock=clock, timeout_seconds=self.timeout_seconds, poll_seconds=poll_seconds
+            store, trace_append, clock=clock, timeout_seconds=self.timeout_seconds, poll_seconds=poll_seconds,
+            held=self._held,
         )
         self._memory = ApprovalMemory(
             memory_config if memory_config is not None else MemoryConfig(), store, uses, self._resolutions
@@ -236,8 +245,14 @@ class ApprovalEngine:
         return await self._resolutions.recover_after_restart()
 
     async def sweep(self) -> list[Approval]:
-        """Expire every pending approval that is due, record each, and wake its waiters."""
-        return await self._resolutions.expire_due(self._clock())
+        """Expire every pending approval that is due, record each, and wake its waiters; let go of the
+        arguments of approvals that ended elsewhere (another gateway on the same state)."""
+        expired = await self._resolutions.expire_due(self._clock())
+        if self._held:
+            held_before = self._held.ids()
+            pending = {approval.id for approval in await self._store.list(ApprovalStatus.PENDING)}
+            self._held.release_ended(held_before, pending)
+        return expired
 
     async def run_sweeper(self, interval_seconds: float = 5.0) -> None:
         """Sweep forever (run in the gateway's task group), so unanswered non-blocking approvals end."""
@@ -247,6 +262,11 @@ class ApprovalEngine:
             except Exception as exc:  # noqa: BLE001 -- keep sweeping; the next settle sweeps too
                 logger.error("approval sweep failed: %s", type(exc).__name__)
             await anyio.sleep(interval_seconds)
+
+    def shown_arguments(self, approval_id: str) -> ShownArguments | None:
+        """What a person is shown of the arguments of pending approval ``approval_id`` (its full id),
+        or None when this process holds none (it ended, or another process opened it)."""
+        return self._held.shown(approval_id)
 
     # -- resolving (every channel) -------------------------------------------------------------
 
@@ -442,8 +462,10 @@ class ApprovalEngine:
         if open_id is not None:
             approval = await self._store.get(open_id)
             if approval.pending:
+                self._held.hold(approval.id, call.arguments)
                 return approval
         approval = await self._submit(call, terms, now)
+        self._held.hold(approval.id, call.arguments)
         body = approval.request_record()
         body["mode"] = mode
         body["timeout_seconds"] = self.timeout_seconds
@@ -451,6 +473,7 @@ class ApprovalEngine:
             await self._trace(TRACE_REQUESTED, body)
         except BaseException:
             # Not in the chain, so it must not be approvable: end it as the refusal it now is.
+            self._held.release(approval.id)
             with anyio.CancelScope(shield=True):
                 try:
                     await self._resolutions.expire_one(approval)

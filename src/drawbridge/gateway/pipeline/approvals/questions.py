@@ -1,9 +1,10 @@
 """What the gateway puts to a person about an open approval, and what it tells the agent meanwhile.
 
-Invariant: no question and no interim answer repeats an argument value. A question names the
-agent, the tool, the policy's reason, the approval id and the time left (and, when the arguments
-look like injected instructions, which findings say so); the agent's interim answer names the
-approval and how to retry. Both say that exactly one call is at stake.
+Invariant: a question shows the person the call's arguments as ``approval.shown_arguments`` renders
+them (secret-like values masked, long values cut, control and format characters escaped) and names
+the agent, the tool, the policy's reason, the approval id and the time left (and, when the arguments
+look like injected instructions, which findings say so). The agent's interim answer repeats no
+argument value: it names the approval and how to retry. Both say that exactly one call is at stake.
 
 Theory of operation. One form serves every in-band route: ``question_params`` is the
 ``elicitation/create`` params (form mode, ``settlement.REQUESTED_SCHEMA``) that a 2025-11-25 client
@@ -20,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from drawbridge.approval.shown_arguments import show_arguments
 from drawbridge.gateway.pipeline.approvals.settlement import (
     REQUESTED_SCHEMA,
     Settlement,
@@ -32,6 +34,7 @@ from drawbridge.gateway.protocol.methods import ELICIT
 from drawbridge.state.approvals import Approval
 from drawbridge.state.sqlite import to_db_time
 
+ARGUMENTS_HEADING: Final = "Arguments (values under secret-like keys masked):"
 INPUT_KEY: Final = "drawbridge_approval"
 """Key of the approval question in ``inputRequests`` / ``inputResponses``."""
 
@@ -46,12 +49,13 @@ def question_params(call: ToolCall, approval: Approval, now: datetime) -> dict[s
     message = (
         f"drawbridge: agent {clip(call.agent, 128)} asks to run tool {clip(call.tool, 256)}. "
         f"{clip(approval.reason)}. Approve this one call? (approval {approval.short_id}, open for "
-        f"{seconds} s; the argument values are not repeated here)"
+        f"{seconds} s)"
     )
     if approval.injection_findings:
         message += " Warning: the arguments look like injected instructions (" + ", ".join(
             approval.injection_findings
         ) + ")."
+    message += "\n" + ARGUMENTS_HEADING + "\n" + "\n".join(show_arguments(call.arguments).lines())
     return {"mode": "form", "message": message, "requestedSchema": dict(REQUESTED_SCHEMA)}
 
 
@@ -94,4 +98,4 @@ def pending(call: ToolCall, approval: Approval, now: datetime) -> Settlement:
     )
 
 
-__all__ = ["INPUT_KEY", "Elicit", "input_required_result", "pending", "question_params"]
+__all__ = ["ARGUMENTS_HEADING", "INPUT_KEY", "Elicit", "input_required_result", "pending", "question_params"]

@@ -2,7 +2,8 @@
 
 Invariant: every resolution this process makes or observes is recorded in the trace chain once
 (``approval_resolved``, or ``approval_by_memory`` for memory's own rows) and wakes every call
-waiting on that approval. ``resolve`` is the single entry point of every channel (control plane,
+waiting on that approval, and lets go of the arguments held for showing it
+(``held_arguments``). ``resolve`` is the single entry point of every channel (control plane,
 CLI through the control plane, console, TTY, elicitation); the gateway's own channels (``memory``,
 ``system``) are not open to it. A wait ends in a resolution or, at the deadline, in the approval
 expired in the store (recorded): a call never waits beyond its approval's ``expires_at``, nor
@@ -32,6 +33,7 @@ import anyio
 
 from drawbridge.approval.channels import Channel
 from drawbridge.gateway.pipeline.approvals.grants import Clock, TraceAppend
+from drawbridge.gateway.pipeline.approvals.held_arguments import HeldArguments
 from drawbridge.gateway.pipeline.approvals.questions import Elicit, question_params
 from drawbridge.gateway.pipeline.approvals.settlement import interpret_answer, read_decision
 from drawbridge.gateway.pipeline.tool_call import ToolCall
@@ -74,8 +76,10 @@ class Resolutions:
         clock: Clock,
         timeout_seconds: float,
         poll_seconds: float,
+        held: HeldArguments | None = None,
     ) -> None:
         self._store = store
+        self._held = held if held is not None else HeldArguments()
         self._trace = trace_append
         self._clock = clock
         self._timeout_seconds = timeout_seconds
@@ -221,6 +225,8 @@ class Resolutions:
         return current
 
     def _wake(self, approval_id: str) -> None:
+        """The approval ended: wake the calls waiting on it and let go of its arguments."""
+        self._held.release(approval_id)
         wait = self._waits.get(approval_id)
         if wait is not None:
             wait.event.set()
@@ -236,6 +242,7 @@ class Resolutions:
     async def ensure_recorded(self, approval: Approval) -> None:
         """Record the resolution of ``approval`` unless it is pending or this process recorded it."""
         if not approval.pending:
+            self._held.release(approval.id)
             await self._record_resolution(approval)
 
     def _mark_recorded(self, approval_id: str) -> None:
