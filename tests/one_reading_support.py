@@ -119,7 +119,7 @@ class LineGateway:
 
     def send_all(self, lines: list[bytes]) -> threading.Thread:
         """Write ``lines`` from a thread (the gateway's answers must be read meanwhile, or both sides
-        block on full pipes); join the thread once an answer to a later request has been read."""
+        block on full pipes: ``drain_while`` reads them until the thread is done)."""
         def write() -> None:
             for line in lines:
                 self.send(line)
@@ -127,6 +127,23 @@ class LineGateway:
         writer = threading.Thread(target=write, daemon=True)
         writer.start()
         return writer
+
+    def drain_while(self, writer: threading.Thread) -> None:
+        """Read (and drop) what the gateway answers until ``writer`` has written everything: were the
+        answers left unread, the gateway would block on its full stdout and stop reading its stdin,
+        and the writer would wait forever."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        deadline = time.monotonic() + 6 * TIMEOUT  # thousands of lines, on a machine that may be loaded
+        while writer.is_alive():
+            assert time.monotonic() < deadline, "the gateway stopped reading what was sent"
+            if select.select([fd], [], [], 0.05)[0]:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise EOFError("the gateway closed its stdout")
+                self._buffer += chunk
+                _, _, self._buffer = self._buffer.rpartition(b"\n")  # whole lines dropped, a partial one kept
+        writer.join()
 
     def _line(self, deadline: float) -> dict[str, Any]:
         assert self.process.stdout is not None
