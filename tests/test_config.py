@@ -149,3 +149,28 @@ def test_approval_section_is_strict(tmp_path, section, fragment):
         parse_config(BASE.replace("{timeout_seconds: 30}", section), str(tmp_path / "c.yaml"), ENV)
     assert fragment in str(info.value)
     assert info.value.line == 25
+
+
+def test_checkpoints_section_defaults_and_every_key(tmp_path):
+    plain = parse_config(BASE, str(tmp_path / "drawbridge.yaml"), ENV)
+    assert (plain.checkpoint_every_lines, plain.checkpoint_every_seconds, plain.keys_dir, plain.origin) == (
+        1000, 10.0, None, None)
+    text = BASE + "checkpoints: {every_lines: 50, every_seconds: 2.5, keys_dir: ./keys, origin: example.com/gw/1}\n"
+    cfg = parse_config(text, str(tmp_path / "drawbridge.yaml"), ENV)
+    assert (cfg.checkpoint_every_lines, cfg.checkpoint_every_seconds) == (50, 2.5)
+    assert cfg.keys_dir == str(tmp_path / "keys") and cfg.origin == "example.com/gw/1"
+
+
+@pytest.mark.parametrize(
+    "section, fragment",
+    [
+        ("{every_lines: 0}", "every_lines must be at least 1"),
+        ("{every_seconds: 0}", "every_seconds must be positive"),
+        ("{origin: 'has space'}", "checkpoints.origin"),
+        ("{origin: 'a+b'}", "checkpoints.origin"),
+        ("{sign: always}", "unknown key 'sign'"),
+    ],
+)
+def test_checkpoints_section_is_strict(tmp_path, section, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        parse_config(BASE + f"checkpoints: {section}\n", str(tmp_path / "drawbridge.yaml"), ENV)

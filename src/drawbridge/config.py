@@ -33,6 +33,8 @@ _AGENT_RE = re.compile(r"[A-Za-z0-9._:@/-]+")
 _ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 FSYNC_MODES = ("always", "batch", "never")
+_ORIGIN_RE = re.compile(r"[!-*,-~]{1,255}")
+"""A checkpoint origin: printable ASCII, no space, no '+' (a C2SP key name)."""
 
 
 class ConfigError(ValueError):
@@ -96,6 +98,11 @@ class GatewayConfig:
     approval_memory_enabled: bool = True
     approval_memory_min_approvals: int = 3
     approval_memory_count_client_answers: bool = True
+    checkpoint_every_lines: int = 1000
+    checkpoint_every_seconds: float = 10.0
+    keys_dir: str | None = None
+    """Where the signing keys live; None: ``keys`` inside ``evidence_dir``."""
+    origin: str | None = None
 
 
 def _line(node: Any, key: Any = None) -> int | None:
@@ -241,7 +248,7 @@ def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
 
 _TOP_KEYS = {
     "upstreams", "policy_dir", "policy_file", "evidence_dir", "state_path", "fsync", "listen", "auth",
-    "limits", "tool_decision_truth", "pin_tools", "hide_denied_tools", "approval",
+    "limits", "tool_decision_truth", "pin_tools", "hide_denied_tools", "approval", "checkpoints",
 }
 
 
@@ -345,6 +352,22 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
                 )
             memory_client = memory.get("count_client_answers", bool, default=True)
 
+    every_lines, every_seconds, keys_dir, origin = 1000, 10.0, None, None
+    if (checkpoints := top.child("checkpoints")) is not None:
+        checkpoints.check_keys({"every_lines", "every_seconds", "keys_dir", "origin"})
+        every_lines = checkpoints.get("every_lines", int, default=every_lines)
+        every_seconds = checkpoints.get("every_seconds", float, default=every_seconds)
+        if every_lines < 1:
+            raise checkpoints.fail("every_lines", "checkpoints.every_lines must be at least 1")
+        if not 0 < every_seconds < float("inf"):
+            raise checkpoints.fail("every_seconds", "checkpoints.every_seconds must be positive and finite")
+        keys_dir = _resolve(base, checkpoints.get("keys_dir", str))
+        origin = checkpoints.get("origin", str)
+        if origin is not None and not _ORIGIN_RE.fullmatch(origin):
+            raise checkpoints.fail(
+                "origin", "checkpoints.origin must be printable ASCII without spaces or '+' (e.g. example.com/drawbridge/gw1)"
+            )
+
     return GatewayConfig(
         source_file=str(Path(source_file).resolve()),
         upstreams=upstreams,
@@ -370,6 +393,10 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         approval_memory_enabled=memory_enabled,
         approval_memory_min_approvals=memory_min,
         approval_memory_count_client_answers=memory_client,
+        checkpoint_every_lines=every_lines,
+        checkpoint_every_seconds=every_seconds,
+        keys_dir=keys_dir,
+        origin=origin,
     )
 
 

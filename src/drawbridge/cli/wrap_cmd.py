@@ -43,6 +43,7 @@ import click
 
 from drawbridge.cli.output import EXIT_INPUT, InputError
 from drawbridge.gateway.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
+from drawbridge.gateway.recording.checkpoints import EVERY_LINES, EVERY_SECONDS, CheckpointSettings
 from drawbridge.gateway.runtime.assembly import Runtime, StartupProblem
 from drawbridge.gateway.runtime.settings import RuntimeSettings
 from drawbridge.gateway.runtime.wrap import run_wrap
@@ -151,6 +152,25 @@ def _configure_logging(verbose: bool) -> None:
     help="Pin the server's tool catalogue in the state file (trust on first use): a changed tool needs a "
     "person, a new one is denied, until the change is accepted (drawbridge pins accept).",
 )
+@click.option(
+    "--checkpoint-every-lines",
+    type=click.IntRange(min=1),
+    default=EVERY_LINES,
+    show_default=True,
+    help="Sign a checkpoint of the trace once this many lines wait for one (with --evidence-dir).",
+)
+@click.option(
+    "--checkpoint-every-seconds",
+    type=click.FloatRange(min=0, min_open=True, max=86400),
+    default=EVERY_SECONDS,
+    show_default=True,
+    help="Sign a checkpoint at most this many seconds after a trace line was written.",
+)
+@click.option(
+    "--keys-dir",
+    type=click.Path(file_okay=False),
+    help="Where the evidence signing keys live (made at first start; default: keys inside --evidence-dir).",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Also log informational events (policy reloads, shutdown).")
 @click.argument("server_command", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
@@ -172,6 +192,9 @@ def command(
     state_path: str | None,
     control_port: int | None,
     pin_tools: bool,
+    checkpoint_every_lines: int,
+    checkpoint_every_seconds: float,
+    keys_dir: str | None,
     verbose: bool,
     server_command: tuple[str, ...],
 ) -> None:
@@ -206,6 +229,8 @@ def command(
         pin_tools=pin_tools,
         admin_token_sha256=hashlib.sha256(admin_token.encode("utf-8")).hexdigest() if admin_token else None,
         server_id=label,
+        checkpoints=CheckpointSettings(checkpoint_every_lines, checkpoint_every_seconds),
+        keys_dir=keys_dir,
     )
     config = RelayConfig(
         agent=agent,

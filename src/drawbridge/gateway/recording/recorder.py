@@ -24,6 +24,7 @@ Files in the evidence directory:
 - ``trace.ndjson``: the hash chain (``drawbridge evidence verify-chain``);
 - ``tool-decisions.ndjson``: one ``assay.tool_decision_surface.v0`` envelope per
   line, each holding one decision (``verify-side-effects`` reads the file whole);
+- ``checkpoint``, ``checkpoints.ndjson``: signed checkpoints of the trace (``checkpoints``);
 - the truth carriers go to the file named by ``--tool-decision-truth-out``.
 
 Argument digests in the trace are keyed (``hmac-sha256:<kid>:...``): with the
@@ -53,15 +54,8 @@ from drawbridge.gateway.pipeline.outcomes import Outcome
 from drawbridge.gateway.pipeline.records import CallRecord, RelayEvent, RelayIncident
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.recording.durability import BATCH_LIMIT, BATCH_LINES, BATCH_SECONDS, Durability
-from drawbridge.gateway.recording.segments import (
-    BODY_VARYING,
-    body_join,
-    body_segments,
-    carrier_join,
-    carrier_segments,
-    carrier_texts,
-    ndjson_line,
-)
+from drawbridge.gateway.recording.segments import BODY_VARYING, body_join, body_segments, ndjson_line
+from drawbridge.gateway.recording.segments import carrier_join, carrier_segments, carrier_texts
 from drawbridge.gateway.recording.truth_key import TruthKey
 from drawbridge.state.append_only import AppendOnlyFile, FsyncPolicy
 from drawbridge.state.trace_log import TraceLog
@@ -485,6 +479,10 @@ class EvidenceRecorder(Durability):
         if due:
             await self._sync_off_loop(due)
         return entry
+
+    @property
+    def trace(self) -> TraceLog | None:  # what signed checkpoints cover; None without an evidence directory
+        return self._trace
 
     def close(self) -> None:
         """Close the files (each fsyncs what it holds unsynced, unless the setting is "never")."""

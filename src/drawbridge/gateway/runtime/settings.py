@@ -18,6 +18,7 @@ from drawbridge.catalogue.names import split_namespaced
 from drawbridge.config import GatewayConfig
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalSettings
 from drawbridge.gateway.pipeline.call import DEFAULT_CALL_TIMEOUT_SECONDS
+from drawbridge.gateway.recording.checkpoints import CheckpointSettings
 
 GATEWAY_SERVER_ID: Final = "drawbridge"
 STATE_FILE: Final = "drawbridge.db"
@@ -48,6 +49,11 @@ class RuntimeSettings:
     admin_token_sha256: str | None = None
     server_id: Callable[[str], str] = upstream_of
     """The served tool name -> the upstream's id in surface records."""
+    checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
+    keys_dir: str | None = None
+    """Where the signing keys live; None: ``keys`` inside the evidence directory."""
+    origin: str | None = None
+    """The trace's origin when its keys are made; None: a random one (``drawbridge.local/<hex>``)."""
 
     @classmethod
     def from_config(cls, config: GatewayConfig, *, control_open: bool) -> RuntimeSettings:
@@ -64,6 +70,9 @@ class RuntimeSettings:
             pin_tools=config.pin_tools,
             hide_denied_tools=config.hide_denied_tools,
             admin_token_sha256=config.admin_token_sha256,
+            checkpoints=CheckpointSettings(config.checkpoint_every_lines, config.checkpoint_every_seconds),
+            keys_dir=config.keys_dir,
+            origin=config.origin,
         )
 
     @classmethod
@@ -85,6 +94,8 @@ class RuntimeSettings:
         pin_tools: bool,
         admin_token_sha256: str | None,
         server_id: str,
+        checkpoints: CheckpointSettings | None = None,
+        keys_dir: str | None = None,
     ) -> RuntimeSettings:
         """wrap's settings, from its flags. The state file is ``--state``, else ``drawbridge.db`` inside
         the evidence directory, else a temporary file."""
@@ -111,6 +122,8 @@ class RuntimeSettings:
             pin_tools=pin_tools,
             admin_token_sha256=admin_token_sha256,
             server_id=lambda _tool: server_id,
+            checkpoints=checkpoints or CheckpointSettings(),
+            keys_dir=keys_dir,
         )
 
 
