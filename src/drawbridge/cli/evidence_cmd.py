@@ -27,7 +27,7 @@ from drawbridge.canonical import (
     jcs_digest,
     parse_json,
 )
-from drawbridge.cli import evidence_trace
+from drawbridge.cli import evidence_export, evidence_trace
 from drawbridge.cli.evidence_io import _finish, _label, read_bytes
 from drawbridge.cli.output import (
     InputError,
@@ -404,5 +404,5 @@ def verify_side_effects_cmd(
 
 # --------------------------------------------------------------------------- the trace and the auditor package
 
-for _command in evidence_trace.COMMANDS:
+for _command in (*evidence_trace.COMMANDS, *evidence_export.COMMANDS):
     command.add_command(_command)
