@@ -192,7 +192,7 @@ def test_an_exported_run_verifies_with_pinned_keys(exported: tuple[Path, Path]) 
     ids = {check["id"] for check in report["checks"]}
     assert ids == {"export_attestation", "bundle_integrity", "bundle_attestation", "tool_decision_truth",
                    "side_effects", "trace_chain", "checkpoint", "run_sealed", "bundle_checkpoint", "trace_binding",
-                   "tlog_proofs"}
+                   "observed_confirmed", "tlog_proofs"}
     side = next(check for check in report["checks"] if check["id"] == "side_effects")
     assert "1 verified through 1 audit record" in side["detail"]  # the approved deploy key, by the import
     assert set(report["claims_not_made"]) >= {"completeness_after_last_external_checkpoint", "key_not_compromised"}

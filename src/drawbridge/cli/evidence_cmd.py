@@ -352,6 +352,7 @@ def verify_side_effects_cmd(
                 ("audit records imported", report["audit_records_imported"]),
                 ("promoted to verified", report["promoted"]),
                 ("levels not reproduced", report["levels_not_reproduced"]),
+                ("observed_confirmed, not credited", report["levels_not_credited"]),
                 ("audit records rejected", report["audit_records_rejected"]),
                 ("weakest occurrence ceiling", ceiling.get("ceiling", ceiling.get("state"))),
                 ("result", verdict(ok)),

@@ -2,9 +2,11 @@
 
 Invariant: the bundle of a run holds, in trace order, exactly the records its trace lines name by
 content hash (each ``tool_decision`` entry's ``evidence``: the surface record, then the truth
-carrier), then one recipe row per carrier (``pack_recipe_row`` under the run's verdict over all its
-carriers), then, last, the signed checkpoint that covers the run. So every bundle event but the rows
-and the checkpoint is named by exactly one trace line of the run, and every record the run's trace
+carrier), then the confirmations a later read of the run makes of its writes (``observed_read``:
+derived from the trace and the writes' records, recomputed by the verifier), then one recipe row per
+carrier (``pack_recipe_row`` under the run's verdict over all its carriers), then, last, the signed
+checkpoint that covers the run. So every bundle event but the
+confirmations, the rows and the checkpoint is named by exactly one trace line of the run, and every record the run's trace
 names is in the bundle: ``export_verify`` checks both directions.
 
 Event rules (auditor-evidence.md 6.2): run id = the run's id (no ``:``); source
@@ -21,6 +23,7 @@ from typing import Any, Final
 
 from drawbridge.canonical import CanonicalizationError, parse_json
 from drawbridge.evidence.bundle import Producer, autosi_time, make_event
+from drawbridge.evidence.observed_read import confirmations
 from drawbridge.evidence.runs import Run
 from drawbridge.evidence.tlog import Checkpoint
 from drawbridge.evidence.truth.carrier import SCHEMA as CARRIER_SCHEMA
@@ -110,6 +113,7 @@ def run_events(
 
     missing = []
     carriers: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    writes: list[tuple[int, Any]] = []
     surfaces = 0
     for index, entry_at, kind, digest in named_records(lines, run):
         data = records.get((kind, digest))
@@ -121,9 +125,12 @@ def run_events(
             carriers.append((event, data))
         else:
             surfaces += 1
+            writes.append((index, data))
     if missing:
         shown = "; ".join(missing[:5]) + (f"; and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ExportError(f"the evidence lacks {len(missing)} record(s) the trace names ({shown})")
+    for read_at, record in confirmations(lines, run, writes):
+        add(SURFACE_SCHEMA, record, autosi_time(read_at))
     if carriers:
         verdicts = [data["decision_verdict"] for _event, data in carriers]
         verdict = run_verdict(verdicts, [data["order"] for _event, data in carriers])

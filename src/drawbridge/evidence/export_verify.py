@@ -34,6 +34,7 @@ from drawbridge.evidence.dsse import (
     verify_bundle_attestation,
 )
 from drawbridge.evidence.export_package import CHECKPOINT_EVENT, NAMED_TYPES, RECIPE_ROW_TYPE, named_records
+from drawbridge.evidence.observed_read import confirmations, is_confirmation
 from drawbridge.evidence.runs import runs_of
 from drawbridge.evidence.side_effect_verify import SurfaceFormatError, load_audit_records, verify_side_effects
 from drawbridge.evidence.signed_note import NoteVerifier
@@ -245,7 +246,8 @@ def _trace_checks(
             raise ValueError("no run to bind")
         complete = [line for line in lines if line.endswith(b"\n")]
         named = [(kind, digest) for _index, _at, kind, digest in named_records(complete, run)]
-        bundled = [(e["type"], e["assaycontenthash"]) for e in events if e["type"] in NAMED_TYPES]
+        bundled = [(e["type"], e["assaycontenthash"]) for e in events
+                   if e["type"] in NAMED_TYPES and not is_confirmation(e["data"])]
         if named != bundled:
             unbundled = len([n for n in named if n not in bundled])
             unnamed = len([b for b in bundled if b not in named])
@@ -257,6 +259,22 @@ def _trace_checks(
         return f"{len(named)} records: each named by one trace line of the run, in order, and bundled"
 
     checks.run("trace_binding", binding)
+
+    def observed() -> str:
+        if run is None:
+            raise ValueError("no run")
+        complete = [line for line in lines if line.endswith(b"\n")]
+        named = [(index, kind) for index, _at, kind, _digest in named_records(complete, run)]
+        recorded = [e for e in events if e["type"] in NAMED_TYPES and not is_confirmation(e["data"])]
+        writes = [(index, e["data"]) for (index, kind), e in zip(named, recorded, strict=False) if kind == SURFACE_SCHEMA]
+        expected = [record for _at, record in confirmations(complete, run, writes)]
+        found = [e["data"] for e in events if e["type"] == SURFACE_SCHEMA and is_confirmation(e["data"])]
+        if found != expected:
+            raise ValueError(f"the bundle's {len(found)} observed_confirmed record(s) are not the {len(expected)} the "
+                             "trace's later reads of the same targets make (a later, allowed, successful read)")
+        return f"{len(found)} write(s) confirmed by a later read of the same target in the run"
+
+    checks.run("observed_confirmed", observed)
 
     def proofs() -> str:
         count = 0

@@ -36,7 +36,6 @@ correlate calls within one run and cannot be brute-forced offline.
 from __future__ import annotations
 
 import os
-import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -45,6 +44,7 @@ from typing import Any
 from drawbridge.canonical import Canonical, canonical_bytes, sanitize
 from drawbridge.evidence.bundle import content_hash_of_json, record_hash
 from drawbridge.evidence.classify import UNKNOWN, classify
+from drawbridge.evidence.observed_read import read_subject
 from drawbridge.evidence.surface import build_decision, build_surface
 from drawbridge.evidence.truth.carrier import SCHEMA as CARRIER_SCHEMA
 from drawbridge.evidence.truth.carrier import args_digest, build_carrier, observed_input_digest
@@ -60,7 +60,7 @@ from drawbridge.gateway.recording.clock import utc_now
 from drawbridge.gateway.recording.segments import BODY_VARYING, body_join, body_segments, ndjson_line
 from drawbridge.gateway.recording.segments import carrier_jcs_join, carrier_jcs_segments
 from drawbridge.gateway.recording.segments import carrier_join, carrier_segments, carrier_texts
-from drawbridge.gateway.recording.truth_key import TruthKey
+from drawbridge.gateway.recording.truth_key import TruthKey, ephemeral_key
 from drawbridge.state.append_only import AppendOnlyFile, FsyncPolicy
 from drawbridge.state.trace_log import TraceLog
 
@@ -70,10 +70,6 @@ MAX_REQUEST_ID_CHARS = 128
 SURFACE_CACHE_MAX = 1024
 ADMITTED_MAX = 65536
 """Admitted calls whose digests wait for their records (a bound, in case a record never comes)."""
-
-
-def ephemeral_key() -> TruthKey:
-    return TruthKey(secrets.token_bytes(32), f"ephemeral-{secrets.token_hex(4)}")
 
 
 # The surface record's (effect, status) for each way a decided call ends (evidence-formats.md 1.2:
@@ -265,8 +261,9 @@ class EvidenceRecorder(Durability):
                 evidence.append({"content_hash": surface_hash, "type": SURFACE_SCHEMA})
         if carrier_hash is not None:
             evidence.append({"content_hash": carrier_hash, "type": CARRIER_SCHEMA})
-        body = self._trace_body_bytes(record, digest, evidence)
-        return "tool_decision", body, surface_line, carrier_line
+        # A read drawbridge knows keeps its target's digest (observed_confirmed, observed_read.py).
+        observed = read_subject(record.tool, arguments) if record.tool is not None and arguments is not None else None
+        return "tool_decision", self._trace_body_bytes(record, digest, evidence, observed), surface_line, carrier_line
 
     @staticmethod
     def _varying(
@@ -277,7 +274,9 @@ class EvidenceRecorder(Durability):
         return digest, decision_ms, evidence, round(record.latency_ms, 3), _request_id_text(record.request_id)
 
     @classmethod
-    def _trace_body(cls, record: CallRecord, digest: str | None, evidence: list[dict[str, str]]) -> dict[str, Any]:
+    def _trace_body(
+        cls, record: CallRecord, digest: str | None, evidence: list[dict[str, str]], observed: Any = None
+    ) -> dict[str, Any]:
         """The trace entry's body (docs/trace-chain.md): the reference for ``_trace_body_bytes``."""
         provenance = record.provenance
         body: dict[str, Any] = {
@@ -296,14 +295,18 @@ class EvidenceRecorder(Durability):
         body.update(zip(BODY_VARYING, cls._varying(record, digest, evidence), strict=True))
         if record.approval is not None:
             body["approval"] = dict(record.approval)
+        if observed is not None:
+            body["observed_read"] = dict(observed)
         return body
 
-    def _trace_body_bytes(self, record: CallRecord, digest: str | None, evidence: list[dict[str, str]]) -> Canonical:
+    def _trace_body_bytes(
+        self, record: CallRecord, digest: str | None, evidence: list[dict[str, str]], observed: Any = None
+    ) -> Canonical:
         """``canonical_bytes(_trace_body(...))``, by a shorter route: the body's other fields repeat
         from call to call, so the JCS text around the four that change is rendered once per such
         combination (a bounded cache) and the four are filled in."""
-        if record.approval is not None:  # rare, and a nested object: the general route
-            return Canonical(canonical_bytes(self._trace_body(record, digest, evidence)))
+        if record.approval is not None or observed is not None:  # rare, and nested objects: the general route
+            return Canonical(canonical_bytes(self._trace_body(record, digest, evidence, observed)))
         key = (record.agent, record.tool, record.action, record.provenance, record.reason, record.outcome,
                record.error, record.error_code, record.protocol_version)
         segments = self._body_segments.get(key)
