@@ -174,3 +174,20 @@ def test_checkpoints_section_defaults_and_every_key(tmp_path):
 def test_checkpoints_section_is_strict(tmp_path, section, fragment):
     with pytest.raises(ConfigError, match=fragment):
         parse_config(BASE + f"checkpoints: {section}\n", str(tmp_path / "drawbridge.yaml"), ENV)
+
+
+def test_telemetry_section(tmp_path):
+    plain = parse_config(BASE, str(tmp_path / "drawbridge.yaml"), ENV)
+    assert plain.telemetry_endpoint is None
+    text = BASE + ("telemetry: {endpoint: 'http://127.0.0.1:4318', protocol: grpc, service_name: gw1,"
+                   " headers_env: {Authorization: OTEL_AUTH}}\n")
+    cfg = parse_config(text, str(tmp_path / "drawbridge.yaml"), {**ENV, "OTEL_AUTH": "Bearer x"})
+    assert (cfg.telemetry_endpoint, cfg.telemetry_protocol, cfg.telemetry_service_name) == (
+        "http://127.0.0.1:4318", "grpc", "gw1")
+    assert cfg.telemetry_headers_env == {"Authorization": "OTEL_AUTH"} and "Bearer x" not in repr(cfg)
+    with pytest.raises(ConfigError, match="OTEL_AUTH, which is missing"):
+        parse_config(text, str(tmp_path / "drawbridge.yaml"), ENV)
+    with pytest.raises(ConfigError, match="http:// or https://"):
+        parse_config(BASE + "telemetry: {endpoint: 'collector:4317'}\n", str(tmp_path / "drawbridge.yaml"), ENV)
+    with pytest.raises(ConfigError, match="http/protobuf or grpc"):
+        parse_config(BASE + "telemetry: {endpoint: 'http://c:4318', protocol: thrift}\n", str(tmp_path / "d.yaml"), ENV)

@@ -103,6 +103,11 @@ class GatewayConfig:
     keys_dir: str | None = None
     """Where the signing keys live; None: ``keys`` inside ``evidence_dir``."""
     origin: str | None = None
+    telemetry_endpoint: str | None = None
+    """OTLP endpoint of live telemetry (None: off)."""
+    telemetry_protocol: str = "http/protobuf"
+    telemetry_headers_env: Mapping[str, str] = field(default_factory=dict)
+    telemetry_service_name: str = "drawbridge"
 
 
 def _line(node: Any, key: Any = None) -> int | None:
@@ -248,7 +253,7 @@ def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
 
 _TOP_KEYS = {
     "upstreams", "policy_dir", "policy_file", "evidence_dir", "state_path", "fsync", "listen", "auth",
-    "limits", "tool_decision_truth", "pin_tools", "hide_denied_tools", "approval", "checkpoints",
+    "limits", "tool_decision_truth", "pin_tools", "hide_denied_tools", "approval", "checkpoints", "telemetry",
 }
 
 
@@ -368,6 +373,22 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
                 "origin", "checkpoints.origin must be printable ASCII without spaces or '+' (e.g. example.com/drawbridge/gw1)"
             )
 
+    otlp_endpoint, otlp_protocol, otlp_headers, service_name = None, "http/protobuf", {}, "drawbridge"
+    if (telemetry := top.child("telemetry")) is not None:
+        telemetry.check_keys({"endpoint", "protocol", "headers_env", "service_name"})
+        otlp_endpoint = telemetry.get("endpoint", str, required=True)
+        if not re.match(r"https?://[^/\s]+", otlp_endpoint):
+            raise telemetry.fail("endpoint", "telemetry.endpoint must be an http:// or https:// URL")
+        otlp_protocol = telemetry.get("protocol", str, default=otlp_protocol)
+        if otlp_protocol not in ("http/protobuf", "grpc"):
+            raise telemetry.fail("protocol", f"telemetry.protocol must be http/protobuf or grpc, not {otlp_protocol!r}")
+        otlp_headers = _str_map(telemetry, "headers_env", _ENV_RE)
+        for header, env_name in otlp_headers.items():
+            if not env.get(env_name):
+                raise telemetry.fail("headers_env", f"telemetry header {header} needs environment variable {env_name}, "
+                                     "which is missing or empty")
+        service_name = telemetry.get("service_name", str, default=service_name)
+
     return GatewayConfig(
         source_file=str(Path(source_file).resolve()),
         upstreams=upstreams,
@@ -397,6 +418,10 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         checkpoint_every_seconds=every_seconds,
         keys_dir=keys_dir,
         origin=origin,
+        telemetry_endpoint=otlp_endpoint,
+        telemetry_protocol=otlp_protocol,
+        telemetry_headers_env=otlp_headers,
+        telemetry_service_name=service_name,
     )
 
 

@@ -114,7 +114,9 @@ def command(config_path: str, stdio: bool, agent: str | None, verbose: bool) -> 
         if problems:
             raise _Startup("\n".join(problems))
         control_open = not stdio or listen_configured(config)
-        settings = RuntimeSettings.from_config(config, control_open=control_open)
+        settings = RuntimeSettings.from_config(
+            config, control_open=control_open, network_transport="pipe" if stdio else "tcp"
+        )
         try:
             runtime = Runtime.build(settings)
         except StartupProblem as exc:

@@ -48,6 +48,7 @@ from drawbridge.gateway.pipeline.pins import CataloguePins, CatalogueSource
 from drawbridge.gateway.pipeline.records import CallRecord, Recorder, null_recorder
 from drawbridge.gateway.recording.checkpoints import Checkpointer, evidence_producer, new_run_id
 from drawbridge.gateway.recording.recorder import EvidenceRecorder, utc_now
+from drawbridge.gateway.recording.telemetry import Telemetry, TelemetryUnavailable
 from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
 from drawbridge.gateway.recording.truth_key import TruthKey, TruthKeyError, truth_key_from_env
 from drawbridge.gateway.runtime.settings import STATE_FILE, RuntimeSettings
@@ -151,6 +152,30 @@ def open_checkpointer(settings: RuntimeSettings, recorder: Recorder) -> Checkpoi
     return checkpointer
 
 
+def open_telemetry(
+    settings: RuntimeSettings, guard: EvidenceGuard, recorder: Recorder, checkpointer: Checkpointer | None
+) -> Telemetry | None:
+    """Live telemetry when it is configured: it sees every batch of recorded calls after it is written
+    (never before, never in their way) and every signed checkpoint."""
+    if settings.telemetry is None:
+        return None
+    try:
+        telemetry = Telemetry(settings.telemetry, os.environ, network_transport=settings.network_transport,
+                              origin=checkpointer.origin if checkpointer is not None else None)
+    except TelemetryUnavailable as exc:
+        raise StartupProblem(str(exc)) from None
+    trace = recorder.trace if isinstance(recorder, EvidenceRecorder) else None
+
+    def observe(events: Any) -> None:
+        head = trace.head if trace is not None else None
+        telemetry.observe(events, head.seq if head is not None else None)
+
+    guard.batch_observers.append(observe)
+    if checkpointer is not None:
+        checkpointer.published.append(telemetry.checkpoint)
+    return telemetry
+
+
 def open_state(path: str | None) -> tuple[StateDB, str | None]:
     """The state database (created if missing) and the temporary folder holding it, if it is one."""
     temp_dir = None
@@ -199,6 +224,7 @@ class Runtime:
     pin_store: SqlitePinStore | None = None
     pins: CataloguePins | None = None
     checkpointer: Checkpointer | None = None
+    telemetry: Telemetry | None = None
     _temp_dir: str | None = field(default=None, repr=False)
 
     @classmethod
@@ -210,8 +236,10 @@ class Runtime:
         state_db: StateDB | None = None
         temp_dir: str | None = None
         checkpointer: Checkpointer | None = None
+        telemetry: Telemetry | None = None
         try:
             checkpointer = open_checkpointer(settings, recorder)
+            telemetry = open_telemetry(settings, guard, recorder, checkpointer)
             engine = gate = None
             approvals = isinstance(policy, PolicyDecider)
             if approvals or settings.pin_tools:
@@ -231,9 +259,11 @@ class Runtime:
                 policy=policy, guard=guard, floors=Floors(pins), approvals=gate, call_timeout=settings.call_timeout
             )
         except BaseException:
-            _close(recorder, state_db, temp_dir, checkpointer)
+            _close(recorder, state_db, temp_dir, checkpointer, telemetry)
             raise
-        return cls(settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, checkpointer, temp_dir)
+        return cls(
+            settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, checkpointer, telemetry, temp_dir
+        )
 
     def recent_calls(self) -> RecentCallRing:
         """The ring of each agent's latest decisions the approval view shows, fed from now on by every
@@ -269,15 +299,21 @@ class Runtime:
 
     def close(self) -> None:
         """The run is sealed (``run_end`` and a checkpoint covering it), then everything is closed."""
-        _close(self.recorder, self.state_db, self._temp_dir, self.checkpointer)
+        _close(self.recorder, self.state_db, self._temp_dir, self.checkpointer, self.telemetry)
 
 
 def _close(
-    recorder: Recorder, state_db: StateDB | None, temp_dir: str | None, checkpointer: Checkpointer | None = None
+    recorder: Recorder,
+    state_db: StateDB | None,
+    temp_dir: str | None,
+    checkpointer: Checkpointer | None = None,
+    telemetry: Telemetry | None = None,
 ) -> None:
     if checkpointer is not None:
         checkpointer.end_run()
         checkpointer.close()
+    if telemetry is not None:
+        telemetry.shutdown()
     close = getattr(recorder, "close", None)
     if close is not None:
         close()
