@@ -112,6 +112,7 @@ def test_the_documented_full_example_is_a_valid_configuration(tmp_path: Path) ->
         "DRAWBRIDGE_ADMIN_TOKEN": "admin-example",
         "DRAWBRIDGE_TOKEN_CLAUDE": "claude-example",
         "SEARCH_AUTHORIZATION": "Bearer x",
+        "OTEL_COLLECTOR_AUTHORIZATION": "Bearer y",
     }
     config = parse_config(blocks[0], str(tmp_path / "drawbridge.yaml"), env)
     assert [u.name for u in config.upstreams] == ["github", "search"]
@@ -126,7 +127,9 @@ def test_the_documented_full_example_is_a_valid_configuration(tmp_path: Path) ->
         "policy_dir:", "policy_file:", "evidence_dir:", "state_path:", "fsync:", "listen:", "host:", "port:",
         "auth:", "admin:", "agents:", "agent:", "token_env:", "token_sha256:", "anonymous_agent:", "limits:",
         "max_message_bytes:", "call_timeout_seconds:", "tool_decision_truth:", "out:", "pin_tools:",
-        "hide_denied_tools:", "approval:", "timeout_seconds:",
+        "hide_denied_tools:", "approval:", "timeout_seconds:", "telemetry:", "endpoint:", "protocol:",
+        "service_name:", "checkpoints:", "every_lines:", "every_seconds:", "keys_dir:", "origin:",
     ):
         assert key in blocks[0], key
     assert "SEARCH_AUTHORIZATION" in secret_env_names(config)
+    assert "OTEL_COLLECTOR_AUTHORIZATION" in secret_env_names(config)  # the collector's credential: never an upstream's

@@ -58,6 +58,19 @@ async def test_a_wrapped_run_is_signed_served_and_sealed(tmp_path: Path) -> None
     assert done.returncode == 0, report["problems"]
     assert report["runs"][0]["state"] == "sealed" and report["known_checkpoints"][0]["finding"] == "consistent"
 
+    # The private keys are in their own files only: no record, checkpoint or served answer holds them.
+    from drawbridge.state.signing_keys import load_keys
+
+    keys = load_keys(evidence / "keys")
+    secrets = [keys.checkpoint.key.private_bytes_raw(), keys.attestation.private_bytes_raw()]
+    import base64
+
+    forms = [form for raw in secrets for form in (raw, raw.hex().encode(), base64.b64encode(raw)[:40])]
+    for path in evidence.rglob("*"):
+        if path.is_file() and path.suffix != ".key":
+            assert not [form for form in forms if form in path.read_bytes()], path
+    assert not [form for form in forms if form in held.read_bytes()]
+
     # The auditor's copy catches what the evidence directory alone cannot: the tail cut by its owner.
     (evidence / "trace.ndjson").write_bytes(b"".join(lines[:3]))
     done = cli("evidence", "verify-chain", str(evidence / "trace.ndjson"), "--known-checkpoint", str(held))
