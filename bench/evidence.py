@@ -4,7 +4,8 @@ Builds, for a privileged call (add_deploy_key with a traceparent and a planted
 secret): a tool-decision surface record, a keyed truth carrier (with its
 verdict against a small declared policy), and a hash-chained trace entry.
 Prints the median and p99 of each over many repetitions; then what the gateway's evidence
-recorder spends per call (records built and written) with and without truth carriers.
+recorder spends per call (records built and written) with and without truth carriers; then the
+same with the trace's signed checkpoints and with live telemetry to an OTLP/HTTP sink.
 
     python bench/evidence.py [--n 20000]
 """
@@ -100,6 +101,113 @@ def main() -> None:
     print(f"{'the gateway recorder':<26}{'us/call':>10}")
     for label, carriers in (("trace + surface", False), ("+ truth carriers", True)):
         print(f"{label:<26}{recorder_per_call(n, carriers):>10.1f}")
+    print()
+    print(f"{'signed and observed':<36}{'call path':>10}{'+ sent':>10}{'worker*':>10}")
+    with otlp_sink() as endpoint:
+        for label, telemetry in (("+ checkpoints (tree, signing)", None), ("+ telemetry (OTLP/HTTP, live sink)", endpoint)):
+            path, sent, worker = gateway_per_call(n, telemetry)
+            print(f"{label:<36}{path:>10.1f}{sent:>10.1f}{worker:>10.1f}")
+    print("* CPU of the telemetry worker process per call, its start (importing the SDK) included")
+
+
+SINK = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+class otlp_sink:
+    """An OTLP/HTTP collector stand-in in a process of its own (it takes no CPU from the one measured)."""
+
+    def __enter__(self) -> str:
+        import subprocess
+        import sys
+
+        self.process = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        return f"http://127.0.0.1:{self.process.stdout.readline().strip()}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.terminate()
+        self.process.wait()
+
+
+def gateway_per_call(n: int, endpoint: str | None) -> tuple[float, float, float]:
+    """What the gateway spends per allowed echo call with truth carriers, the trace's tree and its
+    signed checkpoints (every 1,000 lines, in their thread) and, with ``endpoint``, live telemetry
+    (summaries sent by a thread of this process to the telemetry worker, which makes and exports the
+    spans in a process of its own): the time on the calls' path, four calls per write through the
+    evidence guard; the same until every summary has been handed to the worker; and the CPU the
+    worker process spent per call (on another core; the SDK drops spans it cannot take in time)."""
+    import os
+    import resource
+    import tempfile
+    from pathlib import Path
+
+    from drawbridge.gateway.pipeline.guard import EvidenceGuard
+    from drawbridge.gateway.recording.checkpoints import CheckpointSettings, Checkpointer
+    from drawbridge.gateway.recording.recorder import EvidenceRecorder, TruthKey, utc_now
+    from drawbridge.gateway.recording.telemetry import Telemetry, TelemetrySettings
+    from drawbridge.state.checkpoint_files import CheckpointFiles
+    from drawbridge.state.signing_keys import open_keys
+
+    contract = {"version": "2.0", "tools": {"allow": ["echo"]}, "schemas": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        evidence = Path(tmp) / "evidence"
+        recorder = EvidenceRecorder(
+            evidence, route=lambda tool: "everything", fsync="never", truth_out=Path(tmp) / "carriers.ndjson",
+            truth_key=TruthKey(KEY, KEY_ID), declared=lambda agent: contract,
+        )
+        assert recorder.trace is not None
+        keys = open_keys(evidence / "keys")
+        checkpointer = Checkpointer(recorder.trace, keys, CheckpointFiles(evidence, durable=False),
+                                    CheckpointSettings(), durable=False, clock=utc_now)
+        guard = EvidenceGuard(recorder)
+        telemetry = None
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if endpoint is not None:
+            telemetry = Telemetry(TelemetrySettings(endpoint), os.environ, network_transport="pipe", origin=keys.origin)
+            trace = recorder.trace
+            guard.batch_observers.append(lambda events: telemetry.observe(events, trace.head.seq if trace.head else None))
+            time.sleep(3.0)  # the worker imports the SDK meanwhile (at a gateway's start, not in its calls)
+        records = [_record(i) for i in range(n)]
+        start = time.perf_counter()
+        for i in range(0, n, 4):
+            guard.record_now(records[i : i + 4])
+        path = time.perf_counter() - start
+        if telemetry is not None:
+            while telemetry._pending:  # until the sender has handed every summary to the worker
+                time.sleep(0.001)
+        drained = time.perf_counter() - start
+        checkpointer.close()
+        if telemetry is not None:
+            telemetry.shutdown()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        worker = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
+        recorder.close()
+    return path / n * 1e6, drained / n * 1e6, worker / n * 1e6
+
+
+def _record(i: int) -> object:
+    from drawbridge.gateway.pipeline.outcomes import Outcome
+    from drawbridge.gateway.pipeline.records import CallRecord
+    from drawbridge.gateway.pipeline.tool_call import ToolCall
+    from drawbridge.gateway.pipeline.verdicts import Action, Provenance
+
+    arguments = {"message": f"hello {i}"}
+    return CallRecord(
+        agent="bench", request_id=i, tool="echo", action=Action.ALLOW, reason="allowed",
+        provenance=Provenance("bench", "bench.yaml", 0), outcome=Outcome.OK, error=None,
+        error_code=None, decision_ms=0.01, latency_ms=0.2, protocol_version="2025-11-25",
+        call=ToolCall("bench", "echo", arguments, None, i), tool_listed=True, forwarded=True,
+    )
 
 
 def recorder_per_call(n: int, carriers: bool) -> float:
@@ -108,10 +216,6 @@ def recorder_per_call(n: int, carriers: bool) -> float:
     import tempfile
     from pathlib import Path
 
-    from drawbridge.gateway.pipeline.outcomes import Outcome
-    from drawbridge.gateway.pipeline.records import CallRecord
-    from drawbridge.gateway.pipeline.tool_call import ToolCall
-    from drawbridge.gateway.pipeline.verdicts import Action, Provenance
     from drawbridge.gateway.recording.recorder import EvidenceRecorder, TruthKey
 
     contract = {"version": "2.0", "tools": {"allow": ["echo"]}, "schemas": {}}
@@ -122,17 +226,7 @@ def recorder_per_call(n: int, carriers: bool) -> float:
             truth_key=TruthKey(KEY, KEY_ID) if carriers else None,
             declared=(lambda agent: contract) if carriers else None,
         )
-
-        def record(i: int) -> CallRecord:
-            arguments = {"message": f"hello {i}"}
-            return CallRecord(
-                agent="bench", request_id=i, tool="echo", action=Action.ALLOW, reason="allowed",
-                provenance=Provenance("bench", "bench.yaml", 0), outcome=Outcome.OK, error=None,
-                error_code=None, decision_ms=0.01, latency_ms=0.2, protocol_version="2025-11-25",
-                call=ToolCall("bench", "echo", arguments, None, i), tool_listed=True,
-            )
-
-        records = [record(i) for i in range(n)]
+        records = [_record(i) for i in range(n)]
         start = time.perf_counter()
         for i in range(0, n, 4):
             recorder.record_now(records[i : i + 4])

@@ -627,7 +627,8 @@ class Recorder:
     def finish(self, step: Step) -> None:
         """Take what was added since ``begin`` (may be called again, after the gateway ended)."""
         trace, server, asked = step.marks
-        step.entries = [normal_entry(entry, self.s.prefix) for entry in self.s.trace()[trace:]]
+        step.entries = [normal_entry(entry, self.s.prefix) for entry in self.s.trace()[trace:]
+                        if entry["kind"] not in ("run_start", "run_end")]  # the process's, not a scenario's
         step.server = server_calls(self.log)[server:]
         step.questions = self.questions[asked:]
 

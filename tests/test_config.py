@@ -226,3 +226,45 @@ def test_session_limits_default_and_are_checked(tmp_path):
             parse_config(BASE.replace(limits, limits + extra), path, ENV)
         assert fragment in str(info.value), extra
         assert info.value.line == 21
+
+
+def test_checkpoints_section_defaults_and_every_key(tmp_path):
+    plain = parse_config(BASE, str(tmp_path / "drawbridge.yaml"), ENV)
+    assert (plain.checkpoint_every_lines, plain.checkpoint_every_seconds, plain.keys_dir, plain.origin) == (
+        1000, 10.0, None, None)
+    text = BASE + "checkpoints: {every_lines: 50, every_seconds: 2.5, keys_dir: ./keys, origin: example.com/gw/1}\n"
+    cfg = parse_config(text, str(tmp_path / "drawbridge.yaml"), ENV)
+    assert (cfg.checkpoint_every_lines, cfg.checkpoint_every_seconds) == (50, 2.5)
+    assert cfg.keys_dir == str(tmp_path / "keys") and cfg.origin == "example.com/gw/1"
+
+
+@pytest.mark.parametrize(
+    "section, fragment",
+    [
+        ("{every_lines: 0}", "every_lines must be at least 1"),
+        ("{every_seconds: 0}", "every_seconds must be positive"),
+        ("{origin: 'has space'}", "checkpoints.origin"),
+        ("{origin: 'a+b'}", "checkpoints.origin"),
+        ("{sign: always}", "unknown key 'sign'"),
+    ],
+)
+def test_checkpoints_section_is_strict(tmp_path, section, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        parse_config(BASE + f"checkpoints: {section}\n", str(tmp_path / "drawbridge.yaml"), ENV)
+
+
+def test_telemetry_section(tmp_path):
+    plain = parse_config(BASE, str(tmp_path / "drawbridge.yaml"), ENV)
+    assert plain.telemetry_endpoint is None
+    text = BASE + ("telemetry: {endpoint: 'http://127.0.0.1:4318', protocol: grpc, service_name: gw1,"
+                   " headers_env: {Authorization: OTEL_AUTH}}\n")
+    cfg = parse_config(text, str(tmp_path / "drawbridge.yaml"), {**ENV, "OTEL_AUTH": "Bearer x"})
+    assert (cfg.telemetry_endpoint, cfg.telemetry_protocol, cfg.telemetry_service_name) == (
+        "http://127.0.0.1:4318", "grpc", "gw1")
+    assert cfg.telemetry_headers_env == {"Authorization": "OTEL_AUTH"} and "Bearer x" not in repr(cfg)
+    with pytest.raises(ConfigError, match="OTEL_AUTH, which is missing"):
+        parse_config(text, str(tmp_path / "drawbridge.yaml"), ENV)
+    with pytest.raises(ConfigError, match="http:// or https://"):
+        parse_config(BASE + "telemetry: {endpoint: 'collector:4317'}\n", str(tmp_path / "drawbridge.yaml"), ENV)
+    with pytest.raises(ConfigError, match="http/protobuf or grpc"):
+        parse_config(BASE + "telemetry: {endpoint: 'http://c:4318', protocol: thrift}\n", str(tmp_path / "d.yaml"), ENV)

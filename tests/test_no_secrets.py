@@ -82,8 +82,9 @@ def test_planted_secrets_appear_in_no_output(tmp_path: Path) -> None:
         "refusals": json.dumps([by_id[i] for i in (3, 4, 5, 6, 7)]).encode(),
         "carriers": carriers.read_bytes(),
     }
-    for path in evidence.iterdir():
-        gateway_outputs[path.name] = path.read_bytes()
+    for path in evidence.rglob("*"):
+        if path.is_file():
+            gateway_outputs[str(path.relative_to(evidence))] = path.read_bytes()
     assert {"trace.ndjson", "tool-decisions.ndjson"} <= set(gateway_outputs)
     planted = [HMAC_KEY, TITLE_SECRET, KEY_MATERIAL, "PLANTED", *ARG_SECRETS.values()]
     for name, data in gateway_outputs.items():

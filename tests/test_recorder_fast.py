@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import hashlib
 import json
 import os
 import time
@@ -22,6 +23,7 @@ from typing import Any
 
 import anyio
 import pytest
+import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +34,7 @@ from drawbridge.gateway.pipeline.outcomes import Outcome
 from drawbridge.gateway.pipeline.records import CallRecord, RelayIncident
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import Action, Provenance
+from drawbridge.gateway.recording import clock as clock_module
 from drawbridge.gateway.recording import recorder as recorder_module
 from drawbridge.gateway.recording.durability import BATCH_LINES
 from drawbridge.gateway.recording.recorder import EvidenceRecorder, TruthKey, effect_status
@@ -139,6 +142,12 @@ def _call_records(draw: st.DrawFn) -> CallRecord:
     )
 
 
+EVIDENCE = [
+    {"content_hash": "sha256:" + "ab" * 32, "type": "assay.tool_decision_surface.v0"},
+    {"content_hash": "sha256:" + "cd" * 32, "type": "assay.tool_decision_truth.v0"},
+]
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=st.lists(_call_records(), min_size=1, max_size=3), digest=st.one_of(st.none(), _ANY_TEXT))
 def test_the_trace_body_rendered_from_cached_segments_is_its_canonical_json(
@@ -149,16 +158,16 @@ def test_the_trace_body_rendered_from_cached_segments_is_its_canonical_json(
         for record in records:
             # The same fields again, with the ones that change per call changed: the cached segments.
             again = dataclasses.replace(record, request_id=7, latency_ms=record.latency_ms + 1.5, decision_ms=None)
-            for each in (record, again, record):
+            for each, evidence in ((record, EVIDENCE), (again, []), (record, EVIDENCE[:1])):
                 try:
-                    expected: bytes | None = canonical_bytes(EvidenceRecorder._trace_body(each, digest))
+                    expected: bytes | None = canonical_bytes(EvidenceRecorder._trace_body(each, digest, evidence))
                 except CanonicalizationError:
                     expected = None
                 if expected is None:
                     with pytest.raises(CanonicalizationError):
-                        recorder._trace_body_bytes(each, digest)
+                        recorder._trace_body_bytes(each, digest, evidence)
                 else:
-                    assert recorder._trace_body_bytes(each, digest) == expected
+                    assert recorder._trace_body_bytes(each, digest, evidence) == expected
                     # Without an approval the short route serves it, from segments now cached.
                     assert each.approval is not None or recorder._body_segments
     finally:
@@ -197,7 +206,13 @@ def test_the_carrier_line_rendered_from_cached_segments_is_the_minted_carriers_l
                 with pytest.raises(CarrierError):
                     fast._carrier_line(record)
                 continue
-            assert fast._carrier_line(record) == (ndjson_line(carrier), carrier["args_digest"])
+            try:  # the content hash a bundle event of it would carry (None: no canonical form)
+                hashed: str | None = "sha256:" + hashlib.sha256(
+                    b'{"data":' + rfc8785.dumps(carrier) + b',"datacontenttype":"application/json",'
+                    b'"specversion":"1.0","type":"assay.tool_decision_truth.v0"}').hexdigest()
+            except (rfc8785.CanonicalizationError, UnicodeEncodeError):
+                hashed = None
+            assert fast._carrier_line(record) == (ndjson_line(carrier), carrier["args_digest"], hashed)
             try:
                 json.dumps(carrier, ensure_ascii=False).encode("utf-8")
             except UnicodeEncodeError:  # a lone surrogate: the line is escaped to ASCII, the long route
@@ -226,6 +241,14 @@ def test_each_cached_surface_line_equals_one_built_from_scratch(tmp_path: Path) 
             effect=effect, status=status, rule_id=rule_id,
         )]))
         assert recorder._call_lines(record)[2] == expected
+        document = json.loads(expected)
+        hashed = "sha256:" + hashlib.sha256(
+            b'{"data":' + rfc8785.dumps(document) + b',"datacontenttype":"application/json",'
+            b'"specversion":"1.0","type":"assay.tool_decision_surface.v0"}').hexdigest()
+        body = recorder._call_lines(record)[1]
+        named = json.loads(bytes(body))["evidence"]  # the surface record, then the truth carrier
+        assert named[0] == {"content_hash": hashed, "type": "assay.tool_decision_surface.v0"}
+        assert [item["type"] for item in named[1:]] == ["assay.tool_decision_truth.v0"]
     assert recorder._surface_cache  # the unknown tools without _meta were cached
     recorder.close()
 
@@ -476,6 +499,6 @@ def test_utc_now_is_the_utc_time_to_the_microsecond_across_seconds(monkeypatch: 
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     instants = (1_700_000_000_123_456_789, 1_700_000_000_999_999_999, 1_700_000_001_000_000_000, 0, 86_399_000_001_000)
     for ns in instants:
-        monkeypatch.setattr(recorder_module.time, "time_ns", lambda ns=ns: ns)
+        monkeypatch.setattr(clock_module.time, "time_ns", lambda ns=ns: ns)
         expected = (epoch + timedelta(microseconds=ns // 1000)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         assert recorder_module.utc_now() == expected

@@ -54,7 +54,7 @@ from drawbridge.gateway.recording.recorder import EvidenceRecorder, TruthKey, nd
 KEY = bytes(range(1, 33))
 KID = "kid-seg.1"
 AT = "2026-01-01T00:00:00.000000Z"
-_VARYING = ("args_digest", "decision_ms", "latency_ms", "request_id")
+_VARYING = ("args_digest", "decision_ms", "evidence", "latency_ms", "request_id")
 """The trace body's fields that change from call to call (docs/trace-chain.md)."""
 CONTRACT_A: dict[str, Any] = {
     "version": "2.0",
@@ -286,7 +286,7 @@ def _body_key(record: CallRecord) -> tuple[Any, ...]:
 
 def _constant_fields_render(record: CallRecord) -> bool:
     """The body's fields other than the four that change per call have a JCS form."""
-    constant = {**EvidenceRecorder._trace_body(record, None), **dict.fromkeys(_VARYING, "x")}
+    constant = {**EvidenceRecorder._trace_body(record, None, []), **dict.fromkeys(_VARYING, "x")}
     try:
         canonical_bytes(constant)
     except CanonicalizationError:
@@ -316,15 +316,34 @@ class _Tail:
         return fresh
 
 
+def _content_hash(event_type: str, data: Any) -> str | None:
+    """A bundle event's content hash, by the rfc8785 package (None: the record has no canonical form)."""
+    try:
+        canonical = rfc8785.dumps(data)
+    except (rfc8785.CanonicalizationError, UnicodeEncodeError, ValueError):
+        return None
+    preimage = (b'{"data":' + canonical + b',"datacontenttype":"application/json","specversion":"1.0","type":"'
+                + event_type.encode() + b'"}')
+    return "sha256:" + hashlib.sha256(preimage).hexdigest()
+
+
+def _evidence_of(surface_lines: list[bytes], carrier: dict[str, Any] | None) -> list[dict[str, str]]:
+    records = [("assay.tool_decision_surface.v0", json.loads(line)) for line in surface_lines]
+    if carrier is not None:
+        records.append(("assay.tool_decision_truth.v0", carrier))
+    hashed = [(kind, _content_hash(kind, data)) for kind, data in records]
+    return [{"content_hash": digest, "type": kind} for kind, digest in hashed if digest is not None]
+
+
 @contextmanager
 def _counting(recorder: EvidenceRecorder, counts: Counter[str]) -> Iterator[None]:
     """Count the recorder's reference renderings: ``_trace_body`` runs only when the body's segments
     are not cached (or the body takes the general route), ``build_carrier`` only when the carrier's."""
     real_body = recorder._trace_body
 
-    def body(record: CallRecord, digest: str | None) -> dict[str, Any]:
+    def body(record: CallRecord, digest: str | None, evidence: list[dict[str, str]], observed: Any = None) -> dict[str, Any]:
         counts["body"] += 1
-        return real_body(record, digest)
+        return real_body(record, digest, evidence, observed)
 
     def carrier(**fields: Any) -> dict[str, Any]:
         counts["carrier"] += 1
@@ -381,7 +400,7 @@ def _run(directory: Path, events: list[Any], stats: Counter[str], *, exact_hits:
                 body = None
                 if failure is None:
                     try:
-                        body = canonical_bytes(EvidenceRecorder._trace_body(record, digest))
+                        body = canonical_bytes(EvidenceRecorder._trace_body(record, digest, []))
                     except CanonicalizationError as exc:
                         failure = type(exc)
                 # Which renderings the cached segments should spare: the body's, when a call of the
@@ -404,6 +423,10 @@ def _run(directory: Path, events: list[Any], stats: Counter[str], *, exact_hits:
                     assert body is not None
                     assert recorder.record_now([record]) is None
                     (line,) = split_lines(trace.new())
+                    surface_lines = split_lines(surface.new())
+                    # The body names the records the call produced by their content hashes.
+                    evidence = _evidence_of(surface_lines, carrier)
+                    body = canonical_bytes(EvidenceRecorder._trace_body(record, digest, evidence))
                     assert _body_of(line) == body
                     entries += 1
                     if carrier is None:
@@ -414,7 +437,6 @@ def _run(directory: Path, events: list[Any], stats: Counter[str], *, exact_hits:
                         if _utf8_line(carrier):  # (escaped, two lone surrogates in a row read back as a pair)
                             assert json.loads(new) == carrier  # the carrier written is build_carrier's
                         written_carriers.append(carrier)
-                    surface_lines = split_lines(surface.new())
                     assert len(surface_lines) == (record.tool is not None)
                     surfaces += len(surface_lines)
                     stats["calls"] += 1
@@ -586,16 +608,28 @@ def test_hostile_records_give_the_bytes_computed_by_hand_and_by_rfc8785(tmp_path
 
     lines = split_lines((tmp_path / "ev" / "trace.ndjson").read_bytes())
     bodies = [_body_of(line) for line in lines]
+    # Each body names its surface record and its carrier by content hash (rfc8785 here); the third
+    # carrier holds a lone surrogate: it has no canonical form and is not named.
+    surfaces = split_lines((tmp_path / "ev" / "tool-decisions.ndjson").read_bytes())
+    carriers = [_hand_carrier(0, CALL_ID_0, digests[0]), _hand_carrier(1, "req_-1180591620717411303424", digests[1]),
+                None]
+    named = [_evidence_of([surface], carrier) for surface, carrier in zip(surfaces, carriers, strict=True)]
+    assert [len(items) for items in named] == [2, 2, 1]
+    hashes = [item["content_hash"] for item in named[0]]
     # The first body, written out by hand in JCS: keys sorted, only '"', '\' and controls escaped.
     assert bodies[0] == (
         '{"action":"deny","agent":"a\\"b\\\\c\u2028\ufffd\U0001f600","args_digest":"' + digests[0] + '",'
-        '"decision_ms":0,"error":null,"error_code":-32603,"latency_ms":12345678.5,"outcome":"refused",'
+        '"decision_ms":0,"error":null,"error_code":-32603,"evidence":[{"content_hash":"' + hashes[0] + '",'
+        '"type":"assay.tool_decision_surface.v0"},{"content_hash":"' + hashes[1] + '",'
+        '"type":"assay.tool_decision_truth.v0"}],"latency_ms":12345678.5,"outcome":"refused",'
         '"policy":"p\ufffd","protocol_version":"2026-07-28","reason":"r\\n\\t\u2029",'
         '"request_id":"18446744073709551616","rule_index":3,"source_file":"/f\\"\\\\.yaml","tool":"t\U0001f600"}'
     ).encode()
     timings = [(12345678.5, 0), (1e21, None), (123.457, 0.5)]
-    for body, digest, request_id, (latency, decision) in zip(bodies, digests, request_ids, timings, strict=True):
-        assert body == rfc8785.dumps(_hand_body(digest, request_id, latency, decision))
+    for body, digest, request_id, (latency, decision), evidence in zip(
+        bodies, digests, request_ids, timings, named, strict=True
+    ):
+        assert body == rfc8785.dumps({**_hand_body(digest, request_id, latency, decision), "evidence": evidence})
     assert b'"latency_ms":1e+21' in bodies[1] and b'"decision_ms":null' in bodies[1]
 
     # The chain, recomputed with rfc8785 alone: field order, hashes, links.

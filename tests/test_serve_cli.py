@@ -126,6 +126,7 @@ def test_the_documented_full_example_is_a_valid_configuration(tmp_path: Path) ->
         "DRAWBRIDGE_ADMIN_TOKEN": "admin-example",
         "DRAWBRIDGE_TOKEN_CLAUDE": "claude-example",
         "SEARCH_AUTHORIZATION": "Bearer x",
+        "OTEL_COLLECTOR_AUTHORIZATION": "Bearer y",
     }
     config = parse_config(blocks[0], str(tmp_path / "drawbridge.yaml"), env)
     assert [u.name for u in config.upstreams] == ["github", "search"]
@@ -144,9 +145,11 @@ def test_the_documented_full_example_is_a_valid_configuration(tmp_path: Path) ->
         "max_sessions:", "control:",
         "openapi:", "file:", "backend_url:", "headers:", "timeout:", "operations:", "max_response_bytes:",
         "allow_private:", "cli_tools:", "bin:", "working_dir:", "commands:", "allowed_args:", "strict:",
-        "default_action:", "max_output_bytes:", "bare:",
+        "default_action:", "max_output_bytes:", "bare:", "telemetry:", "endpoint:", "protocol:",
+        "service_name:", "checkpoints:", "every_lines:", "every_seconds:", "keys_dir:", "origin:",
     ):
         assert key in blocks[0], key
     assert "SEARCH_AUTHORIZATION" in secret_env_names(config)
+    assert "OTEL_COLLECTOR_AUTHORIZATION" in secret_env_names(config)  # the collector's credential: never an upstream's
     assert [o.name for o in config.openapi] == ["pets"] and [c.name for c in config.cli_tools] == ["git", "date"]
     assert "PETS_AUTHORIZATION" in secret_env_names(config)

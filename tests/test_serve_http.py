@@ -309,6 +309,11 @@ def test_decisions_over_http_are_in_the_verifiable_trace(gateway: Running) -> No
     surfaces = (gateway.config.parent / "evidence" / "tool-decisions.ndjson").read_text()
     assert '"id":"github"' in surfaces and "zz-marker-owner" not in surfaces
     verified = subprocess.run(
-        [sys.executable, "-m", "drawbridge", "evidence", "verify-chain", str(trace)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "drawbridge", "evidence", "verify-chain", str(trace), "--format", "json"],
+        capture_output=True, text=True, timeout=60,
     )
-    assert verified.returncode == 0, verified.stdout + verified.stderr
+    report = json.loads(verified.stdout)
+    # The chain and every signed checkpoint verify; the gateway still runs, so its run is not sealed yet.
+    assert report["chain_ok"] is True, verified.stdout + verified.stderr
+    assert {p["code"] for p in report["problems"]} <= {"incomplete_run", "not_covered"}, report["problems"]
+    assert verified.returncode == 1 and report["status"] == "incomplete"

@@ -40,7 +40,11 @@ async def test_live_evidence_verifies_and_holds_no_secret(tmp_path: Path) -> Non
         assert SECRET not in refused.content[0].text + held.content[0].text
 
     trace = evidence / "trace.ndjson"
-    entries = [json.loads(line) for line in trace.read_text().splitlines()]
+    everything = [json.loads(line) for line in trace.read_text().splitlines()]
+    # The process's run: opened before the first call, sealed at its clean end.
+    assert [everything[0]["kind"], everything[-1]["kind"]] == ["run_start", "run_end"]
+    assert everything[-1]["body"]["run_id"] == everything[0]["body"]["run_id"]
+    entries = [e for e in everything if e["kind"] == "tool_decision"]
     assert [e["body"]["tool"] for e in entries] == ["list_repos", "delete_repo", "add_deploy_key"]
     assert [e["body"]["action"] for e in entries] == ["allow", "deny", "human_approval"]
     assert entries[1]["body"]["policy"] == "demo" and entries[1]["body"]["rule_index"] == 3
@@ -137,7 +141,8 @@ def test_demo_command_passes(tmp_path: Path) -> None:
     evidence = next(tmp_path.glob("run-*/evidence"))
     # wrap's default state file lives inside its evidence directory (approvals, grants, memory)
     assert {p.name for p in evidence.iterdir()} == {
-        "trace.ndjson", "tool-decisions.ndjson", "carriers.ndjson", "drawbridge.db"
+        "trace.ndjson", "tool-decisions.ndjson", "carriers.ndjson", "drawbridge.db", "keys", "checkpoint",
+        "checkpoints.ndjson",
     }
 
 
@@ -169,7 +174,8 @@ async def test_lone_surrogates_from_the_agent_neither_break_the_evidence_nor_rea
         while "id" not in answer:  # the server's log notification comes first
             answer = await pipe.recv()
         assert answer["id"] == "r\U0001F600" and not answer["result"].get("isError"), answer
-    entries = [json.loads(line)["body"] for line in (evidence / "trace.ndjson").read_text().splitlines()]
+    entries = [json.loads(line) for line in (evidence / "trace.ndjson").read_text().splitlines()]
+    entries = [entry["body"] for entry in entries if entry["kind"] == "tool_decision"]
     assert [e["outcome"] for e in entries] == ["invalid", "invalid", "invalid", "ok"]
     assert entries[0]["request_id"] == "r\ufffd" and entries[3]["request_id"] == "r\U0001F600"
     assert len(carriers.read_text().splitlines()) == 1  # the one call that was decided

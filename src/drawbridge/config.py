@@ -41,6 +41,7 @@ from drawbridge.config_local import (
     parse_openapi,
     private_address_problem,
 )
+from drawbridge.config_evidence import checkpoints_section, telemetry_section
 from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
 from drawbridge.config_hosts import is_loopback_address, split_authority
 from drawbridge.config_reader import ConfigError
@@ -58,6 +59,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 FSYNC_MODES = ("always", "batch", "never")
 MAX_SESSIONS_PER_AGENT = 64
 MAX_SESSIONS = 1024
+
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,16 @@ class GatewayConfig:
     approval_memory_count_client_answers: bool = False
     openapi: tuple[OpenApiConfig, ...] = ()
     cli_tools: tuple[CliToolConfig, ...] = ()
+    checkpoint_every_lines: int = 1000
+    checkpoint_every_seconds: float = 10.0
+    keys_dir: str | None = None
+    """Where the signing keys live; None: ``keys`` inside ``evidence_dir``."""
+    origin: str | None = None
+    telemetry_endpoint: str | None = None
+    """OTLP endpoint of live telemetry (None: off)."""
+    telemetry_protocol: str = "http/protobuf"
+    telemetry_headers_env: Mapping[str, str] = field(default_factory=dict)
+    telemetry_service_name: str = "drawbridge"
 
     @property
     def upstream_names(self) -> tuple[str, ...]:
@@ -201,6 +213,7 @@ def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
 _TOP_KEYS = {
     "upstreams", "policy_dir", "policy_file", "evidence_dir", "state_path", "fsync", "listen", "control",
     "auth", "limits", "tool_decision_truth", "pin_tools", "hide_denied_tools", "approval", "openapi", "cli_tools",
+    "checkpoints", "telemetry",
 }
 
 
@@ -363,6 +376,9 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
                 )
             memory_client = memory.get("count_client_answers", bool, default=False)
 
+    every_lines, every_seconds, keys_dir, origin = checkpoints_section(top, base)
+    otlp_endpoint, otlp_protocol, otlp_headers, service_name = telemetry_section(top, env)
+
     return GatewayConfig(
         source_file=str(Path(source_file).resolve()),
         upstreams=upstreams,
@@ -396,6 +412,14 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         approval_memory_count_client_answers=memory_client,
         openapi=openapi,
         cli_tools=cli_tools,
+        checkpoint_every_lines=every_lines,
+        checkpoint_every_seconds=every_seconds,
+        keys_dir=keys_dir,
+        origin=origin,
+        telemetry_endpoint=otlp_endpoint,
+        telemetry_protocol=otlp_protocol,
+        telemetry_headers_env=otlp_headers,
+        telemetry_service_name=service_name,
     )
 
 

@@ -29,9 +29,10 @@ import click
 
 from drawbridge.cli.evidence_cmd import read_surface
 from drawbridge.cli.output import console, plain, table, verdict
-from drawbridge.evidence.chain import verify_chain
+from drawbridge.evidence.trace_audit import HeldCheckpoint, audit_trace
 from drawbridge.evidence.side_effect_verify import verify_side_effects
 from drawbridge.evidence.truth.vectors import verify_carriers
+from drawbridge.state.signing_keys import read_vkey
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PLANTED_SECRET = "ghp_demo_" + "s3cr3t" * 6
@@ -99,8 +100,13 @@ def _checks(run_dir: Path) -> list[tuple[str, bool, str]]:
     evidence = run_dir / "evidence"
     checks: list[tuple[str, bool, str]] = []
     trace = (evidence / "trace.ndjson").read_bytes()
-    chain = verify_chain(trace.splitlines(keepends=True))
-    checks.append(("trace chain (verify-chain)", chain.ok, f"{chain.entries} entries, hash-linked"))
+    verifier = read_vkey(evidence / "keys" / "checkpoint.vkey")
+    latest = HeldCheckpoint("checkpoint", (evidence / "checkpoint").read_text(encoding="utf-8"))
+    audit = audit_trace(trace.splitlines(keepends=True), verifier, latest)
+    checks.append(
+        ("trace chain and signed checkpoint (verify-chain)", audit.ok,
+         f"{audit.chain['entries']} entries, hash-linked, run sealed by a checkpoint of {verifier.name}")
+    )
     surface = read_surface((evidence / "tool-decisions.ndjson").read_bytes(), "tool-decisions.ndjson")
     decisions = surface["observed_tool_decisions"]
     report = verify_side_effects(surface, [])
@@ -116,7 +122,8 @@ def _checks(run_dir: Path) -> list[tuple[str, bool, str]]:
         ("truth carriers (verify-tdt)", truth["ok"] and len(carriers) == len(STEPS),
          f"{len(carriers)} carriers, verdicts: " + ", ".join(c["decision_verdict"] for c in carriers))
     )
-    leaked = [path.name for path in evidence.iterdir() if PLANTED_SECRET.encode() in path.read_bytes()]
+    files = [path for path in evidence.rglob("*") if path.is_file()]
+    leaked = [path.name for path in files if PLANTED_SECRET.encode() in path.read_bytes()]
     approvals = [json.loads(line)["body"] for line in trace.splitlines() if b'"kind":"approval_resolved"' in line]
     checks.append(
         ("approval in the trace", len(approvals) == 1 and approvals[0].get("status") == "approved",

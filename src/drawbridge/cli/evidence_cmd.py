@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
@@ -27,9 +27,9 @@ from drawbridge.canonical import (
     jcs_digest,
     parse_json,
 )
+from drawbridge.cli import evidence_export, evidence_trace
+from drawbridge.cli.evidence_io import _finish, _label, read_bytes
 from drawbridge.cli.output import (
-    EXIT_FAILED,
-    EXIT_OK,
     InputError,
     console,
     display_text,
@@ -58,30 +58,6 @@ def command() -> None:
 
 
 # --------------------------------------------------------------------------- input helpers
-
-
-def _label(path: str) -> str:
-    return "standard input" if path == "-" else path
-
-
-def read_bytes(path: str) -> bytes:
-    """The bytes of a file (``-``: standard input); unreadable -> exit 2."""
-    if path == "-":
-        return sys.stdin.buffer.read()
-    try:
-        return Path(path).read_bytes()
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, expected a file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-
-
-def parse_document(data: bytes, label: str) -> Any:
-    """One JSON document; invalid -> exit 2 with the parser's position (never the content)."""
-    try:
-        return parse_json(data)
-    except CanonicalizationError as exc:
-        raise InputError(f"{label}: {exc}") from None
 
 
 def parse_ndjson(data: bytes, label: str) -> list[Any]:
@@ -116,10 +92,6 @@ def read_surface(data: bytes, label: str) -> Any:
         "observed_tool_decisions": decisions,
         "non_claims": first.get("non_claims", []),
     }
-
-
-def _finish(ok: bool) -> NoReturn:
-    click.get_current_context().exit(EXIT_OK if ok else EXIT_FAILED)
 
 
 # --------------------------------------------------------------------------- canonicalize
@@ -380,6 +352,7 @@ def verify_side_effects_cmd(
                 ("audit records imported", report["audit_records_imported"]),
                 ("promoted to verified", report["promoted"]),
                 ("levels not reproduced", report["levels_not_reproduced"]),
+                ("observed_confirmed, not credited", report["levels_not_credited"]),
                 ("audit records rejected", report["audit_records_rejected"]),
                 ("weakest occurrence ceiling", ceiling.get("ceiling", ceiling.get("state"))),
                 ("result", verdict(ok)),
@@ -430,71 +403,7 @@ def verify_side_effects_cmd(
     _finish(ok)
 
 
-# --------------------------------------------------------------------------- verify-chain
+# --------------------------------------------------------------------------- the trace and the auditor package
 
-
-@command.command(name="verify-chain")
-@click.argument("trace_file", metavar="TRACE_FILE")
-@click.option(
-    "--expected-head",
-    "checkpoint_file",
-    metavar="CHECKPOINT_JSON",
-    help="A drawbridge.trace_checkpoint.v0 file: the log must reach its seq with its entry_hash "
-    "(reveals a cut tail or a rewritten log).",
-)
-@format_option
-def verify_chain_cmd(trace_file: str, checkpoint_file: str | None, output_format: str) -> None:
-    """Verify a hash-chained trace log (drawbridge.trace_entry.v0, NDJSON).
-
-    Every entry's hash is recomputed and every link checked; the first changed,
-    missing, reordered or duplicated entry is named by line and seq. Without
-    --expected-head, a log whose last entries were cut off still verifies: keep
-    checkpoints elsewhere to detect that. See docs/trace-chain.md.
-
-    Exit codes: 0 verified, 1 verification failed, 2 usage error or unreadable input.
-    """
-    from drawbridge.evidence.chain import ChainFormatError, parse_checkpoint, verify_chain
-
-    expected = None
-    if checkpoint_file is not None:
-        checkpoint_doc = parse_document(read_bytes(checkpoint_file), _label(checkpoint_file))
-        try:
-            expected = parse_checkpoint(checkpoint_doc)
-        except ChainFormatError as exc:
-            raise InputError(f"{_label(checkpoint_file)}: {exc}") from None
-    try:
-        if trace_file == "-":
-            report = verify_chain(sys.stdin.buffer, expected_head=expected)
-        else:
-            with open(trace_file, "rb") as handle:
-                report = verify_chain(handle, expected_head=expected)
-    except IsADirectoryError:
-        raise InputError(f"{trace_file}: is a directory, expected a file") from None
-    except OSError as exc:
-        raise InputError(f"{_label(trace_file)}: cannot read: {exc.strerror}") from None
-    result = report.to_dict()
-    if expected is not None:
-        result["expected_head"] = {"seq": expected.seq, "entry_hash": expected.entry_hash}
-    if output_format == "json":
-        emit_json(result)
-        _finish(report.ok)
-    head = report.head
-    pairs: list[tuple[str, Any]] = [
-        ("trace", _label(trace_file)),
-        ("entries verified", report.entries),
-        ("head seq", None if head is None else head.seq),
-        ("head entry_hash", None if head is None else head.entry_hash),
-    ]
-    if expected is not None:
-        pairs.append(("checkpoint", f"seq {expected.seq} {expected.entry_hash}"))
-    problem = report.first_problem
-    if problem is not None:
-        pairs += [
-            ("problem", problem.code),
-            ("at line", problem.line),
-            ("seq", problem.seq),
-            ("detail", problem.message),
-        ]
-    pairs.append(("result", verdict(report.ok)))
-    console().print(key_values("Trace chain", pairs))
-    _finish(report.ok)
+for _command in (*evidence_trace.COMMANDS, *evidence_export.COMMANDS):
+    command.add_command(_command)

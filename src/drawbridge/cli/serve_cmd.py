@@ -112,7 +112,9 @@ def command(config_path: str, stdio: bool, agent: str | None, verbose: bool) -> 
         # With --stdio a control plane is served only when the file asks for one, so that an MCP client
         # starting several stdio gateways does not make them fight over the default port.
         control_open = not stdio or config.control_configured
-        settings = RuntimeSettings.from_config(config, control_open=control_open)
+        settings = RuntimeSettings.from_config(
+            config, control_open=control_open, network_transport="pipe" if stdio else "tcp"
+        )
         try:
             runtime = Runtime.build(settings)
         except StartupProblem as exc:

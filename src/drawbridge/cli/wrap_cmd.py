@@ -43,6 +43,8 @@ import click
 
 from drawbridge.cli.output import EXIT_INPUT, InputError
 from drawbridge.gateway.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
+from drawbridge.gateway.recording.checkpoints import EVERY_LINES, EVERY_SECONDS, CheckpointSettings
+from drawbridge.gateway.recording.telemetry import TelemetrySettings
 from drawbridge.gateway.runtime.assembly import Runtime, StartupProblem
 from drawbridge.gateway.runtime.settings import RuntimeSettings
 from drawbridge.gateway.runtime.wrap import run_wrap
@@ -151,6 +153,32 @@ def _configure_logging(verbose: bool) -> None:
     help="Pin the server's tool catalogue in the state file (trust on first use): a changed tool needs a "
     "person, a new one is denied, until the change is accepted (drawbridge pins accept).",
 )
+@click.option(
+    "--checkpoint-every-lines",
+    type=click.IntRange(min=1),
+    default=EVERY_LINES,
+    show_default=True,
+    help="Sign a checkpoint of the trace once this many lines wait for one (with --evidence-dir).",
+)
+@click.option(
+    "--checkpoint-every-seconds",
+    type=click.FloatRange(min=0, min_open=True, max=86400),
+    default=EVERY_SECONDS,
+    show_default=True,
+    help="Sign a checkpoint at most this many seconds after a trace line was written.",
+)
+@click.option(
+    "--keys-dir",
+    type=click.Path(file_okay=False),
+    help="Where the evidence signing keys live (made at first start; default: keys inside --evidence-dir).",
+)
+@click.option("--otlp-endpoint", metavar="URL", help="Send live telemetry (spans, metrics, checkpoints) over OTLP to this "
+              "collector (http://host:4318 for http/protobuf, http://host:4317 for grpc).")
+@click.option("--otlp-protocol", type=click.Choice(["http/protobuf", "grpc"]), default="http/protobuf", show_default=True,
+              help="The OTLP transport.")
+@click.option("--otlp-header", "otlp_headers", multiple=True, metavar="NAME=ENV_VAR",
+              help="A header sent to the collector, its value read from the environment variable ENV_VAR. Repeatable.")
+@click.option("--service-name", default="drawbridge", show_default=True, help="The telemetry's service.name.")
 @click.option("--verbose", "-v", is_flag=True, help="Also log informational events (policy reloads, shutdown).")
 @click.argument("server_command", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
@@ -172,6 +200,13 @@ def command(
     state_path: str | None,
     control_port: int | None,
     pin_tools: bool,
+    checkpoint_every_lines: int,
+    checkpoint_every_seconds: float,
+    keys_dir: str | None,
+    otlp_endpoint: str | None,
+    otlp_protocol: str,
+    otlp_headers: tuple[str, ...],
+    service_name: str,
     verbose: bool,
     server_command: tuple[str, ...],
 ) -> None:
@@ -189,6 +224,7 @@ def command(
     if policy is None and not allow_everything:
         click.echo("drawbridge: no --policy given: every tools/call will be refused", err=True)
     label = server_id or os.path.basename(server_command[0]) or "upstream"
+    telemetry = _telemetry_settings(otlp_endpoint, otlp_protocol, otlp_headers, service_name)
     admin_token = os.environ.pop(ADMIN_TOKEN_ENV, None) or None  # never passed on to the server
     settings = RuntimeSettings.for_wrap(
         policy=policy,
@@ -206,6 +242,9 @@ def command(
         pin_tools=pin_tools,
         admin_token_sha256=hashlib.sha256(admin_token.encode("utf-8")).hexdigest() if admin_token else None,
         server_id=label,
+        checkpoints=CheckpointSettings(checkpoint_every_lines, checkpoint_every_seconds),
+        keys_dir=keys_dir,
+        telemetry=telemetry,
     )
     config = RelayConfig(
         agent=agent,
@@ -241,6 +280,24 @@ def command(
 
 
 ADMIN_TOKEN_ENV = "DRAWBRIDGE_ADMIN_TOKEN"
+
+
+def _telemetry_settings(
+    endpoint: str | None, protocol: str, headers: tuple[str, ...], service_name: str
+) -> TelemetrySettings | None:
+    if endpoint is None:
+        if headers:
+            raise click.UsageError("--otlp-header goes with --otlp-endpoint")
+        return None
+    if not endpoint.startswith(("http://", "https://")):
+        raise click.BadParameter("must be an http:// or https:// URL", param_hint="--otlp-endpoint")
+    names: dict[str, str] = {}
+    for item in headers:
+        name, separator, variable = item.partition("=")
+        if not separator or not name or not variable.replace("_", "a").isalnum() or variable[0].isdigit():
+            raise click.BadParameter(f"{item!r} is not NAME=ENV_VAR", param_hint="--otlp-header")
+        names[name] = variable
+    return TelemetrySettings(endpoint, protocol, names, service_name)
 
 
 async def _serve(runtime: Runtime, argv: list[str], config: RelayConfig, sock: socket.socket | None) -> str | None:

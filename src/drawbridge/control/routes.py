@@ -37,13 +37,14 @@ from drawbridge.canonical import sanitize
 from drawbridge.control.approval_handlers import ApprovalHandlers
 from drawbridge.control.auth import AdminAuth
 from drawbridge.control.catalogue_handlers import CatalogueHandlers
+from drawbridge.control.evidence_handlers import EvidenceHandlers
 from drawbridge.control.problems import Endpoint, error_response, handled
 from drawbridge.control.services import ControlServices
 
 ALL_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
 
 
-class ControlPlane(CatalogueHandlers, ApprovalHandlers):
+class ControlPlane(CatalogueHandlers, ApprovalHandlers, EvidenceHandlers):
     """The handlers, bound to one ``ControlServices``."""
 
     def __init__(self, services: ControlServices) -> None:
@@ -89,6 +90,7 @@ def control_routes(services: ControlServices, *, admin_token_sha256: str) -> lis
         "/approvals/{id}/deny": {"POST": plane.deny},
         "/grants": {"GET": plane.grants, "POST": plane.create_grant},
         "/grants/{id}": {"DELETE": plane.revoke_grant},
+        "/evidence/checkpoint": {"GET": plane.checkpoint},
     }
     routes = []
     for path, handlers in table.items():

@@ -26,6 +26,8 @@ Theory of operation. ``ControlServices`` bundles:
 * ``recent_calls(agent, limit)``: the agent's latest decisions for the approval detail view (async,
   optional). ``RecentCallRing`` is a bounded in-memory implementation the recorder can feed.
 * ``clock``: "now" for remaining times in views.
+* ``checkpoint()``: a signed checkpoint of the trace covering every line written so far (async), for
+  auditors to keep a copy the operator cannot rewrite; None when the gateway writes no trace.
 """
 
 from __future__ import annotations
@@ -307,6 +309,8 @@ class ControlServices:
     pins: PinService | None = None
     recent_calls: RecentCalls | None = None
     clock: Clock = field(default=utc_clock)
+    checkpoint: Callable[[], Awaitable[str | None]] | None = None
+    """A signed checkpoint of the trace as it stands now (None: the gateway signs none)."""
 
 
 __all__ = [

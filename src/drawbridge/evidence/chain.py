@@ -52,10 +52,10 @@ file is again a valid chain. Checkpoints close that gap: a checkpoint
 (``drawbridge.trace_checkpoint.v0``: seq, entry_hash, at) records a head seen
 earlier, and ``verify_chain(..., expected_head=...)`` reports ``truncated`` when
 the log ends before the checkpoint's seq and ``checkpoint_mismatch`` when the
-entry at that seq has another hash. Checkpoints are unsigned in this version:
-one kept apart from the log (another host, a ticket, a transparency log) already
-reveals a cut tail; signed checkpoints, which make them safe to store beside the
-log, come later and will add fields, not change these.
+entry at that seq has another hash. These heads are unsigned: one kept apart from
+the log (another host, a ticket) reveals a cut tail. The gateway's own signed
+checkpoints are C2SP notes over an RFC 6962 tree of the lines, beside the chain
+(``drawbridge.evidence.tlog``, ``trace_audit``); they leave these fields as they are.
 
 Size. Building, rendering and verifying an entry stay together because the verifier's guarantee is
 that it accepts exactly the lines the builder writes: the line form, the hash and the checks are one

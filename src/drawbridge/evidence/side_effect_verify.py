@@ -18,8 +18,11 @@ Theory of operation (evidence-formats.md 3):
    implemented: Assay's egress refutation (``--observation-health``,
    ``--observed-peers``); rows never carry ``egress``, which in Assay's report
    means "no refutation attempted". Like Assay, the verifier never derives
-   ``observed_confirmed``: a read follow-up needs a read classifier, and the
-   classifiers only know writes.
+   ``observed_confirmed``: it recomputes every call from ``asserted``. A call
+   recorded at ``observed_confirmed`` through ``observed_read_followup`` (the
+   gateway's read follow-up, ``observed_read``) is listed in
+   ``levels_not_credited``: in-run sequence evidence, reported and not
+   credited, and not an overclaim; ``verify-export`` checks its rule.
 """
 
 
@@ -37,7 +40,7 @@ from drawbridge.evidence.audit_binding import (
     promote_with_audit_record,
 )
 from drawbridge.evidence.classify import record_text
-from drawbridge.evidence.side_effect import SideEffect, SideEffectFormatError, SideEffectLevel
+from drawbridge.evidence.side_effect import SideEffect, SideEffectFormatError, SideEffectLevel, VerificationSource
 
 # --- the claim gate -------------------------------------------------------------
 
@@ -219,6 +222,8 @@ def verify_side_effects(
       ``{call, binding}`` met while trying it;
     * ``levels_not_reproduced``: calls whose recorded level (or legacy
       ``side_effect_verified: true``) is above what the evidence re-derives;
+    * ``levels_not_credited``: calls recorded ``observed_confirmed`` by a read
+      follow-up, which this verifier does not credit (module docstring);
     * ``audit_records_rejected``: records whose own check fails (no subject, no
       ``binding_digest``, not canonicalisable, or internally inconsistent);
     * ``ok``: no level is overclaimed and no imported record is rejected by its
@@ -238,7 +243,7 @@ def verify_side_effects(
 
     rows: list[dict[str, Any]] = []
     promoted = 0
-    not_reproduced = 0
+    not_reproduced = not_credited = 0
     for index, call in enumerate(calls):
         irreversibility = call.recorded.irreversibility_class if call.recorded is not None else None
         side_effect = SideEffect(asserted=call.asserted, irreversibility_class=irreversibility)
@@ -259,7 +264,11 @@ def verify_side_effects(
                     first_rejection = binding
 
         level_before = _recorded_level(call)
-        if level_before is not None and level_before.rank > side_effect.level.rank:
+        followup = (level_before is SideEffectLevel.OBSERVED_CONFIRMED and call.recorded is not None
+                    and call.recorded.verification_source is VerificationSource.OBSERVED_READ_FOLLOWUP)
+        if followup and side_effect.level.rank < level_before.rank:  # type: ignore[union-attr]
+            not_credited += 1  # sequence evidence in the run: reported, not credited, not an overclaim
+        elif level_before is not None and level_before.rank > side_effect.level.rank:
             not_reproduced += 1
         gate = CLAIM_GATE[side_effect.level]
         row: dict[str, Any] = {
@@ -297,6 +306,7 @@ def verify_side_effects(
         "claims_not_made": list(v.VERIFICATION_CLAIMS_NOT_MADE),
         "audit_records": record_rows,
         "levels_not_reproduced": not_reproduced,
+        "levels_not_credited": not_credited,
         "audit_records_rejected": rejected,
         "ok": not_reproduced == 0 and rejected == 0,
     }

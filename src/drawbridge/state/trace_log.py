@@ -37,6 +37,10 @@ Theory of operation.
 
   When the file is created and the policy is not ``"never"``, its directory is
   fsynced too, so the new file's name survives a power loss.
+* The tree. Beside the chain, the writer keeps the RFC 6962 Merkle tree over the lines (a
+  ``CompactRange``, O(log n) hashes, rebuilt from the file when it is opened): ``tree_head()``
+  is the size and root a signed checkpoint states (``drawbridge.evidence.tlog``). ``on_append``,
+  when set, is told how many lines each write added (after they reached the kernel).
 * Threads and asyncio. A ``threading.Lock`` covers build + write + fsync + head
   update, so entries from many threads form one chain in lock order. From async
   code call ``await log.append_async(...)``: it runs ``append`` in a worker thread
@@ -54,7 +58,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -63,6 +67,8 @@ import anyio.to_thread
 
 from drawbridge.canonical import Canonical
 from drawbridge.evidence.chain import ChainHead, build_entry, head_of, next_line, verify_chain
+from drawbridge.evidence.merkle import CompactRange
+from drawbridge.evidence.tlog import trace_leaf
 from drawbridge.state.append_only import (
     FILE_MODE,
     FSYNC_POLICIES,
@@ -105,6 +111,8 @@ class TraceLog:
         expected_head: ChainHead | None = None,
     ) -> None:
         self._file = AppendOnlyFile(path, fsync, batch_size=batch_size, what="trace log")
+        self._tree = CompactRange()
+        self.on_append: Callable[[int], None] | None = None
         try:
             self._head = self._recover(expected_head)
         except BaseException:
@@ -115,7 +123,7 @@ class TraceLog:
         path = self._file.path
         try:
             with open(path, "rb") as existing:
-                report = verify_chain(existing, expected_head=expected_head)
+                report = verify_chain(self._leaves(existing), expected_head=expected_head)
         except OSError as exc:
             raise TraceLogError(f"cannot read trace log {path}: {exc.strerror}") from exc
         problem = report.first_problem
@@ -126,6 +134,25 @@ class TraceLog:
                 f"({report.entries} entries verified before it)"
             )
         return report.head
+
+    def _leaves(self, lines: Iterable[bytes]) -> Iterator[bytes]:
+        """The lines, each whole one added to the tree as it passes."""
+        tree = self._tree
+        for line in lines:
+            if line.endswith(b"\n"):
+                tree.append(trace_leaf(line))
+            yield line
+
+    def tree_head(self) -> tuple[int, bytes]:
+        """The number of lines written and the RFC 6962 root over them."""
+        with self._file.lock:
+            return self._tree.size, self._tree.root()
+
+    def _appended(self, lines: Sequence[bytes]) -> None:
+        for line in lines:
+            self._tree.append(trace_leaf(line))
+        if self.on_append is not None:
+            self.on_append(len(lines))
 
     @property
     def _fd(self) -> int:
@@ -155,6 +182,7 @@ class TraceLog:
             entry, line = build_entry(self._head, kind, at, body)
             self._file.write_line_locked(line, f"entry seq {entry['seq']}")
             self._head = head_of(entry)
+            self._appended((line,))
             return entry
 
     def append_many(
@@ -175,6 +203,7 @@ class TraceLog:
                 label = f"entries seq {head.seq - len(lines) + 1}..{head.seq}"
                 self._file.write_lines_locked(b"".join(lines), len(lines), label)
                 self._head = head
+                self._appended(lines)
             return self._head
 
     async def append_async(self, kind: str, at: str, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -709,6 +709,7 @@ class CallPipeline:
             call=call,
             tool_listed=flight.resolved is not None,
             approval=verdict.approval if verdict is not None else None,
+            forwarded=flight.forwarded,
         )
 
 

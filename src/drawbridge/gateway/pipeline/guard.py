@@ -54,6 +54,8 @@ class EvidenceGuard:
         admit = getattr(recorder, "admit", None)
         self._admit: Callable[[ToolCall], str | None] | None = admit if callable(admit) else None
         self.observers: list[Observer] = []
+        self.batch_observers: list[Callable[[Sequence[RelayEvent]], None]] = []
+        """See each batch of events once it is written (telemetry: ``gateway.recording.telemetry``)."""
 
     def _fail(self, what: str, exc: BaseException) -> None:
         self.failed = True
@@ -118,6 +120,11 @@ class EvidenceGuard:
             raise
 
     def _observe(self, events: Sequence[RelayEvent]) -> None:
+        for batch_observer in self.batch_observers:
+            try:
+                batch_observer(events)
+            except Exception as exc:  # noqa: BLE001 -- what observes the records never stops the recording
+                logger.error("an observer of the records failed (%s)", type(exc).__name__)
         if not self.observers:
             return
         try:

@@ -45,6 +45,8 @@ class CallRecord:
     ``present``, else ``absent``)."""
     approval: Mapping[str, Any] | None = None
     """The verdict's ``approval`` (how human approval settled the call), for the records."""
+    forwarded: bool = False
+    """The call was handed to the upstream (telemetry's CLIENT span; the records do not depend on it)."""
 
 
 @dataclass(frozen=True, slots=True)

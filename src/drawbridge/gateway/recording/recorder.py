@@ -24,6 +24,7 @@ Files in the evidence directory:
 - ``trace.ndjson``: the hash chain (``drawbridge evidence verify-chain``);
 - ``tool-decisions.ndjson``: one ``assay.tool_decision_surface.v0`` envelope per
   line, each holding one decision (``verify-side-effects`` reads the file whole);
+- ``checkpoint``, ``checkpoints.ndjson``: signed checkpoints of the trace (``checkpoints``);
 - the truth carriers go to the file named by ``--tool-decision-truth-out``.
 
 Argument digests in the trace are keyed (``hmac-sha256:<kid>:...``): with the
@@ -35,34 +36,31 @@ correlate calls within one run and cannot be brute-forced offline.
 from __future__ import annotations
 
 import os
-import secrets
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from drawbridge.canonical import Canonical, canonical_bytes, sanitize
+from drawbridge.evidence.bundle import content_hash_of_json, record_hash
 from drawbridge.evidence.classify import UNKNOWN, classify
+from drawbridge.evidence.observed_read import read_subject
 from drawbridge.evidence.surface import build_decision, build_surface
+from drawbridge.evidence.truth.carrier import SCHEMA as CARRIER_SCHEMA
 from drawbridge.evidence.truth.carrier import args_digest, build_carrier, observed_input_digest
 from drawbridge.evidence.truth.declared import declared_policy_digest
 from drawbridge.evidence.truth.evidence import Evidence
 from drawbridge.evidence.truth.prepared import PreparedPolicy, prepare_policy, prepared_decision_verdict
+from drawbridge.evidence.vocabulary import SURFACE_SCHEMA
 from drawbridge.gateway.pipeline.outcomes import Outcome
 from drawbridge.gateway.pipeline.records import CallRecord, RelayEvent, RelayIncident
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.recording.durability import BATCH_LIMIT, BATCH_LINES, BATCH_SECONDS, Durability
-from drawbridge.gateway.recording.segments import (
-    BODY_VARYING,
-    body_join,
-    body_segments,
-    carrier_join,
-    carrier_segments,
-    carrier_texts,
-    ndjson_line,
-)
-from drawbridge.gateway.recording.truth_key import TruthKey
+from drawbridge.gateway.recording.clock import utc_now
+from drawbridge.gateway.recording.segments import BODY_VARYING, body_join, body_segments, ndjson_line
+from drawbridge.gateway.recording.segments import carrier_jcs_join, carrier_jcs_segments
+from drawbridge.gateway.recording.segments import carrier_join, carrier_segments, carrier_texts
+from drawbridge.gateway.recording.truth_key import TruthKey, ephemeral_key
 from drawbridge.state.append_only import AppendOnlyFile, FsyncPolicy
 from drawbridge.state.trace_log import TraceLog
 
@@ -72,25 +70,6 @@ MAX_REQUEST_ID_CHARS = 128
 SURFACE_CACHE_MAX = 1024
 ADMITTED_MAX = 65536
 """Admitted calls whose digests wait for their records (a bound, in case a record never comes)."""
-
-
-def ephemeral_key() -> TruthKey:
-    return TruthKey(secrets.token_bytes(32), f"ephemeral-{secrets.token_hex(4)}")
-
-
-_last_second: tuple[int, str] = (-1, "")
-"""The last whole second formatted, with its text (replaced whole, so threads never see a mix)."""
-
-
-def utc_now() -> str:
-    """``datetime.now(UTC)`` as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, formatting each second once."""
-    global _last_second
-    second, micro = divmod(time.time_ns() // 1000, 1_000_000)
-    last = _last_second
-    if last[0] != second:
-        last = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
-        _last_second = last
-    return f"{last[1]}.{micro:06d}Z"
 
 
 # The surface record's (effect, status) for each way a decided call ends (evidence-formats.md 1.2:
@@ -222,9 +201,9 @@ class EvidenceRecorder(Durability):
         self._declared_cache: dict[str, tuple[Mapping[str, Any], str, PreparedPolicy]] = {}
         self._clock = clock
         self._order = 0
-        self._surface_cache: dict[tuple[str, str, str, str, str | None], bytes] = {}
+        self._surface_cache: dict[tuple[str, str, str, str, str | None], tuple[bytes, str | None]] = {}
         self._body_segments: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
-        self._carrier_segments: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
+        self._carrier_segments: dict[tuple[Any, ...], tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
 
     # ---------------------------------------------------------------- building (pure, on the loop)
 
@@ -261,34 +240,43 @@ class EvidenceRecorder(Durability):
 
     def _call_lines(self, record: CallRecord) -> _Lines:
         arguments = record.call.arguments if record.call is not None else None
-        carrier_line = None
+        carrier_line = carrier_hash = None
         if self._truth is not None and record.action is not None and record.call is not None:
-            carrier_line, digest = self._carrier_line(record)  # same key: the carrier's digest is the trace's
+            # same key: the carrier's digest is the trace's
+            carrier_line, digest, carrier_hash = self._carrier_line(record)
         elif record.call is not None:
             digest = self._digest_of(record.call)
         else:
             digest = None
         provenance = record.provenance
-        body = self._trace_body_bytes(record, digest)
         surface_line = None
+        evidence: list[dict[str, str]] = []  # the records this call produced, by content hash (bundle.py)
         if record.tool is not None and self._surface is not None:
             effect, status = effect_status(record.outcome)
             rule_id = None
             if provenance is not None and provenance.policy is not None:
                 rule_id = provenance.policy if provenance.rule_index is None else f"{provenance.policy}#{provenance.rule_index}"
-            surface_line = self._surface_line(record, arguments, effect, status, rule_id)
-        return "tool_decision", body, surface_line, carrier_line
+            surface_line, surface_hash = self._surface_line(record, arguments, effect, status, rule_id)
+            if surface_hash is not None:
+                evidence.append({"content_hash": surface_hash, "type": SURFACE_SCHEMA})
+        if carrier_hash is not None:
+            evidence.append({"content_hash": carrier_hash, "type": CARRIER_SCHEMA})
+        # A read drawbridge knows keeps its target's digest (observed_confirmed, observed_read.py).
+        observed = read_subject(record.tool, arguments) if record.tool is not None and arguments is not None else None
+        return "tool_decision", self._trace_body_bytes(record, digest, evidence, observed), surface_line, carrier_line
 
     @staticmethod
     def _varying(
-        record: CallRecord, digest: str | None
-    ) -> tuple[str | None, float | None, float, str | None]:
+        record: CallRecord, digest: str | None, evidence: list[dict[str, str]]
+    ) -> tuple[str | None, float | None, list[dict[str, str]], float, str | None]:
         """The trace body's fields that change from call to call, in the order of ``BODY_VARYING``."""
         decision_ms = round(record.decision_ms, 3) if record.decision_ms is not None else None
-        return digest, decision_ms, round(record.latency_ms, 3), _request_id_text(record.request_id)
+        return digest, decision_ms, evidence, round(record.latency_ms, 3), _request_id_text(record.request_id)
 
     @classmethod
-    def _trace_body(cls, record: CallRecord, digest: str | None) -> dict[str, Any]:
+    def _trace_body(
+        cls, record: CallRecord, digest: str | None, evidence: list[dict[str, str]], observed: Any = None
+    ) -> dict[str, Any]:
         """The trace entry's body (docs/trace-chain.md): the reference for ``_trace_body_bytes``."""
         provenance = record.provenance
         body: dict[str, Any] = {
@@ -304,38 +292,42 @@ class EvidenceRecorder(Durability):
             "error_code": record.error_code,
             "protocol_version": record.protocol_version,
         }
-        body.update(zip(BODY_VARYING, cls._varying(record, digest), strict=True))
+        body.update(zip(BODY_VARYING, cls._varying(record, digest, evidence), strict=True))
         if record.approval is not None:
             body["approval"] = dict(record.approval)
+        if observed is not None:
+            body["observed_read"] = dict(observed)
         return body
 
-    def _trace_body_bytes(self, record: CallRecord, digest: str | None) -> Canonical:
+    def _trace_body_bytes(
+        self, record: CallRecord, digest: str | None, evidence: list[dict[str, str]], observed: Any = None
+    ) -> Canonical:
         """``canonical_bytes(_trace_body(...))``, by a shorter route: the body's other fields repeat
         from call to call, so the JCS text around the four that change is rendered once per such
         combination (a bounded cache) and the four are filled in."""
-        if record.approval is not None:  # rare, and a nested object: the general route
-            return Canonical(canonical_bytes(self._trace_body(record, digest)))
+        if record.approval is not None or observed is not None:  # rare, and nested objects: the general route
+            return Canonical(canonical_bytes(self._trace_body(record, digest, evidence, observed)))
         key = (record.agent, record.tool, record.action, record.provenance, record.reason, record.outcome,
                record.error, record.error_code, record.protocol_version)
         segments = self._body_segments.get(key)
         if segments is None:
-            body = self._trace_body(record, digest)
+            body = self._trace_body(record, digest, evidence)
             segments = body_segments(body)
             if segments is None:  # a field holds a mark's text: the general route, not cached
                 return Canonical(canonical_bytes(body))
             if len(self._body_segments) >= SURFACE_CACHE_MAX:
                 self._body_segments.clear()
             self._body_segments[key] = segments
-        return body_join(segments, self._varying(record, digest))
+        return body_join(segments, self._varying(record, digest, evidence))
 
     def _surface_line(
         self, record: CallRecord, arguments: Any, effect: str, status: str, rule_id: str | None
-    ) -> bytes:
+    ) -> tuple[bytes, str | None]:
         """The surface record's line. ``build_decision`` reads the arguments only through the
         classifier and the params only for ``_meta.traceparent``: for a tool the classifier does not
         know (its answer is then the constant ``UNKNOWN``, whatever the arguments) and a call without
         ``_meta``, the line is a function of (server, tool, effect, status, rule) alone, so it is
-        built once per such key and reused (a bounded cache)."""
+        built once per such key and reused (a bounded cache), with its content hash."""
         assert record.tool is not None
         server_id = self._route(record.tool)
         meta = record.call.meta if record.call is not None else None
@@ -354,12 +346,13 @@ class EvidenceRecorder(Durability):
             status=status,
             rule_id=rule_id,
         )
-        line = ndjson_line(build_surface([decision]))
+        surface = build_surface([decision])
+        built = ndjson_line(surface), record_hash(SURFACE_SCHEMA, surface)
         if key is not None:
             if len(self._surface_cache) >= SURFACE_CACHE_MAX:
                 self._surface_cache.clear()
-            self._surface_cache[key] = line
-        return line
+            self._surface_cache[key] = built
+        return built
 
     def _carrier_fields(self, record: CallRecord) -> dict[str, Any]:
         """What ``build_carrier`` is given for this call (the next ``order`` is taken)."""
@@ -393,35 +386,38 @@ class EvidenceRecorder(Durability):
         """The call's truth carrier (the reference for ``_carrier_line``)."""
         return build_carrier(**self._carrier_fields(record))
 
-    def _carrier_line(self, record: CallRecord) -> tuple[bytes, str]:
-        """``ndjson_line(_carrier(record))`` and the carrier's ``args_digest``, by a shorter route:
-        per tool, verdict and contract a carrier differs from the last only in its digests, its
-        order and its call id, so the line around those is rendered once (from a carrier minted by
-        ``build_carrier``, which checks every field) and they are filled in."""
+    def _carrier_line(self, record: CallRecord) -> tuple[bytes, str, str | None]:
+        """``ndjson_line(_carrier(record))``, the carrier's ``args_digest`` and its content hash, by a
+        shorter route: per tool, verdict and contract a carrier differs from the last only in its
+        digests, its order and its call id, so its line and its JCS text around those are rendered once
+        (from a carrier minted by ``build_carrier``, which checks every field) and they are filled in."""
         fields = self._carrier_fields(record)
         key = (fields["tool_name"], fields["identity_state"], fields["decision_verdict"],
                fields["declared_policy_digest"], fields["key_id"])
-        segments = self._carrier_segments.get(key)
-        if segments is None:
+        cached = self._carrier_segments.get(key)
+        if cached is None:
             carrier = build_carrier(**fields)
-            segments = carrier_segments(carrier)
-            if segments is not None:
+            segments, jcs_segments = carrier_segments(carrier), carrier_jcs_segments(carrier)
+            if segments is not None and jcs_segments is not None:
                 if len(self._carrier_segments) >= SURFACE_CACHE_MAX:
                     self._carrier_segments.clear()
-                self._carrier_segments[key] = segments
-            return ndjson_line(carrier), carrier["args_digest"]
+                self._carrier_segments[key] = (segments, jcs_segments)
+            return ndjson_line(carrier), carrier["args_digest"], record_hash(CARRIER_SCHEMA, carrier)
         digest = self._digest_of(record.call)  # the truth key is the digest key
         call_id = fields["call_id"]
         if digest is None or not isinstance(call_id, str):
             carrier = build_carrier(**fields)  # raises CarrierError, naming the field at fault
-            return ndjson_line(carrier), carrier["args_digest"]
+            return ndjson_line(carrier), carrier["args_digest"], record_hash(CARRIER_SCHEMA, carrier)
         order = fields["order"]
         try:
             observed = observed_input_digest(fields["tool_name"], digest, order)
             texts = carrier_texts(digest, order, call_id, observed)
         except UnicodeEncodeError:  # the line escapes the call id: the general route
-            return ndjson_line(build_carrier(**fields)), digest
-        return carrier_join(segments, texts), digest
+            carrier = build_carrier(**fields)
+            return ndjson_line(carrier), digest, record_hash(CARRIER_SCHEMA, carrier)
+        segments, jcs_segments = cached
+        jcs = carrier_jcs_join(jcs_segments, texts)
+        return carrier_join(segments, texts), digest, content_hash_of_json(CARRIER_SCHEMA, jcs)
 
     # ---------------------------------------------------------------- writing
 
@@ -485,6 +481,10 @@ class EvidenceRecorder(Durability):
         if due:
             await self._sync_off_loop(due)
         return entry
+
+    @property
+    def trace(self) -> TraceLog | None:  # what signed checkpoints cover; None without an evidence directory
+        return self._trace
 
     def close(self) -> None:
         """Close the files (each fsyncs what it holds unsynced, unless the setting is "never")."""

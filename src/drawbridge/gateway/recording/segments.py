@@ -25,7 +25,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from drawbridge.canonical import Canonical, canonical_bytes, scalar_bytes
+from drawbridge.canonical import Canonical, CanonicalizationError, canonical_bytes, scalar_bytes
 from drawbridge.canonical.encoders import compact_encoder
 
 _line_encode = compact_encoder(sort_keys=False, ensure_ascii=False, allow_nan=True)
@@ -41,8 +41,9 @@ def ndjson_line(record: Mapping[str, Any]) -> bytes:
         return (_ascii_line_encode(record) + "\n").encode("ascii")
 
 
-BODY_VARYING = ("args_digest", "decision_ms", "latency_ms", "request_id")
-"""The trace body's fields that change from call to call, in JCS order."""
+BODY_VARYING = ("args_digest", "decision_ms", "evidence", "latency_ms", "request_id")
+"""The trace body's fields that change from call to call, in JCS order (``evidence``: the records the
+call produced, ``[{"content_hash", "type"}, ...]``)."""
 _CARRIER_VARYING = ("args_digest", "order", "call_id", "observed_input_digest")
 """The carrier's fields that change from call to call, in line order (the observed input digest is
 written again inside ``decision_identity``)."""
@@ -76,16 +77,26 @@ def body_segments(body: Mapping[str, Any]) -> tuple[bytes, ...] | None:
     return _cut(canonical_bytes({**body, **dict(zip(BODY_VARYING, marks, strict=True))}), marks)
 
 
+def evidence_bytes(evidence: Sequence[Mapping[str, str]]) -> bytes:
+    """The JCS text of a body's ``evidence`` list (content hashes and record types: ASCII, never escaped)."""
+    return b"[" + b",".join(
+        b'{"content_hash":"%s","type":"%s"}' % (item["content_hash"].encode(), item["type"].encode())
+        for item in evidence
+    ) + b"]"
+
+
 def body_join(
-    segments: Sequence[bytes], varying: tuple[str | None, float | None, float, str | None]
+    segments: Sequence[bytes],
+    varying: tuple[str | None, float | None, Sequence[Mapping[str, str]], float, str | None],
 ) -> Canonical:
     """A trace body's JCS text from its segments (``body_segments``) and the values of its
     ``BODY_VARYING`` fields."""
-    first, after_digest, after_decision, after_latency, last = segments
-    digest, decision_ms, latency_ms, request_id = varying
+    first, after_digest, after_decision, after_evidence, after_latency, last = segments
+    digest, decision_ms, evidence, latency_ms, request_id = varying
     return Canonical(b"".join((
         first, scalar_bytes(digest), after_digest, scalar_bytes(decision_ms), after_decision,
-        scalar_bytes(latency_ms), after_latency, scalar_bytes(request_id), last,
+        evidence_bytes(evidence), after_evidence, scalar_bytes(latency_ms), after_latency,
+        scalar_bytes(request_id), last,
     )))
 
 
@@ -104,6 +115,38 @@ def carrier_join(segments: Sequence[bytes], texts: tuple[bytes, bytes, bytes, by
         first, digest, after_digest, order, after_order, call_id, after_call_id, observed, after_observed,
         observed, last,
     ))
+
+
+def carrier_jcs_join(segments: Sequence[bytes], texts: tuple[bytes, bytes, bytes, bytes]) -> bytes:
+    """A carrier's JCS text (its content hash's input) from ``carrier_jcs_segments`` and ``carrier_texts``."""
+    first, after_digest, after_call_id, after_identity, after_observed, last = segments
+    digest, order, call_id, observed = texts
+    return b"".join((
+        first, digest, after_digest, call_id, after_call_id, observed, after_identity, observed, after_observed,
+        order, last,
+    ))
+
+
+def carrier_jcs_segments(carrier: Mapping[str, Any]) -> tuple[bytes, ...] | None:
+    """The carrier's JCS text cut where its changing values go (JCS order: args_digest, call_id,
+    decision_identity's observed_input_digest, observed_input_digest, order); None when it cannot be
+    cut, checked by filling in the carrier's own values."""
+    marks = _marks(5)
+    shaped = {**carrier, "args_digest": marks[0], "call_id": marks[1], "observed_input_digest": marks[3],
+              "order": marks[4]}
+    shaped["decision_identity"] = {**shaped["decision_identity"], "observed_input_digest": marks[2]}
+    try:
+        segments = _cut(canonical_bytes(shaped), marks)
+        texts = carrier_texts(*(carrier[name] for name in _CARRIER_VARYING))
+    except (UnicodeEncodeError, CanonicalizationError):  # no canonical form (a lone surrogate): not cut
+        return None
+    try:
+        reference = canonical_bytes(dict(carrier))
+    except CanonicalizationError:
+        return None
+    if segments is None or reference != carrier_jcs_join(segments, texts):
+        return None
+    return segments
 
 
 def carrier_segments(carrier: Mapping[str, Any]) -> tuple[bytes, ...] | None:
@@ -126,8 +169,11 @@ __all__ = [
     "BODY_VARYING",
     "body_join",
     "body_segments",
+    "carrier_jcs_join",
+    "carrier_jcs_segments",
     "carrier_join",
     "carrier_segments",
     "carrier_texts",
+    "evidence_bytes",
     "ndjson_line",
 ]

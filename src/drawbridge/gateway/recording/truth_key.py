@@ -14,6 +14,7 @@ environment cannot mint carriers under the wrong id.
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 
@@ -39,6 +40,12 @@ class TruthKey:
 
     def __repr__(self) -> str:
         return f"TruthKey(key_id={self.key_id!r}, key=<{len(self.key)} bytes>)"
+
+
+def ephemeral_key() -> TruthKey:
+    """A random key for this process alone (key id ``ephemeral-<8 hex>``): digests correlate calls within
+    one run and cannot be brute-forced offline."""
+    return TruthKey(secrets.token_bytes(32), f"ephemeral-{secrets.token_hex(4)}")
 
 
 def truth_key_from_env(environ: MutableMapping[str, str] | None = None) -> TruthKey:

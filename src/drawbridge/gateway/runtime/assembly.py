@@ -46,15 +46,19 @@ from drawbridge.gateway.pipeline.floors import Floors
 from drawbridge.gateway.pipeline.guard import EvidenceGuard
 from drawbridge.gateway.pipeline.pins import CataloguePins, CatalogueSource
 from drawbridge.gateway.pipeline.records import CallRecord, Recorder, null_recorder
+from drawbridge.gateway.recording.checkpoints import Checkpointer, evidence_producer, new_run_id
 from drawbridge.gateway.recording.recorder import EvidenceRecorder, utc_now
+from drawbridge.gateway.recording.telemetry import Telemetry, TelemetryUnavailable
 from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
 from drawbridge.gateway.recording.truth_key import TruthKey, TruthKeyError, truth_key_from_env
 from drawbridge.gateway.runtime.admin_token import AdminTokenProblem, ensure_admin_token, token_file_for
 from drawbridge.gateway.runtime.settings import STATE_FILE, RuntimeSettings
 from drawbridge.policy.declared import DeclaredContracts, fixed_contract
 from drawbridge.state.append_only import AppendOnlyError, AppendOnlyLocked
+from drawbridge.state.checkpoint_files import CheckpointFiles
 from drawbridge.state.pins import SqlitePinStore
 from drawbridge.state.policy_store import watch_policies
+from drawbridge.state.signing_keys import KEYS_DIR, KeyFileError, open_keys
 from drawbridge.state.sqlite import StateDB, StateError
 from drawbridge.state.trace_log import TraceLogCorrupt
 
@@ -124,6 +128,55 @@ def open_recorder(settings: RuntimeSettings, policy: Decider, truth_key: TruthKe
         raise StartupProblem(f"cannot open the evidence output: {exc}") from None
 
 
+def open_checkpointer(settings: RuntimeSettings, recorder: Recorder) -> Checkpointer | None:
+    """With an evidence directory: the signing keys (made at first start) and the checkpointer, with
+    this process's run opened in the trace (``run_start``)."""
+    trace = recorder.trace if isinstance(recorder, EvidenceRecorder) else None
+    if trace is None or settings.evidence_dir is None:
+        return None
+    keys_dir = settings.keys_dir or str(Path(settings.evidence_dir) / KEYS_DIR)
+    try:
+        keys = open_keys(keys_dir, settings.origin)
+        files = CheckpointFiles(settings.evidence_dir, durable=settings.fsync != "never")
+    except KeyFileError as exc:
+        raise StartupProblem(f"cannot use the evidence signing keys: {exc}") from None
+    except (AppendOnlyError, OSError) as exc:
+        raise StartupProblem(f"cannot open the checkpoint log: {exc}") from None
+    checkpointer = Checkpointer(
+        trace, keys, files, settings.checkpoints, durable=settings.fsync != "never", clock=utc_now
+    )
+    try:
+        checkpointer.begin_run(new_run_id(utc_now), evidence_producer())
+    except (AppendOnlyError, OSError) as exc:
+        checkpointer.close()
+        raise StartupProblem(f"cannot open the run in the trace: {exc}") from None
+    return checkpointer
+
+
+def open_telemetry(
+    settings: RuntimeSettings, guard: EvidenceGuard, recorder: Recorder, checkpointer: Checkpointer | None
+) -> Telemetry | None:
+    """Live telemetry when it is configured: it sees every batch of recorded calls after it is written
+    (never before, never in their way) and every signed checkpoint."""
+    if settings.telemetry is None:
+        return None
+    try:
+        telemetry = Telemetry(settings.telemetry, os.environ, network_transport=settings.network_transport,
+                              origin=checkpointer.origin if checkpointer is not None else None)
+    except TelemetryUnavailable as exc:
+        raise StartupProblem(str(exc)) from None
+    trace = recorder.trace if isinstance(recorder, EvidenceRecorder) else None
+
+    def observe(events: Any) -> None:
+        head = trace.head if trace is not None else None
+        telemetry.observe(events, head.seq if head is not None else None)
+
+    guard.batch_observers.append(observe)
+    if checkpointer is not None:
+        checkpointer.published.append(telemetry.checkpoint)
+    return telemetry
+
+
 def open_state(path: str | None) -> tuple[StateDB, str | None]:
     """The state database (created if missing) and the temporary folder holding it, if it is one."""
     temp_dir = None
@@ -171,6 +224,8 @@ class Runtime:
     engine: ApprovalEngine | None = None
     pin_store: SqlitePinStore | None = None
     pins: CataloguePins | None = None
+    checkpointer: Checkpointer | None = None
+    telemetry: Telemetry | None = None
     _temp_dir: str | None = field(default=None, repr=False)
     admin_token_sha256: str | None = None
     """What the control plane's credential must hash to (configured, or from ``admin_token_file``)."""
@@ -185,7 +240,11 @@ class Runtime:
         guard = EvidenceGuard(recorder)
         state_db: StateDB | None = None
         temp_dir: str | None = None
+        checkpointer: Checkpointer | None = None
+        telemetry: Telemetry | None = None
         try:
+            checkpointer = open_checkpointer(settings, recorder)
+            telemetry = open_telemetry(settings, guard, recorder, checkpointer)
             engine = gate = None
             approvals = isinstance(policy, PolicyDecider)
             if approvals or settings.pin_tools or settings.control_open:
@@ -213,11 +272,11 @@ class Runtime:
                 policy=policy, guard=guard, floors=Floors(pins), approvals=gate, call_timeout=settings.call_timeout
             )
         except BaseException:
-            _close(recorder, state_db, temp_dir)
+            _close(recorder, state_db, temp_dir, checkpointer, telemetry)
             raise
         return cls(
-            settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, temp_dir,
-            admin_digest, admin_file,
+            settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, checkpointer, telemetry,
+            temp_dir, admin_digest, admin_file,
         )
 
     def recent_calls(self) -> RecentCallRing:
@@ -253,10 +312,22 @@ class Runtime:
         await run_approvals(self.engine, sweep_seconds=self.settings.approval.sweep_seconds, task_status=task_status)
 
     def close(self) -> None:
-        _close(self.recorder, self.state_db, self._temp_dir)
+        """The run is sealed (``run_end`` and a checkpoint covering it), then everything is closed."""
+        _close(self.recorder, self.state_db, self._temp_dir, self.checkpointer, self.telemetry)
 
 
-def _close(recorder: Recorder, state_db: StateDB | None, temp_dir: str | None) -> None:
+def _close(
+    recorder: Recorder,
+    state_db: StateDB | None,
+    temp_dir: str | None,
+    checkpointer: Checkpointer | None = None,
+    telemetry: Telemetry | None = None,
+) -> None:
+    if checkpointer is not None:
+        checkpointer.end_run()
+        checkpointer.close()
+    if telemetry is not None:
+        telemetry.shutdown()
     close = getattr(recorder, "close", None)
     if close is not None:
         close()
@@ -266,4 +337,6 @@ def _close(recorder: Recorder, state_db: StateDB | None, temp_dir: str | None) -
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-__all__ = ["Runtime", "StartupProblem", "load_policy", "load_truth_key", "open_recorder", "open_state"]
+__all__ = [
+    "Runtime", "StartupProblem", "load_policy", "load_truth_key", "open_checkpointer", "open_recorder", "open_state",
+]

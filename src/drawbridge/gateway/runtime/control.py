@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import anyio.to_thread
 from starlette.routing import BaseRoute
 
 from drawbridge.catalogue.classify import Classification
@@ -125,6 +126,13 @@ def control_services(
                 await after_accept(server)
 
         pin_service = GatewayPinService(runtime.pin_store, pins, after_accept=accepted)
+    checkpointer = runtime.checkpointer
+
+    async def checkpoint() -> str | None:
+        if checkpointer is None:
+            return None
+        return await anyio.to_thread.run_sync(checkpointer.checkpoint_now)
+
     return ControlServices(
         policy_store=runtime.policy_store,
         catalogue=catalogue,
@@ -132,6 +140,7 @@ def control_services(
         trace_append=runtime.guard.append,
         pins=pin_service,
         recent_calls=runtime.recent_calls(),
+        checkpoint=checkpoint,
     )
 
 

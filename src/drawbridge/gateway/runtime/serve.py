@@ -47,6 +47,7 @@ def secret_env_names(config: GatewayConfig) -> frozenset[str]:
     (``DRAWBRIDGE_*`` never is either, see ``EnvPolicy``)."""
     names = {name for upstream in config.upstreams for name in upstream.headers_env.values()}
     names |= {name for service in config.openapi for name in service.headers_env.values()}
+    names |= set(config.telemetry_headers_env.values())  # the collector's credentials too
     return frozenset(names | set(TRUTH_KEY_NAMES))
 
 

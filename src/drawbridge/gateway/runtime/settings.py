@@ -18,6 +18,8 @@ from drawbridge.catalogue.names import split_namespaced
 from drawbridge.config import GatewayConfig
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalSettings
 from drawbridge.gateway.pipeline.call import DEFAULT_CALL_TIMEOUT_SECONDS
+from drawbridge.gateway.recording.checkpoints import CheckpointSettings
+from drawbridge.gateway.recording.telemetry import TelemetrySettings
 
 GATEWAY_SERVER_ID: Final = "drawbridge"
 STATE_FILE: Final = "drawbridge.db"
@@ -51,10 +53,22 @@ class RuntimeSettings:
     """The configured admin token's digest; None: the token file beside the state file (``admin_token``)."""
     server_id: Callable[[str], str] = upstream_of
     """The served tool name -> the upstream's id in surface records."""
+    checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
+    keys_dir: str | None = None
+    """Where the signing keys live; None: ``keys`` inside the evidence directory."""
+    origin: str | None = None
+    """The trace's origin when its keys are made; None: a random one (``drawbridge.local/<hex>``)."""
+    telemetry: TelemetrySettings | None = None
+    network_transport: str = "pipe"
+    """How agents reach this gateway, as telemetry names it: ``pipe`` (stdio) or ``tcp`` (HTTP)."""
 
     @classmethod
-    def from_config(cls, config: GatewayConfig, *, control_open: bool) -> RuntimeSettings:
+    def from_config(cls, config: GatewayConfig, *, control_open: bool, network_transport: str = "tcp") -> RuntimeSettings:
         """serve's settings: everything from the configuration file."""
+        telemetry = None
+        if config.telemetry_endpoint is not None:
+            telemetry = TelemetrySettings(config.telemetry_endpoint, config.telemetry_protocol,
+                                          dict(config.telemetry_headers_env), config.telemetry_service_name)
         return cls(
             policy=config.policy_dir or config.policy_file,
             evidence_dir=config.evidence_dir,
@@ -68,6 +82,11 @@ class RuntimeSettings:
             pin_tools=config.pin_tools,
             hide_denied_tools=config.hide_denied_tools,
             admin_token_sha256=config.admin_token_sha256,
+            checkpoints=CheckpointSettings(config.checkpoint_every_lines, config.checkpoint_every_seconds),
+            keys_dir=config.keys_dir,
+            origin=config.origin,
+            telemetry=telemetry,
+            network_transport=network_transport,
         )
 
     @classmethod
@@ -89,6 +108,9 @@ class RuntimeSettings:
         pin_tools: bool,
         admin_token_sha256: str | None,
         server_id: str,
+        checkpoints: CheckpointSettings | None = None,
+        keys_dir: str | None = None,
+        telemetry: TelemetrySettings | None = None,
     ) -> RuntimeSettings:
         """wrap's settings, from its flags. The state file is ``--state``, else ``drawbridge.db`` inside
         the evidence directory, else a temporary file."""
@@ -116,6 +138,9 @@ class RuntimeSettings:
             pin_tools=pin_tools,
             admin_token_sha256=admin_token_sha256,
             server_id=lambda _tool: server_id,
+            checkpoints=checkpoints or CheckpointSettings(),
+            keys_dir=keys_dir,
+            telemetry=telemetry,
         )
 
 

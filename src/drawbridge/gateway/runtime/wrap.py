@@ -33,7 +33,9 @@ async def run_wrap(
 ) -> str | None:
     """Serve the agent on this process's stdin and stdout until it closes; returns why the server
     could not be started, if it could not."""
-    env_filter = EnvPolicy(deny_names=frozenset(TRUTH_KEY_NAMES))
+    telemetry = runtime.settings.telemetry
+    collector = frozenset(telemetry.headers_env.values()) if telemetry is not None else frozenset()
+    env_filter = EnvPolicy(deny_names=frozenset(TRUTH_KEY_NAMES) | collector)  # the gateway's credentials stay its own
     async with anyio.create_task_group() as tg:
         await tg.start(runtime.run)
         try:

@@ -1,0 +1,297 @@
+"""What ``drawbridge evidence verify-export`` checks in an auditor package: every row of
+auditor-evidence.md table 6.8, recomputed from the package's bytes.
+
+Invariant: the report is ``ok`` only when every check holds: the package's files are exactly those
+its DSSE attestation names, with those digests; the bundle passes Assay's integrity rules and its own
+attestation (ADR-044); carriers and recipe rows cohere; no side effect is recorded above what its
+evidence supports; the trace's chain, its signed checkpoint (which covers every line) and every
+checkpoint held elsewhere agree; the run is sealed; the bundle's checkpoint event is the package's
+checkpoint and covers the run; every bundle event is named by the run's trace lines and every record
+they name is in the bundle, in order; every tlog-proof verifies. Changing any byte of any file fails
+at least one check.
+
+Keys: the checkpoint verifier key and the attestation key are the auditor's (pinned out of band)
+when given; otherwise the package's own ``keys/``, which proves only that the package is consistent
+with itself (``signer_identity`` is then listed among the claims not made).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from drawbridge.canonical import CanonicalizationError, parse_json
+from drawbridge.evidence.bundle import BundleError, VerifiedBundle, verify_bundle
+from drawbridge.evidence.chain import split_lines
+from drawbridge.evidence.dsse import (
+    EXPORT_PREDICATE,
+    envelope_bytes_are_canonical,
+    keyid,
+    open_envelope,
+    verify_bundle_attestation,
+)
+from drawbridge.evidence.export_package import CHECKPOINT_EVENT, NAMED_TYPES, RECIPE_ROW_TYPE, named_records
+from drawbridge.evidence.observed_read import confirmations, is_confirmation
+from drawbridge.evidence.runs import runs_of
+from drawbridge.evidence.side_effect_verify import SurfaceFormatError, load_audit_records, verify_side_effects
+from drawbridge.evidence.signed_note import NoteVerifier
+from drawbridge.evidence.tlog import CheckpointError, open_checkpoint, parse_tlog_proof, verify_tlog_proof
+from drawbridge.evidence.trace_audit import HeldCheckpoint, audit_trace
+from drawbridge.evidence.truth.carrier import SCHEMA as CARRIER_SCHEMA
+from drawbridge.evidence.truth.vectors import verify_carriers
+from drawbridge.evidence.vocabulary import SURFACE_SCHEMA
+
+REPORT_SCHEMA: Final = "drawbridge.export_verify.report.v0"
+BUNDLE: Final = "bundle.tar.gz"
+BUNDLE_ATTESTATION: Final = "bundle.tar.gz.intoto.json"
+EXPORT_ATTESTATION: Final = "export.intoto.json"
+TRACE: Final = "trace/trace.ndjson"
+CHECKPOINT: Final = "trace/checkpoint"
+CHECKPOINTS: Final = "trace/checkpoints.ndjson"
+PROOFS: Final = "trace/proofs/"
+AUDIT_IMPORT: Final = "audit-import/"
+VKEY: Final = "keys/checkpoint.vkey"
+ATTESTATION_PUB: Final = "keys/attestation.pub.pem"
+CLAIMS_NOT_MADE: Final = (
+    "completeness_after_last_external_checkpoint",
+    "provider_side_persistence",
+    "policy_correctness",
+    "key_not_compromised",
+)
+
+
+class _Checks:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, check_id: str, ok: bool, detail: str) -> bool:
+        self.rows.append({"id": check_id, "ok": ok, "detail": detail})
+        return ok
+
+    def run(self, check_id: str, body: Callable[[], str]) -> bool:
+        try:
+            return self.add(check_id, True, body())
+        except (ValueError, KeyError, TypeError) as exc:
+            return self.add(check_id, False, str(exc) or type(exc).__name__)
+
+
+def _json(data: bytes, what: str) -> Any:
+    try:
+        return parse_json(data)
+    except (CanonicalizationError, UnicodeDecodeError):
+        raise ValueError(f"{what} is not JSON") from None
+
+
+def verify_export(
+    files: Mapping[str, bytes],
+    *,
+    vkey: NoteVerifier,
+    attestation_key: Ed25519PublicKey,
+    keys_pinned: bool,
+    known: Sequence[HeldCheckpoint] = (),
+) -> dict[str, Any]:
+    """The verify-export report of a package given as ``{relative path: bytes}`` (module docstring)."""
+    checks = _Checks()
+
+    def attested() -> str:
+        envelope = files[EXPORT_ATTESTATION]
+        if not envelope_bytes_are_canonical(envelope):
+            raise ValueError(f"{EXPORT_ATTESTATION} is not in its one written form (one signature, pretty JSON)")
+        statement = open_envelope(envelope, attestation_key)
+        if _json(envelope, EXPORT_ATTESTATION)["signatures"][0]["keyid"] != keyid(attestation_key):
+            raise ValueError("the export statement's key id is not the trusted key's")
+        if statement.get("predicateType") != EXPORT_PREDICATE:
+            raise ValueError(f"the export statement's predicate type is not {EXPORT_PREDICATE}")
+        subjects = statement.get("subject")
+        if not isinstance(subjects, list):
+            raise ValueError("the export statement has no subjects")
+        named = {}
+        for subject in subjects:
+            digest = subject.get("digest") if isinstance(subject, dict) else None
+            if not isinstance(digest, dict) or set(digest) != {"sha256"} or not isinstance(subject.get("name"), str):
+                raise ValueError("a subject is not {name, digest: {sha256}}")
+            named[subject["name"]] = digest["sha256"]
+        present = set(files) - {EXPORT_ATTESTATION}
+        if set(named) != present:
+            extra, lacking = sorted(present - set(named)), sorted(set(named) - present)
+            raise ValueError(f"files not attested: {extra}; attested but absent: {lacking}")
+        for name, digest in sorted(named.items()):
+            if hashlib.sha256(files[name]).hexdigest() != digest:
+                raise ValueError(f"{name} is not the file the statement attests (sha256 differs)")
+        return f"{len(named)} files, each with the attested sha256"
+
+    checks.run("export_attestation", attested)
+    bundle: VerifiedBundle | None = None
+    try:
+        bundle = verify_bundle(files[BUNDLE])
+        checks.add("bundle_integrity", True, f"{len(bundle.events)} events, run_root {bundle.manifest['run_root']}")
+    except (BundleError, KeyError) as exc:
+        checks.add("bundle_integrity", False, str(exc))
+
+    def bundle_attested() -> str:
+        verify_bundle_attestation(files[BUNDLE_ATTESTATION], attestation_key, files[BUNDLE])
+        return "evidence-bundle/v1 statement over the archive's sha256 (ADR-044)"
+
+    checks.run("bundle_attestation", bundle_attested)
+    events = bundle.events if bundle is not None else []
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for event in events:
+        by_type.setdefault(event["type"], []).append(event)
+
+    def truth() -> str:
+        carriers = [e["data"] for e in by_type.get(CARRIER_SCHEMA, [])]
+        rows = [e["data"] for e in by_type.get(RECIPE_ROW_TYPE, [])]
+        if not carriers and not rows:
+            return "no truth carriers in this run"
+        report = verify_carriers(carriers, rows)
+        if not report["ok"] or len(rows) != len(carriers):
+            failed = [c["id"] for c in report["checks"] if not c["ok"]]
+            raise ValueError(f"carriers and recipe rows do not cohere: {failed or 'a carrier without its row'}")
+        return f"{len(carriers)} carriers, each cited by a verified recipe row"
+
+    checks.run("tool_decision_truth", truth)
+
+    def side_effects() -> str:
+        decisions = [d for e in by_type.get(SURFACE_SCHEMA, []) for d in e["data"].get("observed_tool_decisions", [])]
+        document = {"schema": SURFACE_SCHEMA, "observed_tool_decisions": decisions, "non_claims": []}
+        items = [(name, _json(data, name)) for name, data in sorted(files.items()) if name.startswith(AUDIT_IMPORT)]
+        records, _skipped = load_audit_records(items)
+        try:
+            report = verify_side_effects(document, records, bundle=BUNDLE)
+        except SurfaceFormatError as exc:
+            raise ValueError(str(exc)) from None
+        if not report["ok"]:
+            raise ValueError(f"{report['levels_not_reproduced']} side effect(s) recorded above their evidence")
+        return f"{len(decisions)} decisions, {report['promoted']} verified through {len(records)} audit record(s)"
+
+    checks.run("side_effects", side_effects)
+    _trace_checks(files, checks, events, bundle, vkey, known)
+    claims = list(CLAIMS_NOT_MADE) + ([] if keys_pinned else ["signer_identity"])
+    ok = all(row["ok"] for row in checks.rows)
+    run_id = bundle.manifest["run_id"] if bundle is not None else None
+    return {"schema": REPORT_SCHEMA, "ok": ok, "run_id": run_id, "keys": "pinned" if keys_pinned else "package",
+            "checks": checks.rows, "claims_not_made": claims}
+
+
+def _trace_checks(
+    files: Mapping[str, bytes],
+    checks: _Checks,
+    events: list[dict[str, Any]],
+    bundle: VerifiedBundle | None,
+    vkey: NoteVerifier,
+    known: Sequence[HeldCheckpoint],
+) -> None:
+    lines = split_lines(files.get(TRACE, b""))
+    latest = HeldCheckpoint(CHECKPOINT, files[CHECKPOINT].decode("utf-8", "replace")) if CHECKPOINT in files else None
+    history: list[HeldCheckpoint] = []
+    unreadable = []
+    for number, raw in enumerate(files.get(CHECKPOINTS, b"").split(b"\n"), start=1):
+        if raw:
+            try:
+                value = parse_json(raw)
+            except (CanonicalizationError, UnicodeDecodeError):
+                value = None
+            note = value.get("note") if isinstance(value, dict) else None
+            if not isinstance(note, str) or set(value) != {"tree_size", "note"}:
+                unreadable.append(f"{CHECKPOINTS} line {number} is not {{tree_size, note}}")
+                continue
+            history.append(HeldCheckpoint(f"{CHECKPOINTS} line {number}", note))
+    audit = audit_trace(lines, vkey, latest, history, known)
+    codes: dict[str, list[str]] = {}
+    for problem in audit.problems:
+        codes.setdefault(problem["code"], []).append(problem["message"])
+
+    def failing(*names: str) -> list[str]:
+        return [message for name in names for message in codes.get(name, [])]
+
+    chain = failing("chain")
+    checks.add("trace_chain", not chain, "; ".join(chain) or f"{audit.chain['entries']} entries, hash-linked")
+    signed = failing("checkpoint_signature", "checkpoint_root_mismatch", "cut_tail", "not_covered") + unreadable
+    if latest is None:
+        signed.append("the package has no trace/checkpoint")
+    checks.add("checkpoint", not signed, "; ".join(signed) or f"signed by {vkey.name} over all {audit.lines} lines")
+    if known:
+        bad = [row for row in audit.known if not row["ok"]]
+        detail = "; ".join(f"{row['source']}: {row.get('finding')}" for row in bad)
+        checks.add("known_checkpoints", not bad, detail or f"{len(known)} held elsewhere, each a prefix of the log")
+    run_id = bundle.manifest["run_id"] if bundle is not None else None
+    run = next((r for r in runs_of([line for line in lines if line.endswith(b"\n")]) if r.run_id == run_id), None)
+    if run is None:
+        checks.add("run_sealed", False, f"the trace holds no run {run_id}")
+    else:
+        sealed = run.sealed(audit.checkpoint["tree_size"] if audit.checkpoint else 0)
+        checks.add("run_sealed", sealed, f"run {run_id}: run_end and a covering checkpoint" if sealed
+                   else f"run {run_id} is incomplete: crash or cut (no run_end, or no checkpoint covering it)")
+
+    def checkpoint_event() -> str:
+        if not events or events[-1]["type"] != CHECKPOINT_EVENT:
+            raise ValueError("the bundle's last event is not its checkpoint")
+        data = events[-1]["data"]
+        if latest is None or data.get("note") != latest.note:
+            raise ValueError("the bundle's checkpoint is not the package's trace/checkpoint")
+        signed_tree = open_checkpoint(data["note"], vkey)
+        if run is None or data.get("covers") != {"first_index": run.start_index, "last_index": run.last_index}:
+            raise ValueError("the bundle's checkpoint does not cover the run's lines in the trace")
+        if (data.get("origin"), data.get("tree_size")) != (signed_tree.origin, signed_tree.size):
+            raise ValueError("the checkpoint event's origin or size is not its note's")
+        return f"covers lines {run.start_index}..{run.last_index} of a tree of {signed_tree.size}"
+
+    checks.run("bundle_checkpoint", checkpoint_event)
+
+    def binding() -> str:
+        if run is None:
+            raise ValueError("no run to bind")
+        complete = [line for line in lines if line.endswith(b"\n")]
+        named = [(kind, digest) for _index, _at, kind, digest in named_records(complete, run)]
+        bundled = [(e["type"], e["assaycontenthash"]) for e in events
+                   if e["type"] in NAMED_TYPES and not is_confirmation(e["data"])]
+        if named != bundled:
+            unbundled = len([n for n in named if n not in bundled])
+            unnamed = len([b for b in bundled if b not in named])
+            raise ValueError(f"{unnamed} bundle event(s) no trace line names; {unbundled} named record(s) not in the "
+                             "bundle (or out of order)")
+        others = {e["type"] for e in events if e["type"] not in NAMED_TYPES} - {RECIPE_ROW_TYPE, CHECKPOINT_EVENT}
+        if others:
+            raise ValueError(f"the bundle holds events of unknown types {sorted(others)}")
+        return f"{len(named)} records: each named by one trace line of the run, in order, and bundled"
+
+    checks.run("trace_binding", binding)
+
+    def observed() -> str:
+        if run is None:
+            raise ValueError("no run")
+        complete = [line for line in lines if line.endswith(b"\n")]
+        named = [(index, kind) for index, _at, kind, _digest in named_records(complete, run)]
+        recorded = [e for e in events if e["type"] in NAMED_TYPES and not is_confirmation(e["data"])]
+        writes = [(index, e["data"]) for (index, kind), e in zip(named, recorded, strict=False) if kind == SURFACE_SCHEMA]
+        expected = [record for _at, record in confirmations(complete, run, writes)]
+        found = [e["data"] for e in events if e["type"] == SURFACE_SCHEMA and is_confirmation(e["data"])]
+        if found != expected:
+            raise ValueError(f"the bundle's {len(found)} observed_confirmed record(s) are not the {len(expected)} the "
+                             "trace's later reads of the same targets make (a later, allowed, successful read)")
+        return f"{len(found)} write(s) confirmed by a later read of the same target in the run"
+
+    checks.run("observed_confirmed", observed)
+
+    def proofs() -> str:
+        count = 0
+        for name in sorted(files):
+            if not name.startswith(PROOFS):
+                continue
+            proof = parse_tlog_proof(files[name].decode("utf-8"))
+            if name != f"{PROOFS}{proof.index}.tlog-proof" or proof.index >= len(lines):
+                raise ValueError(f"{name} names another line, or one the trace does not hold")
+            try:
+                verify_tlog_proof(proof, lines[proof.index], vkey)
+            except CheckpointError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+            count += 1
+        return f"{count} tlog-proofs, each leading to a signed root"
+
+    checks.run("tlog_proofs", proofs)
+
+
+__all__ = ["CLAIMS_NOT_MADE", "REPORT_SCHEMA", "verify_export"]

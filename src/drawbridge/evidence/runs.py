@@ -1,0 +1,95 @@
+"""Runs in the trace: what one gateway process wrote, from its ``run_start`` entry to its ``run_end``.
+
+Invariant: a run is sealed only when its ``run_end`` entry is in the trace and a signed checkpoint
+covers that entry; a run without both (the process crashed, was killed, or its end was cut) is
+"incomplete", never clean. The trace file holds the runs of every process that wrote it, one after
+the other; entries before the first ``run_start`` belong to no run.
+
+Entry bodies: ``run_start`` ``{"run_id", "origin", "producer": {"name", "version"}}``; ``run_end``
+``{"run_id", "start_index"}`` (the index of its ``run_start``). A run id is what an Assay bundle
+takes as ``run_id``: ``[A-Za-z0-9._-]``, 1 to 128 characters, no ``:``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from drawbridge.canonical import CanonicalizationError, parse_json
+
+RUN_START: Final = "run_start"
+RUN_END: Final = "run_end"
+_RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_MARK = b'"kind":"run_'
+
+
+def is_valid_run_id(value: object) -> bool:
+    return isinstance(value, str) and _RUN_ID.fullmatch(value) is not None
+
+
+def run_start_body(run_id: str, origin: str | None, producer: Mapping[str, str]) -> dict[str, Any]:
+    if not is_valid_run_id(run_id):
+        raise ValueError("a run id is 1 to 128 characters of [A-Za-z0-9._-]")
+    return {"run_id": run_id, "origin": origin, "producer": dict(producer)}
+
+
+def run_end_body(run_id: str, start_index: int) -> dict[str, Any]:
+    return {"run_id": run_id, "start_index": start_index}
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    start_index: int
+    end_index: int | None
+    """The index of its ``run_end`` entry; None when the trace holds none."""
+    last_index: int
+    """The last entry of the run: its ``run_end``, else the entry before the next ``run_start``, else
+    the last entry of the trace."""
+
+    def sealed(self, signed_size: int) -> bool:
+        """Whether the run ended cleanly and a signed tree of ``signed_size`` leaves covers its end."""
+        return self.end_index is not None and signed_size > self.end_index
+
+
+def _marked(index: int, line: bytes) -> tuple[str, Mapping[str, Any]] | None:
+    if _MARK not in line:
+        return None
+    try:
+        entry = parse_json(line)
+    except CanonicalizationError:
+        return None
+    if not isinstance(entry, dict) or entry.get("kind") not in (RUN_START, RUN_END):
+        return None
+    body = entry.get("body")
+    if not isinstance(body, dict) or not is_valid_run_id(body.get("run_id")):
+        return None
+    return entry["kind"], body
+
+
+def runs_of(lines: Iterable[bytes]) -> list[Run]:
+    """The runs of a trace given as its lines (index = line number from 0 = seq)."""
+    runs: list[Run] = []
+    open_run: tuple[str, int] | None = None
+    last = -1
+    for index, line in enumerate(lines):
+        last = index
+        marked = _marked(index, line)
+        if marked is None:
+            continue
+        kind, body = marked
+        if kind == RUN_START:
+            if open_run is not None:
+                runs.append(Run(open_run[0], open_run[1], None, index - 1))
+            open_run = (body["run_id"], index)
+        elif open_run is not None and body["run_id"] == open_run[0] and body.get("start_index") == open_run[1]:
+            runs.append(Run(open_run[0], open_run[1], index, index))
+            open_run = None
+    if open_run is not None:
+        runs.append(Run(open_run[0], open_run[1], None, last))
+    return runs
+
+
+__all__ = ["RUN_END", "RUN_START", "Run", "is_valid_run_id", "run_end_body", "run_start_body", "runs_of"]

@@ -1,0 +1,218 @@
+"""Live telemetry: an OpenTelemetry span per tools/call, the MCP duration metrics, and every signed
+checkpoint as a log record, exported over OTLP (HTTP/protobuf or gRPC) by ``opentelemetry-sdk``.
+
+Invariant: telemetry never delays, fails or changes a call. The call's path only appends the batch of
+records it has just written to a queue (``observe``); a thread of this process turns them into
+summaries without any argument or result (``summary``) and writes them, many per write, to the
+telemetry worker, a process of its own (``telemetry_worker``) where the SDK makes the spans and
+metric points and its batch processors export them. A collector that is down or slow holds up the
+worker, never a call; so does the SDK's own work, which runs on another core than the gateway's
+(on two cores, making spans in a thread of the gateway would take the calls' interpreter lock). When
+the queue is full, or the worker is gone, summaries are dropped and counted, never waited for.
+
+Spans (semantic-conventions-genai, MCP; auditor-evidence.md 6.7):
+
+- SERVER ``tools/call {tool}``: ``mcp.method.name``, ``gen_ai.tool.name``, ``gen_ai.operation.name``
+  ``execute_tool``, ``jsonrpc.request.id`` (string), ``mcp.protocol.version``, ``network.transport``
+  (``pipe`` for stdio, ``tcp`` for HTTP), ``error.type`` (the JSON-RPC code, or ``tool_error``) and
+  ``rpc.response.status_code`` when it failed, ``drawbridge.decision.effect`` / ``.policy`` /
+  ``.rule_index``, ``drawbridge.trace.origin`` and ``drawbridge.trace.index``. Its parent is the
+  agent's, from ``params._meta.traceparent`` / ``tracestate``; an approval is an event on it
+  (``drawbridge.approval``: settled, channel, strength). ``mcp.session.id`` is not set: the record
+  carries no session id.
+- CLIENT ``tools/call {tool}``, the forward to the upstream, child of the SERVER span; absent when
+  nothing was forwarded. The upstream's own ``_meta`` is forwarded unchanged (DESIGN 2), so the
+  upstream parents to the agent's span, not to this one.
+- Histograms ``mcp.server.operation.duration`` and ``mcp.client.operation.duration`` (seconds, the
+  conventions' buckets); log records ``drawbridge.trace.checkpoint`` (the signed note).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from drawbridge.gateway.pipeline.outcomes import Outcome
+from drawbridge.gateway.pipeline.records import CallRecord, RelayEvent
+from drawbridge.gateway.recording.recorder import _request_id_text
+
+logger = logging.getLogger("drawbridge.telemetry")
+
+PROTOCOLS: Final = ("http/protobuf", "grpc")
+QUEUE_MAX: Final = 4096
+"""Batches waiting for the sender; beyond it they are dropped (and counted), never waited for."""
+SEND_EVERY_SECONDS: Final = 0.05
+SEND_AT: Final = 64
+INSTALL_HINT: Final = "pip install 'drawbridge[telemetry]'"
+_MODULES: Final = {
+    "http/protobuf": ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter"),
+    "grpc": ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"),
+}
+
+
+class TelemetryUnavailable(Exception):
+    """Telemetry is configured but cannot run (its packages are not installed, a header variable is
+    missing, the worker cannot start): a startup error."""
+
+
+@dataclass(frozen=True)
+class TelemetrySettings:
+    endpoint: str
+    protocol: str = "http/protobuf"
+    headers_env: Mapping[str, str] = field(default_factory=dict)
+    """Header name -> the environment variable that holds its value (read by the worker)."""
+    service_name: str = "drawbridge"
+    timeout_seconds: float = 5.0
+
+
+def summary(record: CallRecord, index: int | None, end: int) -> tuple[Any, ...]:
+    """What the worker gets of a call (``telemetry_worker``'s field order): no argument, no result."""
+    meta = record.call.meta if record.call is not None else None
+    parent = meta.get("traceparent") if meta else None
+    state = meta.get("tracestate") if meta else None
+    provenance = record.provenance
+    approval = record.approval
+    shown = {key: str(approval[key]) for key in ("settled", "channel", "strength")
+             if approval is not None and approval.get(key) is not None}
+    request_id = record.request_id
+    shown_id = str(request_id) if type(request_id) is int else _request_id_text(request_id)
+    return (
+        record.tool or "", shown_id, record.protocol_version,
+        record.action.value if record.action is not None else None,
+        provenance.policy if provenance is not None else None,
+        provenance.rule_index if provenance is not None else None,
+        record.error_code, record.outcome is Outcome.TOOL_ERROR, record.error, record.latency_ms, record.decision_ms,
+        record.forwarded, shown or None, parent if isinstance(parent, str) else None,
+        state if isinstance(state, str) else None, index, end,
+    )
+
+
+class Telemetry:
+    """The gateway's side of telemetry: the queue, the sender thread and the worker (module docstring)."""
+
+    def __init__(
+        self, settings: TelemetrySettings, environ: Mapping[str, str], *, network_transport: str,
+        origin: str | None = None,
+    ) -> None:
+        try:
+            for module in _MODULES[settings.protocol]:
+                importlib.import_module(module)
+        except ImportError:
+            raise TelemetryUnavailable(
+                f"telemetry is configured but opentelemetry-sdk and its OTLP {settings.protocol} exporter are not "
+                f"installed ({INSTALL_HINT})"
+            ) from None
+        for name, variable in settings.headers_env.items():
+            if not environ.get(variable):
+                raise TelemetryUnavailable(
+                    f"telemetry header {name} needs environment variable {variable}, which is missing or empty")
+        from drawbridge import __version__
+
+        try:
+            self._worker = subprocess.Popen(
+                [sys.executable, "-m", "drawbridge.gateway.recording.telemetry_worker"],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=dict(environ), close_fds=True,
+            )
+        except OSError as exc:
+            raise TelemetryUnavailable(f"the telemetry worker cannot start: {exc.strerror or exc}") from None
+        self.origin = origin
+        self.dropped = 0
+        self._pending: deque[tuple[Any, ...]] = deque()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._broken = False
+        self._send(("settings", {
+            "endpoint": settings.endpoint, "protocol": settings.protocol, "headers_env": dict(settings.headers_env),
+            "service_name": settings.service_name, "timeout_seconds": settings.timeout_seconds,
+            "network_transport": network_transport, "origin": origin, "version": __version__,
+        }))
+        self._thread = threading.Thread(target=self._run, name="drawbridge-telemetry", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------------------ the call's side
+
+    def observe(self, events: Sequence[RelayEvent], last_index: int | None) -> None:
+        """Queue a batch just recorded (``last_index``: the trace index of its last entry, one entry per
+        event). An append; never waits."""
+        pending = self._pending
+        if len(pending) >= QUEUE_MAX or self._broken:
+            self.dropped += len(events)
+            return
+        pending.append(("calls", time.time_ns(), events, last_index))
+        if len(pending) >= SEND_AT:
+            self._wake.set()
+
+    def checkpoint(self, size: int, note: str) -> None:
+        """A signed checkpoint, sent off the machine as a log record (the note is public material)."""
+        self._pending.append(("checkpoint", size, note))
+        self._wake.set()
+
+    # ------------------------------------------------------------------------------ the sender thread
+
+    def _send(self, frame: tuple[Any, ...]) -> None:
+        stdin = self._worker.stdin
+        assert stdin is not None
+        data = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            stdin.write(len(data).to_bytes(4, "big") + data)
+            stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            if not self._broken:
+                logger.error("the telemetry worker is gone; telemetry is dropped from now on")
+            self._broken = True
+
+    def _drain(self) -> None:
+        calls: list[tuple[Any, ...]] = []
+        pending = self._pending
+        while pending:
+            item = pending.popleft()
+            if item[0] == "checkpoint":
+                self._send(item)
+                continue
+            _kind, end, events, last_index = item
+            for position, event in enumerate(events):
+                if isinstance(event, CallRecord):
+                    index = None if last_index is None else last_index - (len(events) - 1 - position)
+                    calls.append(summary(event, index, end))
+        if calls and not self._broken:
+            self._send(("calls", calls))
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(SEND_EVERY_SECONDS)
+            self._wake.clear()
+            try:
+                self._drain()
+            except Exception as exc:  # noqa: BLE001 -- telemetry never stops the gateway
+                logger.error("telemetry could not send a batch (%s)", type(exc).__name__)
+            if self._stopping and not self._pending:
+                return
+
+    def shutdown(self, timeout: float = 20.0) -> None:
+        """Send what is queued, let the worker export it within its timeouts, and stop it."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout)
+        if self._worker.stdin is not None:
+            try:
+                self._worker.stdin.close()
+            except OSError:
+                pass
+        try:
+            self._worker.wait(timeout)
+        except subprocess.TimeoutExpired:
+            logger.warning("the telemetry worker did not finish its export in %g s; stopped", timeout)
+            self._worker.kill()
+            self._worker.wait()
+
+
+__all__ = ["PROTOCOLS", "Telemetry", "TelemetrySettings", "TelemetryUnavailable", "summary"]

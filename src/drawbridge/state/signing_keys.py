@@ -1,0 +1,220 @@
+"""The gateway's two Ed25519 keys: one signs trace checkpoints, the other attestations of exports.
+
+Invariant: a private key exists only in its PKCS#8 PEM file, mode 0600, in a directory of mode
+0700, and in the memory of the process that loaded it; no record, log line, error message or export
+holds it (``repr`` hides it, and every error names the file, never its content). A key file that
+group or others may read is refused, as ssh refuses one. The two keys are never the same (C2SP: a
+key is not reused across signature types).
+
+Files in the keys directory (default ``<evidence_dir>/keys``), made together at first start:
+
+- ``checkpoint.key``: PKCS#8 PEM, signs checkpoints as the log's origin;
+- ``checkpoint.vkey``: its C2SP verifier key ``<origin>+<key hash>+<base64>``, which also records the
+  origin (default ``drawbridge.local/<128-bit random hex>``): print it, pin it elsewhere;
+- ``attestation.key``: PKCS#8 PEM (the format of Assay's key files), signs DSSE envelopes;
+- ``attestation.pub.pem``: its SubjectPublicKeyInfo PEM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+    load_pem_private_key,
+    load_pem_public_key,
+)
+
+from drawbridge.evidence.signed_note import NoteError, NoteSigner, NoteVerifier, parse_vkey
+from drawbridge.evidence.tlog import DEFAULT_ORIGIN_DOMAIN, is_valid_origin
+
+KEYS_DIR: Final = "keys"
+CHECKPOINT_KEY: Final = "checkpoint.key"
+CHECKPOINT_VKEY: Final = "checkpoint.vkey"
+ATTESTATION_KEY: Final = "attestation.key"
+ATTESTATION_PUB: Final = "attestation.pub.pem"
+KEY_MODE: Final = 0o600
+DIR_MODE: Final = 0o700
+
+
+class KeyFileError(Exception):
+    """A key file that cannot be made, read or trusted; the message names the file, never its content."""
+
+
+def default_origin() -> str:
+    return f"{DEFAULT_ORIGIN_DOMAIN}/{secrets.token_hex(16)}"
+
+
+def spki_der(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+
+
+def dsse_keyid(key: Ed25519PublicKey) -> str:
+    """Assay's DSSE key id: ``sha256:`` + hex SHA-256 of the SubjectPublicKeyInfo DER."""
+    return "sha256:" + hashlib.sha256(spki_der(key)).hexdigest()
+
+
+@dataclass(frozen=True)
+class EvidenceKeys:
+    directory: Path
+    checkpoint: NoteSigner = field(repr=False)
+    attestation: Ed25519PrivateKey = field(repr=False)
+
+    @property
+    def origin(self) -> str:
+        return self.checkpoint.name
+
+    @property
+    def verifier(self) -> NoteVerifier:
+        return self.checkpoint.verifier
+
+    @property
+    def attestation_public_pem(self) -> bytes:
+        return self.attestation.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+
+    @property
+    def attestation_keyid(self) -> str:
+        return dsse_keyid(self.attestation.public_key())
+
+
+def _private_pem(key: Ed25519PrivateKey) -> bytes:
+    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+
+
+def _write_new(path: Path, data: bytes, mode: int) -> None:
+    """Write a file that must not exist yet: to a temporary name, fsynced, then linked into place (a crash
+    leaves no half-written key under the real name)."""
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(temporary, path)
+    finally:
+        temporary.unlink()
+
+
+def _read_private(path: Path) -> Ed25519PrivateKey:
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise KeyFileError(f"cannot read the key file {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise KeyFileError(f"the key file {path} is not a regular file")
+    if info.st_mode & 0o077:
+        raise KeyFileError(
+            f"the key file {path} may be read by others (mode {stat.S_IMODE(info.st_mode):04o}); "
+            f"it must be {KEY_MODE:04o} (chmod 600)"
+        )
+    try:
+        key = load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError):
+        raise KeyFileError(f"the key file {path} is not an unencrypted PKCS#8 PEM private key") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise KeyFileError(f"the key file {path} does not hold an Ed25519 key")
+    return key
+
+
+def _create(directory: Path, origin: str) -> None:
+    checkpoint, attestation = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    signer = NoteSigner(origin, checkpoint)
+    _write_new(directory / CHECKPOINT_KEY, _private_pem(checkpoint), KEY_MODE)
+    _write_new(directory / ATTESTATION_KEY, _private_pem(attestation), KEY_MODE)
+    _write_new(directory / ATTESTATION_PUB, EvidenceKeys(directory, signer, attestation).attestation_public_pem, 0o644)
+    _write_new(directory / CHECKPOINT_VKEY, (signer.verifier.vkey + "\n").encode("ascii"), 0o644)
+    for name in (None, CHECKPOINT_KEY):
+        fd = os.open(directory if name is None else directory / name, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def load_keys(directory: str | os.PathLike[str]) -> EvidenceKeys:
+    """The keys of a directory made by ``open_keys``; ``KeyFileError`` when one is missing or wrong."""
+    path = Path(directory)
+    verifier = read_vkey(path / CHECKPOINT_VKEY)
+    signer = NoteSigner(verifier.name, _read_private(path / CHECKPOINT_KEY))
+    if signer.verifier != verifier:
+        raise KeyFileError(f"{path / CHECKPOINT_VKEY} is not the verifier key of {path / CHECKPOINT_KEY}")
+    attestation = _read_private(path / ATTESTATION_KEY)
+    if attestation.private_bytes_raw() == signer.key.private_bytes_raw():
+        raise KeyFileError(f"{path / ATTESTATION_KEY} is the checkpoint key: the two keys must differ")
+    return EvidenceKeys(path, signer, attestation)
+
+
+def open_keys(directory: str | os.PathLike[str], origin: str | None = None) -> EvidenceKeys:
+    """The keys of ``directory``, made there (with ``origin``, else a random one) when it holds none.
+    A configured ``origin`` other than the keys' own is refused: a log's origin does not change."""
+    path = Path(directory)
+    if origin is not None and not is_valid_origin(origin):
+        raise KeyFileError(f"the origin {origin!r} is not a key name (printable ASCII, no spaces, no '+')")
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+        if not (path / CHECKPOINT_KEY).exists() and not (path / CHECKPOINT_VKEY).exists():
+            _create(path, origin or default_origin())
+    except OSError as exc:
+        raise KeyFileError(f"cannot make the keys in {path}: {exc.strerror or exc}") from None
+    keys = load_keys(path)
+    if origin is not None and origin != keys.origin:
+        raise KeyFileError(
+            f"the keys in {path} sign as origin {keys.origin!r}, not {origin!r}: a log keeps its origin "
+            "(give the keys' own origin, or another keys directory for a new log)"
+        )
+    return keys
+
+
+def read_vkey(path: str | os.PathLike[str]) -> NoteVerifier:
+    """A verifier key file (one line)."""
+    try:
+        text = Path(path).read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not ASCII"
+        raise KeyFileError(f"cannot read the verifier key {path}: {reason}") from None
+    try:
+        return parse_vkey(text.strip())
+    except NoteError as exc:
+        raise KeyFileError(f"{path}: {exc}") from None
+
+
+def read_public_pem(path: str | os.PathLike[str]) -> Ed25519PublicKey:
+    try:
+        key = load_pem_public_key(Path(path).read_bytes())
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not a PEM public key"
+        raise KeyFileError(f"cannot read the public key {path}: {reason}") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise KeyFileError(f"{path} is not an Ed25519 public key")
+    return key
+
+
+__all__ = [
+    "ATTESTATION_KEY",
+    "ATTESTATION_PUB",
+    "CHECKPOINT_KEY",
+    "CHECKPOINT_VKEY",
+    "KEYS_DIR",
+    "EvidenceKeys",
+    "KeyFileError",
+    "default_origin",
+    "dsse_keyid",
+    "load_keys",
+    "open_keys",
+    "read_public_pem",
+    "read_vkey",
+    "spki_der",
+]

@@ -1,0 +1,308 @@
+"""The auditor package: Assay's bundle format byte for byte (its committed bundles and pins, and ours,
+recomputed here from bytes with hashlib and rfc8785), an export of a real gateway run after an approval,
+a denial, a carrier mismatch and an audit import that verifies, and any one-byte change in any package
+file that fails ``verify-export``."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rfc8785
+from conftest import PYTHON, child_env
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import load_der_public_key
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from drawbridge.evidence.bundle import BundleError, Producer, make_event, verify_bundle, write_bundle
+from drawbridge.evidence.bundle_archive import gunzip, read_members
+from drawbridge.evidence.dsse import keyid, open_envelope, sign_statement, verify_bundle_attestation
+from drawbridge.evidence.export_verify import verify_export
+from drawbridge.evidence.signed_note import parse_vkey
+from drawbridge.state.signing_keys import read_public_pem
+
+VECTORS = Path(__file__).resolve().parent / "vectors" / "bundle"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, timeout=180,
+                          env=child_env())
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# --------------------------------------------------------------------------- Assay's own bytes
+
+
+@pytest.mark.parametrize("name", ["assay-test-bundle.tar.gz", "assay-demo-bundle.tar.gz"])
+def test_assays_committed_bundles_are_rebuilt_to_the_same_tar_bytes(name: str) -> None:
+    """Two bundles written by Assay's Rust BundleWriter (committed in its repository, MIT): our writer,
+    given their events, writes the same manifest, events and uncompressed tar stream."""
+    archive = (VECTORS / name).read_bytes()
+    assert archive[:10] == bytes.fromhex("1f8b08000000000002ff")  # no name, mtime 0, XFL 2, OS 255
+    tar = gzip.decompress(archive)
+    verified = verify_bundle(archive)
+    rebuilt = write_bundle(verified.events, Producer(**verified.manifest["producer"]))
+    assert rebuilt.tar == tar
+    assert rebuilt.archive[:10] == archive[:10] and gzip.decompress(rebuilt.archive) == tar
+
+
+def test_assays_golden_pins_are_reproduced() -> None:
+    """assay-evidence's determinism test pins the manifest and events of one fixed event."""
+    data = {"seq": 0, "message": "This is a deterministic test event",
+            "nested": {"z_field": 3, "a_field": 1, "m_field": 2}}
+    event = make_event(run_id="run_golden_test_12345", seq=0, source="urn:assay:determinism-test",
+                       producer=Producer("assay-evidence-test", "0.1.0-test", "abc1234"),
+                       event_type="assay.determinism.test", data=data, time="2023-11-14T22:13:20Z")
+    written = write_bundle([event])
+    assert sha(written.manifest) == "1412325ee64c94de98d21ed26750d23c26f71c47c4d156d70dfd6110da7541fa"
+    assert sha(written.events) == "2c338577727ae79d1e4e0c64fb7f924951da3264ac3667caa0476e56c51e5917"
+
+
+def test_assays_dsse_key_id_and_pae() -> None:
+    """Assay's supply-chain DSSE fixture (seed 0x07 x 32): the same key id, and its envelope opens."""
+    trusted = json.loads((VECTORS / "assay-pinned-ed25519.trustedkey.json").read_text())
+    public = load_der_public_key(base64.b64decode(trusted["public_key"]))
+    assert keyid(Ed25519PrivateKey.from_private_bytes(b"\x07" * 32).public_key()) == trusted["key_id"]
+    assert keyid(public) == trusted["key_id"]  # type: ignore[arg-type]
+    statement = open_envelope((VECTORS / "assay-slsa-provenance.dsse.json").read_bytes(), public)  # type: ignore[arg-type]
+    assert statement["predicateType"] == "https://slsa.dev/provenance/v1"
+
+
+# --------------------------------------------------------------------------- our committed vector
+
+
+def _content_hash(event: dict[str, Any]) -> str:
+    hashed = {key: event[key] for key in ("specversion", "type", "datacontenttype", "subject", "data") if key in event}
+    return "sha256:" + sha(rfc8785.dumps(hashed))
+
+
+def test_our_committed_bundle_recomputes_from_its_bytes() -> None:
+    """A bundle drawbridge wrote for a real run, committed: every digest recomputed here by hand, and the
+    writer reproduces the committed member and tar bytes."""
+    directory = VECTORS / "drawbridge-run"
+    manifest_bytes = (directory / "manifest.json").read_bytes()
+    events_bytes = (directory / "events.ndjson").read_bytes()
+    expected = json.loads((directory / "expected.json").read_text())
+    assert sha(manifest_bytes) == expected["manifest_sha256"] and sha(events_bytes) == expected["events_sha256"]
+    events = [json.loads(line) for line in events_bytes.splitlines()]
+    for seq, (line, event) in enumerate(zip(events_bytes.splitlines(), events, strict=True)):
+        assert line == rfc8785.dumps(event)  # each line is the JCS of its event
+        assert event["assaycontenthash"] == _content_hash(event)
+        assert (event["assayseq"], event["id"]) == (seq, f"{event['assayrunid']}:{seq}")
+        assert event["source"].startswith("urn:drawbridge:gateway:drawbridge.local/")
+    root = "sha256:" + sha("".join(e["assaycontenthash"] + "\n" for e in events).encode())
+    manifest = json.loads(manifest_bytes)
+    assert manifest_bytes == rfc8785.dumps(manifest)
+    assert manifest["run_root"] == manifest["bundle_id"] == root
+    assert manifest["files"]["events.ndjson"] == {"path": "events.ndjson", "sha256": "sha256:" + sha(events_bytes),
+                                                   "bytes": len(events_bytes)}
+    assert [e["type"] for e in events][-1] == "drawbridge.tlog_checkpoint.v0"
+    written = write_bundle(events, Producer(**manifest["producer"]))
+    assert (written.manifest, written.events) == (manifest_bytes, events_bytes)
+    assert sha(written.tar) == expected["tar_sha256"] and len(written.tar) == expected["tar_bytes"]
+    verified = verify_bundle(written.archive)
+    assert verified.manifest == manifest
+
+
+def test_the_bundle_verifier_applies_assays_rules() -> None:
+    events = [json.loads(line) for line in (VECTORS / "drawbridge-run" / "events.ndjson").read_bytes().splitlines()]
+    good = write_bundle(events)
+    tar = gzip.decompress(good.archive)
+    members = read_members(tar)
+    assert list(members) == ["manifest.json", "events.ndjson"]
+    changed = [dict(e) for e in events]
+    changed[2] = {**changed[2], "data": {**changed[2]["data"], "schema": "x"}}
+    forged = members["events.ndjson"].replace(
+        rfc8785.dumps(events[2]), rfc8785.dumps(changed[2]))
+    from drawbridge.evidence.bundle_archive import gzip_wrap, tar_stream
+
+    with pytest.raises(BundleError, match="size|sha256|content"):
+        verify_bundle(gzip_wrap(tar_stream([("manifest.json", members["manifest.json"]), ("events.ndjson", forged)])))
+    with pytest.raises(BundleError, match="first tar member"):
+        verify_bundle(gzip_wrap(tar_stream([("events.ndjson", members["events.ndjson"]),
+                                            ("manifest.json", members["manifest.json"])])))
+    with pytest.raises(BundleError):
+        verify_bundle(good.archive[:-3])  # the gzip trailer cut
+    assert gunzip(good.archive) == tar
+
+
+# --------------------------------------------------------------------------- a real run, exported
+
+
+GITHUB_KEY_TITLE = "assay.tool_target.v0:github_key_title:ci"
+
+
+def _audit_record() -> dict[str, Any]:
+    """A provider audit record of the deploy key the demo's person approved (acme/rocket, title ci)."""
+    subject = {"action_class": "github_deploy_key", "verb": "create",
+               "target": {"owner": "acme", "repo": "rocket", "key_title_hash": "sha256:" + sha(GITHUB_KEY_TITLE.encode())}}
+    return {"schema": "assay.provider_audit_record.v0", "provider": "github", "record_id": "audit-1",
+            "subject": subject, "binding_digest": "sha256:" + sha(rfc8785.dumps(subject)),
+            "non_claims": ["imported from a provider audit export"]}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The demo (an allowed read, a denied write, a call a person approved in-band, a denied privileged
+    call whose carrier is a mismatch), exported with an audit import."""
+    base = tmp_path_factory.mktemp("export")
+    done = cli("demo", "--dir", str(base / "demo"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    evidence = next((base / "demo").glob("run-*/evidence"))
+    audit = base / "audit"
+    audit.mkdir()
+    (audit / "github-audit-1.json").write_text(json.dumps(_audit_record()))
+    done = cli("evidence", "export", "--evidence-dir", str(evidence), "--carriers", str(evidence / "carriers.ndjson"),
+               "--audit-import", str(audit), "--out", str(base / "package"), "--format", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return evidence, base / "package"
+
+
+def _files(package: Path) -> dict[str, bytes]:
+    return {p.relative_to(package).as_posix(): p.read_bytes() for p in sorted(package.rglob("*")) if p.is_file()}
+
+
+def _verify(files: dict[str, bytes], evidence: Path) -> dict[str, Any]:
+    return verify_export(files, vkey=parse_vkey((evidence / "keys" / "checkpoint.vkey").read_text()),
+                         attestation_key=read_public_pem(evidence / "keys" / "attestation.pub.pem"), keys_pinned=True)
+
+
+def test_an_exported_run_verifies_with_pinned_keys(exported: tuple[Path, Path]) -> None:
+    evidence, package = exported
+    assert set(_files(package)) >= {"bundle.tar.gz", "bundle.tar.gz.intoto.json", "export.intoto.json",
+                                    "trace/trace.ndjson", "trace/checkpoint", "trace/checkpoints.ndjson",
+                                    "keys/checkpoint.vkey", "keys/attestation.pub.pem", "audit-import/github-audit-1.json"}
+    assert not [name for name, data in _files(package).items() if b"PRIVATE KEY" in data]
+    done = cli("evidence", "verify-export", str(package), "--vkey", str(evidence / "keys" / "checkpoint.vkey"),
+               "--attestation-key", str(evidence / "keys" / "attestation.pub.pem"), "--format", "json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["ok"], report
+    assert report["schema"] == "drawbridge.export_verify.report.v0" and report["keys"] == "pinned"
+    ids = {check["id"] for check in report["checks"]}
+    assert ids == {"export_attestation", "bundle_integrity", "bundle_attestation", "tool_decision_truth",
+                   "side_effects", "trace_chain", "checkpoint", "run_sealed", "bundle_checkpoint", "trace_binding",
+                   "observed_confirmed", "tlog_proofs"}
+    side = next(check for check in report["checks"] if check["id"] == "side_effects")
+    assert "1 verified through 1 audit record" in side["detail"]  # the approved deploy key, by the import
+    assert set(report["claims_not_made"]) >= {"completeness_after_last_external_checkpoint", "key_not_compromised"}
+    # The bundle: the run's records in trace order (a mismatch carrier among them), rows, the checkpoint.
+    verified = verify_bundle((package / "bundle.tar.gz").read_bytes())
+    types = [event["type"] for event in verified.events]
+    assert types == ["assay.tool_decision_surface.v0", "assay.tool_decision_truth.v0"] * 4 \
+        + ["assay.tool_decision_truth.recipe_row.v0"] * 4 + ["drawbridge.tlog_checkpoint.v0"]
+    verdicts = [e["data"]["decision_verdict"] for e in verified.events if e["type"] == "assay.tool_decision_truth.v0"]
+    assert "mismatch" in verdicts
+    decisions = [e["data"]["observed_tool_decisions"][0] for e in verified.events
+                 if e["type"] == "assay.tool_decision_surface.v0"]
+    assert [d["decision"]["effect"] for d in decisions] == ["allow", "deny", "allow", "deny"]
+    trace = [json.loads(line) for line in (package / "trace" / "trace.ndjson").read_text().splitlines()]
+    assert any(entry["kind"] == "approval_resolved" for entry in trace)
+    attested = verify_bundle_attestation((package / "bundle.tar.gz.intoto.json").read_bytes(),
+                                         read_public_pem(evidence / "keys" / "attestation.pub.pem"),
+                                         (package / "bundle.tar.gz").read_bytes())
+    assert attested["subject"][0]["digest"]["sha256"] == sha((package / "bundle.tar.gz").read_bytes())
+
+
+FILES_OF_A_PACKAGE = st.data()
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=FILES_OF_A_PACKAGE)
+def test_any_one_byte_change_in_any_package_file_fails(exported: tuple[Path, Path], data: st.DataObject) -> None:
+    evidence, package = exported
+    files = _files(package)
+    name = data.draw(st.sampled_from(sorted(files)))
+    position = data.draw(st.integers(0, len(files[name]) - 1))
+    value = data.draw(st.integers(0, 255).filter(lambda b: b != files[name][position]))
+    changed = bytearray(files[name])
+    changed[position] = value
+    report = _verify({**files, name: bytes(changed)}, evidence)
+    assert report["ok"] is False, (name, position, value)
+
+
+@pytest.mark.parametrize("name", ["bundle.tar.gz", "export.intoto.json", "trace/trace.ndjson", "trace/checkpoint",
+                                  "trace/checkpoints.ndjson", "keys/checkpoint.vkey", "audit-import/github-audit-1.json"])
+def test_every_file_counts_its_first_and_last_byte(exported: tuple[Path, Path], name: str) -> None:
+    evidence, package = exported
+    files = _files(package)
+    for position in (0, len(files[name]) - 1):
+        changed = bytearray(files[name])
+        changed[position] ^= 0x01
+        assert _verify({**files, name: bytes(changed)}, evidence)["ok"] is False, (name, position)
+    missing = dict(files)
+    del missing[name]
+    assert _verify(missing, evidence)["ok"] is False
+    assert _verify({**files, "extra.txt": b"x"}, evidence)["ok"] is False
+
+
+def test_a_record_left_out_and_everything_re_signed_fails_the_trace_binding(exported: tuple[Path, Path]) -> None:
+    """The operator holds the attestation key: drop a denied call's records from the bundle, sign the
+    bundle and the package again. The trace still names them: the binding fails."""
+    evidence, package = exported
+    files = _files(package)
+    verified = verify_bundle(files["bundle.tar.gz"])
+    kept = [e for e in verified.events if not (e["type"] == "assay.tool_decision_surface.v0"
+                                               and e["data"]["observed_tool_decisions"][0]["decision"]["effect"] == "deny")]
+    renumbered = []
+    for seq, event in enumerate(kept):
+        renumbered.append({**event, "assayseq": seq, "id": f"{event['assayrunid']}:{seq}"})
+    from drawbridge.evidence.dsse import bundle_statement, export_statement
+    from drawbridge.state.signing_keys import load_keys
+
+    keys = load_keys(evidence / "keys")
+    bundle = write_bundle(renumbered, Producer(**verified.manifest["producer"]))
+    forged = {**files, "bundle.tar.gz": bundle.archive,
+              "bundle.tar.gz.intoto.json": sign_statement(bundle_statement(bundle.archive), keys.attestation)}
+    del forged["export.intoto.json"]
+    statement = json.loads(base64.b64decode(json.loads(files["export.intoto.json"])["payload"]))
+    forged["export.intoto.json"] = sign_statement(export_statement(forged, statement["predicate"]), keys.attestation)
+    report = _verify(forged, evidence)
+    failed = {check["id"] for check in report["checks"] if not check["ok"]}
+    assert "trace_binding" in failed and "export_attestation" not in failed and "bundle_integrity" not in failed
+
+
+def test_export_refuses_a_cut_trace_and_an_unsealed_run_does_not_verify(tmp_path: Path, exported: tuple[Path, Path]) -> None:
+    evidence, _package = exported
+    copy = tmp_path / "evidence"
+    shutil.copytree(evidence, copy)
+    trace = copy / "trace.ndjson"
+    lines = trace.read_bytes().splitlines(keepends=True)
+    trace.write_bytes(b"".join(lines[:-2]))
+    done = cli("evidence", "export", "--evidence-dir", str(copy), "--carriers", str(copy / "carriers.ndjson"),
+               "--out", str(tmp_path / "p1"))
+    assert done.returncode == 1 and "cut tail" in done.stderr and not (tmp_path / "p1").exists()
+    # The whole trace without its run_end, re-signed by the operator: exported, but never "verified".
+    from drawbridge.evidence.merkle import MerkleTree
+    from drawbridge.evidence.tlog import Checkpoint, sign_checkpoint, trace_leaf
+    from drawbridge.state.checkpoint_files import checkpoint_line
+    from drawbridge.state.signing_keys import load_keys
+
+    unsealed = lines[:-1]
+    trace.write_bytes(b"".join(unsealed))
+    keys = load_keys(copy / "keys")
+    note = sign_checkpoint(Checkpoint(keys.origin, len(unsealed), MerkleTree([trace_leaf(x) for x in unsealed]).root()),
+                           keys.checkpoint)
+    (copy / "checkpoint").write_text(note)
+    (copy / "checkpoints.ndjson").write_bytes(checkpoint_line(len(unsealed), note))
+    done = cli("evidence", "export", "--evidence-dir", str(copy), "--carriers", str(copy / "carriers.ndjson"),
+               "--out", str(tmp_path / "p2"))
+    assert done.returncode == 0 and "INCOMPLETE" in done.stdout
+    done = cli("evidence", "verify-export", str(tmp_path / "p2"), "--format", "json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 1 and [c["id"] for c in report["checks"] if not c["ok"]] == ["run_sealed"]
+    assert "signer_identity" in report["claims_not_made"]  # the package's own keys were used
+    assert cli("evidence", "export", "--evidence-dir", str(copy), "--out", str(tmp_path / "p3")).returncode == 2  # no --carriers
+    again = cli("evidence", "export", "--evidence-dir", str(copy), "--carriers", str(copy / "carriers.ndjson"),
+                "--out", str(tmp_path / "p2"))
+    assert again.returncode == 2 and "not an empty directory" in again.stderr

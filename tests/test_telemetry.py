@@ -1,0 +1,258 @@
+"""Live telemetry from a real ``drawbridge wrap``, received by a real OTLP receiver in this process that
+decodes the exporter's protobuf with opentelemetry-proto: spans, kinds, parents and attributes as the
+MCP conventions name them, no argument value anywhere, the checkpoints as log records, the duration
+metrics; and a collector that is down or hangs costs no call."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anyio
+import grpc
+import pytest
+from approval_support import Person, write_policy
+from conftest import GITHUB_LIKE, connect, wrap_params
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest, ExportLogsServiceResponse
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
+
+from drawbridge.state.signing_keys import read_vkey
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "zz-planted-argument-9a8b7c"
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
+WAIT = 60.0
+POLICY = """\
+name: telemetry
+agent: "*"
+rules:
+  - tools: ["list_repos"]
+    action: allow
+  - tools: ["get_repo"]
+    action: deny
+  - tools: ["add_deploy_key"]
+    action: human_approval
+  - tools: ["*"]
+    action: deny
+"""
+
+KINDS = {1: "INTERNAL", 2: "SERVER", 3: "CLIENT"}
+REQUESTS = {"/v1/traces": (ExportTraceServiceRequest, ExportTraceServiceResponse),
+            "/v1/metrics": (ExportMetricsServiceRequest, ExportMetricsServiceResponse),
+            "/v1/logs": (ExportLogsServiceRequest, ExportLogsServiceResponse)}
+
+
+class Receiver:
+    """An OTLP/HTTP receiver on 127.0.0.1: keeps every request body and decodes it; ``hang`` makes it
+    never answer (a collector that stalls)."""
+
+    def __init__(self, hang: threading.Event | None = None) -> None:
+        self.bodies: list[tuple[str, bytes]] = []
+        self.arrived = threading.Condition()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 -- the http.server name
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with receiver.arrived:
+                    receiver.bodies.append((self.path, body))
+                    receiver.arrived.notify_all()
+                if hang is not None:
+                    hang.wait(WAIT)
+                    return
+                kind = REQUESTS.get(self.path)
+                payload = kind[1]().SerializeToString() if kind else b""
+                self.send_response(200 if kind else 404)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def decoded(self, path: str) -> list[Any]:
+        return [REQUESTS[path][0].FromString(body) for p, body in list(self.bodies) if p == path]
+
+    def spans(self) -> list[Any]:
+        return [span for request in self.decoded("/v1/traces") for rs in request.resource_spans
+                for ss in rs.scope_spans for span in ss.spans]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def attributes(item: Any) -> dict[str, Any]:
+    out = {}
+    for kv in item.attributes:
+        value = kv.value
+        out[kv.key] = getattr(value, value.WhichOneof("value"))
+    return out
+
+
+async def test_spans_metrics_and_checkpoints_reach_a_real_otlp_receiver(tmp_path: Path) -> None:
+    receiver = Receiver()
+    evidence = tmp_path / "evidence"
+    flags = ["--policy", str(write_policy(tmp_path, POLICY)), "--agent", "tester", "--evidence-dir", str(evidence),
+             "--fsync", "never", "--otlp-endpoint", receiver.url, "--service-name", "gw-under-test"]
+    try:
+        async with connect(wrap_params(GITHUB_LIKE, *flags), elicitation_callback=Person()) as client:
+            meta = {"traceparent": TRACEPARENT, "tracestate": "vendor=1"}
+            listed = await client.call_tool("list_repos", {"owner": f"acme{SECRET}"}, meta=meta)  # type: ignore[arg-type]
+            assert not listed.is_error
+            denied = await client.call_tool("get_repo", {"owner": "acme", "name": SECRET})
+            assert denied.is_error
+            approved = await client.call_tool(
+                "add_deploy_key", {"owner": "acme", "repo": "rocket", "title": SECRET, "key": "ssh-ed25519 A"})
+            assert not approved.is_error
+        # wrap has exited: its shutdown flushed the spans, the metrics and the final checkpoint.
+        spans = receiver.spans()
+        servers = {span.name: span for span in spans if KINDS[span.kind] == "SERVER"}
+        clients = {span.name: span for span in spans if KINDS[span.kind] == "CLIENT"}
+        assert set(servers) == {"tools/call list_repos", "tools/call get_repo", "tools/call add_deploy_key"}
+        assert set(clients) == {"tools/call list_repos", "tools/call add_deploy_key"}  # nothing forwarded when denied
+        listed_span = servers["tools/call list_repos"]
+        assert listed_span.trace_id.hex() == TRACE_ID and listed_span.parent_span_id.hex() == PARENT_ID
+        assert listed_span.trace_state == "vendor=1"
+        client_span = clients["tools/call list_repos"]
+        assert client_span.trace_id == listed_span.trace_id and client_span.parent_span_id == listed_span.span_id
+        assert client_span.start_time_unix_nano >= listed_span.start_time_unix_nano
+        assert client_span.end_time_unix_nano <= listed_span.end_time_unix_nano
+        found = attributes(listed_span)
+        trace = [json.loads(line) for line in (evidence / "trace.ndjson").read_text().splitlines()]
+        index = next(e["seq"] for e in trace if e["kind"] == "tool_decision" and e["body"]["tool"] == "list_repos")
+        origin = read_vkey(evidence / "keys" / "checkpoint.vkey").name
+        assert found == {
+            "mcp.method.name": "tools/call", "gen_ai.tool.name": "list_repos", "gen_ai.operation.name": "execute_tool",
+            "jsonrpc.request.id": found["jsonrpc.request.id"], "mcp.protocol.version": found["mcp.protocol.version"],
+            "network.transport": "pipe", "drawbridge.decision.effect": "allow", "drawbridge.decision.policy": "telemetry",
+            "drawbridge.decision.rule_index": 0, "drawbridge.trace.origin": origin, "drawbridge.trace.index": index,
+        }
+        assert found["mcp.protocol.version"] == "2025-11-25" and found["jsonrpc.request.id"].isdigit()
+        refused = attributes(servers["tools/call get_repo"])
+        assert refused["drawbridge.decision.effect"] == "deny" and refused["drawbridge.decision.rule_index"] == 1
+        held = servers["tools/call add_deploy_key"]
+        assert attributes(held)["drawbridge.decision.effect"] == "allow"  # settled by a person: the event says how
+        (event,) = [e for e in held.events if e.name == "drawbridge.approval"]
+        assert attributes(event)["settled"] == "allow" and attributes(event)["channel"] == "elicitation"
+        assert servers["tools/call list_repos"].trace_id != held.trace_id  # no traceparent: a trace of its own
+        resources = [attributes(rs.resource) for r in receiver.decoded("/v1/traces") for rs in r.resource_spans]
+        assert {r["service.name"] for r in resources} == {"gw-under-test"}
+        # Never an argument: not in any byte the collector received.
+        assert receiver.bodies and not [path for path, body in receiver.bodies if SECRET.encode() in body]
+        metrics = {m.name: m for r in receiver.decoded("/v1/metrics") for rm in r.resource_metrics
+                   for sm in rm.scope_metrics for m in sm.metrics}
+        server_duration = metrics["mcp.server.operation.duration"].histogram
+        assert sum(point.count for point in server_duration.data_points) == 3
+        assert list(server_duration.data_points[0].explicit_bounds)[:3] == [0.01, 0.02, 0.05]
+        assert sum(p.count for p in metrics["mcp.client.operation.duration"].histogram.data_points) == 2
+        notes = [record.body.string_value for r in receiver.decoded("/v1/logs") for rl in r.resource_logs
+                 for sl in rl.scope_logs for record in sl.log_records]
+        assert (evidence / "checkpoint").read_text() in notes  # the final checkpoint left the machine
+    finally:
+        receiver.close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("collector", ["down", "hung"])
+async def test_a_collector_that_is_down_or_hangs_costs_no_call(tmp_path: Path, collector: str) -> None:
+    hang = threading.Event()
+    receiver = Receiver(hang) if collector == "hung" else None
+    endpoint = receiver.url if receiver is not None else f"http://127.0.0.1:{_closed_port()}"
+    flags = ["--policy", str(write_policy(tmp_path)), "--agent", "tester", "--evidence-dir", str(tmp_path / "ev"),
+             "--fsync", "never", "--otlp-endpoint", endpoint, "--checkpoint-every-lines", "1"]
+    try:
+        async with connect(wrap_params(GITHUB_LIKE, *flags)) as client:
+            began = time.monotonic()
+            for owner in ("acme", "octo", "acme", "octo", "acme", "octo"):
+                result = await client.call_tool("list_repos", {"owner": owner})
+                assert not result.is_error
+            elapsed = time.monotonic() - began
+            # Were the export on the calls' path, each would wait for the collector's 5 s timeout.
+            assert elapsed < 15.0, elapsed
+            if receiver is not None:
+                with anyio.fail_after(WAIT):  # the batch did try to reach it, from its own thread
+                    while not receiver.bodies:
+                        await anyio.sleep(0.05)
+    finally:
+        hang.set()
+        if receiver is not None:
+            receiver.close()
+    trace = [json.loads(line) for line in (tmp_path / "ev" / "trace.ndjson").read_text().splitlines()]
+    assert [e["body"]["outcome"] for e in trace if e["kind"] == "tool_decision"] == ["ok"] * 6
+
+
+class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self) -> None:
+        self.requests: list[ExportTraceServiceRequest] = []
+
+    def Export(self, request: ExportTraceServiceRequest, context: Any) -> ExportTraceServiceResponse:  # noqa: N802
+        self.requests.append(request)
+        return ExportTraceServiceResponse()
+
+
+async def test_spans_over_grpc(tmp_path: Path) -> None:
+    service = _TraceService()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    flags = ["--policy", str(write_policy(tmp_path)), "--agent", "tester", "--fsync", "never",
+             "--otlp-endpoint", f"http://127.0.0.1:{port}", "--otlp-protocol", "grpc"]
+    try:
+        async with connect(wrap_params(GITHUB_LIKE, *flags)) as client:
+            assert not (await client.call_tool("list_repos", {"owner": SECRET})).is_error
+    finally:
+        server.stop(grace=None)
+    spans = [span for request in service.requests for rs in request.resource_spans for ss in rs.scope_spans
+             for span in ss.spans]
+    assert sorted((span.name, KINDS[span.kind]) for span in spans) == [
+        ("tools/call list_repos", "CLIENT"), ("tools/call list_repos", "SERVER")]
+    assert "drawbridge.trace.index" not in attributes(spans[0])  # no evidence directory: no trace to point into
+    assert not [r for r in service.requests if SECRET.encode() in r.SerializeToString()]
+
+
+def test_telemetry_configured_but_not_installed_is_a_one_line_startup_error(tmp_path: Path) -> None:
+    """Without opentelemetry-sdk (hidden here by a package that refuses to import), a gateway asked
+    for telemetry does not start without it: one line, exit 2, what to install."""
+    import os
+    import subprocess
+
+    from conftest import PYTHON, SERVERS, child_env
+
+    hidden = tmp_path / "hide" / "opentelemetry" / "sdk"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('hidden for the test')\n")
+    env = child_env({"PYTHONPATH": os.pathsep.join([str(tmp_path / "hide"), os.environ.get("PYTHONPATH", "")])})
+    argv = [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--otlp-endpoint", "http://127.0.0.1:9",
+            "--", PYTHON, str(SERVERS / "notebook.py")]
+    done = subprocess.run(argv, input="", capture_output=True, text=True, env=env, timeout=60)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "telemetry is configured" in lines[0] and "drawbridge[telemetry]" in lines[0]

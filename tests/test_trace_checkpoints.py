@@ -1,0 +1,284 @@
+"""Signed checkpoints of the trace, written by the real writer and checked by ``drawbridge evidence
+verify-chain``: a sealed run verifies; a cut tail, a rollback re-signed with the operator's own key, an
+unsealed run and lines no signature covers are each reported, never clean."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import PYTHON
+
+from drawbridge.evidence.chain import split_lines
+from drawbridge.evidence.merkle import MerkleTree, verify_consistency
+from drawbridge.evidence.runs import RUN_END, run_end_body
+from drawbridge.evidence.tlog import Checkpoint, open_checkpoint, sign_checkpoint, trace_leaf
+from drawbridge.gateway.recording.checkpoints import CheckpointSettings, Checkpointer
+from drawbridge.state.checkpoint_files import CHECKPOINT_FILE, CHECKPOINTS_FILE, CheckpointFiles, checkpoint_line
+from drawbridge.state.signing_keys import load_keys, open_keys
+from drawbridge.state.trace_log import TraceLog
+
+AT = "2026-12-01T10:00:00.000000Z"
+TIMEOUT = 30.0
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, timeout=120)
+
+
+def verify(evidence: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    done = cli("evidence", "verify-chain", str(evidence / "trace.ndjson"), *extra, "--format", "json")
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def codes(report: dict[str, Any]) -> set[str]:
+    return {problem["code"] for problem in report["problems"]}
+
+
+class Log:
+    """A trace with its checkpointer, as the gateway runs them (fsync off: these tests need no disk)."""
+
+    def __init__(self, evidence: Path, settings: CheckpointSettings = CheckpointSettings(1000, 3600.0)) -> None:
+        evidence.mkdir(parents=True, exist_ok=True)
+        self.evidence = evidence
+        self.trace = TraceLog(evidence / "trace.ndjson", "never")
+        self.keys = open_keys(evidence / "keys")
+        self.checkpointer = Checkpointer(
+            self.trace, self.keys, CheckpointFiles(evidence, durable=False), settings, durable=False, clock=lambda: AT
+        )
+
+    def calls(self, count: int, start: int = 0) -> None:
+        for i in range(start, start + count):
+            self.trace.append("tool_decision", AT, {"tool": f"t{i}", "action": "allow"})
+
+    def close(self) -> None:
+        self.checkpointer.close()
+        self.trace.close()
+
+
+def sealed_run(evidence: Path, calls: int = 6) -> Log:
+    log = Log(evidence)
+    log.checkpointer.begin_run("run-test-1", {"name": "drawbridge", "version": "test"})
+    log.calls(calls)
+    log.checkpointer.end_run()
+    log.close()
+    return log
+
+
+def test_a_sealed_run_verifies_and_its_checkpoint_signs_every_line(tmp_path: Path) -> None:
+    evidence = tmp_path / "ev"
+    sealed_run(evidence)
+    code, report = verify(evidence)
+    assert code == 0 and report["status"] == "verified", report["problems"]
+    assert report["checkpoint"]["tree_size"] == report["lines"] == 8
+    assert report["runs"] == [{"run_id": "run-test-1", "first_index": 0, "last_index": 7, "run_end": 7, "state": "sealed"}]
+    # The checkpoint is the C2SP note of the RFC 6962 root over the lines, by the origin's key.
+    lines = split_lines((evidence / "trace.ndjson").read_bytes())
+    verifier = load_keys(evidence / "keys").verifier
+    signed = open_checkpoint((evidence / CHECKPOINT_FILE).read_text(), verifier)
+    assert signed == Checkpoint(verifier.name, 8, MerkleTree([trace_leaf(line) for line in lines]).root())
+    assert signed.origin.startswith("drawbridge.local/") and len(signed.origin) == len("drawbridge.local/") + 32
+    history = [json.loads(line) for line in (evidence / CHECKPOINTS_FILE).read_text().splitlines()]
+    assert history[-1] == {"tree_size": 8, "note": (evidence / CHECKPOINT_FILE).read_text()}
+    table = cli("evidence", "verify-chain", str(evidence / "trace.ndjson"))
+    assert table.returncode == 0 and "VERIFIED" in table.stdout and "sealed" in table.stdout
+
+
+def test_checkpoints_come_every_n_lines_and_every_t_seconds(tmp_path: Path) -> None:
+    log = Log(tmp_path / "ev", CheckpointSettings(every_lines=3, every_seconds=3600.0))
+    signed: list[int] = []
+    arrived = threading.Event()
+
+    def published(size: int, note: str) -> None:
+        signed.append(size)
+        arrived.set()
+
+    log.checkpointer.published.append(published)
+    log.calls(2)
+    assert not arrived.wait(0.3)  # two lines wait; three are needed
+    log.calls(1, start=2)
+    assert arrived.wait(TIMEOUT) and signed[0] >= 3
+    log.close()
+
+    timed = Log(tmp_path / "ev2", CheckpointSettings(every_lines=1000, every_seconds=0.2))
+    arrived.clear()
+    timed.checkpointer.published.append(published)
+    timed.calls(1)
+    assert arrived.wait(TIMEOUT)  # one line, signed within the time bound
+    assert signed[-1] == 1
+    timed.close()
+
+
+def test_an_unsealed_run_is_incomplete_never_clean(tmp_path: Path) -> None:
+    log = Log(tmp_path / "ev")
+    log.checkpointer.begin_run("run-crashed", {"name": "drawbridge", "version": "test"})
+    log.calls(4)
+    log.checkpointer.checkpoint_now()
+    log.calls(2, start=4)
+    log.close()  # no run_end: as a killed process leaves it
+    code, report = verify(log.evidence)
+    assert code == 1 and report["status"] == "incomplete"
+    assert codes(report) == {"incomplete_run", "not_covered"}
+    assert report["runs"][0]["state"] == "incomplete"
+    uncovered = next(p for p in report["problems"] if p["code"] == "not_covered")
+    assert uncovered["first_index"] == 5 and uncovered["lines"] == 2
+    table = cli("evidence", "verify-chain", str(log.evidence / "trace.ndjson"))
+    assert table.returncode == 1 and "INCOMPLETE" in table.stdout and "no signature covers them" in table.stdout
+
+
+def test_a_cut_tail_is_caught_by_the_logs_own_checkpoint_and_by_one_held_elsewhere(tmp_path: Path) -> None:
+    evidence = tmp_path / "ev"
+    sealed_run(evidence)
+    held = tmp_path / "held.note"
+    held.write_text((evidence / CHECKPOINT_FILE).read_text())
+    trace = evidence / "trace.ndjson"
+    trace.write_bytes(b"".join(split_lines(trace.read_bytes())[:5]))
+    code, report = verify(evidence)
+    assert code == 1 and report["status"] == "failed" and "cut_tail" in codes(report)
+    code, report = verify(evidence, "--known-checkpoint", str(held))
+    assert code == 1 and report["known_checkpoints"][0]["finding"] == "cut_tail"
+
+
+def _resign(evidence: Path, lines: list[bytes]) -> None:
+    """What an operator holding the key can do: rewrite the trace and sign a new history for it."""
+    (evidence / "trace.ndjson").write_bytes(b"".join(lines))
+    keys = load_keys(evidence / "keys")
+    tree = MerkleTree([trace_leaf(line) for line in lines])
+    note = sign_checkpoint(Checkpoint(keys.origin, len(lines), tree.root()), keys.checkpoint)
+    (evidence / CHECKPOINT_FILE).write_text(note)
+    (evidence / CHECKPOINTS_FILE).write_bytes(checkpoint_line(len(lines), note))
+
+
+def test_a_cut_tail_re_signed_with_the_operators_key_is_caught_only_by_a_checkpoint_held_elsewhere(
+    tmp_path: Path,
+) -> None:
+    evidence = tmp_path / "ev"
+    sealed_run(evidence)
+    held = tmp_path / "held.note"
+    held.write_text((evidence / CHECKPOINT_FILE).read_text())
+    # Cut the last calls, forge a new run_end and sign the shorter tree with the operator's key.
+    kept = TraceLog(tmp_path / "rebuilt.ndjson", "never")
+    for line in split_lines((evidence / "trace.ndjson").read_bytes())[:4]:
+        entry = json.loads(line)
+        kept.append(entry["kind"], entry["at"], entry["body"])
+    kept.append(RUN_END, AT, run_end_body("run-test-1", 0))
+    kept.close()
+    _resign(evidence, split_lines((tmp_path / "rebuilt.ndjson").read_bytes()))
+    code, report = verify(evidence)
+    assert code == 0 and report["status"] == "verified"  # the non-claim: alone, the log cannot tell
+    code, report = verify(evidence, "--known-checkpoint", str(held))
+    assert code == 1 and report["status"] == "failed"
+    assert report["known_checkpoints"][0]["finding"] == "cut_tail"
+    assert any("cut tail / rollback" in p["message"] for p in report["problems"])
+
+
+def test_a_rollback_re_signed_with_the_operators_key_fails_the_consistency_proof(tmp_path: Path) -> None:
+    evidence = tmp_path / "ev"
+    log = Log(evidence)
+    log.checkpointer.begin_run("run-test-1", {"name": "drawbridge", "version": "test"})
+    log.calls(3)
+    log.checkpointer.checkpoint_now()
+    held = tmp_path / "held.json"
+    held.write_text((evidence / CHECKPOINTS_FILE).read_text().splitlines()[-1])  # a line of checkpoints.ndjson
+    log.calls(3, start=3)
+    log.checkpointer.end_run()
+    log.close()
+    assert verify(evidence, "--known-checkpoint", str(held))[0] == 0
+    # Rewrite entry 2 (a decision) and every entry after it, then sign the new tree.
+    rebuilt = TraceLog(tmp_path / "rebuilt.ndjson", "never")
+    for line in split_lines((evidence / "trace.ndjson").read_bytes()):
+        entry = json.loads(line)
+        body = {**entry["body"], "action": "deny"} if entry["seq"] == 2 else entry["body"]
+        rebuilt.append(entry["kind"], entry["at"], body)
+    rebuilt.close()
+    _resign(evidence, split_lines((tmp_path / "rebuilt.ndjson").read_bytes()))
+    code, report = verify(evidence)
+    assert code == 0  # the chain and the new signature agree with each other
+    code, report = verify(evidence, "--known-checkpoint", str(held))
+    assert code == 1 and report["status"] == "failed"
+    row = report["known_checkpoints"][0]
+    assert row["finding"] == "rollback" and row["tree_size"] == 4
+    # The proof in the report is the RFC 6962 proof from the rewritten lines; against the held root it fails.
+    import base64
+
+    proof = [base64.b64decode(h) for h in row["consistency_proof"]["hashes"]]
+    new = report["checkpoint"]
+    assert not verify_consistency(4, new["tree_size"], proof, base64.b64decode(row["root"]), base64.b64decode(new["root"]))
+
+
+def test_a_checkpoint_held_elsewhere_that_the_log_continues_is_consistent(tmp_path: Path) -> None:
+    evidence = tmp_path / "ev"
+    log = Log(evidence)
+    log.checkpointer.begin_run("run-test-1", {"name": "drawbridge", "version": "test"})
+    log.calls(5)
+    held = tmp_path / "held.note"
+    held.write_text(log.checkpointer.checkpoint_now() or "")
+    log.calls(9, start=5)
+    log.checkpointer.end_run()
+    log.close()
+    code, report = verify(evidence, "--known-checkpoint", str(held))
+    assert code == 0, report["problems"]
+    row = report["known_checkpoints"][0]
+    assert row["finding"] == "consistent" and row["consistency_proof"]["from"] == 6
+    assert row["consistency_proof"]["to"] == 16 and row["consistency_proof"]["hashes"]
+
+
+def test_a_checkpoint_by_another_key_or_a_pinned_key_of_another_log_is_refused(tmp_path: Path) -> None:
+    sealed_run(tmp_path / "a")
+    sealed_run(tmp_path / "b")
+    other = tmp_path / "b" / CHECKPOINT_FILE
+    code, report = verify(tmp_path / "a", "--known-checkpoint", str(other))
+    assert code == 1 and "checkpoint_signature" in codes(report)
+    code, report = verify(tmp_path / "a", "--vkey", str(tmp_path / "b" / "keys" / "checkpoint.vkey"))
+    assert code == 1 and report["status"] == "failed" and "checkpoint_signature" in codes(report)
+
+
+def test_a_line_proven_alone_by_a_tlog_proof(tmp_path: Path) -> None:
+    evidence = tmp_path / "ev"
+    sealed_run(evidence, calls=9)
+    proof = tmp_path / "3.tlog-proof"
+    done = cli("evidence", "prove", "--evidence-dir", str(evidence), "3", "--out", str(proof))
+    assert done.returncode == 0, done.stderr
+    line = tmp_path / "line"
+    line.write_bytes(split_lines((evidence / "trace.ndjson").read_bytes())[3])
+    vkey = str(evidence / "keys" / "checkpoint.vkey")
+    assert cli("evidence", "verify-proof", str(proof), str(line), "--vkey", vkey).returncode == 0
+    line.write_bytes(split_lines((evidence / "trace.ndjson").read_bytes())[4])
+    refused = cli("evidence", "verify-proof", str(proof), str(line), "--vkey", vkey, "--format", "json")
+    assert refused.returncode == 1 and json.loads(refused.stdout)["ok"] is False
+    assert cli("evidence", "prove", "--evidence-dir", str(evidence), "99").returncode == 2
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604])
+def test_a_private_key_others_may_read_is_refused(tmp_path: Path, mode: int) -> None:
+    keys = open_keys(tmp_path / "keys")
+    (tmp_path / "keys" / "checkpoint.key").chmod(mode)
+    with pytest.raises(Exception, match="chmod 600"):
+        load_keys(tmp_path / "keys")
+    assert keys.origin  # made once, at first start
+
+
+def test_keys_are_made_once_0600_and_printed_without_their_private_halves(tmp_path: Path) -> None:
+    first = open_keys(tmp_path / "keys", "example.com/gw1")
+    assert open_keys(tmp_path / "keys").origin == "example.com/gw1"  # the same log, the same origin
+    with pytest.raises(Exception, match="keeps its origin"):
+        open_keys(tmp_path / "keys", "example.com/other")
+    assert (tmp_path / "keys").stat().st_mode & 0o777 == 0o700
+    for name in ("checkpoint.key", "attestation.key"):
+        assert (tmp_path / "keys" / name).stat().st_mode & 0o777 == 0o600
+    done = cli("evidence", "keys", "--keys-dir", str(tmp_path / "keys"), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["checkpoint_vkey"] == first.verifier.vkey and report["origin"] == "example.com/gw1"
+    assert report["attestation_keyid"] == first.attestation_keyid
+    for name in ("checkpoint.key", "attestation.key"):
+        private = (tmp_path / "keys" / name).read_text()
+        body = "".join(private.splitlines()[1:-1])
+        assert body not in done.stdout and "PRIVATE" not in done.stdout
+    assert first.checkpoint.key.private_bytes_raw() != first.attestation.private_bytes_raw()
+    assert repr(first) == f"EvidenceKeys(directory={tmp_path / 'keys'!r})"

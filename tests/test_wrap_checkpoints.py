@@ -1,0 +1,119 @@
+"""A real ``drawbridge wrap`` signs its trace: a run opened at start and sealed at a clean end, a checkpoint
+every N lines, one served at ``GET /evidence/checkpoint`` for an auditor to keep, and that copy later
+proves the trace was neither cut nor rewritten."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from approval_support import ControlPlane, cli, wrap_flags, write_policy
+from conftest import GITHUB_LIKE, PYTHON, SERVERS, child_env, connect, wrap_params
+from serve_support import free_port
+
+from drawbridge.evidence.chain import split_lines
+from drawbridge.evidence.tlog import open_checkpoint
+from drawbridge.state.checkpoint_files import parse_checkpoint_lines
+from drawbridge.state.signing_keys import read_vkey
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_wrapped_run_is_signed_served_and_sealed(tmp_path: Path) -> None:
+    evidence, port = tmp_path / "evidence", free_port()
+    flags = wrap_flags(write_policy(tmp_path), evidence, "--control-port", str(port), "--checkpoint-every-lines", "2")
+    control = ControlPlane(port, evidence)
+    held = tmp_path / "held-by-the-auditor.note"
+    async with connect(wrap_params(GITHUB_LIKE, *flags)) as client:
+        for owner in ("acme", "zeta", "acme"):
+            await client.call_tool("list_repos", {"owner": owner})
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
+                        response = await http.get(control.url + "/evidence/checkpoint", headers=control.headers())
+                    break
+                except (httpx.HTTPError, OSError):  # not listening yet, or its token file not made yet
+                    await anyio.sleep(0.05)
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+        held.write_text(response.text)
+        await client.call_tool("list_repos", {"owner": "omega"})
+
+    verifier = read_vkey(evidence / "keys" / "checkpoint.vkey")
+    served = open_checkpoint(held.read_text(), verifier)
+    assert served.size == 4  # run_start and three calls: every line written when it was asked
+    lines = split_lines((evidence / "trace.ndjson").read_bytes())
+    kinds = [json.loads(line)["kind"] for line in lines]
+    assert kinds[0] == "run_start" and kinds[-1] == "run_end"
+    history = parse_checkpoint_lines((evidence / "checkpoints.ndjson").read_bytes(), "checkpoints.ndjson")
+    assert len(history) >= 3 and history[-1].tree_size == len(lines)  # every 2 lines, and the seal
+    assert [h.tree_size for h in history] == sorted({h.tree_size for h in history})
+    done = cli("evidence", "verify-chain", str(evidence / "trace.ndjson"), "--known-checkpoint", str(held),
+               "--format", "json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report["problems"]
+    assert report["runs"][0]["state"] == "sealed" and report["known_checkpoints"][0]["finding"] == "consistent"
+
+    # The private keys are in their own files only: no record, checkpoint or served answer holds them.
+    from drawbridge.state.signing_keys import load_keys
+
+    keys = load_keys(evidence / "keys")
+    secrets = [keys.checkpoint.key.private_bytes_raw(), keys.attestation.private_bytes_raw()]
+    import base64
+
+    forms = [form for raw in secrets for form in (raw, raw.hex().encode(), base64.b64encode(raw)[:40])]
+    for path in evidence.rglob("*"):
+        if path.is_file() and path.suffix != ".key":
+            assert not [form for form in forms if form in path.read_bytes()], path
+    assert not [form for form in forms if form in held.read_bytes()]
+
+    # The auditor's copy catches what the evidence directory alone cannot: the tail cut by its owner.
+    (evidence / "trace.ndjson").write_bytes(b"".join(lines[:3]))
+    done = cli("evidence", "verify-chain", str(evidence / "trace.ndjson"), "--known-checkpoint", str(held))
+    assert done.returncode == 1 and "cut tail" in done.stdout
+
+
+async def test_every_run_of_a_directory_is_signed_by_its_one_origin(tmp_path: Path) -> None:
+    evidence = tmp_path / "evidence"
+    argv = [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--evidence-dir", str(evidence), "--fsync", "never",
+            "--", PYTHON, str(SERVERS / "notebook.py")]
+    for _ in range(2):
+        done = subprocess.run(argv, input="", capture_output=True, text=True, env=child_env(), timeout=60)
+        assert done.returncode == 0, done.stderr
+    report = json.loads(cli("evidence", "verify-chain", str(evidence / "trace.ndjson"), "--format", "json").stdout)
+    assert report["ok"] and [run["state"] for run in report["runs"]] == ["sealed", "sealed"]
+    assert report["runs"][0]["run_id"] != report["runs"][1]["run_id"]
+    origins = {json.loads(line)["body"]["origin"] for line in split_lines((evidence / "trace.ndjson").read_bytes())
+               if b'"kind":"run_start"' in line}
+    assert origins == {report["checkpoint"]["origin"]}
+    printed = cli("evidence", "keys", "--evidence-dir", str(evidence))
+    assert printed.returncode == 0 and report["checkpoint"]["key"] in printed.stdout
+
+
+@pytest.mark.parametrize("command", ["wrap", "serve"])
+def test_a_key_file_others_may_read_is_a_one_line_startup_error(tmp_path: Path, command: str) -> None:
+    evidence = tmp_path / "evidence"
+    notebook = [PYTHON, str(SERVERS / "notebook.py")]
+    wrap = [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--evidence-dir", str(evidence), "--", *notebook]
+    assert subprocess.run(wrap, input="", capture_output=True, text=True, env=child_env(), timeout=60).returncode == 0
+    (evidence / "keys" / "attestation.key").chmod(0o644)
+    if command == "wrap":
+        argv = wrap
+    else:
+        (tmp_path / "policies").mkdir()
+        config = tmp_path / "drawbridge.yaml"
+        config.write_text(json.dumps({
+            "upstreams": [{"name": "nb", "transport": "stdio", "command": notebook[0], "args": notebook[1:]}],
+            "policy_dir": "./policies", "evidence_dir": str(evidence), "state_path": str(tmp_path / "state.db"),
+        }))
+        argv = [PYTHON, "-m", "drawbridge", "serve", "--config", str(config), "--stdio"]
+    before = (evidence / "trace.ndjson").read_bytes()
+    done = subprocess.run(argv, input="", capture_output=True, text=True, env=child_env(), timeout=60)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "attestation.key" in lines[0] and "chmod 600" in lines[0]
+    assert (evidence / "trace.ndjson").read_bytes() == before  # no run opened, nothing written
