@@ -68,6 +68,7 @@ class Agent:
 
     ask: Callable[[Any, Mapping[str, Any]], Awaitable[Mapping[str, Any]]] | None = None
     delivered: list[Flight] = field(default_factory=list)
+    session_id: str | None = None
 
     def elicit(self, flight: Flight) -> Any:
         return self.ask

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import grpc
+import httpx
 import pytest
 from approval_support import Person, write_policy
 from conftest import GITHUB_LIKE, connect, wrap_params
@@ -26,6 +27,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
+from serve_support import GITHUB, http_gateway, initialize_request, sha256, write_config
 
 from drawbridge.state.signing_keys import read_vkey
 
@@ -256,3 +258,49 @@ def test_telemetry_configured_but_not_installed_is_a_one_line_startup_error(tmp_
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert "telemetry is configured" in lines[0] and "drawbridge[telemetry]" in lines[0]
+
+
+def _json_or_event(response: httpx.Response) -> Any:
+    """The JSON-RPC answer of a POST, sent as JSON or as the last event of a stream."""
+    if response.headers["content-type"].startswith("text/event-stream"):
+        data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+        return json.loads(data[-1])
+    return response.json()
+
+
+def test_a_serve_http_session_names_its_spans_and_stdio_does_not(tmp_path: Path) -> None:
+    """``mcp.session.id`` only where a session id exists: the ``Mcp-Session-Id`` serve gave this
+    2025-11-25 HTTP session, on the SERVER span of each of its calls."""
+    receiver = Receiver()
+    token = "telemetry-agent-token"
+    config = write_config(
+        tmp_path, [GITHUB], auth={"agents": [{"agent": "alice", "token_sha256": sha256(token)}]},
+        telemetry={"endpoint": receiver.url}, checkpoints={"every_seconds": 3600},
+    )
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+               "authorization": f"Bearer {token}"}
+    try:
+        with http_gateway(config) as running, httpx.Client(timeout=WAIT) as http:
+            assert running.url is not None
+            opened = http.post(running.url, json=initialize_request(), headers=headers)
+            assert opened.status_code == 200, opened.text
+            session = opened.headers["mcp-session-id"]
+            headers["mcp-session-id"] = session
+            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert http.post(running.url, json=note, headers=headers).status_code == 202
+            for request_id in (2, 3):
+                call = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                        "params": {"name": "github.list_repos", "arguments": {"owner": SECRET}}}
+                answered = http.post(running.url, json=call, headers=headers)
+                assert answered.status_code == 200, answered.text
+                assert _json_or_event(answered)["result"]["isError"] is False, answered.text
+        # serve has stopped: its shutdown flushed the spans.
+        servers = [span for span in receiver.spans() if KINDS[span.kind] == "SERVER"]
+        assert [span.name for span in servers] == ["tools/call github.list_repos"] * 2
+        for span in servers:
+            found = attributes(span)
+            assert found["mcp.session.id"] == session
+            assert found["network.transport"] == "tcp" and found["mcp.protocol.version"] == "2025-11-25"
+        assert not [path for path, body in receiver.bodies if SECRET.encode() in body]
+    finally:
+        receiver.close()

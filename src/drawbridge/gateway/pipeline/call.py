@@ -189,6 +189,9 @@ class Resolver(Protocol):
 class Replier(Protocol):
     """The agent's side of its calls, as the lifecycle sees it."""
 
+    session_id: str | None
+    """The transport's session id for these calls, where one exists (HTTP ``Mcp-Session-Id``)."""
+
     def elicit(self, flight: Flight) -> Elicit | None:
         """How to ask this call's agent in-band (2025-11-25 ``elicitation/create``), if it can be."""
         ...
@@ -690,6 +693,7 @@ class CallPipeline:
                 decision_ms=None,
                 latency_ms=latency_ms,
                 protocol_version=flight.version,
+                session_id=flight.replier.session_id,
             )
         verdict = flight.verdict
         decided = flight.decided_at
@@ -710,6 +714,7 @@ class CallPipeline:
             tool_listed=flight.resolved is not None,
             approval=verdict.approval if verdict is not None else None,
             forwarded=flight.forwarded,
+            session_id=flight.replier.session_id,
         )
 
 

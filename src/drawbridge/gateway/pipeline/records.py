@@ -47,6 +47,9 @@ class CallRecord:
     """The verdict's ``approval`` (how human approval settled the call), for the records."""
     forwarded: bool = False
     """The call was handed to the upstream (telemetry's CLIENT span; the records do not depend on it)."""
+    session_id: str | None = None
+    """The 2025-11-25 HTTP session (``Mcp-Session-Id``) the call came in, for telemetry's
+    ``mcp.session.id``; None where no session id exists (stdio, 2026-07-28). Not written to a record."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,8 @@ Spans (semantic-conventions-genai, MCP; auditor-evidence.md 6.7):
   ``rpc.response.status_code`` when it failed, ``drawbridge.decision.effect`` / ``.policy`` /
   ``.rule_index``, ``drawbridge.trace.origin`` and ``drawbridge.trace.index``. Its parent is the
   agent's, from ``params._meta.traceparent`` / ``tracestate``; an approval is an event on it
-  (``drawbridge.approval``: settled, channel, strength). ``mcp.session.id`` is not set: the record
-  carries no session id.
+  (``drawbridge.approval``: settled, channel, strength). ``mcp.session.id`` only where a session id
+  exists: a 2025-11-25 session of serve over HTTP (its ``Mcp-Session-Id``).
 - CLIENT ``tools/call {tool}``, the forward to the upstream, child of the SERVER span; absent when
   nothing was forwarded. The upstream's own ``_meta`` is forwarded unchanged (DESIGN 2), so the
   upstream parents to the agent's span, not to this one.
@@ -92,7 +92,7 @@ def summary(record: CallRecord, index: int | None, end: int) -> tuple[Any, ...]:
         provenance.rule_index if provenance is not None else None,
         record.error_code, record.outcome is Outcome.TOOL_ERROR, record.error, record.latency_ms, record.decision_ms,
         record.forwarded, shown or None, parent if isinstance(parent, str) else None,
-        state if isinstance(state, str) else None, index, end,
+        state if isinstance(state, str) else None, index, end, record.session_id,
     )
 
 

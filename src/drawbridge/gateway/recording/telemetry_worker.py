@@ -4,7 +4,7 @@ OTLP with ``opentelemetry-sdk`` and its exporters.
 
 Invariant: the worker sees only what ``telemetry.summary`` puts in a summary (tool, request id as
 text, protocol version, decision, policy, rule, outcome, error code and text, timings, approval
-channel, the agent's ``traceparent`` / ``tracestate``, trace index): never an argument, never a
+channel, the agent's ``traceparent`` / ``tracestate``, trace index, HTTP session id): never an argument, never a
 result. It writes nothing to the gateway's stdin or stdout (it has neither); the SDK's own warnings
 (a collector that is down) go to stderr. It ends when its input ends, after one last export bounded
 by the exporters' timeouts. It runs at a lower priority than the gateway (``NICENESS``).
@@ -30,7 +30,7 @@ QUEUE_MAX: Final = 8192
 
 # summary fields, in order (``telemetry.summary``)
 TOOL, REQUEST_ID, PROTOCOL, EFFECT, POLICY, RULE, ERROR_CODE, TOOL_ERROR, ERROR, LATENCY, DECISION, \
-    FORWARDED, APPROVAL, TRACEPARENT, TRACESTATE, INDEX, END = range(17)
+    FORWARDED, APPROVAL, TRACEPARENT, TRACESTATE, INDEX, END, SESSION = range(18)
 
 
 def _exporters(settings: Mapping[str, Any]) -> tuple[Any, Any, Any]:
@@ -103,7 +103,8 @@ class Exporter:
                                       "gen_ai.operation.name": "execute_tool", "network.transport": self.transport}
         for key, field in (("jsonrpc.request.id", REQUEST_ID), ("mcp.protocol.version", PROTOCOL),
                            ("drawbridge.decision.effect", EFFECT), ("drawbridge.decision.policy", POLICY),
-                           ("drawbridge.decision.rule_index", RULE), ("drawbridge.trace.index", INDEX)):
+                           ("drawbridge.decision.rule_index", RULE), ("drawbridge.trace.index", INDEX),
+                           ("mcp.session.id", SESSION)):
             if s[field] is not None:
                 attributes[key] = s[field]
         if self.origin is not None:

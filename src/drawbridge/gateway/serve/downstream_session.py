@@ -148,6 +148,8 @@ class DownstreamSession:
         self.initialized = False
         self.client_capabilities: dict[str, Any] = {}
         self.closed = False
+        self.session_id: str | None = None
+        """The HTTP ``Mcp-Session-Id`` the transport gave this session, if it gave one."""
         self._inflight: dict[IdKey, Inflight] = {}
         self._outgoing: dict[IdKey, _Reply] = {}
         self._next_id = 0

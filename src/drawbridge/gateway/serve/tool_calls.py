@@ -77,6 +77,10 @@ class _CallReplier:
         self.session = session
         self.entry = entry
 
+    @property
+    def session_id(self) -> str | None:
+        return self.session.session_id
+
     def elicit(self, flight: Flight) -> Elicit | None:
         return _elicit(self.session, self.entry)
 

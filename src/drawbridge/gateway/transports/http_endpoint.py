@@ -178,6 +178,7 @@ class McpEndpoint:
             sid = secrets.token_urlsafe(32)
             outbound = HttpOutbound(unsolicited=True)
             session = open_session(self.gateway, agent, outbound, transport="http")
+            session.session_id = sid
             state = _HttpSession(sid, agent, session, outbound)
             self.sessions[sid] = state
             self.by_agent.setdefault(agent, {})[sid] = state

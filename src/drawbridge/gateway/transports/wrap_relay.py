@@ -115,6 +115,9 @@ class ClientRequestFailed(Exception):
 
 
 class StdioRelay:
+    session_id: str | None = None
+    """A pipe has no session id (the pipeline's ``Replier``)."""
+
     def __init__(
         self,
         upstream: UpstreamProcess,
