@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -26,6 +27,7 @@ from drawbridge.control import (
     control_routes,
 )
 from drawbridge.gateway.pipeline.pins import CataloguePins
+from drawbridge.gateway.recording.recorder import TRACE_FILE
 from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
 from drawbridge.policy.model import Action
@@ -169,8 +171,16 @@ def routes(services: ControlServices, runtime: Runtime) -> list[BaseRoute]:
 
 
 def app(services: ControlServices, runtime: Runtime) -> Any:
-    """The control plane as an app of its own (its own listener, apart from ``/mcp``)."""
-    return control_app(services, admin_token_sha256=_credential(runtime))
+    """The control plane as an app of its own (its own listener, apart from ``/mcp``), with the web
+    console at ``/console/`` behind the same credential."""
+    from drawbridge.control.console import console_mount  # templates are loaded only when served
+
+    digest = _credential(runtime)
+    plane = control_app(services, admin_token_sha256=digest)
+    evidence_dir = runtime.settings.evidence_dir
+    trace = Path(evidence_dir) / TRACE_FILE if evidence_dir is not None else None
+    plane.router.routes.append(console_mount(services, admin_token_sha256=digest, trace_path=trace))
+    return plane
 
 
 __all__ = [
