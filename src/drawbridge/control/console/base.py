@@ -15,6 +15,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from drawbridge.approval.shown_arguments import argument_lines
 from drawbridge.control.auth import AdminAuth
 from drawbridge.control.console.sessions import Session, SessionStore
 from drawbridge.control.routes import ControlPlane
@@ -47,6 +48,8 @@ class ConsoleBase:
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
         )
+        # A call's arguments read exactly as the CLI prints them: masked, cut, every unsafe character escaped.
+        self.templates.filters["argument_lines"] = argument_lines
 
     # -- rendering --------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@
 function submitInline(form) {
   const out = form.querySelector("output");
   out.textContent = "saving…";
-  fetch(form.action, {
+  fetch(form.getAttribute("action"), {
     method: "POST", body: new FormData(form), credentials: "same-origin",
     headers: { "Accept": "application/json" },
   }).then((response) => response.json().then((answer) => {
