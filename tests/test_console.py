@@ -134,6 +134,7 @@ def test_tools_lists_server_everythings_tools_with_their_classification(page: Pa
     expect(echo.locator("[data-decision]")).to_have_text("allow")
     expect(echo.locator("[data-rule]")).to_have_text("tester · tester.yaml:0")
     shot(page, gateway.shots, "tools")
+    page.screenshot(path=str(gateway.shots / "tools-top.png"))  # the first screen: docs/console.md shows it
     page.set_viewport_size({"width": 800, "height": 900})
     expect(_row(page, "everything.echo").locator('select[name="action"]')).to_be_visible()
     shot(page, gateway.shots, "tools-800")
