@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import anyio
 from conftest import PYTHON, SERVERS
+from mcp import types
 from playwright.sync_api import Browser, Page
 from serve_support import Running, dump, everything_upstream, http_client, sha256, write_config
 
@@ -48,6 +49,10 @@ rules:
   # deleting needs a person
   - tools: ['rec.delete_all']
     action: human_approval
+  # only an operator may let this one through
+  - tools: ['rec.safe_read']
+    action: human_approval
+    approval: operator
   - tools: ['everything.*', 'rec.*', 'rugpull.*']
     action: allow
 """
@@ -101,7 +106,7 @@ def configure(directory: Path, everything: list[str]) -> tuple[Path, Path]:
         evidence_dir="./evidence",
         fsync="never",
         auth={"admin": {"token_sha256": sha256(ADMIN)}, "anonymous_agent": AGENT},
-        approval={"timeout_seconds": 60},
+        approval={"timeout_seconds": 60, "ask_by_link": True},
     )
     return config, log
 
@@ -148,12 +153,12 @@ def run_async(function: Callable[[], Awaitable[T]]) -> T:
     return result["value"]  # type: ignore[no-any-return]
 
 
-def call_tool(running: Running, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """One tools/call from the mcp SDK client, as the agent makes it."""
+def call_tool(running: Running, tool: str, arguments: dict[str, Any], **options: Any) -> dict[str, Any]:
+    """One tools/call from the mcp SDK client, as the agent makes it (``options``: the client's)."""
 
     async def call() -> dict[str, Any]:
         assert running.url is not None
-        async with http_client(running.url) as client:
+        async with http_client(running.url, **options) as client:
             with anyio.fail_after(CALL_TIMEOUT):
                 return dump(await client.call_tool(tool, arguments))
 
@@ -161,13 +166,15 @@ def call_tool(running: Running, tool: str, arguments: dict[str, Any]) -> dict[st
 
 
 @contextmanager
-def call_in_background(running: Running, tool: str, arguments: dict[str, Any]) -> Iterator[Callable[[], dict[str, Any]]]:
+def call_in_background(
+    running: Running, tool: str, arguments: dict[str, Any], **options: Any
+) -> Iterator[Callable[[], dict[str, Any]]]:
     """Start a call that will wait for a person; yields a function returning its result once it ends."""
     result: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            result["value"] = call_tool(running, tool, arguments)
+            result["value"] = call_tool(running, tool, arguments, **options)
         except BaseException as exc:  # noqa: BLE001 -- handed to the test
             result["error"] = exc
 
@@ -187,3 +194,18 @@ def call_in_background(running: Running, tool: str, arguments: dict[str, Any]) -
 
 def text_of(result: dict[str, Any]) -> str:
     return " ".join(part.get("text", "") for part in result.get("content", []))
+
+
+class LinkOpener:
+    """An elicitation callback (the client declares form and URL mode): keeps each URL-mode request and
+    answers it as a client whose user agreed to open the page, with an "approve" thrown in that must
+    count for nothing."""
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+        self.asked = threading.Event()
+
+    async def __call__(self, context: Any, params: Any) -> types.ElicitResult:
+        self.requests.append(params)
+        self.asked.set()
+        return types.ElicitResult(action="accept", content={"decision": "approve"})

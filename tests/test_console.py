@@ -26,6 +26,7 @@ from console_support import (
     RECONNECT_TIMEOUT,
     RUG_PULL,
     Gateway,
+    LinkOpener,
     artifacts_dir,
     call_in_background,
     call_tool,
@@ -270,3 +271,44 @@ def test_every_page_renders_and_grants_are_made_and_revoked(page: Page, gateway:
     expect(page.locator("[data-chain]")).to_have_attribute("data-chain", "ok")
     expect(page.locator("tr[data-seq]").first).to_contain_text("everything.echo")
     shot(page, gateway.shots, "evidence")
+
+
+def test_an_approval_asked_by_link_is_decided_by_a_logged_in_operator_on_its_page(browser: Browser, gateway: Gateway) -> None:
+    opener = LinkOpener()
+    arguments = {"path": "/etc/motd"}
+    with call_in_background(gateway.running, "rec.safe_read", arguments, elicitation_callback=opener) as outcome:
+        assert opener.asked.wait(RECONNECT_TIMEOUT), gateway.running.text()
+        (asked,) = opener.requests
+        assert asked.mode == "url" and asked.url.startswith(f"{gateway.base}/console/approvals/")
+        assert "/etc/motd" not in asked.message and ADMIN not in asked.url
+        approval_id = asked.url.rsplit("/", 1)[1]
+        # The client's "accept" (with an "approve" in it) only said its user may open the page.
+        pending = httpx.get(f"{gateway.base}/approvals/{approval_id}", headers=AUTH).json()
+        assert (pending["status"], pending["approver"]) == ("pending", "operator")
+        assert not [c for c in gateway.upstream_calls() if c["params"]["name"] == "safe_read"]
+        context = browser.new_context()
+        tab = context.new_page()
+        tab.goto(asked.url)  # not pre-authenticated: the page asks for a login first
+        expect(tab).to_have_url(re.compile(r"/console/login\?next="))
+        tab.fill("input[name=operator]", OPERATOR)
+        tab.fill("input[name=token]", ADMIN)
+        tab.click("button[type=submit]")
+        expect(tab).to_have_url(asked.url)
+        row = tab.locator(f'[data-approval="{approval_id}"]')
+        expect(row.locator("[data-arguments]")).to_contain_text('/path: "/etc/motd"')
+        shot(tab, gateway.shots, "approval-by-link")
+        row.locator('button[name="approve"]').click()
+        expect(tab.locator(".notice")).to_contain_text("approved")
+        result = outcome()
+    assert not result.get("isError") and text_of(result) == "ran safe_read"
+    assert len([c for c in gateway.upstream_calls() if c["params"]["name"] == "safe_read"]) == 1
+    done = httpx.get(f"{gateway.base}/approvals/{approval_id}", headers=AUTH).json()
+    assert (done["status"], done["channel"], done["strength"], done["resolved_by"]) == (
+        "approved", "console", "operator", OPERATOR)
+    # The link ends with its approval: the page takes no more answers.
+    expect(tab.locator(f'[data-approval="{approval_id}"]')).to_have_attribute("data-status", "approved")
+    expect(tab.locator('button[name="approve"]')).to_have_count(0)
+    csrf = tab.locator('input[name="csrf"]').first.get_attribute("value")
+    again = tab.request.post(f"{asked.url}/approve", form={"csrf": csrf or ""}, headers={"Accept": "application/json"})
+    assert again.status == 409
+    context.close()

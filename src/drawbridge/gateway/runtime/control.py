@@ -152,6 +152,14 @@ def control_url(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
+def announce_console(runtime: Runtime, host: str, port: int) -> None:
+    """The control plane listens at ``host:port``: approval links (``approval.ask_by_link``) point at
+    its console's approval pages from now on."""
+    gate = runtime.pipeline.approvals
+    if gate is not None:
+        gate.link_pages = f"{control_url(host, port)}/console/approvals/"
+
+
 def credential_note(runtime: Runtime) -> str:
     """Where the control plane's credential is, for the startup line (a path, never the token)."""
     if runtime.admin_token_file is not None:
@@ -187,6 +195,7 @@ __all__ = [
     "CatalogueView",
     "GatewayPinService",
     "ServedTool",
+    "announce_console",
     "app",
     "control_services",
     "control_url",
