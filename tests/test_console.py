@@ -139,6 +139,7 @@ def test_tools_lists_server_everythings_tools_with_their_classification(page: Pa
     page.set_viewport_size({"width": 800, "height": 900})
     expect(_row(page, "everything.echo").locator('select[name="action"]')).to_be_visible()
     shot(page, gateway.shots, "tools-800")
+    page.screenshot(path=str(gateway.shots / "tools-800-top.png"))
 
 
 def test_choosing_an_agent_shows_its_decisions_and_to_review_narrows(page: Page, gateway: Gateway) -> None:
@@ -267,9 +268,15 @@ def test_every_page_renders_and_grants_are_made_and_revoked(page: Page, gateway:
     grant.locator('button[name="revoke"]').click()
     expect(page.locator("tr[data-grant]")).to_have_count(0)
     assert httpx.get(f"{gateway.base}/grants", headers=AUTH).json() == []
+    echoed = call_tool(gateway.running, "everything.echo", {"message": "for the record"})
+    action = "deny" if echoed.get("isError") else "allow"  # deny once the Tools test set it
     page.goto(f"{gateway.base}/console/evidence?tool=everything.echo")
     expect(page.locator("[data-chain]")).to_have_attribute("data-chain", "ok")
-    expect(page.locator("tr[data-seq]").first).to_contain_text("everything.echo")
+    latest = page.locator("tr[data-seq]").first
+    expect(latest).to_contain_text("everything.echo")
+    # Its surface record, found by the content hash the trace entry names, asserts the same decision.
+    expect(latest.locator("[data-surface]")).to_contain_text(f"{action} by tester#")
+    expect(latest.locator("[data-surface]")).to_contain_text("blocked" if action == "deny" else "success")
     shot(page, gateway.shots, "evidence")
 
 

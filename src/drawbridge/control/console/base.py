@@ -38,12 +38,15 @@ class ConsoleBase:
     """What every console handler uses: the services, the control plane's handlers over them, the
     sessions, the templates, and how a page or an action's result is answered."""
 
-    def __init__(self, services: ControlServices, auth: AdminAuth, trace_path: Path | None) -> None:
+    def __init__(
+        self, services: ControlServices, auth: AdminAuth, trace_path: Path | None, surface_path: Path | None = None
+    ) -> None:
         self.services = services
         self.plane = ControlPlane(services)
         self.auth = auth
         self.sessions = SessionStore(services.clock)
         self.trace_path = trace_path
+        self.surface_path = surface_path
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,

@@ -29,13 +29,17 @@ from drawbridge.control.console.base import ConsoleBase
 from drawbridge.control.console.sessions import Session
 from drawbridge.control.services import CatalogueItem, current_catalogue
 from drawbridge.control.views import approval_view, grant_view, tool_view
+from drawbridge.evidence.bundle import record_hash
 from drawbridge.evidence.chain import verify_chain
+from drawbridge.evidence.vocabulary import SURFACE_SCHEMA
 
 ACTIONS: Final = ("allow", "deny", "human_approval", "inherit")
 PENDING_SHOWN: Final = 20
 HISTORY_SHOWN: Final = 50
 EVIDENCE_SHOWN: Final = 200
 TRACE_READ_LIMIT: Final = 64 * 1024 * 1024
+SURFACE_SHOWN: Final = 1000
+SURFACE_READ_BYTES: Final = 4 * 1024 * 1024
 
 
 class PageHandlers(ConsoleBase):
@@ -131,6 +135,7 @@ class PageHandlers(ConsoleBase):
 
     async def evidence_page(self, request: Request, session: Session) -> Response:
         trace = await anyio.to_thread.run_sync(_read_trace, self.trace_path)
+        surfaces = await anyio.to_thread.run_sync(_read_surfaces, self.surface_path)
         query = request.query_params
         wanted = {k: query.get(k, "").strip() for k in ("agent", "tool", "action", "outcome")}
         shown = []
@@ -138,7 +143,9 @@ class PageHandlers(ConsoleBase):
             body = entry.get("body") if isinstance(entry.get("body"), dict) else {}
             if any(v and str(body.get(k)) != v for k, v in wanted.items()):
                 continue
-            shown.append({"entry": entry, "body": body, "evidence": body.get("evidence") or []})
+            records = [{**r, "surface": surfaces.get(r.get("content_hash"))} for r in body.get("evidence") or []
+                       if isinstance(r, dict)]
+            shown.append({"entry": entry, "body": body, "evidence": records})
             if len(shown) >= EVIDENCE_SHOWN:
                 break
         return self.render(request, "evidence.html", session, trace=trace, entries=shown, wanted=wanted)
@@ -213,6 +220,34 @@ class TraceView:
         self.head_seq = report.head.seq if report is not None and report.head is not None else None
         first = report.first_problem if report is not None else None
         self.problem = problem or (None if first is None else f"line {first.line}: {first.message}")
+
+
+def _read_surfaces(path: Path | None) -> dict[str, str]:
+    """The latest surface records (``SURFACE_SHOWN``), by the content hash the trace names them with:
+    each as a line saying what it asserts (effect, rule, status, side-effect level)."""
+    if path is None:
+        return {}
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(handle.seek(0, 2) - SURFACE_READ_BYTES, 0))
+            lines = handle.read().splitlines()[-SURFACE_SHOWN:]
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+            (decision,) = record["observed_tool_decisions"]
+        except (ValueError, KeyError, TypeError):
+            continue  # a partial first line, or not a surface record
+        digest = record_hash(SURFACE_SCHEMA, record)
+        if digest is None:
+            continue
+        effect, response = decision.get("decision") or {}, decision.get("response") or {}
+        level = (response.get("side_effect") or {}).get("level")
+        out[digest] = (f"{effect.get('effect')} by {effect.get('rule_id') or 'no rule'}; "
+                       f"{response.get('status')}; side effect {level}")
+    return out
 
 
 def _read_trace(path: Path | None) -> TraceView:

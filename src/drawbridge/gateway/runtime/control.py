@@ -27,7 +27,7 @@ from drawbridge.control import (
     control_routes,
 )
 from drawbridge.gateway.pipeline.pins import CataloguePins
-from drawbridge.gateway.recording.recorder import TRACE_FILE
+from drawbridge.gateway.recording.recorder import SURFACE_FILE, TRACE_FILE
 from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
 from drawbridge.policy.model import Action
@@ -185,9 +185,11 @@ def app(services: ControlServices, runtime: Runtime) -> Any:
 
     digest = _credential(runtime)
     plane = control_app(services, admin_token_sha256=digest)
-    evidence_dir = runtime.settings.evidence_dir
-    trace = Path(evidence_dir) / TRACE_FILE if evidence_dir is not None else None
-    plane.router.routes.append(console_mount(services, admin_token_sha256=digest, trace_path=trace))
+    evidence = Path(runtime.settings.evidence_dir) if runtime.settings.evidence_dir is not None else None
+    trace, surfaces = (None, None) if evidence is None else (evidence / TRACE_FILE, evidence / SURFACE_FILE)
+    plane.router.routes.append(
+        console_mount(services, admin_token_sha256=digest, trace_path=trace, surface_path=surfaces)
+    )
     return plane
 
 
