@@ -165,7 +165,7 @@ class CatalogueHandlers:
         else:
             if not isinstance(tools, list) or not tools or not all(isinstance(t, str) and t for t in tools):
                 raise Problem(400, 'field "tools" must be a non-empty list of tool names')
-            groups = dict(await self._group_tools(service, tools))
+            groups = dict(await self.group_tools(service, tools))
         accepted = await self.accept_pin_groups(groups, by)
         return JSONResponse({"accepted": accepted, "count": len(accepted)})
 
@@ -192,8 +192,9 @@ class CatalogueHandlers:
                 accepted.append(record)
         return accepted
 
-    async def _group_tools(self, service: Any, tools: list[str]) -> dict[str, list[str]]:
-        """Agent-visible names -> upstream names, grouped by server; all resolved before any change."""
+    async def group_tools(self, service: Any, tools: list[str]) -> dict[str, list[str]]:
+        """Agent-visible names -> upstream names, grouped by server; all resolved before any change (also
+        the console's)."""
         by_name = {item.name: item for item in await current_catalogue(self.services.catalogue)}
         servers = list(service.servers())
         groups: dict[str, list[str]] = {}

@@ -94,7 +94,7 @@ class ActionHandlers(ConsoleBase):
                 raise Problem(404, f"no upstream server named {server!r}")
             groups = {server: None}
         else:
-            groups = await self.plane._group_tools(service, tools)
+            groups = await self.plane.group_tools(service, tools)
         accepted = await self.plane.accept_pin_groups(groups, session.operator)
         names = ", ".join(a["name"] for a in accepted) or "nothing new"
         return self.answer(request, "/console/pins", f"accepted: {names}")
