@@ -258,6 +258,28 @@ def test_a_change_without_the_cookie_or_the_csrf_token_is_refused(page: Page, ga
     assert gateway.policy_file.read_bytes() != before
 
 
+UNLABELLED = """() => Array.from(document.querySelectorAll('select, textarea, input:not([type=hidden])'))
+    .filter(control => control.labels.length === 0 && !control.getAttribute('aria-label'))
+    .map(control => control.name || control.id)"""
+
+
+def test_every_control_is_labelled_and_the_keyboard_reaches_the_selectors(page: Page, gateway: Gateway) -> None:
+    for path in ("/console/", "/console/tools", "/console/approvals", "/console/pins", "/console/grants",
+                 "/console/evidence", "/console/login"):
+        page.goto(f"{gateway.base}{path}")
+        assert page.evaluate(UNLABELLED) == [], path
+    page.goto(f"{gateway.base}/console/tools?agent={OTHER_AGENT}")  # no call of this test is the auditor's
+    reached = set()
+    for _ in range(40):  # Tab from the top of the page: the skip link, the menu, the filters, the rows
+        page.keyboard.press("Tab")
+        reached.add(page.evaluate("() => document.activeElement.name || document.activeElement.tagName"))
+        if "action" in reached:
+            break
+    assert {"agent", "action"} <= reached, reached
+    page.keyboard.press("ArrowDown")  # the focused row selector changes by keyboard alone
+    expect(page.locator("tr[data-tool] output").first).to_contain_text("allow -> deny for auditor")
+
+
 def test_every_page_renders_and_grants_are_made_and_revoked(page: Page, gateway: Gateway) -> None:
     page.goto(f"{gateway.base}/console/")
     expect(page.locator('tr[data-server="everything"]')).to_be_visible()
