@@ -121,6 +121,7 @@ class GatewayConfig:
     approval_timeout_seconds: float = 300.0
     approval_non_blocking: bool = False
     approval_elicitation: bool = True
+    approval_ask_by_link: bool = False
     approval_memory_enabled: bool = False
     """Approval memory is off unless ``approval.memory`` is configured (then on, unless ``enabled: false``)."""
     approval_memory_min_approvals: int = 3
@@ -357,15 +358,16 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         tdt_out = _resolve(base, tdt.get("out", str, required=True))
 
     approval_timeout = 300.0
-    non_blocking, elicitation = False, True
+    non_blocking, elicitation, by_link = False, True, False
     memory_enabled, memory_min, memory_client = False, 3, False  # memory is off unless configured
     if (approval := top.child("approval")) is not None:
-        approval.check_keys({"timeout_seconds", "non_blocking", "elicitation", "memory"})
+        approval.check_keys({"timeout_seconds", "non_blocking", "elicitation", "ask_by_link", "memory"})
         approval_timeout = approval.get("timeout_seconds", float, default=approval_timeout)
         if not approval_timeout > 0 or approval_timeout == float("inf"):
             raise approval.fail("timeout_seconds", "approval.timeout_seconds must be positive and finite")
         non_blocking = approval.get("non_blocking", bool, default=False)
         elicitation = approval.get("elicitation", bool, default=True)
+        by_link = approval.get("ask_by_link", bool, default=False)
         if (memory := approval.child("memory")) is not None:
             memory.check_keys({"enabled", "min_approvals", "count_client_answers"})
             memory_enabled = memory.get("enabled", bool, default=True)
@@ -407,6 +409,7 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         approval_timeout_seconds=approval_timeout,
         approval_non_blocking=non_blocking,
         approval_elicitation=elicitation,
+        approval_ask_by_link=by_link,
         approval_memory_enabled=memory_enabled,
         approval_memory_min_approvals=memory_min,
         approval_memory_count_client_answers=memory_client,

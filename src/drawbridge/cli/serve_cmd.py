@@ -219,6 +219,7 @@ async def _serve_control_plane(parts: ServeParts, runtime: Runtime, sock: socket
     """The control plane on its own listener (never beside ``/mcp``)."""
 
     def ready(host: str, port: int) -> None:
+        control.announce_console(runtime, host, port)
         click.echo(
             f"drawbridge: control plane on {control.control_url(host, port)} ({control.credential_note(runtime)})",
             err=True,

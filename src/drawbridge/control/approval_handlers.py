@@ -93,8 +93,12 @@ class ApprovalHandlers:
     async def approval(self, request: Request) -> Response:
         """``GET /approvals/{id}``: one approval, its call's arguments while pending, the agent's active
         grants and recent calls."""
+        return JSONResponse(await self.approval_detail(request.path_params["id"]))
+
+    async def approval_detail(self, id_or_prefix: str) -> dict[str, Any]:
+        """One approval as ``GET /approvals/{id}`` shows it (also the console's)."""
         approvals = self.services.approvals
-        approval = await approvals.store.get(request.path_params["id"])
+        approval = await approvals.store.get(id_or_prefix)
         now = self.services.clock()
         view = approval_view(approval, now)
         view["arguments"] = arguments_view(approval, approvals.shown_arguments(approval.id))
@@ -105,7 +109,7 @@ class ApprovalHandlers:
         if self.services.recent_calls is not None:
             recent = list(await self.services.recent_calls(view["agent"], RECENT_CALLS))
         view["recent_calls"] = recent
-        return JSONResponse(view)
+        return view
 
     async def approve(self, request: Request) -> Response:
         """``POST /approvals/{id}/approve``."""

@@ -75,6 +75,11 @@ class AdminAuth:
         token = token.strip()
         if scheme.lower() != b"bearer" or not token:
             return False
+        return self.token_matches(token)
+
+    def token_matches(self, token: bytes) -> bool:
+        """Whether ``token`` is the admin token (its SHA-256 compared in constant time); the console's
+        login form checks its ``token`` field with this."""
         presented = hashlib.sha256(token).hexdigest()
         return hmac.compare_digest(presented, self._digest)
 

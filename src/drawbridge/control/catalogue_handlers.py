@@ -78,6 +78,10 @@ class CatalogueHandlers:
             raise Problem(400, "query parameter 'agent' is required: GET /tools/decisions?agent=<id>")
         if len(agent) > MAX_NAME_CHARS:
             raise Problem(400, f"agent is longer than {MAX_NAME_CHARS} characters")
+        return JSONResponse(await self.decision_rows(agent))
+
+    async def decision_rows(self, agent: str) -> list[dict[str, Any]]:
+        """One row per served tool: what the policy in force decides for ``agent`` (also the console's)."""
         items = await current_catalogue(self.services.catalogue)
         policy_set = self.services.policy_store.current
         rows = decision_table(policy_set, agent, [item.catalogue_tool() for item in items])
@@ -86,7 +90,7 @@ class CatalogueHandlers:
             view = row.as_dict()
             view["server"] = item.server
             out.append(view)
-        return JSONResponse(out)
+        return out
 
     # -- policies ---------------------------------------------------------------------------------
 
@@ -103,27 +107,32 @@ class CatalogueHandlers:
         action = text_field(body, "action", required=True)
         by = text_field(body, "by", required=True)
         assert action is not None and by is not None
+        return JSONResponse(await self.policy_edit(agent, tool, action, by))
+
+    async def policy_edit(self, agent: str, tool: str, action: str, by: str) -> dict[str, Any]:
+        """The per-tool edit of ``PUT /policies`` (also the console's): applied, reloaded, recorded;
+        a refusal is a ``Problem`` and leaves the file as it was."""
         store = self.services.policy_store
         result = await apply_policy_edit_async(store, agent=agent, tool=tool, action=action, by=by)
         if isinstance(result, EditRefused):
-            return error_response(result.status, result.message)
+            raise Problem(result.status, result.message)
         try:
             entry = await self.services.trace_append(POLICY_EDIT_KIND, result.trace_body())
         except Exception as exc:  # noqa: BLE001 -- an unrecorded edit must not stay in force
             logger.error("policy edit could not be recorded (%s); undoing it", type(exc).__name__)
             undone = await anyio.to_thread.run_sync(_undo_edit, store, result)
-            return error_response(
+            raise Problem(
                 500,
                 "the edit could not be recorded in the trace chain, so "
                 + ("it was undone" if undone is None else f"it was to be undone, but {undone}"),
-            )
+            ) from None
         view = result.trace_body()
         view.update(
             generation=result.generation,
             backup=None if result.backup is None else result.backup.name,
             trace_seq=_seq(entry),
         )
-        return JSONResponse(view)
+        return view
 
     # -- pins -------------------------------------------------------------------------------------
 
@@ -156,7 +165,14 @@ class CatalogueHandlers:
         else:
             if not isinstance(tools, list) or not tools or not all(isinstance(t, str) and t for t in tools):
                 raise Problem(400, 'field "tools" must be a non-empty list of tool names')
-            groups = dict(await self._group_tools(service, tools))
+            groups = dict(await self.group_tools(service, tools))
+        accepted = await self.accept_pin_groups(groups, by)
+        return JSONResponse({"accepted": accepted, "count": len(accepted)})
+
+    async def accept_pin_groups(self, groups: Mapping[str, Sequence[str] | None], by: str) -> list[dict[str, Any]]:
+        """Accept the current definitions (per server: ``None`` is all its tools), each recorded as
+        ``mesh.pin_accept`` (also the console's)."""
+        service = self._pins()
         accepted: list[dict[str, Any]] = []
         for name, names in groups.items():
             changes = await service.accept(name, names, by=by)
@@ -174,10 +190,11 @@ class CatalogueHandlers:
                     ) from None
                 record["trace_seq"] = _seq(entry)
                 accepted.append(record)
-        return JSONResponse({"accepted": accepted, "count": len(accepted)})
+        return accepted
 
-    async def _group_tools(self, service: Any, tools: list[str]) -> dict[str, list[str]]:
-        """Agent-visible names -> upstream names, grouped by server; all resolved before any change."""
+    async def group_tools(self, service: Any, tools: list[str]) -> dict[str, list[str]]:
+        """Agent-visible names -> upstream names, grouped by server; all resolved before any change (also
+        the console's)."""
         by_name = {item.name: item for item in await current_catalogue(self.services.catalogue)}
         servers = list(service.servers())
         groups: dict[str, list[str]] = {}

@@ -10,7 +10,8 @@ forwarded, so the upstream never sees it. Any other ``requestState`` belongs to 
 
 Theory of operation. The pipeline builds one ``ClientLink`` per call that needs approval: the
 ``elicit`` callable that sends the agent a gateway-originated ``elicitation/create`` (None when the
-agent did not declare form elicitation, or cannot take a request from the server), and the
+agent declared no elicitation, or cannot take a request from the server; an ``InBand`` saying which
+modes it declared), and the
 gateway's retry fields of a 2026-07-28 retry, if any. A call with no link gets ``NO_LINK``: nobody
 can be asked in-band.
 """
@@ -62,6 +63,34 @@ def declares_form_elicitation(capabilities: object) -> bool:
     return "url" not in elicitation
 
 
+def declares_url_elicitation(capabilities: object) -> bool:
+    """Whether client capabilities declare URL-mode elicitation (``elicitation: {url: {}}``, 2025-11-25)."""
+    if not isinstance(capabilities, Mapping):
+        return False
+    elicitation = capabilities.get("elicitation")
+    return isinstance(elicitation, Mapping) and isinstance(elicitation.get("url"), Mapping)
+
+
+@dataclass(frozen=True)
+class InBand:
+    """A transport's in-band asker with the elicitation modes its client declared: the gate sends a
+    form question only where ``form`` holds, and an approval link (``approvals.by_link``) only where
+    ``url`` does."""
+
+    ask: Elicit
+    form: bool
+    url: bool
+
+    async def __call__(self, call: ToolCall, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        return await self.ask(call, params)
+
+
+def in_band(ask: Elicit, capabilities: object) -> InBand | None:
+    """``ask`` as an ``InBand`` for a client with these capabilities; None when it declared no mode."""
+    form, url = declares_form_elicitation(capabilities), declares_url_elicitation(capabilities)
+    return InBand(ask, form, url) if form or url else None
+
+
 def call_declares_elicitation(call: ToolCall) -> bool:
     """For a 2026-07-28 call: the client capabilities carried in its ``_meta`` declare form elicitation."""
     meta = call.meta if isinstance(call.meta, Mapping) else {}
@@ -101,9 +130,12 @@ __all__ = [
     "RETRY_FIELDS",
     "ClientLink",
     "Elicit",
+    "InBand",
     "call_declares_elicitation",
     "declares_form_elicitation",
+    "declares_url_elicitation",
     "forwardable_params",
+    "in_band",
     "is_gateway_retry",
     "retry_link",
 ]

@@ -261,7 +261,8 @@ class Runtime:
                 assert state_db is not None
                 engine = build_approval_engine(settings.approval, state_db, guard.append)
                 gate = ApprovalGate(
-                    engine, elicitation=settings.approval.elicitation, operator_channel=settings.operator_channel
+                    engine, elicitation=settings.approval.elicitation, operator_channel=settings.operator_channel,
+                    ask_by_link=settings.approval.ask_by_link,
                 )
             pin_store = pins = None
             if settings.pin_tools:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -26,6 +27,7 @@ from drawbridge.control import (
     control_routes,
 )
 from drawbridge.gateway.pipeline.pins import CataloguePins
+from drawbridge.gateway.recording.recorder import SURFACE_FILE, TRACE_FILE
 from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
 from drawbridge.policy.model import Action
@@ -150,6 +152,14 @@ def control_url(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
+def announce_console(runtime: Runtime, host: str, port: int) -> None:
+    """The control plane listens at ``host:port``: approval links (``approval.ask_by_link``) point at
+    its console's approval pages from now on."""
+    gate = runtime.pipeline.approvals
+    if gate is not None:
+        gate.link_pages = f"{control_url(host, port)}/console/approvals/"
+
+
 def credential_note(runtime: Runtime) -> str:
     """Where the control plane's credential is, for the startup line (a path, never the token)."""
     if runtime.admin_token_file is not None:
@@ -169,14 +179,25 @@ def routes(services: ControlServices, runtime: Runtime) -> list[BaseRoute]:
 
 
 def app(services: ControlServices, runtime: Runtime) -> Any:
-    """The control plane as an app of its own (its own listener, apart from ``/mcp``)."""
-    return control_app(services, admin_token_sha256=_credential(runtime))
+    """The control plane as an app of its own (its own listener, apart from ``/mcp``), with the web
+    console at ``/console/`` behind the same credential."""
+    from drawbridge.control.console import console_mount  # templates are loaded only when served
+
+    digest = _credential(runtime)
+    plane = control_app(services, admin_token_sha256=digest)
+    evidence = Path(runtime.settings.evidence_dir) if runtime.settings.evidence_dir is not None else None
+    trace, surfaces = (None, None) if evidence is None else (evidence / TRACE_FILE, evidence / SURFACE_FILE)
+    plane.router.routes.append(
+        console_mount(services, admin_token_sha256=digest, trace_path=trace, surface_path=surfaces)
+    )
+    return plane
 
 
 __all__ = [
     "CatalogueView",
     "GatewayPinService",
     "ServedTool",
+    "announce_console",
     "app",
     "control_services",
     "control_url",

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from drawbridge.gateway.pipeline.call import Flight, GatewayError, GatewayResult, UpstreamAnswer
-from drawbridge.gateway.pipeline.client_link import Elicit, declares_form_elicitation
+from drawbridge.gateway.pipeline.client_link import Elicit, in_band
 from drawbridge.gateway.protocol.methods import ELICIT
 from drawbridge.gateway.serve.agents import NoBackChannel
 from drawbridge.gateway.serve.downstream_session import (
@@ -51,8 +51,8 @@ async def tools_call(session: DownstreamSession, entry: Inflight) -> dict[str, A
 def _elicit(session: DownstreamSession, entry: Inflight) -> Elicit | None:
     """How the approval stage may ask this agent in-band: a gateway-originated
     ``elicitation/create`` on this session's own request ids (the mechanism that relays an
-    upstream's elicitation), when the agent declared form elicitation."""
-    if entry.modern or not session.back_channel or not declares_form_elicitation(session.client_capabilities):
+    upstream's elicitation), when the agent declared elicitation (form or URL mode: ``InBand``)."""
+    if entry.modern or not session.back_channel:
         return None
     related = entry.message.id
 
@@ -63,7 +63,7 @@ def _elicit(session: DownstreamSession, entry: Inflight) -> Elicit | None:
             raise NoBackChannel("the agent answered the approval question with an error")
         return result
 
-    return ask
+    return in_band(ask, session.client_capabilities)
 
 
 class _CallReplier:

@@ -57,7 +57,7 @@ from drawbridge.gateway.pipeline.call import (
     Resolver,
     UpstreamAnswer,
 )
-from drawbridge.gateway.pipeline.client_link import Elicit, declares_form_elicitation
+from drawbridge.gateway.pipeline.client_link import Elicit, in_band
 from drawbridge.gateway.pipeline.deciders import RECORDING_FAILED as RECORDING_FAILED  # the refusal's text
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.protocol.eras import envelope_version
@@ -305,8 +305,8 @@ class StdioRelay:
 
     def elicit(self, flight: Flight) -> Elicit | None:
         call = flight.call
-        if call is not None and not call.modern and declares_form_elicitation(self._client_capabilities):
-            return self._elicit
+        if call is not None and not call.modern:
+            return in_band(self._elicit, self._client_capabilities)
         return None
 
     def deliver(self, flights: Sequence[Flight]) -> Awaitable[None] | None:

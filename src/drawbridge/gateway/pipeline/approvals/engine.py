@@ -99,6 +99,7 @@ from drawbridge.approval.shape import ArgumentShape, ShapeError, argument_shape,
 from drawbridge.approval.shown_arguments import ShownArguments
 from drawbridge.gateway.pipeline.approvals.grants import Clock, GrantService, TraceAppend, utc_clock
 from drawbridge.gateway.pipeline.approvals.held_arguments import HeldArguments
+from drawbridge.gateway.pipeline.approvals.by_link import LinkAsker
 from drawbridge.gateway.pipeline.approvals.questions import Elicit, pending
 from drawbridge.gateway.pipeline.approvals.request_states import RequestStates, new_nonce
 from drawbridge.gateway.pipeline.approvals.resolutions import Resolutions
@@ -297,6 +298,7 @@ class ApprovalEngine:
         elicit: Elicit | None = None,
         ask: bool = True,
         others: bool = True,
+        link: LinkAsker | None = None,
     ) -> Settlement:
         """Settle one call (see the module docstring for the order). ``elicit`` overrides the engine's.
 
@@ -347,7 +349,9 @@ class ApprovalEngine:
             return remembered
 
         in_band = elicit if elicit is not None else self._elicit
-        if operator_only:
+        if link is not None:  # asked by a link to the console (``by_link``): a logged-in operator answers
+            mode = "blocking"
+        elif operator_only:
             mode = None
             if not others:
                 return denied("unavailable", OPERATOR_NEEDED)
@@ -376,7 +380,7 @@ class ApprovalEngine:
             if mode == "non_blocking":
                 return pending(call, approval, self._clock())
             resolved = await self._resolutions.await_resolution(
-                call, approval, in_band if mode == "elicitation" else None, others=others
+                call, approval, in_band if mode == "elicitation" else None, others=others, link=link
             )
             if await self._uses.claim(resolved.id, at=self._clock()):
                 return settlement_of(resolved, self.timeout_seconds)

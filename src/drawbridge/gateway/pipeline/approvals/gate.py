@@ -27,7 +27,8 @@ the call's ``client_link``:
    only an operator may approve): a 2026-07-28
    client whose request declares form elicitation gets an ``InputRequiredResult`` (sealed
    ``requestState``); a 2025-11-25 client that declared elicitation gets a gateway-originated
-   ``elicitation/create`` while the other channels stay open; otherwise the operator channels (the
+   ``elicitation/create`` while the other channels stay open (with ``ask_by_link`` and URL mode
+   declared: a link to the approval's console page, ``approvals.by_link``); otherwise the operator channels (the
    control plane, the CLI through it, a state file shared with another gateway) decide, blocking or
    non-blocking as configured. When neither the client nor an operator channel can reach a person,
    the call is refused at once (``approval unavailable``) after grants and memory had their say.
@@ -56,6 +57,7 @@ from anyio.abc import TaskStatus
 
 from drawbridge.approval.binding import binding_digest
 from drawbridge.approval.memory import MemoryConfig
+from drawbridge.gateway.pipeline.approvals.by_link import LinkAsker
 from drawbridge.gateway.pipeline.approvals.engine import DEFAULT_TIMEOUT_SECONDS, ApprovalEngine
 from drawbridge.gateway.pipeline.approvals.grants import TraceAppend, utc_clock
 from drawbridge.gateway.pipeline.approvals.settlement import Settlement, SettlementKind
@@ -82,6 +84,9 @@ class ApprovalSettings:
     the client cannot be asked in-band."""
     elicitation: bool = True
     """Ask in-band (``elicitation/create``, ``InputRequiredResult``) where the client supports it."""
+    ask_by_link: bool = False
+    """Where the client declared URL-mode elicitation and the console is served, send it a link to the
+    approval's console page instead of a form (``approvals.by_link``)."""
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     sweep_seconds: float = DEFAULT_SWEEP_SECONDS
     poll_seconds: float = DEFAULT_POLL_SECONDS
@@ -94,6 +99,7 @@ class ApprovalSettings:
             timeout_seconds=config.approval_timeout_seconds,
             non_blocking=config.approval_non_blocking,
             elicitation=config.approval_elicitation,
+            ask_by_link=config.approval_ask_by_link,
             memory=MemoryConfig(
                 enabled=config.approval_memory_enabled,
                 min_approvals=config.approval_memory_min_approvals,
@@ -196,10 +202,21 @@ class ApprovalGate:
     decides again and runs the call only if the same question would still be asked.
     """
 
-    def __init__(self, engine: ApprovalEngine, *, elicitation: bool = True, operator_channel: bool = True) -> None:
+    def __init__(
+        self, engine: ApprovalEngine, *, elicitation: bool = True, operator_channel: bool = True, ask_by_link: bool = False
+    ) -> None:
         self.engine = engine
         self._elicitation = elicitation
         self._operator_channel = operator_channel
+        self._ask_by_link = ask_by_link
+        self.link_pages: str | None = None
+        """The console's approval pages (``.../console/approvals/``), once the console is served."""
+
+    def _link(self, call: ToolCall, asker: Any) -> LinkAsker | None:
+        """An approval link for this call, when asked for, served, and the client declared URL mode."""
+        if not self._ask_by_link or self.link_pages is None or call.modern or not getattr(asker, "url", False):
+            return None
+        return LinkAsker(asker, self.link_pages, utc_clock)
 
     async def settle(self, call: ToolCall, verdict: Verdict, link: ClientLink) -> Verdict:
         """The verdict the pipeline acts on (``verdict_of`` the engine's settlement)."""
@@ -211,6 +228,11 @@ class ApprovalGate:
             return verdict_of(settlement, verdict)
         if verdict.action is not Action.HUMAN_APPROVAL:
             return verdict
+        asker = link.elicit if self._elicitation else None
+        by_link = self._link(call, asker)
+        if by_link is not None:  # a logged-in operator decides: it may lift what only an operator may approve
+            settlement = await self.engine.settle(call, verdict, elicitation_supported=False, link=by_link)
+            return verdict_of(settlement, verdict)
         elicit = None
         if operator_only:
             # A retry's answer is the client's: it never lifts what only an operator may approve.
@@ -218,7 +240,7 @@ class ApprovalGate:
         elif call.modern:
             supported = self._elicitation and call_declares_elicitation(call)
         else:
-            elicit = link.elicit if self._elicitation else None
+            elicit = asker if getattr(asker, "form", True) else None
             supported = elicit is not None
         settlement = await self.engine.settle(
             call,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
@@ -159,9 +159,11 @@ class Resolutions:
     # -- waiting -------------------------------------------------------------------------------
 
     async def await_resolution(
-        self, call: ToolCall, approval: Approval, elicit: Elicit | None, *, others: bool = True
+        self, call: ToolCall, approval: Approval, elicit: Elicit | None, *, others: bool = True,
+        link: Callable[[ToolCall, Approval], Awaitable[None]] | None = None,
     ) -> Approval:
-        """Wait for this approval to end, asking in-band through ``elicit`` meanwhile when given."""
+        """Wait for this approval to end, asking in-band through ``elicit`` (or sending the approval's
+        console link through ``link``, which only asks) meanwhile when given."""
         wait = self._waits.get(approval.id)
         if wait is None:
             wait = self._waits[approval.id] = _Wait()
@@ -175,6 +177,8 @@ class Resolutions:
                 async with anyio.create_task_group() as tg:
                     if elicit is not None:
                         tg.start_soon(self._ask_in_band, call, approval, elicit, others)
+                    if link is not None:
+                        tg.start_soon(link, call, approval)
                     resolved = await self._watch(approval.id, wait)
                     tg.cancel_scope.cancel()
             if resolved is None:

@@ -1,0 +1,117 @@
+"""What an operator changes from the console: a tool's action for an agent, an approval, pins, grants.
+
+Invariant: every change goes through the control plane's own path (``ControlPlane.policy_edit``,
+``accept_pin_groups``, the approval engine's ``resolve``, the grant service), so it is applied,
+recorded in the trace chain and refused exactly as the JSON routes apply, record and refuse it; the
+console adds only who did it: the operator named at login is the ``by`` of every change, and an
+approval resolved here has the ``console`` channel (operator strength). Every handler here runs
+only after ``app.Console.action`` checked the session and its CSRF token.
+
+Theory of operation. ``ActionHandlers`` is a part of ``app.Console``. Each reads the form the
+access check already parsed (``request.state.form``), calls one service and answers through
+``Console.answer``: a redirect back to the page with a one-line notice, or JSON for the page's
+script, with the status the control plane would have answered (409, 422 ... shown in the row).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from drawbridge.approval.channels import Channel
+from drawbridge.control.console.base import ConsoleBase
+from drawbridge.control.console.sessions import Session
+from drawbridge.control.inputs import MAX_NAME_CHARS
+from drawbridge.control.problems import Problem, problem_for
+from drawbridge.state.approvals import ApprovalStatus
+
+DECISIONS: Final = {"approve": ApprovalStatus.APPROVED, "deny": ApprovalStatus.DENIED}
+MAX_REASON_CHARS: Final = 2000
+
+
+def _field(request: Request, name: str, *, required: bool = True, limit: int = MAX_NAME_CHARS) -> str:
+    value = request.state.form.get(name)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if required:
+            raise Problem(400, f"the form field {name!r} is required")
+        return ""
+    if not isinstance(value, str):
+        raise Problem(400, f"the form field {name!r} must be text")
+    if len(value) > limit:
+        raise Problem(400, f"the form field {name!r} is longer than {limit} characters")
+    return value.strip()
+
+
+class ActionHandlers(ConsoleBase):
+    """The console's POST handlers (``app.Console``)."""
+
+    async def set_action(self, request: Request, session: Session) -> Response:
+        """A tool's action for one agent, exactly as ``PUT /policies/{agent}/tools/{tool}``."""
+        agent, tool, action = _field(request, "agent"), _field(request, "tool"), _field(request, "action")
+        back = "/console/tools?" + urlencode({"agent": agent})
+        try:
+            result = await self.plane.policy_edit(agent, tool, action, session.operator)
+        except Exception as exc:  # noqa: BLE001 -- refusals are shown in the row
+            problem = problem_for(exc) or Problem(500, f"internal error ({type(exc).__name__})")
+            return self.answer(request, back, f"{problem.status}: {problem.message}", problem.status)
+        message = (
+            f"{tool}: {result['action_before']} -> {result['action_after']} for {agent}"
+            f" ({result['source_file']}, rule {result['rule_index']})"
+            if result["changed"]
+            else f"{tool}: unchanged ({result['action_after']}) for {agent}"
+        )
+        return self.answer(request, back, message)
+
+    async def resolve(self, request: Request, session: Session) -> Response:
+        """Approve or deny one approval, as the logged-in operator, through the engine."""
+        decision = DECISIONS.get(request.path_params["decision"])
+        if decision is None:
+            raise Problem(404, "expected /console/approvals/{id}/approve or /deny")
+        reason = _field(request, "reason", required=False, limit=MAX_REASON_CHARS)
+        back = _field(request, "back", required=False) or "/console/approvals"
+        if not back.startswith("/console/"):
+            back = "/console/approvals"
+        approval = await self.services.approvals.resolve(
+            request.path_params["id"], decision, session.operator, Channel.CONSOLE, reason
+        )
+        return self.answer(request, back, f"{approval.tool} for {approval.agent}: {approval.status}")
+
+    async def accept_pins(self, request: Request, session: Session) -> Response:
+        """Accept the current definitions of one server's tools, or of the tools named."""
+        server = _field(request, "server", required=False)
+        tools = [t for t in request.state.form.getlist("tool") if isinstance(t, str) and t]
+        if bool(server) == bool(tools):
+            raise Problem(400, "accept either one server or some tools")
+        service = self.services.pins
+        if service is None:
+            raise Problem(409, "tool pinning is off (pin_tools: false): no tool is held back")
+        groups: dict[str, Any]
+        if server:
+            if server not in service.servers():
+                raise Problem(404, f"no upstream server named {server!r}")
+            groups = {server: None}
+        else:
+            groups = await self.plane.group_tools(service, tools)
+        accepted = await self.plane.accept_pin_groups(groups, session.operator)
+        names = ", ".join(a["name"] for a in accepted) or "nothing new"
+        return self.answer(request, "/console/pins", f"accepted: {names}")
+
+    async def create_grant(self, request: Request, session: Session) -> Response:
+        agent, tools = _field(request, "agent"), _field(request, "tools")
+        duration = _field(request, "duration")
+        service = self.services.approvals.grant_service
+        try:
+            grant = await service.create(agent=agent, tools=tools, duration=duration, granted_by=session.operator)
+        except ValueError as exc:
+            raise problem_for(exc) or Problem(422, str(exc)) from None
+        return self.answer(request, "/console/grants", f"grant {grant.id[:8]}: {tools} for {agent}, {duration}")
+
+    async def revoke_grant(self, request: Request, session: Session) -> Response:
+        grant = await self.services.approvals.grant_service.revoke(request.path_params["id"], revoked_by=session.operator)
+        return self.answer(request, "/console/grants", f"grant {grant.id[:8]} revoked")
+
+
+__all__ = ["ActionHandlers"]

@@ -1,0 +1,80 @@
+"""What the console's pages and actions share: the control plane they act through and how they answer.
+
+Invariant: pages are rendered by Jinja2 with autoescaping on, so a tool's description, an argument
+value or a policy name shows as text, never as markup; every answer carries ``Cache-Control:
+no-store`` and a content security policy that allows only the console's own script and style.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from drawbridge.approval.shown_arguments import argument_lines
+from drawbridge.control.auth import AdminAuth
+from drawbridge.control.console.sessions import Session, SessionStore
+from drawbridge.control.routes import ControlPlane
+from drawbridge.control.services import ControlServices
+
+HERE: Final = Path(__file__).parent
+CSP: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS: Final = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class ConsoleBase:
+    """What every console handler uses: the services, the control plane's handlers over them, the
+    sessions, the templates, and how a page or an action's result is answered."""
+
+    def __init__(
+        self, services: ControlServices, auth: AdminAuth, trace_path: Path | None, surface_path: Path | None = None
+    ) -> None:
+        self.services = services
+        self.plane = ControlPlane(services)
+        self.auth = auth
+        self.sessions = SessionStore(services.clock)
+        self.trace_path = trace_path
+        self.surface_path = surface_path
+        self.templates = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(HERE / "templates"),
+            autoescape=True,
+        )
+        # A call's arguments read exactly as the CLI prints them: masked, cut, every unsafe character escaped.
+        self.templates.filters["argument_lines"] = argument_lines
+
+    # -- rendering --------------------------------------------------------------------------------
+
+    def render(self, request: Request, name: str, session: Session | None, status: int = 200, **values: Any) -> Response:
+        html = self.templates.get_template(name).render(
+            session=session,
+            csrf=session.csrf if session is not None else "",
+            notice=request.query_params.get("notice"),
+            problem=request.query_params.get("problem"),
+            path=request.url.path,
+            **values,
+        )
+        return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+    def answer(self, request: Request, back: str, message: str, status: int = 200) -> Response:
+        """An action's result: JSON for a script, else a redirect back to the page with a notice."""
+        ok = status < 400
+        if "application/json" in request.headers.get("accept", ""):
+            return JSONResponse({"ok": ok, "message": message}, status_code=status, headers=SECURITY_HEADERS)
+        separator = "&" if "?" in back else "?"
+        query = urlencode({"notice" if ok else "problem": message})
+        return RedirectResponse(f"{back}{separator}{query}", status_code=303, headers=SECURITY_HEADERS)
+
+
+__all__ = ["CSP", "HERE", "SECURITY_HEADERS", "ConsoleBase"]

@@ -1,0 +1,265 @@
+"""The console's pages: what an operator reads before deciding (tools and their verdicts, approvals,
+pins, grants, evidence, an overview).
+
+Invariant: a page shows what the control plane's JSON routes show, read through the same handlers
+(``ControlPlane.decision_rows``, ``approval_detail``, the pin service, the grant service), so the
+console can never tell a person something the gateway does not decide. Arguments of a pending call
+are shown only as ``approval.shown_arguments`` made them (secret-like values masked, long values
+cut); the trace is read from the file the gateway appends to, never copied.
+
+Theory of operation. ``PageHandlers`` is a part of ``app.Console``; each handler gathers its
+values and renders one template. Filters come from the query string and are applied here; unknown
+filter values simply match nothing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections import Counter
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import Response
+
+from drawbridge.control.console.base import ConsoleBase
+from drawbridge.control.console.sessions import Session
+from drawbridge.control.services import CatalogueItem, current_catalogue
+from drawbridge.control.views import approval_view, grant_view, tool_view
+from drawbridge.evidence.bundle import record_hash
+from drawbridge.evidence.chain import verify_chain
+from drawbridge.evidence.vocabulary import SURFACE_SCHEMA
+
+ACTIONS: Final = ("allow", "deny", "human_approval", "inherit")
+PENDING_SHOWN: Final = 20
+HISTORY_SHOWN: Final = 50
+EVIDENCE_SHOWN: Final = 200
+TRACE_READ_LIMIT: Final = 64 * 1024 * 1024
+SURFACE_SHOWN: Final = 1000
+SURFACE_READ_BYTES: Final = 4 * 1024 * 1024
+
+
+class PageHandlers(ConsoleBase):
+    """The console's GET pages (``app.Console``)."""
+
+    async def overview(self, request: Request, session: Session) -> Response:
+        items = await current_catalogue(self.services.catalogue)
+        servers = Counter(item.server for item in items)
+        held = Counter(item.server for item in items if item.pin_status is not None and item.pin_status.value != "pinned")
+        pending = await self.services.approvals.store.list("pending", limit=None)
+        trace = await anyio.to_thread.run_sync(_read_trace, self.trace_path)
+        since = self.services.clock() - timedelta(hours=1)
+        calls = [e for e in trace.entries if e.get("kind") == "tool_decision" and _after(e.get("at"), since)]
+        refused = [e for e in calls if (e.get("body") or {}).get("action") != "allow"]
+        return self.render(
+            request, "overview.html", session,
+            servers=[{"name": n, "tools": c, "held": held.get(n, 0)} for n, c in sorted(servers.items())],
+            pending=len(pending), calls=len(calls), refused=len(refused), trace=trace,
+        )
+
+    async def tools_page(self, request: Request, session: Session) -> Response:
+        query = request.query_params
+        agents = _agents(self)
+        agent = query.get("agent") or (agents[0] if agents else "")
+        if agent and agent not in agents:
+            agents.append(agent)
+        items = {item.name: item for item in await current_catalogue(self.services.catalogue)}
+        rows = await self.plane.decision_rows(agent) if agent else []
+        family, access, search = query.get("family", ""), query.get("access", ""), query.get("q", "").strip().lower()
+        review = query.get("review") == "1"
+        shown = []
+        for row in rows:
+            item = items.get(row["name"])
+            tool = tool_view(item) if item is not None else {}
+            classification = row.get("classification") or {}
+            if family and classification.get("family") != family:
+                continue
+            if access and classification.get("access") != access:
+                continue
+            if review and not row.get("to_review"):
+                continue
+            text = f"{row['name']} {tool.get('description') or ''}".lower()
+            if search and search not in text:
+                continue
+            shown.append({"row": row, "tool": tool, "edit": _edit_state(row, agent)})
+        families = sorted({(r.get("classification") or {}).get("family") or "" for r in rows} - {""})
+        accesses = sorted({(r.get("classification") or {}).get("access") or "" for r in rows} - {""})
+        return self.render(
+            request, "tools.html", session, agents=agents, agent=agent, rows=shown, total=len(rows),
+            families=families, accesses=accesses, family=family, access=access, q=query.get("q", ""),
+            review=review, actions=ACTIONS,
+        )
+
+    async def approvals_page(self, request: Request, session: Session) -> Response:
+        pending = await _pending(self)
+        resolved = [
+            approval_view(a, self.services.clock())
+            for a in await self.services.approvals.store.list(None, limit=HISTORY_SHOWN + PENDING_SHOWN)
+            if not a.pending
+        ][:HISTORY_SHOWN]
+        return self.render(request, "approvals.html", session, pending=pending, history=resolved)
+
+    async def pending_fragment(self, request: Request, session: Session) -> Response:
+        """The pending approvals alone, for the page's script to poll (every 2 s)."""
+        return self.render(request, "pending.html", session, pending=await _pending(self))
+
+    async def approval_page(self, request: Request, session: Session) -> Response:
+        detail = await self.plane.approval_detail(request.path_params["id"])
+        return self.render(request, "approval.html", session, approval=detail)
+
+    async def pins_page(self, request: Request, session: Session) -> Response:
+        service = self.services.pins
+        if service is None:
+            return self.render(request, "pins.html", session, enabled=False, held=[], servers=[])
+        items = {item.name: item for item in await current_catalogue(self.services.catalogue)}
+        held = []
+        for tool in await service.held_back():
+            view = tool.as_dict()
+            view["diff"] = _diff(tool.pinned_description or "", tool.current_description or "")
+            item = items.get(tool.name)
+            view["current_tool"] = None if item is None else _definition(item)
+            held.append(view)
+        servers = sorted({h["server"] for h in held})
+        return self.render(request, "pins.html", session, enabled=True, held=held, servers=servers)
+
+    async def grants_page(self, request: Request, session: Session) -> Response:
+        service = self.services.approvals.grant_service
+        now = self.services.clock()
+        listed = [grant_view(g, now) for g in await service.list(active_only=False)]
+        active = [g for g in listed if g["active"]]
+        ended = [g for g in listed if not g["active"]][-HISTORY_SHOWN:]
+        return self.render(request, "grants.html", session, active=active, ended=ended)
+
+    async def evidence_page(self, request: Request, session: Session) -> Response:
+        trace = await anyio.to_thread.run_sync(_read_trace, self.trace_path)
+        surfaces = await anyio.to_thread.run_sync(_read_surfaces, self.surface_path)
+        query = request.query_params
+        wanted = {k: query.get(k, "").strip() for k in ("agent", "tool", "action", "outcome")}
+        shown = []
+        for entry in reversed(trace.entries):
+            body = entry.get("body") if isinstance(entry.get("body"), dict) else {}
+            if any(v and str(body.get(k)) != v for k, v in wanted.items()):
+                continue
+            records = [{**r, "surface": surfaces.get(r.get("content_hash"))} for r in body.get("evidence") or []
+                       if isinstance(r, dict)]
+            shown.append({"entry": entry, "body": body, "evidence": records})
+            if len(shown) >= EVIDENCE_SHOWN:
+                break
+        return self.render(request, "evidence.html", session, trace=trace, entries=shown, wanted=wanted)
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def _agents(console: ConsoleBase) -> list[str]:
+    """The agents the policies are written for, most specific first (as evaluated)."""
+    seen: list[str] = []
+    for policy in console.services.policy_store.current.policies:
+        if policy.agent.text not in seen:
+            seen.append(policy.agent.text)
+    return seen
+
+
+def _edit_state(row: dict[str, Any], agent: str) -> str:
+    """What the row's selector shows as chosen: the console's own rule for this tool, else inherit."""
+    action = row.get("policy_action")
+    return action if action in ACTIONS and row.get("rule") is not None else "inherit"
+
+
+async def _pending(console: ConsoleBase) -> list[dict[str, Any]]:
+    listed = await console.services.approvals.store.list("pending", limit=PENDING_SHOWN)
+    return [await console.plane.approval_detail(a.id) for a in listed]
+
+
+def _diff(pinned: str, current: str) -> list[tuple[str, str]]:
+    """A line diff of two descriptions as ``(kind, line)``: ``-`` pinned only, ``+`` current only."""
+    out: list[tuple[str, str]] = []
+    for line in difflib.ndiff(pinned.splitlines() or [""], current.splitlines() or [""]):
+        if line.startswith(("- ", "+ ", "  ")):
+            out.append((line[0], line[2:]))
+    return out
+
+
+def _definition(item: CatalogueItem) -> dict[str, str]:
+    view = tool_view(item)
+    return {
+        "input_schema": json.dumps(view["input_schema"], indent=2, sort_keys=True),
+        "annotations": json.dumps(view["annotations"], indent=2, sort_keys=True),
+    }
+
+
+def _after(at: object, since: datetime) -> bool:
+    if not isinstance(at, str):
+        return False
+    try:
+        when = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        return when.tzinfo is not None and when >= since
+    except ValueError:
+        return False
+
+
+class TraceView:
+    """The trace as the evidence page shows it: its entries, and whether (and up to where) it verifies."""
+
+    def __init__(self, path: Path | None, lines: list[bytes], problem: str | None = None) -> None:
+        self.path = path
+        self.entries: list[dict[str, Any]] = []
+        for line in lines:
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                self.entries.append(value)
+        report = verify_chain(lines) if lines else None
+        self.ok = report.ok if report is not None else None
+        self.verified = report.entries if report is not None else 0
+        self.head_seq = report.head.seq if report is not None and report.head is not None else None
+        first = report.first_problem if report is not None else None
+        self.problem = problem or (None if first is None else f"line {first.line}: {first.message}")
+
+
+def _read_surfaces(path: Path | None) -> dict[str, str]:
+    """The latest surface records (``SURFACE_SHOWN``), by the content hash the trace names them with:
+    each as a line saying what it asserts (effect, rule, status, side-effect level)."""
+    if path is None:
+        return {}
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(handle.seek(0, 2) - SURFACE_READ_BYTES, 0))
+            lines = handle.read().splitlines()[-SURFACE_SHOWN:]
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+            (decision,) = record["observed_tool_decisions"]
+        except (ValueError, KeyError, TypeError):
+            continue  # a partial first line, or not a surface record
+        digest = record_hash(SURFACE_SCHEMA, record)
+        if digest is None:
+            continue
+        effect, response = decision.get("decision") or {}, decision.get("response") or {}
+        level = (response.get("side_effect") or {}).get("level")
+        out[digest] = (f"{effect.get('effect')} by {effect.get('rule_id') or 'no rule'}; "
+                       f"{response.get('status')}; side effect {level}")
+    return out
+
+
+def _read_trace(path: Path | None) -> TraceView:
+    if path is None:
+        return TraceView(None, [], "this gateway writes no trace (no evidence directory)")
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(TRACE_READ_LIMIT)
+    except OSError as exc:
+        return TraceView(path, [], f"the trace cannot be read ({exc.strerror})")
+    lines = [line for line in data.splitlines(keepends=True) if line.endswith(b"\n")]
+    return TraceView(path, lines)
+
+
+__all__ = ["ACTIONS", "PageHandlers", "TraceView"]

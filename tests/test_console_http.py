@@ -1,0 +1,110 @@
+"""The console without a browser: its access rules over plain HTTP, wrap's console, the ``drawbridge
+console`` command, and the session store's expiry. Real gateway processes over real sockets.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+from approval_support import POLICY, write_policy
+from conftest import GITHUB_LIKE, PYTHON, child_env, wrap_argv
+from serve_support import ALLOW_ALL, GITHUB, free_port, http_gateway, sha256, wait_for_port, write_config
+
+from drawbridge.control.console.sessions import SessionStore, operator_name
+
+ADMIN = "console-http-token-19ae"
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+CLI_TIMEOUT = 60.0
+
+
+def _login(client: httpx.Client, token: str = ADMIN, **extra: str) -> httpx.Response:
+    return client.post("/console/login", data={"token": token, "operator": "marc", **extra})
+
+
+def test_login_redirects_only_inside_the_console_and_pages_need_a_session(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [GITHUB], policies=ALLOW_ALL, auth={"admin": {"token_sha256": sha256(ADMIN)}})
+    with http_gateway(config) as running, httpx.Client(base_url=running.control()) as client:
+        for page in ("/console/", "/console/tools", "/console/approvals", "/console/pins", "/console/grants",
+                     "/console/evidence"):
+            answer = client.get(page)
+            assert answer.status_code == 303 and answer.headers["location"].startswith("/console/login"), page
+        # A bearer token does not open a console page: the console takes its session only.
+        assert client.get("/console/tools", headers={"Authorization": f"Bearer {ADMIN}"}).status_code == 303
+        refused = _login(client, token="wrong")
+        assert refused.status_code == 401 and "drawbridge_console" not in refused.headers.get("set-cookie", "")
+        nameless = client.post("/console/login", data={"token": ADMIN, "operator": " \x1b "})
+        assert nameless.status_code == 400
+        away = _login(client, next="https://elsewhere.example/")
+        assert away.status_code == 303 and away.headers["location"] == "/console/"
+        assert _login(client, next="//elsewhere.example/x").headers["location"] == "/console/"
+        kept = _login(client, next="/console/grants")
+        assert kept.headers["location"] == "/console/grants"
+        page = client.get("/console/grants")
+        assert page.status_code == 200 and ADMIN not in page.text
+        assert page.headers["cache-control"] == "no-store" and "script-src 'self'" in page.headers["content-security-policy"]
+        csrf = CSRF.search(page.text)
+        assert csrf is not None
+        # Logout is a change too: it needs the form token; then the session is gone.
+        assert client.post("/console/logout").status_code == 403
+        assert client.post("/console/logout", data={"csrf": csrf.group(1)}).status_code == 303
+        assert client.get("/console/grants").status_code == 303
+    assert ADMIN not in running.text()
+
+
+def test_wrap_serves_the_console_on_its_control_port(tmp_path: Path) -> None:
+    port = free_port()
+    policy = write_policy(tmp_path, POLICY)
+    argv = wrap_argv(GITHUB_LIKE, "--policy", str(policy), "--evidence-dir", str(tmp_path / "evidence"),
+                     "--control-port", str(port), "--fsync", "never")
+    env = {**child_env(), "DRAWBRIDGE_ADMIN_TOKEN": ADMIN}
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        wait_for_port(port)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+            assert _login(client).status_code == 303
+            tools = client.get("/console/tools")
+            assert tools.status_code == 200 and 'select name="agent"' in tools.text.replace('id="agent" ', "")
+            pins = client.get("/console/pins")
+            assert pins.status_code == 200 and "pinning is off" in pins.text
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        process.wait(30)
+
+
+def test_the_console_command_prints_the_url_and_checks_a_console_answers(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [GITHUB], policies=ALLOW_ALL, auth={"admin": {"token_sha256": sha256(ADMIN)}})
+    env = {k: v for k, v in child_env().items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    with http_gateway(config) as running:
+        base = running.control()
+        done = subprocess.run([PYTHON, "-m", "drawbridge", "console", "--url", base], capture_output=True,
+                              text=True, env=env, timeout=CLI_TIMEOUT)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"{base}/console/"
+    nobody = f"http://127.0.0.1:{free_port()}"
+    gone = subprocess.run([PYTHON, "-m", "drawbridge", "console", "--url", nobody], capture_output=True,
+                          text=True, env=env, timeout=CLI_TIMEOUT)
+    assert gone.returncode == 2 and "no console answers" in gone.stderr
+    assert gone.stdout.strip() == f"{nobody}/console/"
+
+
+def test_a_session_ends_when_it_expires_or_logs_out() -> None:
+    now = [datetime(2026, 12, 2, 9, 0, tzinfo=UTC)]
+    store = SessionStore(lambda: now[0], ttl=timedelta(minutes=30))
+    session_id, session = store.open("marc")
+    assert store.find(session_id) == session and session.csrf_matches(session.csrf)
+    assert not session.csrf_matches(None) and not session.csrf_matches(session.csrf + "x")
+    assert store.find("forged") is None
+    now[0] += timedelta(minutes=29)
+    assert store.find(session_id) is not None
+    now[0] += timedelta(minutes=2)
+    assert store.find(session_id) is None
+    other_id, _ = store.open("ana")
+    store.close(other_id)
+    assert store.find(other_id) is None
+    assert operator_name("  Marc   Dupont ") == "Marc Dupont"
+    assert operator_name("x" * 81) is None and operator_name("a\u202eb") is None
