@@ -401,6 +401,8 @@ class UpstreamSession:
             tools = await self._list_all(TOOLS_LIST, "tools")
         changed = tuple(tools) != self.tools
         self.tools = tuple(tools)
+        if isinstance(self._exchange.link, HttpLink):
+            self._exchange.link.learn_tools(self.tools)
         self.catalogue_version += 1
         if not initial or changed or self.generation > 1:
             logger.info("upstream %r lists %d tools", self.name, len(tools))
