@@ -48,6 +48,7 @@ from mcp.shared.inbound import (
     InboundLadderRejection,
     classify_inbound_request,
     find_duplicated_routing_header,
+    unsupported_protocol_version_rejection,
 )
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
@@ -285,7 +286,11 @@ class McpEndpoint:
             await self._post_modern(scope, receive, send, headers, agent, message)
             return
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS and message.method != INITIALIZE:
-            await send_error(send, 400, INVALID_REQUEST, "invalid request: unsupported MCP-Protocol-Version", message.id)
+            # -32022 with the versions served, so a dual-era client can fall back (2026-07-28 versioning)
+            unsupported = unsupported_protocol_version_rejection(version)
+            assert unsupported is not None
+            refusal = error_response(message.id, unsupported.code, unsupported.message, unsupported.data)
+            await send_json(send, 400, refusal)
             return
         if message.kind is Kind.REQUEST and message.method == INITIALIZE:
             state = await self._new_session(agent)
