@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from drawbridge.config import ConfigError, parse_config
@@ -84,3 +86,20 @@ def test_a_listener_beyond_loopback_needs_the_resource_uri(tmp_path):
         parse_config(text, str(tmp_path / "c.yaml"), {})
     local = BASE.replace("    resource: https://gateway.example.com/mcp\n", "")
     assert parse_config(local, str(tmp_path / "c.yaml"), {}).oauth.resource is None
+
+
+def test_the_documented_oauth_example_is_a_valid_configuration(tmp_path):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```yaml oauth\n(.*?)```", text, flags=re.S)
+    config = parse_config(block, str(tmp_path / "drawbridge.yaml"), {"DRAWBRIDGE_TOKEN_CI": "ci"})
+    oauth = config.oauth
+    assert oauth is not None and oauth.resource == "https://gateway.example.com/mcp"
+    assert [i.issuer for i in oauth.issuers] == ["https://login.example.com/realms/agents", "https://tenant.example.org"]
+    assert dict(oauth.agent_map or {}) == {"claude-connector": "claude", "6b1e0c9d-ci-client": "ci-bot"}
+    assert oauth.scopes_for_tool("github.merge_pull_request") == ("github:write",)
+    assert [a.agent for a in config.agents] == ["ci-bot"]
+    for key in ("resource", "authorization_servers", "issuer", "jwks_uri", "agent_claim", "agents", "scopes",
+                "tool_scopes", "algorithms", "leeway_seconds", "jwks_cache_seconds", "jwks_min_refresh_seconds"):
+        assert f"{key}:" in block and f"`{key}`" in text
