@@ -249,3 +249,14 @@ async def test_a_rotated_key_is_fetched_on_its_first_kid_and_the_withdrawn_one_i
             assert _post(gateway.url, new).status_code == 200  # unknown kid: the key set is fetched again
             assert issuer.jwks_fetches == fetches + 1
             assert "key its issuer does not publish" in _refused((gateway, issuer, None), old)
+
+
+async def test_a_tool_with_an_invalid_x_mcp_header_is_not_offered(world: Any) -> None:
+    gateway, _, _ = world
+    headers, _ = _modern_call("eu", "tea", "eu")
+    headers["mcp-method"] = "tools/list"
+    del headers["mcp-name"], headers["mcp-param-region"]
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": _modern_call("eu", "t", None)[1]["params"]["_meta"]}}
+    names = [t["name"] for t in _post(gateway.url, STATIC_TOKEN, headers, body).json()["result"]["tools"]]
+    assert names == ["regional.lookup"]  # regional.weigh puts x-mcp-header on a number
+    assert "tool 'weigh' is not offered" in gateway.text()

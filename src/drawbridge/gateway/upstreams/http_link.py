@@ -122,16 +122,24 @@ class HttpLink:
         self._posts: dict[int, anyio.CancelScope] = {}
         self._param_maps: dict[str, dict[tuple[str, ...], str]] = {}
 
-    def learn_tools(self, tools: Sequence[Any]) -> None:
-        """Which arguments of which tool a ``tools/call`` mirrors into ``Mcp-Param-*`` headers (their
-        ``x-mcp-header``), computed once per tool list; a tool whose annotations are invalid gets none."""
+    def learn_tools(self, tools: Sequence[Any]) -> list[Any]:
+        """The tools an HTTP client may offer, and which of their arguments a ``tools/call`` mirrors
+        into ``Mcp-Param-*`` headers (their ``x-mcp-header``), computed once per tool list. A tool
+        whose annotations are invalid is dropped, as the spec asks of HTTP clients (its calls could
+        not carry the headers its server expects)."""
         maps: dict[str, dict[tuple[str, ...], str]] = {}
+        kept: list[Any] = []
         for tool in tools:
             if isinstance(tool, Mapping) and isinstance(name := tool.get("name"), str):
                 schema = tool.get("inputSchema")
-                if find_invalid_x_mcp_header(schema) is None and (found := x_mcp_header_map(schema)):
+                if (problem := find_invalid_x_mcp_header(schema)) is not None:
+                    logger.warning("upstream at %s: tool %r is not offered: %s", self.shown_url, name[:100], problem[:200])
+                    continue
+                if found := x_mcp_header_map(schema):
                     maps[name] = found
+            kept.append(tool)
         self._param_maps = maps
+        return kept
 
     # -- lifecycle
 

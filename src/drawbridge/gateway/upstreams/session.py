@@ -399,10 +399,10 @@ class UpstreamSession:
             tools: list[Any] = []
         else:
             tools = await self._list_all(TOOLS_LIST, "tools")
+        if isinstance(self._exchange.link, HttpLink):
+            tools = self._exchange.link.learn_tools(tools)
         changed = tuple(tools) != self.tools
         self.tools = tuple(tools)
-        if isinstance(self._exchange.link, HttpLink):
-            self._exchange.link.learn_tools(self.tools)
         self.catalogue_version += 1
         if not initial or changed or self.generation > 1:
             logger.info("upstream %r lists %d tools", self.name, len(tools))
