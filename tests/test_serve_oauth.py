@@ -22,7 +22,7 @@ from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuth
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from oauth_support import HeaderRecorder, Issuer, ec_key, rsa_key, running_issuer, serve_in_thread
-from serve_support import Running, http_gateway, sha256, write_config
+from serve_support import Running, free_port, http_gateway, sha256, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -260,3 +260,20 @@ async def test_a_tool_with_an_invalid_x_mcp_header_is_not_offered(world: Any) ->
     names = [t["name"] for t in _post(gateway.url, STATIC_TOKEN, headers, body).json()["result"]["tools"]]
     assert names == ["regional.lookup"]  # regional.weigh puts x-mcp-header on a number
     assert "tool 'weigh' is not offered" in gateway.text()
+
+
+async def test_when_the_keys_cannot_be_fetched_the_request_is_refused_with_503(tmp_path: Path) -> None:
+    """Fail closed: an issuer that does not answer, and one whose metadata names another issuer
+    (its keys are not taken), leave nothing to check a token against."""
+    app, _ = _regional_upstream()
+    with running_issuer() as issuer, serve_in_thread(app) as upstream_url:
+        dead = f"http://127.0.0.1:{free_port()}"
+        impostor = f"{issuer.url}/"  # the metadata at this address says its issuer is issuer.url
+        config = _config(tmp_path, issuer, upstream_url, authorization_servers=[{"issuer": dead}, {"issuer": impostor}])
+        with http_gateway(config, env={"REGIONAL_AUTHORIZATION": "Bearer x"}) as gateway:
+            for iss in (dead, impostor):
+                token = issuer.mint(aud=gateway.url, scope="mcp regional:lookup", iss=iss)
+                response = _post(gateway.url, token)
+                assert response.status_code == 503, response.text
+                assert "signing keys could not be fetched" in response.json()["error"]["message"]
+            assert "names another issuer" in gateway.text() and token not in gateway.text()

@@ -60,6 +60,8 @@ class IssuerKeys:
         self._keys: dict[str | None, PyJWK] = {}
         self._fetched_at: float | None = None
         self._attempted_at: float | None = None
+        self._failure: str | None = None
+        """Why the last fetch failed (None after a success): with no keys held, a request is told so."""
         self._lock = anyio.Lock()
         self.generation = 0
         """Bumped each time the set changes (verified tokens cached under an older set are dropped)."""
@@ -74,14 +76,14 @@ class IssuerKeys:
             return found
         seen = self._attempted_at
         async with self._lock:
-            if self._attempted_at != seen:  # another request fetched while this one waited
-                return self._keys.get(kid)
             recent = self._attempted_at is not None and (
-                self._clock() - self._attempted_at < self._config.jwks_min_refresh_seconds
+                self._attempted_at != seen  # another request fetched while this one waited
+                or self._clock() - self._attempted_at < self._config.jwks_min_refresh_seconds
             )
-            if recent:
-                return None
-            await self._fetch(client)
+            if not recent:
+                await self._fetch(client)
+            elif self._failure is not None and not self._keys:
+                raise KeysUnavailable(self._failure)
         return self._keys.get(kid)
 
     async def refresh(self, client: httpx.AsyncClient) -> None:
@@ -93,6 +95,14 @@ class IssuerKeys:
 
     async def _fetch(self, client: httpx.AsyncClient) -> None:
         self._attempted_at = self._clock()
+        try:
+            await self._fetch_now(client)
+        except KeysUnavailable as exc:
+            self._failure = str(exc)
+            raise
+        self._failure = None
+
+    async def _fetch_now(self, client: httpx.AsyncClient) -> None:
         if self._jwks_uri is None:
             self._jwks_uri = await self._discover(client)
         document = await _get_json(client, self._jwks_uri)
