@@ -9,12 +9,15 @@ missing scope is a 403 ``insufficient_scope``; the upstream sees its own credent
 from __future__ import annotations
 
 import json
+import runpy
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import httpx2
+import jwt
 import pytest
 from conftest import MODERN, SERVERS
 from mcp import Client
@@ -52,12 +55,10 @@ class _Memory:
         self.client = client_info
 
 
-def _regional_upstream() -> tuple[Any, HeaderRecorder]:
-    import runpy
-
+def _regional_upstream() -> HeaderRecorder:
+    """The regional fixture server over streamable HTTP (2026-07-28), its request headers written down."""
     server = runpy.run_path(str(SERVERS / "regional.py"), run_name="fixture")["server"]
-    recorder = HeaderRecorder(server.streamable_http_app(json_response=True))
-    return recorder, recorder
+    return HeaderRecorder(server.streamable_http_app(json_response=True))
 
 
 def _config(tmp_path: Path, issuer: Issuer, upstream_url: str, **oauth: Any) -> Path:
@@ -78,8 +79,8 @@ def _config(tmp_path: Path, issuer: Issuer, upstream_url: str, **oauth: Any) -> 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Running, Issuer, HeaderRecorder]]:
-    app, recorder = _regional_upstream()
-    with running_issuer(clients=dict(CLIENTS), scopes=dict(SCOPES)) as issuer, serve_in_thread(app) as upstream_url:
+    recorder = _regional_upstream()
+    with running_issuer(clients=dict(CLIENTS), scopes=dict(SCOPES)) as issuer, serve_in_thread(recorder) as upstream_url:
         config = _config(tmp_path_factory.mktemp("oauth"), issuer, upstream_url)
         with http_gateway(config, env={"REGIONAL_AUTHORIZATION": f"Bearer {UPSTREAM_SECRET}"}) as gateway:
             yield gateway, issuer, recorder
@@ -180,12 +181,12 @@ async def test_tokens_that_must_not_pass_are_refused_and_logged_without_the_toke
         "another_resource": lambda: issuer.mint(aud="http://127.0.0.1:1/mcp", scope=scope),
         "no_audience": lambda: issuer.mint(scope=scope),
         "expired": lambda: issuer.mint(aud=resource, scope=scope, lifetime=-300),
-        "not_yet_valid": lambda: issuer.mint(aud=resource, scope=scope, nbf=int(__import__("time").time()) + 600),
+        "not_yet_valid": lambda: issuer.mint(aud=resource, scope=scope, nbf=int(time.time()) + 600),
         "untrusted_issuer": lambda: issuer.mint(aud=resource, scope=scope, iss="http://127.0.0.1:1/other"),
         "forged_key": lambda: issuer.mint(aud=resource, scope=scope, key=rsa_key("key-forged")),
         "no_expiry": lambda: issuer.mint(aud=resource, scope=scope, exp=None),
         "bad_agent_claim": lambda: issuer.mint(aud=resource, scope=scope, sub="not an agent id!"),
-        "hmac": lambda: __import__("jwt").encode({"iss": issuer.url, "aud": resource, "sub": "x"}, "k" * 32, "HS256"),
+        "hmac": lambda: jwt.encode({"iss": issuer.url, "aud": resource, "sub": "x"}, "k" * 32, "HS256"),
     }
     token = tokens[case]()
     assert reason in _refused(world, token)
@@ -237,8 +238,7 @@ async def test_an_mcp_param_header_that_disagrees_with_the_body_is_refused(world
 
 
 async def test_a_rotated_key_is_fetched_on_its_first_kid_and_the_withdrawn_one_is_refused(tmp_path: Path) -> None:
-    app, _ = _regional_upstream()
-    with running_issuer() as issuer, serve_in_thread(app) as upstream_url:
+    with running_issuer() as issuer, serve_in_thread(_regional_upstream()) as upstream_url:
         config = _config(tmp_path, issuer, upstream_url)
         with http_gateway(config, env={"REGIONAL_AUTHORIZATION": "Bearer x"}) as gateway:
             old = issuer.mint(aud=gateway.url, scope="mcp regional:lookup")
@@ -265,8 +265,7 @@ async def test_a_tool_with_an_invalid_x_mcp_header_is_not_offered(world: Any) ->
 async def test_when_the_keys_cannot_be_fetched_the_request_is_refused_with_503(tmp_path: Path) -> None:
     """Fail closed: an issuer that does not answer, and one whose metadata names another issuer
     (its keys are not taken), leave nothing to check a token against."""
-    app, _ = _regional_upstream()
-    with running_issuer() as issuer, serve_in_thread(app) as upstream_url:
+    with running_issuer() as issuer, serve_in_thread(_regional_upstream()) as upstream_url:
         dead = f"http://127.0.0.1:{free_port()}"
         impostor = f"{issuer.url}/"  # the metadata at this address says its issuer is issuer.url
         config = _config(tmp_path, issuer, upstream_url, authorization_servers=[{"issuer": dead}, {"issuer": impostor}])
