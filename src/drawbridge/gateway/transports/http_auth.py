@@ -12,8 +12,8 @@ credentials configured for them, never the agent's (the spec forbids token passt
 Theory of operation. ``authenticate`` tries the static tokens first (a digest comparison), then the
 JWT. A verified JWT is remembered by its SHA-256 until it expires (or the key set changes), so the
 per-call cost of a token seen before is a hash and a dict lookup; only a ``kid`` the key set does not
-hold awaits a fetch (``oauth_keys``). A refusal is logged at WARNING with the reason and the peer
-address, never the token.
+hold awaits a fetch (``oauth_keys``). A refused credential is logged at WARNING with the reason and
+the peer address, never the token.
 """
 
 from __future__ import annotations
@@ -104,7 +104,6 @@ class Authenticator:
             "resource": self.resource,
             "authorization_servers": [i.issuer for i in self.oauth.issuers],
             "bearer_methods_supported": ["header"],
-            "resource_signing_alg_values_supported": list(self.oauth.algorithms),
             "resource_name": "drawbridge",
         }
         if supported := self.oauth.scopes_supported:
@@ -125,7 +124,9 @@ class Authenticator:
     # -- the check
 
     def refuse(self, peer: str, reason: str, error: str | None = "invalid_token") -> Refusal:
-        logger.warning("sign-in refused at /mcp from %s: %s", peer, reason)
+        """A 401. A presented credential that fails is logged at WARNING; a request with none (how
+        every OAuth client starts, to be told where to sign in) at INFO."""
+        logger.log(logging.WARNING if error else logging.INFO, "sign-in refused at /mcp from %s: %s", peer, reason)
         if self.oauth is None:
             return Refusal(401, AUTH_REQUIRED, "Bearer")
         message = "authentication refused: " + reason if error else AUTH_REQUIRED
