@@ -160,13 +160,27 @@ def running_issuer(**options: Any) -> Iterator[Issuer]:
 
 
 class HeaderRecorder:
-    """ASGI middleware: writes down the headers of every HTTP request, then passes it on."""
+    """ASGI middleware: writes down the headers and the body of every HTTP request, then passes it on."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.seen: list[dict[str, str]] = []
+        self.bodies: list[bytes] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            self.seen.append({k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]})
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self.seen.append({k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]})
+        body = bytearray()
+        self.bodies.append(b"")
+        index = len(self.bodies) - 1
+
+        async def recording() -> Any:
+            message = await receive()
+            if message["type"] == "http.request":
+                body.extend(message.get("body", b""))
+                self.bodies[index] = bytes(body)
+            return message
+
+        await self.app(scope, recording, send)

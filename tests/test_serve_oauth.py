@@ -288,3 +288,21 @@ async def test_when_the_keys_cannot_be_fetched_the_request_is_refused_with_503(t
                 assert "signing keys could not be fetched" in response.json()["error"]["message"]
             text = _logged(gateway, "names another issuer")
             assert "names another issuer" in text and token not in text
+
+
+async def test_an_agent_that_declares_the_tasks_extension_gets_the_call_decided_and_answered_at_once(world: Any) -> None:
+    """The gateway offers no tasks: the extension an agent declares is not declared upstream, so the
+    upstream cannot turn the call into a task; the policy decides it and the result comes back."""
+    gateway, _, recorder = world
+    headers, body = _modern_call("eu", "tea", "eu")
+    body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = {
+        "extensions": {"io.modelcontextprotocol/tasks": {}}
+    }
+    before = len(recorder.bodies)
+    response = _post(gateway.url, STATIC_TOKEN, headers, body)
+    assert response.status_code == 200, response.text
+    result = response.json()["result"]
+    assert result["resultType"] == "complete" and result["content"][0]["text"] == "tea in eu"
+    sent = [json.loads(b) for b in recorder.bodies[before:] if b]
+    calls = [m for m in sent if m.get("method") == "tools/call"]
+    assert calls and not any("io.modelcontextprotocol/tasks" in json.dumps(m) for m in calls)
