@@ -306,3 +306,12 @@ async def test_an_agent_that_declares_the_tasks_extension_gets_the_call_decided_
     sent = [json.loads(b) for b in recorder.bodies[before:] if b]
     calls = [m for m in sent if m.get("method") == "tools/call"]
     assert calls and not any("io.modelcontextprotocol/tasks" in json.dumps(m) for m in calls)
+
+
+async def test_the_control_plane_keeps_its_own_credential(world: Any) -> None:
+    """An agent's access token, however valid at /mcp, opens nothing on the control plane."""
+    gateway, issuer, _ = world
+    token = issuer.mint(aud=gateway.url, scope="mcp regional:lookup")
+    control = gateway.control()
+    assert httpx.get(f"{control}/tools", headers={"authorization": f"Bearer {token}"}, timeout=30).status_code == 401
+    assert httpx.get(f"{control}/tools", headers=gateway.control_headers(), timeout=30).status_code == 200
