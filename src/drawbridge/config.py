@@ -44,6 +44,7 @@ from drawbridge.config_local import (
 from drawbridge.config_evidence import checkpoints_section, telemetry_section
 from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
 from drawbridge.config_hosts import is_loopback_address, split_authority
+from drawbridge.config_oauth import OAuthConfig, oauth_section
 from drawbridge.config_reader import ConfigError
 from drawbridge.config_reader import Reader as _Reader
 from drawbridge.config_reader import resolve_path as _resolve
@@ -109,6 +110,8 @@ class GatewayConfig:
     admin_token_sha256: str | None = None
     agents: tuple[AgentToken, ...] = ()
     anonymous_agent: str | None = None
+    oauth: OAuthConfig | None = None
+    """``/mcp`` as an OAuth 2.1 resource server (``auth.oauth``); None: static tokens only."""
     max_message_bytes: int = 4 * 1024 * 1024
     max_depth: int = 64
     """How deep an agent's message may nest arrays and objects (``limits.max_depth``)."""
@@ -287,9 +290,9 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
                 "port", "the control plane listens apart from /mcp: give control.port a port of its own"
             )
 
-    admin_digest, agents, anonymous = None, [], None
+    admin_digest, agents, anonymous, oauth = None, [], None, None
     if (auth := top.child("auth")) is not None:
-        auth.check_keys({"admin", "agents", "anonymous_agent"})
+        auth.check_keys({"admin", "agents", "anonymous_agent", "oauth"})
         if (admin := auth.child("admin")) is not None:
             admin.check_keys({"token_sha256", "token_env"})
             admin_digest = _token_digest(admin, env, "auth.admin")
@@ -306,6 +309,7 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         if len({a.token_sha256 for a in agents}) != len(agents):
             raise auth.fail("agents", "two agents share one bearer token")
         anonymous = auth.get("anonymous_agent", str)
+        oauth = oauth_section(auth, anonymous, host)
 
     max_bytes, timeout, max_depth = 4 * 1024 * 1024, 120.0, 64
     per_agent, max_sessions = MAX_SESSIONS_PER_AGENT, MAX_SESSIONS
@@ -398,6 +402,7 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         admin_token_sha256=admin_digest,
         agents=tuple(agents),
         anonymous_agent=anonymous,
+        oauth=oauth,
         max_message_bytes=max_bytes,
         max_depth=max_depth,
         max_sessions_per_agent=per_agent,

@@ -199,10 +199,16 @@ async def _run(
                 )
             else:
                 assert socks.mcp is not None
+                from drawbridge.gateway.transports.http_auth import Authenticator, resource_for
                 from drawbridge.gateway.transports.http_endpoint import build_app, describe_url
                 from drawbridge.gateway.transports.http_identity import HttpSettings
 
-                app = build_app(gateway, HttpSettings.from_config(config, socks.mcp.getsockname()[1]))
+                bound = socks.mcp.getsockname()
+                settings = HttpSettings.from_config(config, bound[1])
+                auth = Authenticator(settings, config.oauth, resource_for(config.oauth, describe_url(*bound[:2])))
+                if auth.keys is not None:
+                    tg.start_soon(auth.keys.run)
+                app = build_app(gateway, settings, auth=auth)
 
                 def ready(host: str, port: int) -> None:
                     click.echo(

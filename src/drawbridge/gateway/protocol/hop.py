@@ -7,6 +7,9 @@ these, which belong to one hop and are rewritten by the gateway:
 * ``params.name`` of a namespaced tool or prompt (the ``server.`` prefix is removed upstream);
 * ``params._meta.progressToken`` (tokens are chosen per connection; the gateway substitutes its own
   upstream and maps notifications back);
+* ``params.task`` (2025-11-25 task augmentation): the gateway offers no tasks (it declares no ``tasks``
+  capability, and no Tasks extension upstream), so a call is decided, run and answered as one request,
+  never left running upstream as a task whose status could not be routed back;
 * the reserved envelope keys of ``_meta`` (``io.modelcontextprotocol/protocolVersion``, ``clientInfo``,
   ``clientCapabilities``, ``serverInfo``, ``logLevel``), which describe one connection and are removed
   when crossing, so a 2026-07-28 agent's envelope never reaches a handshake-era upstream;
@@ -74,6 +77,7 @@ def outbound_params(
     if params is None:
         return None
     out = dict(params)
+    out.pop("task", None)
     if name is not _KEEP:
         out[name_key] = name
     meta = params.get("_meta")

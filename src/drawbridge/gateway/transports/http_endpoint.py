@@ -2,9 +2,9 @@
 
 Invariant: an HTTP request reaches a ``DownstreamSession`` only when it names a host ``/mcp``
 answers to (``http_hosts``: ``Host``, and ``Origin`` when present, against ``listen.allowed_hosts``;
-421 and 403 otherwise, recorded) and with an identity (``http_identity.identify``: one bearer token
-that matches a configured agent, or the anonymous agent when no ``Authorization`` is presented at
-all). A session belongs to the agent that created it; the same id presented by another agent is
+421 and 403 otherwise, recorded) and with an identity (``http_auth``: one bearer token that matches a
+configured agent or, with ``auth.oauth``, a verified access token for this resource; or the anonymous
+agent when no ``Authorization`` is presented at all). A session belongs to the agent that created it; the same id presented by another agent is
 unknown (404). Session ids are minted by the gateway at ``initialize`` and never taken from the
 client (fixation defence). One agent's sessions never end another's: an agent holds at most
 ``max_sessions_per_agent`` (its least recently used one ends when it opens one more), and when the
@@ -22,7 +22,7 @@ error), parses one JSON-RPC message strictly and picks the era from ``MCP-Protoc
   (list changes, server requests that could not be tied to a POST); ``DELETE /mcp`` ends the session.
 * 2026-07-28 (stateless): each POST is a whole exchange with a fresh session. The request is checked by
   the SDK's inbound ladder (envelope, ``Mcp-Method``/``Mcp-Name`` against the body, version), errors
-  get the status the spec's table gives them, notifications are answered 202, and closing the
+  get the status the spec's table gives them (``Mcp-Param-*`` against the arguments: ``http_params``), notifications are answered 202, and closing the
   connection cancels the request (the upstream is told).
 
 Where a session's messages wait for their stream is ``http_mailbox.py``; the bytes on the wire (the
@@ -48,6 +48,7 @@ from mcp.shared.inbound import (
     InboundLadderRejection,
     classify_inbound_request,
     find_duplicated_routing_header,
+    unsupported_protocol_version_rejection,
 )
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
@@ -67,7 +68,9 @@ from drawbridge.gateway.protocol.methods import INITIALIZE
 from drawbridge.gateway.serve.downstream_session import DownstreamSession, error_response
 from drawbridge.gateway.serve.hub import Gateway
 from drawbridge.gateway.serve.routes import open_session
-from drawbridge.gateway.transports.http_identity import AUTH_REPEATED, AUTH_REQUIRED, HttpSettings, identify
+from drawbridge.gateway.transports.http_auth import Authenticator, Identity, Refusal
+from drawbridge.gateway.transports.http_identity import AUTH_REPEATED, HttpSettings
+from drawbridge.gateway.transports.http_params import ParamHeaders
 from drawbridge.gateway.transports.http_mailbox import HttpOutbound, Mailbox
 from drawbridge.gateway.transports.http_wire import (
     TooLarge,
@@ -87,7 +90,6 @@ logger = logging.getLogger("drawbridge.gateway.http")
 
 MCP_PATH: Final = "/mcp"
 SESSION_HEADER: Final = "mcp-session-id"
-WWW_AUTHENTICATE: Final = ("www-authenticate", "Bearer")
 SESSIONS_FULL: Final = (
     "service unavailable: the gateway holds as many sessions as it may (limits.max_sessions), none of them "
     "this agent's; try again once sessions end"
@@ -107,9 +109,11 @@ class _HttpSession:
 class McpEndpoint:
     """The ASGI app behind ``/mcp``."""
 
-    def __init__(self, gateway: Gateway, settings: HttpSettings) -> None:
+    def __init__(self, gateway: Gateway, settings: HttpSettings, auth: Authenticator | None = None) -> None:
         self.gateway = gateway
         self.settings = settings
+        self.auth = auth if auth is not None else Authenticator(settings, None, None)
+        self.params = ParamHeaders(gateway)
         self.sessions: dict[str, _HttpSession] = {}
         self.by_agent: dict[str, dict[str, _HttpSession]] = {}
 
@@ -130,14 +134,19 @@ class McpEndpoint:
         authorization = header_values(scope, "authorization")
         if len(authorization) > 1:
             await self.gateway.incident("repeated_authorization", "client", AUTH_REPEATED, INVALID_REQUEST)
-            await send_error(send, 401, INVALID_REQUEST, AUTH_REPEATED, extra=[WWW_AUTHENTICATE])
+            challenge = ("www-authenticate", self.auth.challenge("invalid_request", AUTH_REPEATED))
+            await send_error(send, 401, INVALID_REQUEST, AUTH_REPEATED, extra=[challenge])
             return
-        agent = identify(authorization[0] if authorization else None, self.settings)
-        if agent is None:
-            await send_error(send, 401, INVALID_REQUEST, AUTH_REQUIRED, extra=[WWW_AUTHENTICATE])
+        peer = _peer(scope)
+        identity = await self.auth.authenticate(authorization[0] if authorization else None, peer)
+        if isinstance(identity, Refusal):
+            await send_error(
+                send, identity.status, INVALID_REQUEST, identity.message, extra=[("www-authenticate", identity.challenge)]
+            )
             return
+        agent = identity.agent
         if method == "POST":
-            await self._post(scope, receive, send, headers, agent)
+            await self._post(scope, receive, send, headers, agent, identity)
         elif method == "GET":
             await self._get(scope, receive, send, headers, agent)
         else:
@@ -236,7 +245,9 @@ class McpEndpoint:
 
     # -- POST
 
-    async def _post(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], agent: str) -> None:
+    async def _post(
+        self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], agent: str, identity: Identity
+    ) -> None:
         content_type = headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type != "application/json":
             await send_error(send, 415, INVALID_REQUEST, "invalid request: Content-Type must be application/json")
@@ -265,12 +276,22 @@ class McpEndpoint:
             await self.gateway.incident(incident_kind(exc), "client", exc.message, exc.code)
             await send_error(send, 400, exc.code, exc.message, exc.request_id)
             return
+        if (refusal := self.auth.check_message(identity, message, _peer(scope))) is not None:
+            await send_error(
+                send, refusal.status, INVALID_REQUEST, refusal.message, message.id,
+                extra=[("www-authenticate", refusal.challenge)],
+            )
+            return
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
         if version in MODERN_PROTOCOL_VERSIONS:
             await self._post_modern(scope, receive, send, headers, agent, message)
             return
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS and message.method != INITIALIZE:
-            await send_error(send, 400, INVALID_REQUEST, "invalid request: unsupported MCP-Protocol-Version", message.id)
+            # -32022 with the versions served, so a dual-era client can fall back (2026-07-28 versioning)
+            unsupported = unsupported_protocol_version_rejection(version)
+            assert unsupported is not None
+            refusal = error_response(message.id, unsupported.code, unsupported.message, unsupported.data)
+            await send_json(send, 400, refusal)
             return
         if message.kind is Kind.REQUEST and message.method == INITIALIZE:
             state = await self._new_session(agent)
@@ -316,6 +337,8 @@ class McpEndpoint:
             verdict = classify_inbound_request(message.body, headers=dict(headers))
             if isinstance(verdict, InboundLadderRejection):
                 rejection = verdict
+            else:
+                rejection = self.params.rejection(message, raw_headers(scope))
         if rejection is not None:
             status = ERROR_CODE_HTTP_STATUS.get(rejection.code, 400)
             await send_json(send, status, error_response(message.id, rejection.code, rejection.message, rejection.data))
@@ -428,10 +451,18 @@ class McpEndpoint:
         await send_status(send, 204)
 
 
-def build_app(gateway: Gateway, settings: HttpSettings, routes: Sequence[BaseRoute] = ()) -> Starlette:
-    """The gateway's HTTP app: ``/mcp`` plus any ``routes`` given (the control plane adds its own)."""
-    endpoint = McpEndpoint(gateway, settings)
-    app = Starlette(routes=[Route(MCP_PATH, endpoint), *routes])
+def _peer(scope: Scope) -> str:
+    client = scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else "an unknown peer"
+
+
+def build_app(
+    gateway: Gateway, settings: HttpSettings, routes: Sequence[BaseRoute] = (), auth: Authenticator | None = None
+) -> Starlette:
+    """The gateway's HTTP app: ``/mcp`` plus any ``routes`` given (the control plane adds its own), and
+    the protected-resource metadata when ``auth`` makes ``/mcp`` an OAuth resource server."""
+    endpoint = McpEndpoint(gateway, settings, auth)
+    app = Starlette(routes=[Route(MCP_PATH, endpoint), *endpoint.auth.routes(), *routes])
     app.state.mcp_endpoint = endpoint
     app.state.gateway = gateway
     return app

@@ -10,7 +10,9 @@ through ``safe_url``: without credentials or query.
 Theory of operation. Each request is its own POST (answered with JSON or an SSE stream), notifications
 and responses are POSTs answered 202, ``Mcp-Session-Id`` from the initialize answer is sent on every
 later request, the negotiated ``MCP-Protocol-Version`` too, and ``Mcp-Method``/``Mcp-Name`` mirror the
-body (so the name header always carries the upstream's own, un-namespaced name). A message that
+body (so the name header always carries the upstream's own, un-namespaced name), as do the
+``Mcp-Param-*`` headers of a ``tools/call`` whose tool declares ``x-mcp-header`` arguments (the SDK's
+codec renders them). A message that
 arrived on the SSE stream of one of our POSTs is delivered with that request's id as ``related``. A
 GET SSE stream carries messages the upstream sends outside any request; when it breaks twice in a
 row the upstream is taken for dead. ``run`` holds the client until the link dies, then ends the
@@ -21,17 +23,23 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 import anyio
 import httpx
 from anyio.abc import TaskGroup, TaskStatus
-from mcp.shared.inbound import NAME_BEARING_METHODS, encode_header_value
+from mcp.shared.inbound import (
+    NAME_BEARING_METHODS,
+    encode_header_value,
+    find_invalid_x_mcp_header,
+    mcp_param_headers,
+    x_mcp_header_map,
+)
 
 from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, UPSTREAM_EXITED
-from drawbridge.gateway.protocol.methods import INITIALIZE
+from drawbridge.gateway.protocol.methods import INITIALIZE, TOOLS_CALL
 from drawbridge.gateway.upstreams.requests import Deliver, UpstreamLost, render
 
 logger = logging.getLogger("drawbridge.gateway.upstream")
@@ -112,6 +120,26 @@ class HttpLink:
         self._tg: TaskGroup | None = None
         self._deliver: Deliver | None = deliver
         self._posts: dict[int, anyio.CancelScope] = {}
+        self._param_maps: dict[str, dict[tuple[str, ...], str]] = {}
+
+    def learn_tools(self, tools: Sequence[Any]) -> list[Any]:
+        """The tools an HTTP client may offer, and which of their arguments a ``tools/call`` mirrors
+        into ``Mcp-Param-*`` headers (their ``x-mcp-header``), computed once per tool list. A tool
+        whose annotations are invalid is dropped, as the spec asks of HTTP clients (its calls could
+        not carry the headers its server expects)."""
+        maps: dict[str, dict[tuple[str, ...], str]] = {}
+        kept: list[Any] = []
+        for tool in tools:
+            if isinstance(tool, Mapping) and isinstance(name := tool.get("name"), str):
+                schema = tool.get("inputSchema")
+                if (problem := find_invalid_x_mcp_header(schema)) is not None:
+                    logger.warning("upstream at %s: tool %r is not offered: %s", self.shown_url, name[:100], problem[:200])
+                    continue
+                if found := x_mcp_header_map(schema):
+                    maps[name] = found
+            kept.append(tool)
+        self._param_maps = maps
+        return kept
 
     # -- lifecycle
 
@@ -172,6 +200,9 @@ class HttpLink:
             params = message.get("params")
             if key is not None and isinstance(params, Mapping) and isinstance(value := params.get(key), str):
                 headers["mcp-name"] = encode_header_value(value)
+                mirrored = self._param_maps.get(value) if method == TOOLS_CALL else None
+                if mirrored is not None and isinstance(arguments := params.get("arguments"), Mapping):
+                    headers.update(mcp_param_headers(mirrored, arguments))
         return headers
 
     async def send(self, message: Mapping[str, Any]) -> None:

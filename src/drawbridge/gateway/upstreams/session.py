@@ -399,6 +399,8 @@ class UpstreamSession:
             tools: list[Any] = []
         else:
             tools = await self._list_all(TOOLS_LIST, "tools")
+        if isinstance(self._exchange.link, HttpLink):
+            tools = self._exchange.link.learn_tools(tools)
         changed = tuple(tools) != self.tools
         self.tools = tuple(tools)
         self.catalogue_version += 1

@@ -1,0 +1,196 @@
+"""The authorization servers' public keys (JWKS), fetched, cached and refreshed off the call path.
+
+Invariant: a token is checked only against a key fetched from its own issuer's ``jwks_uri`` (named in
+the configuration, or in the issuer's RFC 8414 metadata whose ``issuer`` equals the configured one
+exactly); a key set is replaced whole, so a key the issuer has withdrawn is gone once the set is
+fetched again. An unknown ``kid`` fetches the set at most once per ``jwks_min_refresh_seconds`` per
+issuer, and concurrent requests share that one fetch, so tokens with invented key ids cannot make
+the gateway hammer the issuer.
+
+Theory of operation. ``run`` fetches every issuer's keys at start and again every
+``jwks_cache_seconds``, in the background; a request finds its key in a dict. Only a ``kid`` not in
+the set awaits a fetch (async, bounded by ``FETCH_TIMEOUT_SECONDS``). Fetch failures are logged with
+the issuer's URL and the reason, and the keys held so far stay in use.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import httpx
+from jwt import PyJWK
+from jwt.exceptions import PyJWKError
+
+from drawbridge.config_oauth import IssuerConfig, OAuthConfig
+
+logger = logging.getLogger("drawbridge.gateway.oauth")
+
+FETCH_TIMEOUT_SECONDS: Final = 10.0
+MAX_DOCUMENT_BYTES: Final = 256 * 1024
+RETRY_SECONDS: Final = 5.0
+
+
+class KeysUnavailable(Exception):
+    """The issuer's keys could not be fetched (the message says why; it names no token)."""
+
+
+def metadata_urls(issuer: str) -> list[str]:
+    """Where an issuer's metadata is: RFC 8414 (well-known before the issuer's path), then OpenID
+    Connect Discovery (appended to it)."""
+    parts = urlsplit(issuer)
+    path = parts.path.rstrip("/")
+    rfc8414 = urlunsplit((parts.scheme, parts.netloc, f"/.well-known/oauth-authorization-server{path}", "", ""))
+    oidc = urlunsplit((parts.scheme, parts.netloc, f"{path}/.well-known/openid-configuration", "", ""))
+    return [rfc8414, oidc]
+
+
+class IssuerKeys:
+    """One issuer's key set."""
+
+    def __init__(self, issuer: IssuerConfig, config: OAuthConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.issuer = issuer
+        self._config = config
+        self._clock = clock
+        self._jwks_uri = issuer.jwks_uri
+        self._keys: dict[str | None, PyJWK] = {}
+        self._fetched_at: float | None = None
+        self._attempted_at: float | None = None
+        self._failure: str | None = None
+        """Why the last fetch failed (None after a success): with no keys held, a request is told so."""
+        self._lock = anyio.Lock()
+        self.generation = 0
+        """Bumped each time the set changes (verified tokens cached under an older set are dropped)."""
+
+    def held(self, kid: str | None) -> PyJWK | None:
+        return self._keys.get(kid)
+
+    async def key(self, client: httpx.AsyncClient, kid: str | None) -> PyJWK | None:
+        """The key named ``kid``; an unknown one fetches the set again, unless that happened lately."""
+        found = self._keys.get(kid)
+        if found is not None:
+            return found
+        seen = self._attempted_at
+        async with self._lock:
+            recent = self._attempted_at is not None and (
+                self._attempted_at != seen  # another request fetched while this one waited
+                or self._clock() - self._attempted_at < self._config.jwks_min_refresh_seconds
+            )
+            if not recent:
+                await self._fetch(client)
+            elif self._failure is not None and not self._keys:
+                raise KeysUnavailable(self._failure)
+        return self._keys.get(kid)
+
+    async def refresh(self, client: httpx.AsyncClient) -> None:
+        async with self._lock:
+            await self._fetch(client)
+
+    def stale(self) -> bool:
+        return self._fetched_at is None or self._clock() - self._fetched_at >= self._config.jwks_cache_seconds
+
+    async def _fetch(self, client: httpx.AsyncClient) -> None:
+        self._attempted_at = self._clock()
+        try:
+            await self._fetch_now(client)
+        except KeysUnavailable as exc:
+            self._failure = str(exc)
+            raise
+        self._failure = None
+
+    async def _fetch_now(self, client: httpx.AsyncClient) -> None:
+        if self._jwks_uri is None:
+            self._jwks_uri = await self._discover(client)
+        document = await _get_json(client, self._jwks_uri)
+        entries = document.get("keys")
+        if not isinstance(entries, list):
+            raise KeysUnavailable(f"the key set at {self._jwks_uri} has no keys list")
+        keys: dict[str | None, PyJWK] = {}
+        for entry in entries:
+            if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
+                continue
+            try:
+                jwk = PyJWK(entry)
+            except PyJWKError:
+                continue  # a key type or algorithm this gateway cannot use: skipped, as RFC 7517 5 allows
+            keys[jwk.key_id] = jwk
+        if keys.keys() != self._keys.keys() or any(keys[k].key != self._keys[k].key for k in keys):
+            self.generation += 1
+        self._keys = keys
+        self._fetched_at = self._clock()
+        logger.info("fetched %d signing key(s) of issuer %s", len(keys), self.issuer.issuer)
+
+    async def _discover(self, client: httpx.AsyncClient) -> str:
+        problems: list[str] = []
+        for url in metadata_urls(self.issuer.issuer):
+            try:
+                metadata = await _get_json(client, url)
+            except KeysUnavailable as exc:
+                problems.append(str(exc))
+                continue
+            if metadata.get("issuer") != self.issuer.issuer:
+                raise KeysUnavailable(f"the metadata at {url} names another issuer")
+            jwks_uri = metadata.get("jwks_uri")
+            if not isinstance(jwks_uri, str) or urlsplit(jwks_uri).scheme not in ("https", "http"):
+                raise KeysUnavailable(f"the metadata at {url} has no usable jwks_uri")
+            return jwks_uri
+        raise KeysUnavailable("; ".join(problems))
+
+
+async def _get_json(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
+    try:
+        response = await client.get(url, headers={"accept": "application/json"})
+    except httpx.HTTPError as exc:
+        raise KeysUnavailable(f"fetching {url} failed ({type(exc).__name__})") from None
+    if response.status_code != 200:
+        raise KeysUnavailable(f"{url} answered HTTP {response.status_code}")
+    if len(response.content) > MAX_DOCUMENT_BYTES:
+        raise KeysUnavailable(f"{url} answered more than {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        document = response.json()
+    except ValueError:
+        raise KeysUnavailable(f"{url} did not answer JSON") from None
+    if not isinstance(document, dict):
+        raise KeysUnavailable(f"{url} did not answer a JSON object")
+    return document
+
+
+class KeyStore:
+    """Every configured issuer's keys, and the HTTP client that fetches them."""
+
+    def __init__(self, config: OAuthConfig) -> None:
+        self.issuers = {i.issuer: IssuerKeys(i, config) for i in config.issuers}
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(FETCH_TIMEOUT_SECONDS), follow_redirects=False, trust_env=False
+        )
+
+    @property
+    def generation(self) -> int:
+        return sum(keys.generation for keys in self.issuers.values())
+
+    async def key(self, issuer: str, kid: str | None) -> PyJWK | None:
+        """The key, or None when the issuer has no such key; raises KeysUnavailable when the set
+        could not be fetched."""
+        return await self.issuers[issuer].key(self._client, kid)
+
+    async def run(self) -> None:
+        """Fetch every issuer's keys now and whenever they grow stale, until cancelled."""
+        try:
+            while True:
+                for keys in self.issuers.values():
+                    if keys.stale():
+                        try:
+                            await keys.refresh(self._client)
+                        except KeysUnavailable as exc:
+                            logger.warning("the signing keys of issuer %s could not be fetched: %s", keys.issuer.issuer, exc)
+                await anyio.sleep(RETRY_SECONDS)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._client.aclose()
+
+
+__all__ = ["FETCH_TIMEOUT_SECONDS", "IssuerKeys", "KeyStore", "KeysUnavailable", "metadata_urls"]
