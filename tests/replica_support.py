@@ -1,0 +1,84 @@
+"""Helpers for tests of several ``drawbridge serve`` replicas on one PostgreSQL database.
+
+Each replica is a real serve process with its own directory (configuration, evidence, admin token)
+and a ``recording`` upstream of its own that appends every line it receives to one shared log, so a
+test counts how often a call reached an upstream across all replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+from conftest import PYTHON, SERVERS
+from serve_support import write_config
+
+REPLICA_APPROVAL_SECONDS: Final = 1.0
+"""How soon a resolution on one replica must release the call waiting on another (the issue's bound)."""
+PENDING_TIMEOUT: Final = 30.0
+"""Seconds a test waits for an approval to appear pending (a loaded machine starts processes slowly)."""
+CALL_TIMEOUT: Final = 30.0
+
+POLICIES: Final = {
+    "p.yaml": "name: p\nagent: '*'\nrules:\n  - tools: ['rec.safe_read']\n    action: allow\n"
+    "  - tools: ['rec.delete_all']\n    action: human_approval\n"
+}
+KEY_ENV: Final = {"DRAWBRIDGE_TEST_BIND_KEY": secrets.token_hex(32), "DRAWBRIDGE_TEST_STATE_KEY": secrets.token_hex(32)}
+KEYS: Final = {
+    "approval_binding": [{"id": "bind-1", "env": "DRAWBRIDGE_TEST_BIND_KEY"}],
+    "request_state": [{"id": "state-1", "env": "DRAWBRIDGE_TEST_STATE_KEY"}],
+}
+
+
+def recording_upstream(log: Path) -> dict[str, Any]:
+    return {
+        "name": "rec", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "recording.py")],
+        "env": {"RECORDING_LOG": str(log)},
+    }
+
+
+def replica_config(root: Path, name: str, url: str, log: Path, **top: Any) -> Path:
+    """Replica ``name``'s configuration in ``root/name``, on the database at ``url``."""
+    directory = root / name
+    directory.mkdir(parents=True, exist_ok=True)
+    options: dict[str, Any] = {
+        "approval": {"timeout_seconds": 60},
+        "evidence_dir": str(directory / "evidence"),
+        "state_path": str(directory / "drawbridge.db"),
+        "auth": {"anonymous_agent": "guest"},
+        "state": url,
+        "replica": {"id": name, "keys": KEYS},
+    }
+    options.update(top)
+    return write_config(directory, [recording_upstream(log)], policies=POLICIES, **options)
+
+
+def upstream_calls(log: Path, tool: str) -> int:
+    """How many ``tools/call`` of ``tool`` reached any replica's upstream."""
+    if not log.exists():
+        return 0
+    count = 0
+    for line in log.read_text(encoding="utf-8").splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if message.get("method") == "tools/call" and (message.get("params") or {}).get("name") == tool:
+            count += 1
+    return count
+
+
+def approval_id_of(text: str) -> str:
+    match = re.search(r"Approval required \(id: ([0-9a-f]{16})\)", text)
+    assert match is not None, text
+    return match.group(1)
+
+
+async def pending_on(http: httpx.AsyncClient) -> list[dict[str, Any]]:
+    response = await http.get("/approvals", params={"status": "pending"})
+    response.raise_for_status()
+    return list(response.json())

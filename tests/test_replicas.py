@@ -1,0 +1,151 @@
+"""Two ``drawbridge serve`` replicas on one real PostgreSQL: approvals, single use and keys are shared.
+
+Each replica is a real process with its own upstream child; the upstreams write every call they
+receive to one log, so "runs once" is counted where it happens. Clients are the mcp SDK's.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from approval_support import text_of
+from replica_support import (
+    CALL_TIMEOUT,
+    KEY_ENV,
+    PENDING_TIMEOUT,
+    REPLICA_APPROVAL_SECONDS,
+    approval_id_of,
+    pending_on,
+    replica_config,
+    upstream_calls,
+)
+from serve_support import http_client, http_gateway
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_an_approval_given_on_one_replica_releases_the_call_waiting_on_the_other_once(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    log = tmp_path / "calls.log"
+    config_a = replica_config(tmp_path, "a", postgres_url, log)
+    config_b = replica_config(tmp_path, "b", postgres_url, log)
+    with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
+        assert b.url is not None
+        async with http_client(b.url) as client, httpx.AsyncClient(
+            base_url=a.control(), headers=a.control_headers(), trust_env=False
+        ) as operator_a:
+            results: list[object] = []
+            finished = anyio.Event()
+
+            async def call() -> None:
+                results.append(await client.call_tool("rec.delete_all", {"scope": "all"}))
+                finished.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                with anyio.fail_after(PENDING_TIMEOUT):
+                    while not (pending := await pending_on(operator_a)):
+                        await anyio.sleep(0.05)
+                assert upstream_calls(log, "delete_all") == 0
+                approved_at = time.monotonic()
+                response = await operator_a.post(f"/approvals/{pending[0]['id']}/approve", json={"resolved_by": "op-a"})
+                assert response.status_code == 200, response.text
+                with anyio.fail_after(CALL_TIMEOUT):
+                    await finished.wait()
+                released_after = time.monotonic() - approved_at
+            assert text_of(results[0]) == "ran delete_all"  # type: ignore[arg-type]
+            assert released_after < REPLICA_APPROVAL_SECONDS, released_after
+            # The other channels see it resolved: B's control plane reads the same queue.
+            async with httpx.AsyncClient(base_url=b.control(), headers=b.control_headers(), trust_env=False) as op_b:
+                shown = (await op_b.get(f"/approvals/{pending[0]['id']}")).json()
+                assert shown["status"] == "approved" and shown["resolved_by"] == "op-a"
+                again = await op_b.post(f"/approvals/{pending[0]['id']}/deny", json={"resolved_by": "op-b"})
+                assert again.status_code == 409, again.text
+    assert upstream_calls(log, "delete_all") == 1
+
+
+async def test_a_non_blocking_retry_on_the_other_replica_runs_once(tmp_path: Path, postgres_url: str) -> None:
+    log = tmp_path / "calls.log"
+    approval = {"timeout_seconds": 60, "non_blocking": True}
+    config_a = replica_config(tmp_path, "a", postgres_url, log, approval=approval)
+    config_b = replica_config(tmp_path, "b", postgres_url, log, approval=approval)
+    arguments = {"scope": "tmp"}
+    with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
+        assert a.url is not None and b.url is not None
+        async with http_client(a.url) as on_a, http_client(b.url) as on_b, httpx.AsyncClient(
+            base_url=b.control(), headers=b.control_headers(), trust_env=False
+        ) as operator_b:
+            with anyio.fail_after(CALL_TIMEOUT):
+                first = await on_a.call_tool("rec.delete_all", arguments)
+            approval_id = approval_id_of(text_of(first))
+            response = await operator_b.post(f"/approvals/{approval_id}/approve", json={"resolved_by": "op-b"})
+            assert response.status_code == 200, response.text
+            with anyio.fail_after(CALL_TIMEOUT):
+                retried = await on_b.call_tool("rec.delete_all", arguments)
+                assert text_of(retried) == "ran delete_all"
+                # The approval is used up: the same retry on either replica asks again.
+                for client in (on_a, on_b):
+                    again = await client.call_tool("rec.delete_all", arguments)
+                    assert again.is_error and approval_id_of(text_of(again)) != approval_id
+    assert upstream_calls(log, "delete_all") == 1
+
+
+async def test_a_replica_killed_mid_approval_leaves_the_approval_to_the_other(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    log = tmp_path / "calls.log"
+    config_a = replica_config(tmp_path, "a", postgres_url, log)
+    config_b = replica_config(tmp_path, "b", postgres_url, log)
+    arguments = {"scope": "logs"}
+    with http_gateway(config_b, env=KEY_ENV) as b:
+        assert b.url is not None
+        async with httpx.AsyncClient(base_url=b.control(), headers=b.control_headers(), trust_env=False) as op_b:
+            with http_gateway(config_a, env=KEY_ENV) as a:
+                assert a.url is not None
+                async with anyio.create_task_group() as tg:
+
+                    async def doomed_call() -> None:
+                        async with http_client(a.url) as on_a:  # type: ignore[arg-type]
+                            await on_a.call_tool("rec.delete_all", arguments)
+
+                    tg.start_soon(doomed_call)
+                    with anyio.fail_after(PENDING_TIMEOUT):
+                        while not (pending := await pending_on(op_b)):
+                            await anyio.sleep(0.05)
+                    a.process.kill()  # mid-approval: the call waiting on A dies with it
+                    a.process.wait()
+                    tg.cancel_scope.cancel()
+            response = await op_b.post(f"/approvals/{pending[0]['id']}/approve", json={"resolved_by": "op-b"})
+            assert response.status_code == 200, response.text
+            async with http_client(b.url) as on_b:
+                with anyio.fail_after(CALL_TIMEOUT):
+                    retried = await on_b.call_tool("rec.delete_all", arguments)
+                assert text_of(retried) == "ran delete_all"
+                # Used once: the same call again waits for a new approval, which the operator denies.
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(on_b.call_tool, "rec.delete_all", arguments)
+                    with anyio.fail_after(PENDING_TIMEOUT):
+                        while not (fresh := await pending_on(op_b)):
+                            await anyio.sleep(0.05)
+                    assert fresh[0]["id"] != pending[0]["id"]
+                    denied = await op_b.post(f"/approvals/{fresh[0]['id']}/deny", json={"resolved_by": "op-b"})
+                    assert denied.status_code == 200, denied.text
+    assert upstream_calls(log, "delete_all") == 1
+
+
+def test_a_replica_with_other_keys_does_not_start_on_a_database_others_use(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    log = tmp_path / "calls.log"
+    with http_gateway(replica_config(tmp_path, "a", postgres_url, log), env=KEY_ENV):
+        pass
+    other_keys = {**KEY_ENV, "DRAWBRIDGE_TEST_BIND_KEY": "ab" * 32}
+    with pytest.raises(AssertionError, match="approval_binding key 'bind-1' differs") as failed:
+        with http_gateway(replica_config(tmp_path, "b", postgres_url, log), env=other_keys):
+            pass
+    assert "ab" * 32 not in str(failed.value)
