@@ -22,6 +22,8 @@ REPLICA_APPROVAL_SECONDS: Final = 1.0
 PENDING_TIMEOUT: Final = 30.0
 """Seconds a test waits for an approval to appear pending (a loaded machine starts processes slowly)."""
 CALL_TIMEOUT: Final = 30.0
+RECOVERY_TIMEOUT: Final = 60.0
+"""Seconds a replica may take to serve stateful calls again once PostgreSQL is back."""
 
 POLICIES: Final = {
     "p.yaml": "name: p\nagent: '*'\nrules:\n  - tools: ['rec.safe_read']\n    action: allow\n"

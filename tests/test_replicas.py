@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
 import pytest
 from approval_support import text_of
+from postgres_support import Cluster
 from replica_support import (
     CALL_TIMEOUT,
     KEY_ENV,
     PENDING_TIMEOUT,
+    RECOVERY_TIMEOUT,
     REPLICA_APPROVAL_SECONDS,
     approval_id_of,
     pending_on,
@@ -24,6 +27,8 @@ from replica_support import (
     upstream_calls,
 )
 from serve_support import http_client, http_gateway
+
+from drawbridge.evidence.chain import verify_chain
 
 pytestmark = pytest.mark.anyio
 
@@ -149,3 +154,68 @@ def test_a_replica_with_other_keys_does_not_start_on_a_database_others_use(
         with http_gateway(replica_config(tmp_path, "b", postgres_url, log), env=other_keys):
             pass
     assert "ab" * 32 not in str(failed.value)
+
+
+def _verify_chain(evidence: Path) -> None:
+    with open(evidence / "trace.ndjson", "rb") as trace:
+        report = verify_chain(trace)
+    assert report.ok, report
+
+
+async def test_postgresql_restarted_under_load_refuses_then_recovers_and_the_chains_verify(
+    tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
+) -> None:
+    log = tmp_path / "calls.log"
+    approval = {"timeout_seconds": 60, "non_blocking": True}
+    config_a = replica_config(tmp_path, "a", postgres_url, log, approval=approval)
+    config_b = replica_config(tmp_path, "b", postgres_url, log, approval=approval)
+    with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
+        assert a.url is not None and b.url is not None
+        async with http_client(a.url) as on_a, http_client(b.url) as on_b:
+            reads_failed: list[str] = []
+            reads = 0
+            stop = anyio.Event()
+
+            async def load(client: Any) -> None:
+                nonlocal reads
+                while not stop.is_set():  # calls that need no state keep running whatever the database does
+                    result = await client.call_tool("rec.safe_read", {})
+                    reads += 1
+                    if result.is_error:
+                        reads_failed.append(text_of(result))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(load, on_a)
+                tg.start_soon(load, on_b)
+                for client in (on_a, on_b):
+                    with anyio.fail_after(CALL_TIMEOUT):
+                        asked = await client.call_tool("rec.delete_all", {"before": True})
+                    assert "Approval required" in text_of(asked)
+                await anyio.to_thread.run_sync(postgres_cluster.stop)
+                for client in (on_a, on_b):
+                    with anyio.fail_after(CALL_TIMEOUT):
+                        refused = await client.call_tool("rec.delete_all", {"during": True})
+                    assert refused.is_error and "state unavailable" in text_of(refused), text_of(refused)
+                await anyio.to_thread.run_sync(postgres_cluster.start)
+                approval_ids = []
+                for client in (on_a, on_b):
+                    with anyio.fail_after(RECOVERY_TIMEOUT):
+                        while "Approval required" not in text_of(
+                            again := await client.call_tool("rec.delete_all", {"after": True})
+                        ):
+                            assert "state unavailable" in text_of(again), text_of(again)
+                            await anyio.sleep(0.2)
+                    approval_ids.append(approval_id_of(text_of(again)))
+                assert approval_ids[0] == approval_ids[1]  # the same question, asked once, shared
+                stop.set()
+            assert reads > 0 and reads_failed == []
+        async with httpx.AsyncClient(base_url=a.control(), headers=a.control_headers(), trust_env=False) as op_a:
+            response = await op_a.post(f"/approvals/{approval_ids[0]}/approve", json={"resolved_by": "op-a"})
+            assert response.status_code == 200, response.text
+        async with http_client(b.url) as on_b:
+            with anyio.fail_after(CALL_TIMEOUT):
+                ran = await on_b.call_tool("rec.delete_all", {"after": True})
+            assert text_of(ran) == "ran delete_all"
+        for directory in ("a", "b"):
+            _verify_chain(tmp_path / directory / "evidence")
+    assert upstream_calls(log, "delete_all") == 1

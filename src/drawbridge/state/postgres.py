@@ -58,7 +58,7 @@ logger = logging.getLogger("drawbridge.state")
 LOCK_KEY: Final = 0x64726272
 """The advisory lock every write transaction takes ("drbr")."""
 DEFAULT_POOL_SIZE: Final = 10
-DEFAULT_TIMEOUT: Final = 5.0
+DEFAULT_TIMEOUT: Final = 3.0
 LISTEN_BACKOFF_MAX: Final = 2.0
 _PLACEHOLDER: Final = re.compile(r"\?")
 _OR_IGNORE: Final = re.compile(r"^\s*INSERT OR IGNORE INTO", re.IGNORECASE)
