@@ -134,13 +134,20 @@ class PostgresDB:
             check=psycopg_pool.ConnectionPool.check_connection, name="drawbridge-state",
             kwargs={"connect_timeout": max(1, int(timeout))},
         )
+        pool_log = logging.getLogger("psycopg.pool")
+        level = pool_log.level
         try:
+            with psycopg.connect(url, connect_timeout=max(1, int(timeout))):
+                pass  # the server's own reason when it cannot be reached, rather than the pool's timeout
+            pool_log.setLevel(logging.CRITICAL)  # the reason is ours to say, in one line
             pool.open(wait=True, timeout=timeout)
         except (psycopg_pool.PoolTimeout, psycopg.Error) as exc:
             pool.close()
             raise StateUnavailable(
                 f"cannot connect to the state database {redacted(url)}: {_describe(exc)}"
             ) from None
+        finally:
+            pool_log.setLevel(level)
         db = cls(url, pool, replica_id=replica_id)
         try:
             db.write_sync(_migrate, "migrate")
@@ -183,6 +190,11 @@ class PostgresDB:
 
     async def write(self, fn: Callable[[Any], T], what: str) -> T:
         return await anyio.to_thread.run_sync(functools.partial(self._run, fn, what, write=True))
+
+    async def transact(self, fn: Callable[[Any], T], what: str) -> T:
+        """A write transaction without the replicas' lock: for rows the caller locks itself
+        (``SELECT ... FOR UPDATE``), so that writers of other rows do not wait for it."""
+        return await anyio.to_thread.run_sync(functools.partial(self._run, fn, what, write=False))
 
     def schema_version(self) -> int:
         return self.read_sync(

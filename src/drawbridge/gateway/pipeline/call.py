@@ -79,6 +79,7 @@ from drawbridge.gateway.pipeline.deciders import (
 from drawbridge.gateway.pipeline.floors import Floors, Route, floored_verdict
 from drawbridge.gateway.pipeline.guard import EvidenceGuard
 from drawbridge.gateway.pipeline.outcomes import Outcome, outcome_of_response
+from drawbridge.gateway.pipeline.rate_limits import RateLimiter
 from drawbridge.gateway.pipeline.records import CallRecord
 from drawbridge.gateway.pipeline.tool_call import ToolCall, parse_tool_call, requested_tool_name
 from drawbridge.gateway.pipeline.verdicts import (
@@ -255,6 +256,7 @@ class CallPipeline:
         floors: Floors | None = None,
         approvals: ApprovalGate | None = None,
         call_timeout: float = DEFAULT_CALL_TIMEOUT_SECONDS,
+        rate_limits: RateLimiter | None = None,
         refuse_after_record_failure: bool = True,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -263,6 +265,7 @@ class CallPipeline:
         self.floors = floors if floors is not None else Floors()
         self.approvals = approvals
         self.call_timeout = call_timeout
+        self.rate_limits = rate_limits
         self.refuse_after_record_failure = refuse_after_record_failure
         self.clock = clock
         policy_now = getattr(policy, "decide_now", None)
@@ -411,6 +414,8 @@ class CallPipeline:
         call = flight.call
         if resolved is None or call is None or flight.link is not NO_LINK:  # a retry goes to the approval stage
             return None
+        if self.rate_limits is not None:  # the buckets are checked by the decision task
+            return None
         route = resolved.route
         floors = self.floors
         floor = NO_FLOOR if floors.pins is None and not route.dispatcher else floors.now(route)
@@ -457,6 +462,8 @@ class CallPipeline:
                 self._unknown(flight)
                 return None
             flight.resolved = resolved
+        if self.rate_limits is not None and (limited := await self.rate_limits.check(call)) is not None:
+            return limited
         route = flight.resolved.route
         verdict = await self._floored(call, route)
         if self.approvals is None or (verdict.action is not Action.HUMAN_APPROVAL and not flight.link.retry):

@@ -45,6 +45,7 @@ from drawbridge.gateway.pipeline.deciders import Decider, PolicyDecider, allow_a
 from drawbridge.gateway.pipeline.floors import Floors
 from drawbridge.gateway.pipeline.guard import EvidenceGuard
 from drawbridge.gateway.pipeline.pins import CataloguePins, CatalogueSource
+from drawbridge.gateway.pipeline.rate_limits import rate_limiter
 from drawbridge.gateway.pipeline.records import CallRecord, Recorder, null_recorder
 from drawbridge.gateway.recording.checkpoints import Checkpointer, evidence_producer, new_run_id
 from drawbridge.gateway.recording.recorder import EvidenceRecorder, utc_now
@@ -291,7 +292,8 @@ class Runtime:
                 pin_store = SqlitePinStore(state_db)
                 pins = CataloguePins(pin_store, (), guard.append)
             pipeline = CallPipeline(
-                policy=policy, guard=guard, floors=Floors(pins), approvals=gate, call_timeout=settings.call_timeout
+                policy=policy, guard=guard, floors=Floors(pins), approvals=gate, call_timeout=settings.call_timeout,
+                rate_limits=rate_limiter(settings.rate_limits, state_db),
             )
         except BaseException:
             _close(recorder, state_db, temp_dir, checkpointer, telemetry)
