@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from approval_support import text_of
+from approval_support import text_of, trace
 from postgres_support import Cluster
 from replica_support import (
     CALL_TIMEOUT,
@@ -72,6 +72,13 @@ async def test_an_approval_given_on_one_replica_releases_the_call_waiting_on_the
                 again = await op_b.post(f"/approvals/{pending[0]['id']}/deny", json={"resolved_by": "op-b"})
                 assert again.status_code == 409, again.text
     assert upstream_calls(log, "delete_all") == 1
+    # Evidence stays per replica: each chain's run names its replica, under an origin of its own.
+    (start_a,), (start_b,) = (trace(tmp_path / r / "evidence", "run_start") for r in ("a", "b"))
+    assert (start_a["body"]["replica"], start_b["body"]["replica"]) == ("a", "b")
+    assert start_a["body"]["origin"] != start_b["body"]["origin"]
+    (waited,) = trace(tmp_path / "b" / "evidence", "approval_requested")
+    (resolved,) = trace(tmp_path / "b" / "evidence", "approval_resolved")
+    assert resolved["body"]["approval_id"] == waited["body"]["approval_id"] and resolved["body"]["resolved_by"] == "op-a"
 
 
 async def test_a_non_blocking_retry_on_the_other_replica_runs_once(tmp_path: Path, postgres_url: str) -> None:

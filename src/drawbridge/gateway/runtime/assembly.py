@@ -132,7 +132,7 @@ def open_recorder(settings: RuntimeSettings, policy: Decider, truth_key: TruthKe
         raise StartupProblem(f"cannot open the evidence output: {exc}") from None
 
 
-def open_checkpointer(settings: RuntimeSettings, recorder: Recorder) -> Checkpointer | None:
+def open_checkpointer(settings: RuntimeSettings, recorder: Recorder, replica_id: str | None = None) -> Checkpointer | None:
     """With an evidence directory: the signing keys (made at first start) and the checkpointer, with
     this process's run opened in the trace (``run_start``)."""
     trace = recorder.trace if isinstance(recorder, EvidenceRecorder) else None
@@ -150,7 +150,7 @@ def open_checkpointer(settings: RuntimeSettings, recorder: Recorder) -> Checkpoi
         trace, keys, files, settings.checkpoints, durable=settings.fsync != "never", clock=utc_now
     )
     try:
-        checkpointer.begin_run(new_run_id(utc_now), evidence_producer())
+        checkpointer.begin_run(new_run_id(utc_now), evidence_producer(), replica_id)
     except (AppendOnlyError, OSError) as exc:
         checkpointer.close()
         raise StartupProblem(f"cannot open the run in the trace: {exc}") from None
@@ -256,15 +256,15 @@ class Runtime:
     def build(cls, settings: RuntimeSettings) -> Runtime:
         """Assemble the runtime (module docstring); raises ``StartupProblem``."""
         policy = load_policy(settings)
+        replica_id = replica_name(settings.shared_state) if settings.shared_state is not None else None
         recorder = open_recorder(settings, policy, load_truth_key(settings))
         guard = EvidenceGuard(recorder)
         state_db: StateBackend | None = None
         temp_dir: str | None = None
-        replica_id = replica_name(settings.shared_state) if settings.shared_state is not None else None
         checkpointer: Checkpointer | None = None
         telemetry: Telemetry | None = None
         try:
-            checkpointer = open_checkpointer(settings, recorder)
+            checkpointer = open_checkpointer(settings, recorder, replica_id)
             telemetry = open_telemetry(settings, guard, recorder, checkpointer)
             engine = gate = None
             approvals = isinstance(policy, PolicyDecider)
