@@ -43,8 +43,11 @@ def recording_upstream(log: Path) -> dict[str, Any]:
     }
 
 
-def replica_config(root: Path, name: str, url: str, log: Path, **top: Any) -> Path:
-    """Replica ``name``'s configuration in ``root/name``, on the database at ``url``."""
+def replica_config(
+    root: Path, name: str, url: str, log: Path, *, upstream: dict[str, Any] | None = None, **top: Any
+) -> Path:
+    """Replica ``name``'s configuration in ``root/name``, on the database at ``url`` (its upstream: the
+    recording server writing to ``log``, unless another is given)."""
     directory = root / name
     directory.mkdir(parents=True, exist_ok=True)
     options: dict[str, Any] = {
@@ -56,7 +59,8 @@ def replica_config(root: Path, name: str, url: str, log: Path, **top: Any) -> Pa
         "replica": {"id": name, "keys": KEYS},
     }
     options.update(top)
-    return write_config(directory, [recording_upstream(log)], policies=POLICIES, **options)
+    upstreams = [upstream if upstream is not None else recording_upstream(log)]
+    return write_config(directory, upstreams, policies=POLICIES, **options)
 
 
 def upstream_calls(log: Path, tool: str) -> int:

@@ -6,6 +6,9 @@ receive to one log, so "runs once" is counted where it happens. Clients are the 
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ import anyio
 import httpx
 import pytest
 from approval_support import text_of, trace
+from conftest import PYTHON, SERVERS
 from postgres_support import Cluster
 from replica_support import (
     CALL_TIMEOUT,
@@ -26,6 +30,7 @@ from replica_support import (
     replica_config,
     upstream_calls,
 )
+from mcp.shared.exceptions import MCPError
 from serve_support import http_client, http_gateway
 
 from drawbridge.evidence.chain import verify_chain
@@ -226,3 +231,61 @@ async def test_postgresql_restarted_under_load_refuses_then_recovers_and_the_cha
         for directory in ("a", "b"):
             _verify_chain(tmp_path / directory / "evidence")
     assert upstream_calls(log, "delete_all") == 1
+
+
+def _rugpull(root: Path, name: str, extra: list[str]) -> dict[str, Any]:
+    """The rug-pull server; its catalogue (shared by every replica's child) is read at each start."""
+    state = root / "rugpull.json"
+    state.write_text(json.dumps({"description": "Echo the text back.", "extra": extra}), encoding="utf-8")
+    return {
+        "name": "rugpull", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "rugpull.py")],
+        "env": {"RUGPULL_STATE": str(state), "RUGPULL_PID": str(root / f"rugpull-{name}.pid")},
+    }
+
+
+async def _until_ok(client: Any, tool: str, deadline: float) -> Any:
+    with anyio.fail_after(deadline):
+        while (result := await client.call_tool(tool, {})).is_error:
+            await anyio.sleep(0.02)
+    return result
+
+
+async def test_a_pin_accepted_on_one_replica_holds_on_the_other(tmp_path: Path, postgres_url: str) -> None:
+    allow = {"p.yaml": "name: p\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"}
+    configs = {
+        name: replica_config(tmp_path, name, postgres_url, tmp_path / "log", upstream=_rugpull(tmp_path, name, []),
+                             pin_tools=True)
+        for name in ("a", "b")
+    }
+    for name in ("a", "b"):
+        for policy in (tmp_path / name / "policies").iterdir():
+            policy.unlink()
+        (tmp_path / name / "policies" / "p.yaml").write_text(allow["p.yaml"], encoding="utf-8")
+    with http_gateway(configs["a"], env=KEY_ENV) as a, http_gateway(configs["b"], env=KEY_ENV) as b:
+        assert a.url is not None and b.url is not None
+        (tmp_path / "rugpull.json").write_text(
+            json.dumps({"description": "Echo the text back.", "extra": ["exfiltrate"]}), encoding="utf-8"
+        )
+        for name in ("a", "b"):  # each replica's child restarts with the new catalogue
+            os.kill(int((tmp_path / f"rugpull-{name}.pid").read_text()), signal.SIGKILL)
+        async with http_client(b.url) as on_b, httpx.AsyncClient(
+            base_url=a.control(), headers=a.control_headers(), trust_env=False
+        ) as operator_a:
+            with anyio.fail_after(PENDING_TIMEOUT):  # B sees the new tool, held back by its pin floor
+                while True:
+                    try:
+                        held = await on_b.call_tool("rugpull.exfiltrate", {})
+                        break
+                    except MCPError:  # not in B's catalogue yet: its child is restarting
+                        await anyio.sleep(0.1)
+            assert held.is_error and "exfiltrate" in text_of(held)
+            with anyio.fail_after(PENDING_TIMEOUT):  # A's catalogue has it too before it is accepted
+                while "rugpull.exfiltrate" not in {t["name"] for t in (await operator_a.get("/tools")).json()}:
+                    await anyio.sleep(0.1)
+            accepted = await operator_a.post("/tools/pins/accept", json={"server": "rugpull", "by": "op-a"})
+            assert accepted.status_code == 200 and accepted.json()["count"] == 1, accepted.text
+            accepted_at = time.monotonic()
+            ran = await _until_ok(on_b, "rugpull.exfiltrate", CALL_TIMEOUT)
+            applied_after = time.monotonic() - accepted_at
+    assert text_of(ran) == "exfiltrate"
+    assert applied_after < REPLICA_APPROVAL_SECONDS, applied_after
