@@ -17,7 +17,7 @@ import anyio
 import httpx
 import pytest
 from approval_support import text_of, trace
-from conftest import PYTHON, SERVERS
+from conftest import MODERN, PYTHON, SERVERS
 from postgres_support import Cluster
 from replica_support import (
     CALL_TIMEOUT,
@@ -289,3 +289,46 @@ async def test_a_pin_accepted_on_one_replica_holds_on_the_other(tmp_path: Path, 
             applied_after = time.monotonic() - accepted_at
     assert text_of(ran) == "exfiltrate"
     assert applied_after < REPLICA_APPROVAL_SECONDS, applied_after
+
+
+MODERN_ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+}
+APPROVE_IN_BAND = {"drawbridge_approval": {"action": "accept", "content": {"decision": "approve"}}}
+
+
+async def _modern_call(url: str, request_id: int, arguments: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """One stateless 2026-07-28 tools/call over HTTP, as raw JSON-RPC (the retry goes where the test says)."""
+    params = {"name": "rec.delete_all", "arguments": arguments, "_meta": MODERN_ENVELOPE, **extra}
+    headers = {
+        "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "tools/call", "Mcp-Name": "rec.delete_all",
+    }
+    async with httpx.AsyncClient(trust_env=False, timeout=CALL_TIMEOUT) as http:
+        response = await http.post(
+            url, json={"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}, headers=headers
+        )
+    text = response.text
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        text = next(line[5:] for line in text.splitlines() if line.startswith("data:") and '"id"' in line)
+    answer = json.loads(text)
+    assert "result" in answer, answer
+    return dict(answer["result"])
+
+
+async def test_a_request_state_retry_runs_once_on_whichever_replica_it_lands(tmp_path: Path, postgres_url: str) -> None:
+    log = tmp_path / "calls.log"
+    config_a = replica_config(tmp_path, "a", postgres_url, log)
+    config_b = replica_config(tmp_path, "b", postgres_url, log)
+    with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
+        assert a.url is not None and b.url is not None
+        asked = await _modern_call(a.url, 1, {"scope": "x"})
+        assert asked["resultType"] == "input_required", asked
+        state = asked["requestState"]
+        ran = await _modern_call(b.url, 2, {"scope": "x"}, requestState=state, inputResponses=APPROVE_IN_BAND)
+        assert not ran.get("isError") and ran["content"][0]["text"] == "ran delete_all", ran
+        for url in (a.url, b.url):
+            replayed = await _modern_call(url, 3, {"scope": "x"}, requestState=state, inputResponses=APPROVE_IN_BAND)
+            assert replayed["isError"] and "already used" in replayed["content"][0]["text"], replayed
+    assert upstream_calls(log, "delete_all") == 1
