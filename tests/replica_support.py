@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import time
 from pathlib import Path
 from typing import Any, Final
 
+import anyio
 import httpx
 from conftest import PYTHON, SERVERS
-from serve_support import write_config
+from serve_support import Running, http_client, write_config
 
 REPLICA_APPROVAL_SECONDS: Final = 1.0
 """How soon a resolution on one replica must release the call waiting on another (the issue's bound)."""
@@ -88,3 +90,31 @@ async def pending_on(http: httpx.AsyncClient) -> list[dict[str, Any]]:
     response = await http.get("/approvals", params={"status": "pending"})
     response.raise_for_status()
     return list(response.json())
+
+
+async def approve_across(waiting: Running, operator: Running, arguments: dict[str, Any]) -> tuple[str, Any, float]:
+    """A call waits for approval on ``waiting`` while ``operator``'s control plane approves it: the
+    approval's id, the call's result, and the seconds from the approval to the call's release."""
+    assert waiting.url is not None
+    async with http_client(waiting.url) as client, httpx.AsyncClient(
+        base_url=operator.control(), headers=operator.control_headers(), trust_env=False
+    ) as http:
+        results: list[Any] = []
+        finished = anyio.Event()
+
+        async def call() -> None:
+            results.append(await client.call_tool("rec.delete_all", arguments))
+            finished.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(PENDING_TIMEOUT):
+                while not (pending := await pending_on(http)):
+                    await anyio.sleep(0.05)
+            approved_at = time.monotonic()
+            response = await http.post(f"/approvals/{pending[0]['id']}/approve", json={"resolved_by": "op"})
+            assert response.status_code == 200, response.text
+            with anyio.fail_after(CALL_TIMEOUT):
+                await finished.wait()
+            released_after = time.monotonic() - approved_at
+    return str(pending[0]["id"]), results[0], released_after

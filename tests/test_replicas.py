@@ -25,6 +25,7 @@ from replica_support import (
     PENDING_TIMEOUT,
     RECOVERY_TIMEOUT,
     REPLICA_APPROVAL_SECONDS,
+    approve_across,
     approval_id_of,
     pending_on,
     replica_config,
@@ -45,37 +46,15 @@ async def test_an_approval_given_on_one_replica_releases_the_call_waiting_on_the
     config_a = replica_config(tmp_path, "a", postgres_url, log)
     config_b = replica_config(tmp_path, "b", postgres_url, log)
     with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
-        assert b.url is not None
-        async with http_client(b.url) as client, httpx.AsyncClient(
-            base_url=a.control(), headers=a.control_headers(), trust_env=False
-        ) as operator_a:
-            results: list[object] = []
-            finished = anyio.Event()
-
-            async def call() -> None:
-                results.append(await client.call_tool("rec.delete_all", {"scope": "all"}))
-                finished.set()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call)
-                with anyio.fail_after(PENDING_TIMEOUT):
-                    while not (pending := await pending_on(operator_a)):
-                        await anyio.sleep(0.05)
-                assert upstream_calls(log, "delete_all") == 0
-                approved_at = time.monotonic()
-                response = await operator_a.post(f"/approvals/{pending[0]['id']}/approve", json={"resolved_by": "op-a"})
-                assert response.status_code == 200, response.text
-                with anyio.fail_after(CALL_TIMEOUT):
-                    await finished.wait()
-                released_after = time.monotonic() - approved_at
-            assert text_of(results[0]) == "ran delete_all"  # type: ignore[arg-type]
-            assert released_after < REPLICA_APPROVAL_SECONDS, released_after
-            # The other channels see it resolved: B's control plane reads the same queue.
-            async with httpx.AsyncClient(base_url=b.control(), headers=b.control_headers(), trust_env=False) as op_b:
-                shown = (await op_b.get(f"/approvals/{pending[0]['id']}")).json()
-                assert shown["status"] == "approved" and shown["resolved_by"] == "op-a"
-                again = await op_b.post(f"/approvals/{pending[0]['id']}/deny", json={"resolved_by": "op-b"})
-                assert again.status_code == 409, again.text
+        approval_id, result, released_after = await approve_across(b, a, {"scope": "all"})
+        assert text_of(result) == "ran delete_all"
+        assert released_after < REPLICA_APPROVAL_SECONDS, released_after
+        # The other channels see it resolved: B's control plane reads the same queue.
+        async with httpx.AsyncClient(base_url=b.control(), headers=b.control_headers(), trust_env=False) as op_b:
+            shown = (await op_b.get(f"/approvals/{approval_id}")).json()
+            assert shown["status"] == "approved" and shown["resolved_by"] == "op"
+            again = await op_b.post(f"/approvals/{approval_id}/deny", json={"resolved_by": "op-b"})
+            assert again.status_code == 409, again.text
     assert upstream_calls(log, "delete_all") == 1
     # Evidence stays per replica: each chain's run names its replica, under an origin of its own.
     (start_a,), (start_b,) = (trace(tmp_path / r / "evidence", "run_start") for r in ("a", "b"))
@@ -83,7 +62,8 @@ async def test_an_approval_given_on_one_replica_releases_the_call_waiting_on_the
     assert start_a["body"]["origin"] != start_b["body"]["origin"]
     (waited,) = trace(tmp_path / "b" / "evidence", "approval_requested")
     (resolved,) = trace(tmp_path / "b" / "evidence", "approval_resolved")
-    assert resolved["body"]["approval_id"] == waited["body"]["approval_id"] and resolved["body"]["resolved_by"] == "op-a"
+    assert resolved["body"]["approval_id"] == waited["body"]["approval_id"] == approval_id
+    assert resolved["body"]["resolved_by"] == "op"
 
 
 async def test_a_non_blocking_retry_on_the_other_replica_runs_once(tmp_path: Path, postgres_url: str) -> None:
@@ -331,4 +311,22 @@ async def test_a_request_state_retry_runs_once_on_whichever_replica_it_lands(tmp
         for url in (a.url, b.url):
             replayed = await _modern_call(url, 3, {"scope": "x"}, requestState=state, inputResponses=APPROVE_IN_BAND)
             assert replayed["isError"] and "already used" in replayed["content"][0]["text"], replayed
+    assert upstream_calls(log, "delete_all") == 1
+
+
+async def test_after_postgresql_restarts_an_approval_on_one_replica_still_releases_the_other(
+    tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
+) -> None:
+    log = tmp_path / "calls.log"
+    config_a = replica_config(tmp_path, "a", postgres_url, log)
+    config_b = replica_config(tmp_path, "b", postgres_url, log)
+    with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
+        await anyio.to_thread.run_sync(postgres_cluster.stop)
+        await anyio.to_thread.run_sync(postgres_cluster.start)
+        with anyio.fail_after(RECOVERY_TIMEOUT):  # each replica listens again, and says so
+            while not all("state notifications resumed" in r.text() for r in (a, b)):
+                await anyio.sleep(0.1)
+        _, result, released_after = await approve_across(b, a, {"scope": "after restart"})
+    assert text_of(result) == "ran delete_all"
+    assert released_after < REPLICA_APPROVAL_SECONDS, released_after
     assert upstream_calls(log, "delete_all") == 1

@@ -569,9 +569,8 @@ class SqliteApprovalStore:
     async def recover_after_restart(self, now: datetime) -> list[Approval]:
         """At gateway startup: every approval still pending becomes expired (``system:restart``).
 
-        The call that waited died with the previous process; approving it later would approve a
-        call nobody is waiting for. Only the gateway that owns the state file calls this, once,
-        before it accepts calls. A replica expires only what it asked (and rows no replica claims).
+        The call that waited died with the previous process; approving it later would approve a call nobody
+        waits for. The gateway calls this once, before it accepts calls; a replica expires only what it asked.
         """
         when = to_db_time(now)
         mine = ("replica IS NULL OR replica = ?", (self._db.replica_id,)) if self._db.replica_id else ("1 = 1", ())
@@ -579,8 +578,7 @@ class SqliteApprovalStore:
             lambda conn: _expire(
                 conn, f"({mine[0]})", mine[1], RESOLVED_BY_RESTART,
                 "the gateway restarted while the approval was pending; a pending approval never "
-                "survives a restart",
-                when,
+                "survives a restart", when,
             ),
             "recover approvals after restart",
         )
