@@ -330,3 +330,21 @@ async def test_after_postgresql_restarts_an_approval_on_one_replica_still_releas
     assert text_of(result) == "ran delete_all"
     assert released_after < REPLICA_APPROVAL_SECONDS, released_after
     assert upstream_calls(log, "delete_all") == 1
+
+
+async def test_a_grant_made_on_one_replica_lifts_the_approval_on_the_other(tmp_path: Path, postgres_url: str) -> None:
+    log = tmp_path / "calls.log"
+    config_a = replica_config(tmp_path, "a", postgres_url, log)
+    config_b = replica_config(tmp_path, "b", postgres_url, log)
+    with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
+        assert b.url is not None
+        async with httpx.AsyncClient(base_url=a.control(), headers=a.control_headers(), trust_env=False) as op_a:
+            made = await op_a.post("/grants", json={"agent": "guest", "tools": "rec.delete_*", "duration": "1m"})
+            assert made.status_code == 201, made.text
+        async with http_client(b.url) as on_b:
+            with anyio.fail_after(CALL_TIMEOUT):
+                lifted = await on_b.call_tool("rec.delete_all", {"scope": "granted"})
+    assert text_of(lifted) == "ran delete_all"
+    kinds = [e["kind"] for e in trace(tmp_path / "b" / "evidence") if e["kind"].startswith(("approval_", "grant_"))]
+    assert kinds == ["approval_by_grant"]  # B asked nobody; the grant's creation is in A's chain
+    assert [e["kind"] for e in trace(tmp_path / "a" / "evidence", "grant_created")] == ["grant_created"]

@@ -19,7 +19,8 @@ version, a ``Replier`` (the agent's side: how to ask it in-band, how to write an
 
 1. parse: ``tool_call.parse_tool_call``; the gateway's own retry fields (``client_link``) are taken
    out of what is forwarded;
-2. resolve: the name in the catalogue (``Resolver``); an unknown name is invalid;
+2. resolve: the name in the catalogue (``Resolver``); an unknown name is invalid; with rate limits
+   (``rate_limits``) a call with no token left is refused here, before it is decided (never fast path);
 3. floors: ``floors.Floors`` (pins, CLI dispatchers), raised over the
 4. policy: the ``Decider``, guarded (``deciders``): a failing decider is a deny;
 5. approval: ``approvals.gate.ApprovalGate`` for ``human_approval`` and for 2026-07-28 retries; when
