@@ -11,7 +11,8 @@ grant (a grant lookup per call), under a per-agent rate limit (a token taken per
 
 Clients send raw 2026-07-28 requests over HTTP (stateless: any replica serves any request). Prints,
 per configuration, p50/p99 latency of sequential calls and calls per second with ``--inflight``
-calls in flight, and the added latency against ``no state``. A throwaway PostgreSQL cluster is made
+calls in flight, and the added latency against ``no state``; then, in process and without HTTP, the
+microseconds of each state operation a stateful call makes, on SQLite and on PostgreSQL. A throwaway PostgreSQL cluster is made
 for the run (initdb and pg_ctl, as the ``postgres`` user when run as root) and removed after.
 
     python bench/replicas.py [--calls 1000] [--inflight 16] [--rounds 2]
@@ -192,11 +193,58 @@ def run_config(label: str, state: str | None, replicas: int, args: argparse.Name
         return anyio.run(measure, [url for url, _ in started], args.calls, args.inflight)
 
 
+async def state_ops(location: str, ops: int) -> dict[str, float]:
+    """Microseconds per state operation on one backend, in process (no HTTP): what a stateful call adds."""
+    from datetime import UTC, datetime, timedelta
+
+    from drawbridge.config_rates import Bucket, RateLimits
+    from drawbridge.gateway.pipeline.rate_limits import rate_limiter
+    from drawbridge.gateway.pipeline.tool_call import ToolCall
+    from drawbridge.state.approval_uses import SqliteApprovalUses
+    from drawbridge.state.approvals import SqliteApprovalStore
+    from drawbridge.state.backend import open_backend
+    from drawbridge.state.grants import SqliteGrantStore
+
+    db = open_backend(location, replica_id="bench")
+    try:
+        now = datetime.now(UTC)
+        grants, approvals, uses = SqliteGrantStore(db), SqliteApprovalStore(db), SqliteApprovalUses(db)
+        await grants.create("bench", "echo.*", now + timedelta(hours=1), "bench", created_at=now)
+        limiter = rate_limiter(RateLimits(per_agent=Bucket(1e9, 10**9)), db)
+        assert limiter is not None
+        call = ToolCall(agent="bench", tool="echo.echo", arguments={}, meta=None, request_id=1)
+        out: dict[str, float] = {}
+
+        async def grant_lookup() -> None:
+            await grants.active_for("bench", "echo.echo", now)
+
+        async def rate_check() -> None:
+            await limiter.check(call)
+
+        async def approval_cycle() -> None:
+            asked = await approvals.submit(agent="bench", tool="echo.echo", args_digest="hmac-sha256:b1:" + "0" * 64,
+                                           args_shape=None, reason="bench", created_at=now,
+                                           expires_at=now + timedelta(minutes=5))
+            await approvals.resolve(asked.id, "approved", resolved_by="op", channel="control_plane", at=now)
+            await uses.claim(asked.id, at=now)
+
+        for name, op, count in (("grant lookup", grant_lookup, ops), ("rate-limit token", rate_check, ops),
+                                ("approval ask+resolve+use", approval_cycle, max(ops // 5, 1))):
+            start = time.perf_counter()
+            for _ in range(count):
+                await op()
+            out[name] = (time.perf_counter() - start) / count * 1e6
+        return out
+    finally:
+        db.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--inflight", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--ops", type=int, default=500, help="state operations per kind, in process")
     args = parser.parse_args()
     results: dict[str, list[tuple]] = {}
     with postgres() as base_url, tempfile.TemporaryDirectory(prefix="drawbridge-bench-") as tmp:
@@ -212,6 +260,12 @@ def main() -> None:
             for label, state, replicas in configs:
                 results.setdefault(label, []).append(
                     run_config(label, state, replicas, args, Path(tmp) / f"round{round_}"))
+        with psycopg.connect(base_url, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE bench_ops")
+        ops = {
+            "sqlite": anyio.run(state_ops, str(Path(tmp) / "ops.db"), args.ops),
+            "postgresql": anyio.run(state_ops, base_url.rsplit("/", 1)[0] + "/bench_ops", args.ops),
+        }
     base = statistics.median(r[0] for r in results["no state"])
     print(f"{'configuration':<14} {'p50 ms':>8} {'p99 ms':>8} {'calls/s':>9} {'added p50 ms':>13}")
     for label, rows in results.items():
@@ -220,6 +274,9 @@ def main() -> None:
         rate = statistics.median(r[2] for r in rows)
         print(f"{label:<14} {p50:8.2f} {p99:8.2f} {rate:9.0f} {p50 - base:13.2f}")
     print(f"({args.calls} calls, {args.inflight} in flight, median of {args.rounds} rounds; {os.cpu_count()} CPUs)")
+    print(f"\n{'state operation (in process)':<28} {'sqlite us':>10} {'postgresql us':>14}")
+    for name in ops["sqlite"]:
+        print(f"{name:<28} {ops['sqlite'][name]:10.0f} {ops['postgresql'][name]:14.0f}")
 
 
 if __name__ == "__main__":
