@@ -115,3 +115,11 @@ def postgres_cluster() -> Iterator[Cluster]:
 def postgres_url(postgres_cluster: Cluster) -> str:
     """A fresh, empty database of the session's cluster."""
     return postgres_cluster.create_database(f"t_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a storage test keeps its state, once per backend: a SQLite file, a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "state.db")
+    return str(request.getfixturevalue("postgres_url"))
