@@ -12,7 +12,6 @@ import itertools
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -39,14 +38,13 @@ def digest(arguments: dict[str, Any]) -> str:
     return "hmac-sha256:k1:" + hmac.new(KEY, body, hashlib.sha256).hexdigest()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    """Opens a handle on one store per test (call it again for a second replica's handle)."""
-    location = str(tmp_path / "state.db") if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+@pytest.fixture
+def opener(state: str) -> Iterator[Opener]:
+    """Opens a handle on one store per test and backend (call it again for a second replica's handle)."""
     opened: list[StateBackend] = []
 
     def open_one(replica: str | None = None) -> StateBackend:
-        db = open_backend(location, pool_size=4, replica_id=replica)
+        db = open_backend(state, pool_size=4, replica_id=replica)
         opened.append(db)
         return db
 
