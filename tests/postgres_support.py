@@ -76,6 +76,11 @@ class Cluster:
         self._run(_binary("pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "-t", str(STOP_TIMEOUT), "stop",
                   timeout=STOP_TIMEOUT + 10)
 
+    def ensure_running(self) -> None:
+        """Start the cluster again if a test that stopped it failed before starting it."""
+        if self._run(_binary("pg_ctl"), "-D", str(self.data_dir), "status", timeout=STOP_TIMEOUT).returncode != 0:
+            self.start()
+
     def create_database(self, name: str) -> str:
         import psycopg
 
@@ -114,6 +119,7 @@ def postgres_cluster() -> Iterator[Cluster]:
 @pytest.fixture
 def postgres_url(postgres_cluster: Cluster) -> str:
     """A fresh, empty database of the session's cluster."""
+    postgres_cluster.ensure_running()
     return postgres_cluster.create_database(f"t_{uuid.uuid4().hex[:12]}")
 
 
