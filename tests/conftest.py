@@ -20,6 +20,7 @@ import pytest
 from anyio.abc import Process
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from postgres_support import postgres_cluster, postgres_url, state  # noqa: F401  (fixtures: a throwaway PostgreSQL)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -1,4 +1,5 @@
-"""The approval queue on a real SQLite file: ids and prefixes, exactly-once resolution, timeout, restart."""
+"""The approval queue on a real SQLite file and a real PostgreSQL database (``state``): ids and prefixes,
+exactly-once resolution, timeout, restart; racing connections and damaged files on SQLite."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from drawbridge.state.approvals import (
     SqliteApprovalStore,
 )
 from drawbridge.state.ids import InvalidId
+from drawbridge.state.backend import StateBackend, open_backend
 from drawbridge.state.sqlite import StateDB, StateUnavailable
 
 pytestmark = pytest.mark.anyio
@@ -48,8 +50,8 @@ def scripted_ids(*ids: str) -> Iterator[str]:
     return iter(ids)
 
 
-def open_store(path: Path, ids: Iterator[str] | None = None) -> tuple[StateDB, SqliteApprovalStore]:
-    db = StateDB.open(path)
+def open_store(path: Path | str, ids: Iterator[str] | None = None) -> tuple[StateBackend, SqliteApprovalStore]:
+    db = open_backend(str(path))
     if ids is None:
         return db, SqliteApprovalStore(db)
     return db, SqliteApprovalStore(db, id_source=lambda: next(ids))
@@ -107,16 +109,16 @@ async def test_submit_persists_digest_and_shape_never_the_values(tmp_path: Path)
         "hmac-sha256::" + "0" * 64,
     ],
 )
-async def test_submit_refuses_anything_but_a_keyed_digest(tmp_path: Path, digest: str) -> None:
-    db, store = open_store(tmp_path / "state.db")
+async def test_submit_refuses_anything_but_a_keyed_digest(state: str, digest: str) -> None:
+    db, store = open_store(state)
     with pytest.raises(InvalidApproval, match="keyed digest"):
         await submit(store, args_digest=digest)
     assert await store.list() == []
     db.close()
 
 
-async def test_submit_validation(tmp_path: Path) -> None:
-    db, store = open_store(tmp_path / "state.db")
+async def test_submit_validation(state: str) -> None:
+    db, store = open_store(state)
     with pytest.raises(InvalidApproval, match="later than created_at"):
         await submit(store, expires_at=T0)
     with pytest.raises(InvalidApproval, match="agent must not be empty"):
@@ -128,9 +130,9 @@ async def test_submit_validation(tmp_path: Path) -> None:
     db.close()
 
 
-async def test_id_source_collision_draws_again_and_bad_ids_are_refused(tmp_path: Path) -> None:
+async def test_id_source_collision_draws_again_and_bad_ids_are_refused(state: str) -> None:
     ids = scripted_ids("aaaaaaaaaaaaaaaa", "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb")
-    db, store = open_store(tmp_path / "state.db", ids)
+    db, store = open_store(state, ids)
     first = await submit(store)
     second = await submit(store)
     assert (first.id, second.id) == ("aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb")
@@ -140,16 +142,16 @@ async def test_id_source_collision_draws_again_and_bad_ids_are_refused(tmp_path:
     db.close()
 
 
-async def test_default_ids_are_16_random_hex(tmp_path: Path) -> None:
-    db, store = open_store(tmp_path / "state.db")
+async def test_default_ids_are_16_random_hex(state: str) -> None:
+    db, store = open_store(state)
     ids = {(await submit(store)).id for _ in range(20)}
     assert len(ids) == 20 and all(len(i) == 16 and set(i) <= set("0123456789abcdef") for i in ids)
     db.close()
 
 
-async def test_prefix_resolution(tmp_path: Path) -> None:
+async def test_prefix_resolution(state: str) -> None:
     db, store = open_store(
-        tmp_path / "state.db", scripted_ids("abcd000000000000", "abcd111111111111", "ffee000000000000")
+        state, scripted_ids("abcd000000000000", "abcd111111111111", "ffee000000000000")
     )
     a, b, c = [await submit(store) for _ in range(3)]
     assert (await store.get("abcd0")).id == a.id
@@ -176,8 +178,8 @@ async def test_prefix_resolution(tmp_path: Path) -> None:
     db.close()
 
 
-async def test_resolve_exactly_once_with_who_when_channel_reason(tmp_path: Path) -> None:
-    db, store = open_store(tmp_path / "state.db")
+async def test_resolve_exactly_once_with_who_when_channel_reason(state: str) -> None:
+    db, store = open_store(state)
     approval = await submit(store)
     at = T0 + timedelta(seconds=42)
     denied = await store.resolve(
@@ -209,8 +211,8 @@ async def test_resolve_exactly_once_with_who_when_channel_reason(tmp_path: Path)
     db.close()
 
 
-async def test_elicitation_answer_is_client_strength(tmp_path: Path) -> None:
-    db, store = open_store(tmp_path / "state.db")
+async def test_elicitation_answer_is_client_strength(state: str) -> None:
+    db, store = open_store(state)
     approval = await submit(store)
     done = await store.resolve(
         approval.id, "approved", resolved_by="client:claude-code", channel="elicitation", at=T0
@@ -232,9 +234,9 @@ async def test_elicitation_answer_is_client_strength(tmp_path: Path) -> None:
     ],
 )
 async def test_resolve_refuses_what_it_must_not_record(
-    tmp_path: Path, decision: str, channel: str, message: str
+    state: str, decision: str, channel: str, message: str
 ) -> None:
-    db, store = open_store(tmp_path / "state.db")
+    db, store = open_store(state)
     approval = await submit(store)
     with pytest.raises(InvalidApproval, match=message):
         await store.resolve(approval.id, decision, resolved_by="x", channel=channel, at=T0)
@@ -242,8 +244,8 @@ async def test_resolve_refuses_what_it_must_not_record(
     db.close()
 
 
-async def test_racing_resolvers_in_one_process_exactly_one_wins(tmp_path: Path) -> None:
-    db, store = open_store(tmp_path / "state.db")
+async def test_racing_resolvers_in_one_process_exactly_one_wins(state: str) -> None:
+    db, store = open_store(state)
     approval = await submit(store)
     winners: list[Approval] = []
     losers: list[AlreadyResolved] = []
@@ -306,8 +308,8 @@ def test_racing_resolvers_across_connections_exactly_one_wins(tmp_path: Path) ->
     db.close()
 
 
-async def test_timeout_ends_in_expired_never_approved(tmp_path: Path) -> None:
-    db, store = open_store(tmp_path / "state.db")
+async def test_timeout_ends_in_expired_never_approved(state: str) -> None:
+    db, store = open_store(state)
     approval = await submit(store)
     assert approval.remaining(T0 + timedelta(seconds=100)) == timedelta(seconds=200)
     assert await store.expire_due(T0 + timedelta(seconds=299)) == []
@@ -325,9 +327,9 @@ async def test_timeout_ends_in_expired_never_approved(tmp_path: Path) -> None:
     db.close()
 
 
-async def test_late_answer_counts_as_the_timeout(tmp_path: Path) -> None:
+async def test_late_answer_counts_as_the_timeout(state: str) -> None:
     """No sweeper ran, an approval arrives after the deadline: it is recorded as expired, not approved."""
-    db, store = open_store(tmp_path / "state.db")
+    db, store = open_store(state)
     approval = await submit(store)
     with pytest.raises(ApprovalExpired) as info:
         await store.resolve(
@@ -339,8 +341,8 @@ async def test_late_answer_counts_as_the_timeout(tmp_path: Path) -> None:
     db.close()
 
 
-async def test_an_unanswerable_approval_ends_as_expired_by_the_system_once(tmp_path: Path) -> None:
-    db, store = open_store(tmp_path / "state.db")
+async def test_an_unanswerable_approval_ends_as_expired_by_the_system_once(state: str) -> None:
+    db, store = open_store(state)
     approval, other = await submit(store), await submit(store)
     at = T0 + timedelta(seconds=5)
     ended = await store.expire_unanswerable(approval.id[:6], "the client answered with an error", at)
@@ -361,8 +363,8 @@ async def test_an_unanswerable_approval_ends_as_expired_by_the_system_once(tmp_p
     db.close()
 
 
-async def test_restart_turns_every_pending_approval_into_expired(tmp_path: Path) -> None:
-    path = tmp_path / "state.db"
+async def test_restart_turns_every_pending_approval_into_expired(state: str) -> None:
+    path = state
     db, store = open_store(path)
     not_due = await submit(store, expires_at=T0 + timedelta(hours=1))
     overdue = await submit(store, expires_at=T0 + timedelta(seconds=1))
@@ -387,8 +389,8 @@ async def test_restart_turns_every_pending_approval_into_expired(tmp_path: Path)
     db.close()
 
 
-async def test_list_order_filter_and_limit(tmp_path: Path) -> None:
-    db, store = open_store(tmp_path / "state.db")
+async def test_list_order_filter_and_limit(state: str) -> None:
+    db, store = open_store(state)
     later = T0 + timedelta(hours=1)
     made = [await submit(store, created_at=T0 + timedelta(seconds=i), expires_at=later) for i in range(4)]
     await store.resolve(made[1].id, "denied", resolved_by="cli:ops", channel="cli", at=T0)
@@ -401,8 +403,8 @@ async def test_list_order_filter_and_limit(tmp_path: Path) -> None:
     db.close()
 
 
-async def test_request_record_carries_no_values(tmp_path: Path) -> None:
-    db, store = open_store(tmp_path / "state.db", scripted_ids("00000000000000aa"))
+async def test_request_record_carries_no_values(state: str) -> None:
+    db, store = open_store(state, scripted_ids("00000000000000aa"))
     approval = await submit(store, {"query": "DROP TABLE users; -- secret-marker"})
     record = approval.request_record()
     assert record == {
@@ -424,8 +426,8 @@ async def test_request_record_carries_no_values(tmp_path: Path) -> None:
     db.close()
 
 
-async def test_memory_counts_are_scoped_to_agent_tool_and_shape(tmp_path: Path) -> None:
-    db, store = open_store(tmp_path / "state.db")
+async def test_memory_counts_are_scoped_to_agent_tool_and_shape(state: str) -> None:
+    db, store = open_store(state)
     shape_args = {"path": "a"}
     channels = itertools.cycle(["cli", "control_plane", "elicitation"])
     for _ in range(3):

@@ -1,4 +1,6 @@
-"""Temporal grants: persisted, glob-matched like policy, expiring, revocable, and never lifting deny."""
+"""Temporal grants: persisted, glob-matched like policy, expiring, revocable, and never lifting deny.
+
+The store's tests run on both backends (``state``: a SQLite file, a real PostgreSQL database)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from drawbridge.state.grants import (
     SqliteGrantStore,
     lift,
 )
-from drawbridge.state.sqlite import StateDB
+from drawbridge.state.backend import StateBackend, open_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -30,16 +32,16 @@ T0 = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def open_store(
-    path: Path, ids: Iterator[str] | None = None, **kwargs: object
-) -> tuple[StateDB, SqliteGrantStore]:
-    db = StateDB.open(path)
+    path: Path | str, ids: Iterator[str] | None = None, **kwargs: object
+) -> tuple[StateBackend, SqliteGrantStore]:
+    db = open_backend(str(path))
     if ids is not None:
         kwargs["id_source"] = lambda: next(ids)
     return db, SqliteGrantStore(db, **kwargs)  # type: ignore[arg-type]
 
 
-async def test_create_match_expire_and_persist(tmp_path: Path) -> None:
-    path = tmp_path / "state.db"
+async def test_create_match_expire_and_persist(state: str) -> None:
+    path = state
     db, store = open_store(path, iter(["1111aaaa00000000"]))
     grant = await store.create("ci-*", "github.*", T0 + parse_duration("30m"), "cli:alice", created_at=T0)
     assert grant.id == "1111aaaa00000000"
@@ -72,8 +74,8 @@ async def test_create_match_expire_and_persist(tmp_path: Path) -> None:
     db.close()
 
 
-async def test_first_grant_in_creation_order_wins(tmp_path: Path) -> None:
-    db, store = open_store(tmp_path / "state.db", iter(["ffff000000000000", "0000ffff00000000"]))
+async def test_first_grant_in_creation_order_wins(state: str) -> None:
+    db, store = open_store(state, iter(["ffff000000000000", "0000ffff00000000"]))
     first = await store.create("*", "fs.*", T0 + timedelta(hours=1), "cli:a", created_at=T0)
     await store.create("ci-bot", "fs.write_file", T0 + timedelta(hours=2), "cli:b", created_at=T0)
     got = await store.active_for("ci-bot", "fs.write_file", T0)
@@ -81,8 +83,8 @@ async def test_first_grant_in_creation_order_wins(tmp_path: Path) -> None:
     db.close()
 
 
-async def test_revoke_by_prefix_history_and_twice(tmp_path: Path) -> None:
-    db, store = open_store(tmp_path / "state.db", iter(["abcd000000000000", "abcd111111111111"]))
+async def test_revoke_by_prefix_history_and_twice(state: str) -> None:
+    db, store = open_store(state, iter(["abcd000000000000", "abcd111111111111"]))
     g1 = await store.create("ci-bot", "fs.*", T0 + timedelta(hours=1), "cli:a", created_at=T0)
     g2 = await store.create("ci-bot", "net.*", T0 + timedelta(hours=1), "cli:a", created_at=T0)
     with pytest.raises(AmbiguousGrantId):
@@ -119,16 +121,16 @@ async def test_revoke_by_prefix_history_and_twice(tmp_path: Path) -> None:
         ("ci-bot", "fs.*", 24 * 60 + 1, "at most 24h, not 24h1m"),
     ],
 )
-async def test_create_refuses(tmp_path: Path, agent: str, tools: str, minutes: int, message: str) -> None:
-    db, store = open_store(tmp_path / "state.db")
+async def test_create_refuses(state: str, agent: str, tools: str, minutes: int, message: str) -> None:
+    db, store = open_store(state)
     with pytest.raises(InvalidGrant, match=message):
         await store.create(agent, tools, T0 + timedelta(minutes=minutes), "cli:a", created_at=T0)
     assert await store.list() == []
     db.close()
 
 
-async def test_max_duration_is_configurable(tmp_path: Path) -> None:
-    db, store = open_store(tmp_path / "state.db", max_duration=timedelta(hours=1))
+async def test_max_duration_is_configurable(state: str) -> None:
+    db, store = open_store(state, max_duration=timedelta(hours=1))
     with pytest.raises(InvalidGrant, match="at most 1h"):
         await store.create("a", "b", T0 + timedelta(hours=2), "cli:a", created_at=T0)
     db.close()
@@ -169,8 +171,8 @@ def test_lift_never_relaxes_deny_and_never_tightens(action: Action, with_grant: 
     assert lift(lifted, GRANT if with_grant else None) == lifted  # idempotent
 
 
-async def test_an_active_grant_does_not_lift_a_deny_end_to_end(tmp_path: Path) -> None:
-    db, store = open_store(tmp_path / "state.db")
+async def test_an_active_grant_does_not_lift_a_deny_end_to_end(state: str) -> None:
+    db, store = open_store(state)
     await store.create("*", "*", T0 + timedelta(hours=1), "cli:a", created_at=T0)
     grant = await store.active_for("any-agent", "shell.exec", T0)
     assert grant is not None

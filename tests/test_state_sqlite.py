@@ -41,7 +41,7 @@ def test_new_file_is_0600_wal_and_versioned(tmp_path: Path) -> None:
     db.write_sync(lambda c: c.execute("INSERT INTO pin_servers VALUES ('s', 'x', 'y')"), "touch")
     wal = tmp_path / "state.db-wal"
     assert wal.exists() and _mode(wal) == 0o600
-    assert db.schema_version() == SCHEMA_VERSION == 3
+    assert db.schema_version() == SCHEMA_VERSION == 4
     raw = sqlite3.connect(path)
     try:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -51,6 +51,7 @@ def test_new_file_is_0600_wal_and_versioned(tmp_path: Path) -> None:
             (1, "approvals, grants, pins"),
             (2, "approval uses: each resolution delivered to one call"),
             (3, "who may approve (approval: operator), and the key approval memory counts under (memory_key)"),
+            (4, "replicas: who asked, the shared key ring's fingerprints, shared rate-limit buckets"),
         ]
     finally:
         raw.close()
@@ -71,7 +72,7 @@ def test_reopen_does_not_rerun_migrations(tmp_path: Path) -> None:
         StateDB.open(path).close()
     raw = sqlite3.connect(path)
     try:
-        assert raw.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 3
+        assert raw.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 4
     finally:
         raw.close()
 
@@ -136,7 +137,7 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     raw.execute("INSERT INTO schema_version VALUES (99, 'future', '2030-01-01T00:00:00.000000Z')")
     raw.commit()
     raw.close()
-    newer = r"schema version 99, newer than this drawbridge supports \(3\)"
+    newer = r"schema version 99, newer than this drawbridge supports \(4\)"
     with pytest.raises(StateUnavailable, match=newer):
         StateDB.open(path)
 

@@ -42,6 +42,8 @@ from drawbridge.config_local import (
     private_address_problem,
 )
 from drawbridge.config_evidence import checkpoints_section, telemetry_section
+from drawbridge.config_rates import RateLimits, rate_limits_section
+from drawbridge.config_state import SharedState, state_section
 from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
 from drawbridge.config_hosts import is_loopback_address, split_authority
 from drawbridge.config_oauth import OAuthConfig, oauth_section
@@ -141,6 +143,9 @@ class GatewayConfig:
     telemetry_protocol: str = "http/protobuf"
     telemetry_headers_env: Mapping[str, str] = field(default_factory=dict)
     telemetry_service_name: str = "drawbridge"
+    shared_state: SharedState | None = None
+    """State on PostgreSQL shared by replicas (``state``, ``replica``); None: the SQLite ``state_path``."""
+    rate_limits: RateLimits | None = None
 
     @property
     def upstream_names(self) -> tuple[str, ...]:
@@ -217,7 +222,7 @@ def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
 _TOP_KEYS = {
     "upstreams", "policy_dir", "policy_file", "evidence_dir", "state_path", "fsync", "listen", "control",
     "auth", "limits", "tool_decision_truth", "pin_tools", "hide_denied_tools", "approval", "openapi", "cli_tools",
-    "checkpoints", "telemetry",
+    "checkpoints", "telemetry", "state", "replica", "rate_limits",
 }
 
 
@@ -428,6 +433,8 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         telemetry_protocol=otlp_protocol,
         telemetry_headers_env=otlp_headers,
         telemetry_service_name=service_name,
+        shared_state=state_section(top, env),
+        rate_limits=rate_limits_section(top),
     )
 
 

@@ -5,7 +5,9 @@ covers that entry; a run without both (the process crashed, was killed, or its e
 "incomplete", never clean. The trace file holds the runs of every process that wrote it, one after
 the other; entries before the first ``run_start`` belong to no run.
 
-Entry bodies: ``run_start`` ``{"run_id", "origin", "producer": {"name", "version"}}``; ``run_end``
+Entry bodies: ``run_start`` ``{"run_id", "origin", "producer": {"name", "version"}}``, with
+``"replica"`` (the replica id) when the gateway is one of several replicas on a shared state: the
+entry format has no field to spare, so every entry names its replica through its run; ``run_end``
 ``{"run_id", "start_index"}`` (the index of its ``run_start``). A run id is what an Assay bundle
 takes as ``run_id``: ``[A-Za-z0-9._-]``, 1 to 128 characters, no ``:``.
 """
@@ -29,10 +31,15 @@ def is_valid_run_id(value: object) -> bool:
     return isinstance(value, str) and _RUN_ID.fullmatch(value) is not None
 
 
-def run_start_body(run_id: str, origin: str | None, producer: Mapping[str, str]) -> dict[str, Any]:
+def run_start_body(
+    run_id: str, origin: str | None, producer: Mapping[str, str], replica: str | None = None
+) -> dict[str, Any]:
     if not is_valid_run_id(run_id):
         raise ValueError("a run id is 1 to 128 characters of [A-Za-z0-9._-]")
-    return {"run_id": run_id, "origin": origin, "producer": dict(producer)}
+    body: dict[str, Any] = {"run_id": run_id, "origin": origin, "producer": dict(producer)}
+    if replica is not None:
+        body["replica"] = replica
+    return body
 
 
 def run_end_body(run_id: str, start_index: int) -> dict[str, Any]:

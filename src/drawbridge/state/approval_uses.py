@@ -31,7 +31,8 @@ from datetime import datetime
 from typing import Final, Protocol
 
 from drawbridge.approval.channels import STRENGTH, Strength
-from drawbridge.state.sqlite import StateDB, to_db_time
+from drawbridge.state.backend import StateBackend
+from drawbridge.state.sqlite import to_db_time
 
 OPERATOR_CHANNELS: Final = ", ".join(f"'{c.value}'" for c, s in STRENGTH.items() if s is Strength.OPERATOR)
 """The channels of operator strength, as an SQL list (a fixed vocabulary, never input)."""
@@ -73,7 +74,7 @@ def _insert_use(conn: sqlite3.Connection, approval_id: str, when: str) -> bool:
 class SqliteApprovalUses:
     """``ApprovalUses`` on the state database that holds the approvals table."""
 
-    def __init__(self, db: StateDB) -> None:
+    def __init__(self, db: StateBackend) -> None:
         self._db = db
 
         def create(conn: sqlite3.Connection) -> None:

@@ -17,8 +17,8 @@ under (``memory_digest``: the shape digest, or a keyed digest of the shape and
 the values of a rule's ``memory_key`` fields).
 
 Theory of operation. ``ApprovalStore`` is the small interface the gateway,
-the control plane and the CLI use; ``SqliteApprovalStore`` implements it on a
-``StateDB`` (a PostgreSQL implementation can follow behind the same methods).
+the control plane and the CLI use; ``SqliteApprovalStore`` implements it on either backend
+(``drawbridge.state.backend``: the SQLite file, or PostgreSQL shared by replicas).
 Each method is one transaction. ``resolve`` runs under ``BEGIN IMMEDIATE``
 and updates ``WHERE status = 'pending'``: of any number of racing resolvers,
 in this process or another one sharing the file, exactly one changes the row
@@ -61,7 +61,8 @@ from drawbridge.state.ids import (
     new_id,
     rows_by_prefix,
 )
-from drawbridge.state.sqlite import StateDB, StateError, StateUnavailable, from_db_time, to_db_time
+from drawbridge.state.backend import StateBackend
+from drawbridge.state.sqlite import StateError, StateUnavailable, from_db_time, to_db_time
 
 DEFAULT_TIMEOUT: Final = timedelta(seconds=300)
 MAX_TEXT: Final = 4096
@@ -370,7 +371,7 @@ def _expire(
 class SqliteApprovalStore:
     """``ApprovalStore`` on the embedded SQLite database. See the module docstring."""
 
-    def __init__(self, db: StateDB, *, id_source: IdSource = default_id_source) -> None:
+    def __init__(self, db: StateBackend, *, id_source: IdSource = default_id_source) -> None:
         self._db = db
         self._id_source = id_source
 
@@ -431,14 +432,14 @@ class SqliteApprovalStore:
                 approval_id = new_id(self._id_source, "approval")
                 try:
                     conn.execute(
-                        f"INSERT INTO approvals ({_COLUMNS}) VALUES "
-                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, NULL, NULL, NULL, NULL, ?, ?)",
+                        f"INSERT INTO approvals ({_COLUMNS}, replica) VALUES "
+                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, NULL, NULL, NULL, NULL, ?, ?, ?)",
                         (
                             approval_id, agent, tool, args_digest,
                             args_shape.text if args_shape else None,
                             args_shape.digest if args_shape else None,
                             reason, policy, source_file, rule_index, injection, created, expires,
-                            who.value, memory_digest,
+                            who.value, memory_digest, self._db.replica_id,
                         ),
                     )
                 except sqlite3.IntegrityError:
@@ -568,17 +569,16 @@ class SqliteApprovalStore:
     async def recover_after_restart(self, now: datetime) -> list[Approval]:
         """At gateway startup: every approval still pending becomes expired (``system:restart``).
 
-        The call that waited died with the previous process; approving it later would approve a
-        call nobody is waiting for. Only the gateway that owns the state file calls this, once,
-        before it accepts calls.
+        The call that waited died with the previous process; approving it later would approve a call nobody
+        waits for. The gateway calls this once, before it accepts calls; a replica expires only what it asked.
         """
         when = to_db_time(now)
+        mine = ("replica IS NULL OR replica = ?", (self._db.replica_id,)) if self._db.replica_id else ("1 = 1", ())
         return await self._db.write(
             lambda conn: _expire(
-                conn, "1 = 1", (), RESOLVED_BY_RESTART,
+                conn, f"({mine[0]})", mine[1], RESOLVED_BY_RESTART,
                 "the gateway restarted while the approval was pending; a pending approval never "
-                "survives a restart",
-                when,
+                "survives a restart", when,
             ),
             "recover approvals after restart",
         )

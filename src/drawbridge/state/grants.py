@@ -38,7 +38,8 @@ from drawbridge.state.ids import (
     new_id,
     rows_by_prefix,
 )
-from drawbridge.state.sqlite import StateDB, StateError, StateUnavailable, from_db_time, to_db_time
+from drawbridge.state.backend import StateBackend
+from drawbridge.state.sqlite import StateError, StateUnavailable, from_db_time, to_db_time
 
 DEFAULT_MAX_DURATION: Final = timedelta(hours=24)
 MAX_TEXT: Final = 1024
@@ -186,7 +187,7 @@ class SqliteGrantStore:
 
     def __init__(
         self,
-        db: StateDB,
+        db: StateBackend,
         *,
         id_source: IdSource = default_id_source,
         max_duration: timedelta = DEFAULT_MAX_DURATION,

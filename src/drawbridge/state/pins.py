@@ -39,7 +39,8 @@ from datetime import datetime
 from typing import Any, Final, Protocol, TypeVar
 
 from drawbridge.canonical import is_sha256_digest, sanitize
-from drawbridge.state.sqlite import StateDB, StateError, StateUnavailable, from_db_time, to_db_time
+from drawbridge.state.backend import StateBackend
+from drawbridge.state.sqlite import StateError, StateUnavailable, from_db_time, to_db_time
 
 T = TypeVar("T")
 
@@ -236,7 +237,7 @@ def _write_pins(
 class SqlitePinStore:
     """``PinStore`` on the embedded SQLite database. See the module docstring."""
 
-    def __init__(self, db: StateDB) -> None:
+    def __init__(self, db: StateBackend) -> None:
         self._db = db
 
     async def _read(self, server: str, fn: Callable[[sqlite3.Connection], T], what: str) -> T:

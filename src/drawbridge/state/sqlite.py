@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import anyio.to_thread
 
@@ -186,6 +186,26 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             "CREATE INDEX approvals_by_memory_digest ON approvals (agent, tool, memory_digest, status)",
         ),
     ),
+    Migration(
+        4,
+        "replicas: who asked, the shared key ring's fingerprints, shared rate-limit buckets",
+        (
+            "ALTER TABLE approvals ADD COLUMN replica TEXT",
+            """CREATE TABLE key_ring (
+                purpose TEXT NOT NULL,
+                key_id TEXT NOT NULL,
+                fingerprint TEXT NOT NULL,
+                first_seen TEXT NOT NULL,
+                first_by TEXT NOT NULL,
+                PRIMARY KEY (purpose, key_id)
+            )""",
+            """CREATE TABLE rate_buckets (
+                bucket TEXT PRIMARY KEY,
+                tokens DOUBLE PRECISION NOT NULL,
+                updated_at DOUBLE PRECISION NOT NULL
+            )""",
+        ),
+    ),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 
@@ -241,6 +261,27 @@ def _secure_file(path: Path) -> None:
             raise StateUnavailable(f"cannot restrict {side} to mode 0600: {exc.strerror}") from None
 
 
+def apply_migrations(conn: Any, migrations: tuple[Migration, ...], where: str) -> None:
+    """Run the migrations ``conn``'s ``schema_version`` lacks, in order, in the caller's transaction;
+    a schema newer than the last of ``migrations`` is refused (an older drawbridge must not write it)."""
+    newest = migrations[-1].version
+    current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+    if current > newest:
+        raise StateUnavailable(
+            f"{where} has schema version {current}, newer than this drawbridge supports ({newest}); "
+            "use a newer drawbridge or another state file"
+        )
+    for migration in migrations:
+        if migration.version <= current:
+            continue
+        for statement in migration.statements:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)",
+            (migration.version, migration.name, to_db_time(datetime.now(UTC))),
+        )
+
+
 def _describe(exc: sqlite3.Error) -> str:
     return str(exc) or type(exc).__name__
 
@@ -248,10 +289,15 @@ def _describe(exc: sqlite3.Error) -> str:
 class StateDB:
     """The open state database. Build with ``StateDB.open`` (or ``await StateDB.open_async``)."""
 
+    kind: Final = "sqlite"
+    shared: Final = False
+    """One machine's file: what other replicas need (notifications, shared counters) is not here."""
+
     def __init__(self, path: Path, connection: sqlite3.Connection) -> None:
         self._path = path
         self._conn: sqlite3.Connection | None = connection
         self._lock = threading.Lock()
+        self.replica_id: str | None = None
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -319,21 +365,7 @@ class StateDB:
                         f"{path} is not a drawbridge state database "
                         f"(application_id {app_id:#x}, {len(tables)} tables); refusing to use it"
                     )
-                current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
-                if current > SCHEMA_VERSION:
-                    raise StateUnavailable(
-                        f"state database {path} has schema version {current}, newer than this drawbridge "
-                        f"supports ({SCHEMA_VERSION}); use a newer drawbridge or another state file"
-                    )
-                for migration in MIGRATIONS:
-                    if migration.version <= current:
-                        continue
-                    for statement in migration.statements:
-                        conn.execute(statement)
-                    conn.execute(
-                        "INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)",
-                        (migration.version, migration.name, to_db_time(datetime.now(UTC))),
-                    )
+                apply_migrations(conn, MIGRATIONS, f"state database {path}")
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -347,6 +379,10 @@ class StateDB:
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def label(self) -> str:
+        return str(self._path)
 
     @property
     def closed(self) -> bool:

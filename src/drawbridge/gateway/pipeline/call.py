@@ -19,7 +19,8 @@ version, a ``Replier`` (the agent's side: how to ask it in-band, how to write an
 
 1. parse: ``tool_call.parse_tool_call``; the gateway's own retry fields (``client_link``) are taken
    out of what is forwarded;
-2. resolve: the name in the catalogue (``Resolver``); an unknown name is invalid;
+2. resolve: the name in the catalogue (``Resolver``); an unknown name is invalid; with rate limits
+   (``rate_limits``) a call with no token left is refused here, before it is decided (never fast path);
 3. floors: ``floors.Floors`` (pins, CLI dispatchers), raised over the
 4. policy: the ``Decider``, guarded (``deciders``): a failing decider is a deny;
 5. approval: ``approvals.gate.ApprovalGate`` for ``human_approval`` and for 2026-07-28 retries; when
@@ -79,6 +80,7 @@ from drawbridge.gateway.pipeline.deciders import (
 from drawbridge.gateway.pipeline.floors import Floors, Route, floored_verdict
 from drawbridge.gateway.pipeline.guard import EvidenceGuard
 from drawbridge.gateway.pipeline.outcomes import Outcome, outcome_of_response
+from drawbridge.gateway.pipeline.rate_limits import RateLimiter
 from drawbridge.gateway.pipeline.records import CallRecord
 from drawbridge.gateway.pipeline.tool_call import ToolCall, parse_tool_call, requested_tool_name
 from drawbridge.gateway.pipeline.verdicts import (
@@ -258,6 +260,7 @@ class CallPipeline:
         floors: Floors | None = None,
         approvals: ApprovalGate | None = None,
         call_timeout: float = DEFAULT_CALL_TIMEOUT_SECONDS,
+        rate_limits: RateLimiter | None = None,
         refuse_after_record_failure: bool = True,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -266,6 +269,7 @@ class CallPipeline:
         self.floors = floors if floors is not None else Floors()
         self.approvals = approvals
         self.call_timeout = call_timeout
+        self.rate_limits = rate_limits
         self.refuse_after_record_failure = refuse_after_record_failure
         self.clock = clock
         policy_now = getattr(policy, "decide_now", None)
@@ -414,6 +418,8 @@ class CallPipeline:
         call = flight.call
         if resolved is None or call is None or flight.link is not NO_LINK:  # a retry goes to the approval stage
             return None
+        if self.rate_limits is not None:  # the buckets are checked by the decision task
+            return None
         route = resolved.route
         floors = self.floors
         floor = NO_FLOOR if floors.pins is None and not route.dispatcher else floors.now(route)
@@ -460,6 +466,8 @@ class CallPipeline:
                 self._unknown(flight)
                 return None
             flight.resolved = resolved
+        if self.rate_limits is not None and (limited := await self.rate_limits.check(call)) is not None:
+            return limited
         route = flight.resolved.route
         verdict = await self._floored(call, route)
         if self.approvals is None or (verdict.action is not Action.HUMAN_APPROVAL and not flight.link.retry):

@@ -21,6 +21,7 @@ from typing import Final, Protocol
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import GATEWAY_POLICY, Action, Provenance, Verdict
 from drawbridge.state.policy_store import PolicyStore
+from drawbridge.state.sqlite import StateUnavailable
 
 _log = logging.getLogger("drawbridge.gateway")
 
@@ -62,6 +63,11 @@ RECORDING_FAILED: Final = "evidence recording failed earlier in this session; fa
 """The reason of every call refused once a record failed (the pipeline's guard; the evidence is part of
 the contract)."""
 
+STATE_UNAVAILABLE: Final = (
+    "state unavailable: the gateway cannot reach its state database, and this call needs it (approvals, "
+    "grants, rate limits); refused, retry once the database is back"
+)
+
 
 def _checked(verdict: object) -> Verdict:
     if not isinstance(verdict, Verdict) or not isinstance(verdict.action, Action):
@@ -92,6 +98,8 @@ def guarded_decision_now(decide_now: Callable[[ToolCall], Verdict | None], call:
 
 def decider_failure(exc: BaseException) -> Verdict:
     """The verdict when a decider raised: deny, naming the exception type only (its text may quote arguments)."""
+    if isinstance(exc, StateUnavailable):
+        return Verdict(Action.DENY, STATE_UNAVAILABLE, Provenance(GATEWAY_POLICY))
     return Verdict(
         Action.DENY, f"the decision failed ({type(exc).__name__}); failing closed", Provenance(GATEWAY_POLICY)
     )

@@ -130,9 +130,10 @@ class Checkpointer:
                 logger.error("publishing a checkpoint failed (%s)", type(exc).__name__)
         return note
 
-    def begin_run(self, run_id: str, producer: dict[str, str]) -> None:
+    def begin_run(self, run_id: str, producer: dict[str, str], replica: str | None = None) -> None:
         """Write the run's ``run_start`` entry (what every later entry of this process belongs to)."""
-        entry = self._trace.append(RUN_START, self._clock(), run_start_body(run_id, self._keys.origin, producer))
+        body = run_start_body(run_id, self._keys.origin, producer, replica)
+        entry = self._trace.append(RUN_START, self._clock(), body)
         self._run = (run_id, entry["seq"])
 
     def end_run(self) -> str | None:

@@ -45,6 +45,7 @@ from drawbridge.gateway.pipeline.deciders import Decider, PolicyDecider, allow_a
 from drawbridge.gateway.pipeline.floors import Floors
 from drawbridge.gateway.pipeline.guard import EvidenceGuard
 from drawbridge.gateway.pipeline.pins import CataloguePins, CatalogueSource
+from drawbridge.gateway.pipeline.rate_limits import rate_limiter
 from drawbridge.gateway.pipeline.records import CallRecord, Recorder, null_recorder
 from drawbridge.gateway.recording.checkpoints import Checkpointer, evidence_producer, new_run_id
 from drawbridge.gateway.recording.recorder import EvidenceRecorder, utc_now
@@ -52,6 +53,7 @@ from drawbridge.gateway.recording.telemetry import Telemetry, TelemetryUnavailab
 from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
 from drawbridge.gateway.recording.truth_key import TruthKey, TruthKeyError, truth_key_from_env
 from drawbridge.gateway.runtime.admin_token import AdminTokenProblem, ensure_admin_token, token_file_for
+from drawbridge.gateway.runtime.replicas import approval_keys, follow, open_shared, replica_name
 from drawbridge.gateway.runtime.settings import STATE_FILE, RuntimeSettings
 from drawbridge.policy.declared import DeclaredContracts, fixed_contract
 from drawbridge.state.append_only import AppendOnlyError, AppendOnlyLocked
@@ -59,6 +61,9 @@ from drawbridge.state.checkpoint_files import CheckpointFiles
 from drawbridge.state.pins import SqlitePinStore
 from drawbridge.state.policy_store import watch_policies
 from drawbridge.state.signing_keys import KEYS_DIR, KeyFileError, open_keys
+from drawbridge.state.backend import StateBackend
+from drawbridge.state.key_ring import KeyRingMismatch
+from drawbridge.state.postgres import PostgresDB
 from drawbridge.state.sqlite import StateDB, StateError
 from drawbridge.state.trace_log import TraceLogCorrupt
 
@@ -128,7 +133,7 @@ def open_recorder(settings: RuntimeSettings, policy: Decider, truth_key: TruthKe
         raise StartupProblem(f"cannot open the evidence output: {exc}") from None
 
 
-def open_checkpointer(settings: RuntimeSettings, recorder: Recorder) -> Checkpointer | None:
+def open_checkpointer(settings: RuntimeSettings, recorder: Recorder, replica_id: str | None = None) -> Checkpointer | None:
     """With an evidence directory: the signing keys (made at first start) and the checkpointer, with
     this process's run opened in the trace (``run_start``)."""
     trace = recorder.trace if isinstance(recorder, EvidenceRecorder) else None
@@ -146,7 +151,7 @@ def open_checkpointer(settings: RuntimeSettings, recorder: Recorder) -> Checkpoi
         trace, keys, files, settings.checkpoints, durable=settings.fsync != "never", clock=utc_now
     )
     try:
-        checkpointer.begin_run(new_run_id(utc_now), evidence_producer())
+        checkpointer.begin_run(new_run_id(utc_now), evidence_producer(), replica_id)
     except (AppendOnlyError, OSError) as exc:
         checkpointer.close()
         raise StartupProblem(f"cannot open the run in the trace: {exc}") from None
@@ -193,6 +198,20 @@ def open_state(path: str | None) -> tuple[StateDB, str | None]:
         raise StartupProblem(f"cannot open the state database {path}: {reason}; the gateway does not start without it") from None
 
 
+def open_any_state(settings: RuntimeSettings, replica_id: str | None) -> tuple[StateBackend, str | None]:
+    """The state the settings name: shared PostgreSQL (``state``) or the SQLite file (``open_state``)."""
+    shared = settings.shared_state
+    if shared is None:
+        return open_state(settings.state_path)
+    assert replica_id is not None
+    try:
+        return open_shared(shared, replica_id), None
+    except KeyRingMismatch as exc:
+        raise StartupProblem(str(exc)) from None
+    except StateError as exc:
+        raise StartupProblem(f"{exc}; the gateway does not start without its state") from None
+
+
 def recent_call_summary(record: CallRecord, ring: RecentCallRing, clock: Callable[[], str] = utc_now) -> None:
     """Note a recorded call in the ring the approval view shows (no arguments)."""
     if record.tool is None:
@@ -220,7 +239,7 @@ class Runtime:
     recorder: Recorder
     guard: EvidenceGuard
     pipeline: CallPipeline
-    state_db: StateDB | None = None
+    state_db: StateBackend | None = None
     engine: ApprovalEngine | None = None
     pin_store: SqlitePinStore | None = None
     pins: CataloguePins | None = None
@@ -231,35 +250,42 @@ class Runtime:
     """What the control plane's credential must hash to (configured, or from ``admin_token_file``)."""
     admin_token_file: Path | None = None
     """The file holding the control plane's credential, when the gateway made or reused it."""
+    replica_id: str | None = None
+    """This replica's name on a shared state (None: SQLite, one gateway)."""
+    pins_changed_elsewhere: list[Callable[[str], Any]] = field(default_factory=list)
+    """Called with a server whose pins another replica changed, after they are checked here."""
 
     @classmethod
     def build(cls, settings: RuntimeSettings) -> Runtime:
         """Assemble the runtime (module docstring); raises ``StartupProblem``."""
         policy = load_policy(settings)
+        replica_id = replica_name(settings.shared_state) if settings.shared_state is not None else None
         recorder = open_recorder(settings, policy, load_truth_key(settings))
         guard = EvidenceGuard(recorder)
-        state_db: StateDB | None = None
+        state_db: StateBackend | None = None
         temp_dir: str | None = None
         checkpointer: Checkpointer | None = None
         telemetry: Telemetry | None = None
         try:
-            checkpointer = open_checkpointer(settings, recorder)
+            checkpointer = open_checkpointer(settings, recorder, replica_id)
             telemetry = open_telemetry(settings, guard, recorder, checkpointer)
             engine = gate = None
             approvals = isinstance(policy, PolicyDecider)
             if approvals or settings.pin_tools or settings.control_open:
-                state_db, temp_dir = open_state(settings.state_path)
+                state_db, temp_dir = open_any_state(settings, replica_id)
             admin_digest, admin_file = settings.admin_token_sha256, None
             if settings.control_open and admin_digest is None:
                 assert state_db is not None
-                admin_file = token_file_for(state_db.path)
+                admin_file = token_file_for(state_db.path if isinstance(state_db, StateDB) else settings.state_path or STATE_FILE)
                 try:
                     admin_digest = ensure_admin_token(admin_file)
                 except AdminTokenProblem as exc:
                     raise StartupProblem(str(exc)) from None
             if approvals:
                 assert state_db is not None
-                engine = build_approval_engine(settings.approval, state_db, guard.append)
+                engine = build_approval_engine(
+                    settings.approval, state_db, guard.append, **approval_keys(settings.shared_state)
+                )
                 gate = ApprovalGate(
                     engine, elicitation=settings.approval.elicitation, operator_channel=settings.operator_channel,
                     ask_by_link=settings.approval.ask_by_link,
@@ -270,14 +296,15 @@ class Runtime:
                 pin_store = SqlitePinStore(state_db)
                 pins = CataloguePins(pin_store, (), guard.append)
             pipeline = CallPipeline(
-                policy=policy, guard=guard, floors=Floors(pins), approvals=gate, call_timeout=settings.call_timeout
+                policy=policy, guard=guard, floors=Floors(pins), approvals=gate, call_timeout=settings.call_timeout,
+                rate_limits=rate_limiter(settings.rate_limits, state_db),
             )
         except BaseException:
             _close(recorder, state_db, temp_dir, checkpointer, telemetry)
             raise
         return cls(
             settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, checkpointer, telemetry,
-            temp_dir, admin_digest, admin_file,
+            temp_dir, admin_digest, admin_file, replica_id,
         )
 
     def recent_calls(self) -> RecentCallRing:
@@ -306,6 +333,8 @@ class Runtime:
                 tg.start_soon(watch_policies, self.policy.store)
             if self.engine is not None:
                 await tg.start(self._run_approvals)
+            if isinstance(self.state_db, PostgresDB):
+                await tg.start(follow, self.state_db, self.engine, self.pins, self.pins_changed_elsewhere)
             task_status.started()
 
     async def _run_approvals(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -319,7 +348,7 @@ class Runtime:
 
 def _close(
     recorder: Recorder,
-    state_db: StateDB | None,
+    state_db: StateBackend | None,
     temp_dir: str | None,
     checkpointer: Checkpointer | None = None,
     telemetry: Telemetry | None = None,

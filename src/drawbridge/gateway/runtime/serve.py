@@ -153,6 +153,8 @@ def build_serve(
         if visible is not None:
             await hub.tools_changed()
 
+    runtime.pins_changed_elsewhere.append(after_accept)
+
     services = None
     if control_open:
         served = hub

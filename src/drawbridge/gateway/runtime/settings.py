@@ -16,6 +16,8 @@ from typing import Final
 from drawbridge.approval.memory import MemoryConfig
 from drawbridge.catalogue.names import split_namespaced
 from drawbridge.config import GatewayConfig
+from drawbridge.config_rates import RateLimits
+from drawbridge.config_state import SharedState
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalSettings
 from drawbridge.gateway.pipeline.call import DEFAULT_CALL_TIMEOUT_SECONDS
 from drawbridge.gateway.recording.checkpoints import CheckpointSettings
@@ -61,6 +63,9 @@ class RuntimeSettings:
     telemetry: TelemetrySettings | None = None
     network_transport: str = "pipe"
     """How agents reach this gateway, as telemetry names it: ``pipe`` (stdio) or ``tcp`` (HTTP)."""
+    shared_state: SharedState | None = None
+    """State on PostgreSQL shared with other replicas (``state``, ``replica``); None: ``state_path``."""
+    rate_limits: RateLimits | None = None
 
     @classmethod
     def from_config(cls, config: GatewayConfig, *, control_open: bool, network_transport: str = "tcp") -> RuntimeSettings:
@@ -87,6 +92,8 @@ class RuntimeSettings:
             origin=config.origin,
             telemetry=telemetry,
             network_transport=network_transport,
+            shared_state=config.shared_state,
+            rate_limits=config.rate_limits,
         )
 
     @classmethod

@@ -117,7 +117,7 @@ from drawbridge.policy.model import Approver
 from drawbridge.state.approval_uses import ApprovalUses, SqliteApprovalUses
 from drawbridge.state.approvals import Approval, ApprovalStatus, ApprovalStore, SqliteApprovalStore
 from drawbridge.state.grants import GrantStore, SqliteGrantStore
-from drawbridge.state.sqlite import StateDB
+from drawbridge.state.backend import StateBackend
 
 logger = logging.getLogger("drawbridge.approval")
 
@@ -221,7 +221,7 @@ class ApprovalEngine:
         self.grant_service = GrantService(grants, trace_append, clock=clock)
 
     @classmethod
-    def on_state_db(cls, db: StateDB, trace_append: TraceAppend, **options: Any) -> ApprovalEngine:
+    def on_state_db(cls, db: StateBackend, trace_append: TraceAppend, **options: Any) -> ApprovalEngine:
         """An engine on the embedded SQLite state: approval queue, grants and the use ledger share ``db``."""
         return cls(
             SqliteApprovalStore(db),
@@ -244,6 +244,10 @@ class ApprovalEngine:
     async def start(self) -> list[Approval]:
         """Once, before the gateway accepts calls: pending approvals of a previous process become expired."""
         return await self._resolutions.recover_after_restart()
+
+    def wake(self, approval_id: str | None) -> None:
+        """An approval ended on another replica (None: any may have): its waiters read the store now."""
+        self._resolutions.ended_elsewhere(approval_id)
 
     async def sweep(self) -> list[Approval]:
         """Expire every pending approval that is due, record each, and wake its waiters; let go of the

@@ -64,7 +64,7 @@ from drawbridge.gateway.pipeline.approvals.settlement import Settlement, Settlem
 from drawbridge.gateway.pipeline.client_link import ClientLink, call_declares_elicitation
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import Action, Verdict
-from drawbridge.state.sqlite import StateDB
+from drawbridge.state.backend import StateBackend
 
 logger = logging.getLogger("drawbridge.approval")
 
@@ -122,7 +122,7 @@ class BindingKey:
 
 def build_approval_engine(
     settings: ApprovalSettings,
-    state_db: StateDB,
+    state_db: StateBackend,
     trace_append: TraceAppend,
     *,
     non_blocking: bool | None = None,

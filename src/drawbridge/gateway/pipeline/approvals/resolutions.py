@@ -9,8 +9,9 @@ CLI through the control plane, console, TTY, elicitation); the gateway's own cha
 expired in the store (recorded): a call never waits beyond its approval's ``expires_at``, nor
 beyond the timeout.
 
-Theory of operation. Waiting uses one ``anyio.Event`` per approval id, set by ``resolve`` and by
-every expiry, and, as a fallback for a resolution written by another process, a poll of the store
+Theory of operation. Waiting uses one ``anyio.Event`` per approval id, set by ``resolve``, by
+every expiry and by another replica's notification (``ended_elsewhere``, from PostgreSQL's
+``NOTIFY``), and, as a fallback for a resolution written by another process, a poll of the store
 every ``poll_seconds``. A 2025-11-25 client that can be asked in-band is asked while the call
 waits (``await_resolution`` with an ``Elicit``); its answer resolves through ``resolve`` (channel
 ``elicitation``), and when it answers with an error the approval ends at once
@@ -234,6 +235,16 @@ class Resolutions:
         wait = self._waits.get(approval_id)
         if wait is not None:
             wait.event.set()
+
+    def ended_elsewhere(self, approval_id: str | None) -> None:
+        """Another replica says ``approval_id`` ended (None: some may have, unsaid): wake its waiters,
+        which read the store; each waiter then waits on a fresh event, so a wake that finds the
+        approval still pending never turns the wait into a busy loop."""
+        ids = list(self._waits) if approval_id is None else [approval_id]
+        for key in ids:
+            if (wait := self._waits.get(key)) is not None:
+                fired, wait.event = wait.event, anyio.Event()
+                fired.set()
 
     # -- recording -----------------------------------------------------------------------------
 

@@ -1,0 +1,263 @@
+"""The shared state on PostgreSQL: what several gateway replicas hold in common.
+
+Invariant: ``PostgresDB`` keeps every promise of ``drawbridge.state.sqlite.StateDB`` -- one
+transaction per ``read``/``write``, every failure (cannot connect, connection lost, pool
+exhausted, server restarted) surfaced as ``StateUnavailable`` naming the database (never its
+password) and the operation, a schema newer than this code refused -- and adds one: write
+transactions are serialised across every replica by a transaction-level advisory lock, so
+"check the row, then change it" is atomic against the other replicas exactly as ``BEGIN
+IMMEDIATE`` makes it atomic against other processes on one SQLite file. Of two replicas
+resolving one approval, or consuming one approval use, one wins and the other reads the result.
+
+Theory of operation.
+
+* Connections. A ``psycopg_pool.ConnectionPool`` of at most ``pool_size`` connections, each
+  checked on checkout (a connection the server dropped, say by a restart, is replaced rather than
+  handed out); a checkout waits at most ``timeout`` seconds. The stores' transactions are
+  synchronous functions of one connection, run in a worker thread (``anyio.to_thread``) as on
+  SQLite, so one store's SQL serves both backends: ``_PgConnection`` turns SQLite's ``?``
+  placeholders into psycopg's, ``INSERT OR IGNORE`` into ``ON CONFLICT DO NOTHING``, and a
+  duplicate key on a plain ``INSERT`` into ``sqlite3.IntegrityError`` after rolling back to a
+  savepoint (the stores draw a new id and go on, as on SQLite).
+* Reconnecting. Nothing is held across a failure: the pool drops a broken connection, the next
+  transaction gets a fresh one, and the calls in between were refused. The listener
+  (``listen``) reconnects with a bounded backoff and, after each reconnection, reports a resync
+  (``None``), because notifications sent while it was away are lost.
+* Schema. ``schema_version`` as on SQLite, migrated under the same advisory lock, so replicas
+  starting together migrate once. A database newer than ``SCHEMA_VERSION`` is refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import sqlite3
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Final, TypeVar
+
+import anyio
+import anyio.to_thread
+from anyio.abc import TaskStatus
+
+from drawbridge.state.postgres_schema import MIGRATIONS
+from drawbridge.state.sqlite import StateUnavailable, apply_migrations
+
+try:  # the ``postgresql`` extra
+    import psycopg
+    import psycopg_pool
+    from psycopg import errors as pg_errors
+except ImportError:  # pragma: no cover - reported by ``PostgresDB.open``
+    psycopg = None  # type: ignore[assignment]
+    psycopg_pool = None  # type: ignore[assignment]
+    pg_errors = None  # type: ignore[assignment]
+
+T = TypeVar("T")
+logger = logging.getLogger("drawbridge.state")
+
+LOCK_KEY: Final = 0x64726272
+"""The advisory lock every write transaction takes ("drbr")."""
+DEFAULT_POOL_SIZE: Final = 10
+DEFAULT_TIMEOUT: Final = 3.0
+LISTEN_BACKOFF_MAX: Final = 2.0
+_PLACEHOLDER: Final = re.compile(r"\?")
+_OR_IGNORE: Final = re.compile(r"^\s*INSERT OR IGNORE INTO", re.IGNORECASE)
+_PLAIN_INSERT: Final = re.compile(r"^\s*INSERT INTO(?!.*\bON CONFLICT\b)", re.IGNORECASE | re.DOTALL)
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for every message that names the database."""
+    return re.sub(r"(//[^/:@]*):[^@/]*@", r"\1:***@", url)
+
+
+@functools.lru_cache(maxsize=512)
+def translate(sql: str) -> str:
+    """SQLite's dialect of the stores' SQL, as PostgreSQL reads it (module docstring)."""
+    text = sql.replace("%", "%%")
+    if _OR_IGNORE.match(text):
+        text = _OR_IGNORE.sub("INSERT INTO", text, count=1) + " ON CONFLICT DO NOTHING"
+    return _PLACEHOLDER.sub("%s", text)
+
+
+class _PgConnection:
+    """The part of ``sqlite3.Connection`` the stores use, on a psycopg connection in a transaction."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        text = translate(sql)
+        if _PLAIN_INSERT.match(sql):
+            try:
+                with self._conn.transaction():
+                    return self._conn.execute(text, tuple(params))
+            except pg_errors.UniqueViolation as exc:
+                raise sqlite3.IntegrityError(str(exc.diag.constraint_name or "unique")) from None
+        return self._conn.execute(text, tuple(params))
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
+        cursor = self._conn.cursor()
+        cursor.executemany(translate(sql), [tuple(r) for r in rows])
+        return cursor
+
+
+class PostgresDB:
+    """The open shared database. Build with ``PostgresDB.open`` (blocking, at startup)."""
+
+    kind: Final = "postgresql"
+    shared: Final = True
+
+    def __init__(self, url: str, pool: Any, *, replica_id: str | None = None) -> None:
+        self._url = url
+        self._pool = pool
+        self._closed = False
+        self.replica_id = replica_id
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        timeout: float = DEFAULT_TIMEOUT,
+        replica_id: str | None = None,
+    ) -> PostgresDB:
+        """Connect, migrate, and return the database; ``StateUnavailable`` says why not."""
+        if psycopg is None or psycopg_pool is None:
+            raise StateUnavailable(
+                "state on PostgreSQL needs the postgresql extra: pip install 'drawbridge[postgresql]'"
+            )
+        pool = psycopg_pool.ConnectionPool(
+            url, min_size=1, max_size=max(1, pool_size), timeout=timeout, open=False,
+            check=psycopg_pool.ConnectionPool.check_connection, name="drawbridge-state",
+            kwargs={"connect_timeout": max(1, int(timeout))},
+        )
+        pool_log = logging.getLogger("psycopg.pool")
+        level = pool_log.level
+        try:
+            with psycopg.connect(url, connect_timeout=max(1, int(timeout))):
+                pass  # the server's own reason when it cannot be reached, rather than the pool's timeout
+            pool_log.setLevel(logging.CRITICAL)  # the reason is ours to say, in one line
+            pool.open(wait=True, timeout=timeout)
+        except (psycopg_pool.PoolTimeout, psycopg.Error) as exc:
+            pool.close()
+            raise StateUnavailable(
+                f"cannot connect to the state database {redacted(url)}: {_describe(exc)}"
+            ) from None
+        finally:
+            pool_log.setLevel(level)
+        db = cls(url, pool, replica_id=replica_id)
+        try:
+            db.write_sync(_migrate, "migrate")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    # -- properties ----------------------------------------------------------------------------
+
+    @property
+    def label(self) -> str:
+        return redacted(self._url)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def _run(self, fn: Callable[[Any], T], what: str, *, write: bool) -> T:
+        if self._closed:
+            raise StateUnavailable(f"state database {self.label} is closed ({what})")
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                if write:
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+                return fn(_PgConnection(conn))
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise StateUnavailable(f"state database {self.label}: {what}: {_describe(exc)}") from None
+
+    def read_sync(self, fn: Callable[[Any], T], what: str) -> T:
+        return self._run(fn, what, write=False)
+
+    def write_sync(self, fn: Callable[[Any], T], what: str) -> T:
+        return self._run(fn, what, write=True)
+
+    async def read(self, fn: Callable[[Any], T], what: str) -> T:
+        return await anyio.to_thread.run_sync(functools.partial(self._run, fn, what, write=False))
+
+    async def write(self, fn: Callable[[Any], T], what: str) -> T:
+        return await anyio.to_thread.run_sync(functools.partial(self._run, fn, what, write=True))
+
+    async def transact(self, fn: Callable[[Any], T], what: str) -> T:
+        """A write transaction without the replicas' lock: for rows the caller locks itself
+        (``SELECT ... FOR UPDATE``), so that writers of other rows do not wait for it."""
+        return await anyio.to_thread.run_sync(functools.partial(self._run, fn, what, write=False))
+
+    def schema_version(self) -> int:
+        return self.read_sync(
+            lambda c: int(c.execute("SELECT max(version) FROM schema_version").fetchone()[0]),
+            "read schema version",
+        )
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._pool.close()
+
+    # -- notifications -------------------------------------------------------------------------
+
+    async def listen(
+        self,
+        channels: Sequence[str],
+        on_event: Callable[[str, str | None], Awaitable[None]],
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Deliver every notification on ``channels`` to ``on_event(channel, payload)``, forever;
+        after a reconnection, ``on_event(channel, None)`` for each channel (a resync)."""
+        started, backoff = False, 0.1
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+            except psycopg.Error as exc:
+                if not started:
+                    raise StateUnavailable(f"cannot listen on {self.label}: {_describe(exc)}") from None
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, LISTEN_BACKOFF_MAX)
+                continue
+            try:
+                async with conn:
+                    for channel in channels:
+                        await conn.execute(f'LISTEN "{channel}"')
+                    if started:
+                        logger.warning("state notifications resumed from %s", self.label)
+                        for channel in channels:
+                            await on_event(channel, None)
+                    else:
+                        started = True
+                        task_status.started()
+                    backoff = 0.1
+                    async for note in conn.notifies():
+                        await on_event(note.channel, note.payload)
+            except psycopg.Error as exc:
+                logger.warning("state notifications from %s interrupted (%s)", self.label, _describe(exc))
+                await anyio.sleep(backoff)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text and text[0] else type(exc).__name__
+
+
+def _migrate(conn: _PgConnection) -> None:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version ("
+        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+    )
+    apply_migrations(conn, MIGRATIONS, "the state database")
+
+
+__all__ = ["DEFAULT_POOL_SIZE", "LOCK_KEY", "PostgresDB", "redacted", "translate"]

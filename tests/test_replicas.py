@@ -1,0 +1,350 @@
+"""Two ``drawbridge serve`` replicas on one real PostgreSQL: approvals, single use and keys are shared.
+
+Each replica is a real process with its own upstream child; the upstreams write every call they
+receive to one log, so "runs once" is counted where it happens. Clients are the mcp SDK's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from approval_support import text_of, trace
+from conftest import MODERN, PYTHON, SERVERS
+from postgres_support import Cluster
+from replica_support import (
+    CALL_TIMEOUT,
+    KEY_ENV,
+    PENDING_TIMEOUT,
+    RECOVERY_TIMEOUT,
+    REPLICA_APPROVAL_SECONDS,
+    approve_across,
+    approval_id_of,
+    pending_on,
+    replica_config,
+    upstream_calls,
+)
+from mcp.shared.exceptions import MCPError
+from serve_support import http_client, http_gateway
+
+from drawbridge.evidence.chain import verify_chain
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_an_approval_given_on_one_replica_releases_the_call_waiting_on_the_other_once(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    log = tmp_path / "calls.log"
+    config_a = replica_config(tmp_path, "a", postgres_url, log)
+    config_b = replica_config(tmp_path, "b", postgres_url, log)
+    with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
+        approval_id, result, released_after = await approve_across(b, a, {"scope": "all"})
+        assert text_of(result) == "ran delete_all"
+        assert released_after < REPLICA_APPROVAL_SECONDS, released_after
+        # The other channels see it resolved: B's control plane reads the same queue.
+        async with httpx.AsyncClient(base_url=b.control(), headers=b.control_headers(), trust_env=False) as op_b:
+            shown = (await op_b.get(f"/approvals/{approval_id}")).json()
+            assert shown["status"] == "approved" and shown["resolved_by"] == "op"
+            again = await op_b.post(f"/approvals/{approval_id}/deny", json={"resolved_by": "op-b"})
+            assert again.status_code == 409, again.text
+    assert upstream_calls(log, "delete_all") == 1
+    # Evidence stays per replica: each chain's run names its replica, under an origin of its own.
+    (start_a,), (start_b,) = (trace(tmp_path / r / "evidence", "run_start") for r in ("a", "b"))
+    assert (start_a["body"]["replica"], start_b["body"]["replica"]) == ("a", "b")
+    assert start_a["body"]["origin"] != start_b["body"]["origin"]
+    (waited,) = trace(tmp_path / "b" / "evidence", "approval_requested")
+    (resolved,) = trace(tmp_path / "b" / "evidence", "approval_resolved")
+    assert resolved["body"]["approval_id"] == waited["body"]["approval_id"] == approval_id
+    assert resolved["body"]["resolved_by"] == "op"
+
+
+async def test_a_non_blocking_retry_on_the_other_replica_runs_once(tmp_path: Path, postgres_url: str) -> None:
+    log = tmp_path / "calls.log"
+    approval = {"timeout_seconds": 60, "non_blocking": True}
+    config_a = replica_config(tmp_path, "a", postgres_url, log, approval=approval)
+    config_b = replica_config(tmp_path, "b", postgres_url, log, approval=approval)
+    arguments = {"scope": "tmp"}
+    with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
+        assert a.url is not None and b.url is not None
+        async with http_client(a.url) as on_a, http_client(b.url) as on_b, httpx.AsyncClient(
+            base_url=b.control(), headers=b.control_headers(), trust_env=False
+        ) as operator_b:
+            with anyio.fail_after(CALL_TIMEOUT):
+                first = await on_a.call_tool("rec.delete_all", arguments)
+            approval_id = approval_id_of(text_of(first))
+            response = await operator_b.post(f"/approvals/{approval_id}/approve", json={"resolved_by": "op-b"})
+            assert response.status_code == 200, response.text
+            with anyio.fail_after(CALL_TIMEOUT):
+                retried = await on_b.call_tool("rec.delete_all", arguments)
+                assert text_of(retried) == "ran delete_all"
+                # The approval is used up: the same retry on either replica asks again.
+                for client in (on_a, on_b):
+                    again = await client.call_tool("rec.delete_all", arguments)
+                    assert again.is_error and approval_id_of(text_of(again)) != approval_id
+    assert upstream_calls(log, "delete_all") == 1
+
+
+async def test_a_replica_killed_mid_approval_leaves_the_approval_to_the_other(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    log = tmp_path / "calls.log"
+    config_a = replica_config(tmp_path, "a", postgres_url, log)
+    config_b = replica_config(tmp_path, "b", postgres_url, log)
+    arguments = {"scope": "logs"}
+    with http_gateway(config_b, env=KEY_ENV) as b:
+        assert b.url is not None
+        async with httpx.AsyncClient(base_url=b.control(), headers=b.control_headers(), trust_env=False) as op_b:
+            with http_gateway(config_a, env=KEY_ENV) as a:
+                assert a.url is not None
+                async with anyio.create_task_group() as tg:
+
+                    async def doomed_call() -> None:
+                        async with http_client(a.url) as on_a:  # type: ignore[arg-type]
+                            await on_a.call_tool("rec.delete_all", arguments)
+
+                    tg.start_soon(doomed_call)
+                    with anyio.fail_after(PENDING_TIMEOUT):
+                        while not (pending := await pending_on(op_b)):
+                            await anyio.sleep(0.05)
+                    a.process.kill()  # mid-approval: the call waiting on A dies with it
+                    a.process.wait()
+                    tg.cancel_scope.cancel()
+            response = await op_b.post(f"/approvals/{pending[0]['id']}/approve", json={"resolved_by": "op-b"})
+            assert response.status_code == 200, response.text
+            async with http_client(b.url) as on_b:
+                with anyio.fail_after(CALL_TIMEOUT):
+                    retried = await on_b.call_tool("rec.delete_all", arguments)
+                assert text_of(retried) == "ran delete_all"
+                # Used once: the same call again waits for a new approval, which the operator denies.
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(on_b.call_tool, "rec.delete_all", arguments)
+                    with anyio.fail_after(PENDING_TIMEOUT):
+                        while not (fresh := await pending_on(op_b)):
+                            await anyio.sleep(0.05)
+                    assert fresh[0]["id"] != pending[0]["id"]
+                    denied = await op_b.post(f"/approvals/{fresh[0]['id']}/deny", json={"resolved_by": "op-b"})
+                    assert denied.status_code == 200, denied.text
+    assert upstream_calls(log, "delete_all") == 1
+
+
+def test_a_replica_with_other_keys_does_not_start_on_a_database_others_use(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    log = tmp_path / "calls.log"
+    with http_gateway(replica_config(tmp_path, "a", postgres_url, log), env=KEY_ENV):
+        pass
+    other_keys = {**KEY_ENV, "DRAWBRIDGE_TEST_BIND_KEY": "ab" * 32}
+    with pytest.raises(AssertionError, match="approval_binding key 'bind-1' differs") as failed:
+        with http_gateway(replica_config(tmp_path, "b", postgres_url, log), env=other_keys):
+            pass
+    assert "ab" * 32 not in str(failed.value)
+
+
+def _verify_chain(evidence: Path) -> None:
+    with open(evidence / "trace.ndjson", "rb") as trace:
+        report = verify_chain(trace)
+    assert report.ok, report
+
+
+async def test_postgresql_restarted_under_load_refuses_then_recovers_and_the_chains_verify(
+    tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
+) -> None:
+    log = tmp_path / "calls.log"
+    approval = {"timeout_seconds": 60, "non_blocking": True}
+    config_a = replica_config(tmp_path, "a", postgres_url, log, approval=approval)
+    config_b = replica_config(tmp_path, "b", postgres_url, log, approval=approval)
+    with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
+        assert a.url is not None and b.url is not None
+        async with http_client(a.url) as on_a, http_client(b.url) as on_b:
+            reads_failed: list[str] = []
+            reads = 0
+            stop = anyio.Event()
+
+            async def load(client: Any) -> None:
+                nonlocal reads
+                while not stop.is_set():  # calls that need no state keep running whatever the database does
+                    result = await client.call_tool("rec.safe_read", {})
+                    reads += 1
+                    if result.is_error:
+                        reads_failed.append(text_of(result))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(load, on_a)
+                tg.start_soon(load, on_b)
+                for client in (on_a, on_b):
+                    with anyio.fail_after(CALL_TIMEOUT):
+                        asked = await client.call_tool("rec.delete_all", {"before": True})
+                    assert "Approval required" in text_of(asked)
+                await anyio.to_thread.run_sync(postgres_cluster.stop)
+                for client in (on_a, on_b):
+                    with anyio.fail_after(CALL_TIMEOUT):
+                        refused = await client.call_tool("rec.delete_all", {"during": True})
+                    assert refused.is_error and "state unavailable" in text_of(refused), text_of(refused)
+                await anyio.to_thread.run_sync(postgres_cluster.start)
+                approval_ids = []
+                for client in (on_a, on_b):
+                    with anyio.fail_after(RECOVERY_TIMEOUT):
+                        while "Approval required" not in text_of(
+                            again := await client.call_tool("rec.delete_all", {"after": True})
+                        ):
+                            assert "state unavailable" in text_of(again), text_of(again)
+                            await anyio.sleep(0.2)
+                    approval_ids.append(approval_id_of(text_of(again)))
+                assert approval_ids[0] == approval_ids[1]  # the same question, asked once, shared
+                stop.set()
+            assert reads > 0 and reads_failed == []
+        async with httpx.AsyncClient(base_url=a.control(), headers=a.control_headers(), trust_env=False) as op_a:
+            response = await op_a.post(f"/approvals/{approval_ids[0]}/approve", json={"resolved_by": "op-a"})
+            assert response.status_code == 200, response.text
+        async with http_client(b.url) as on_b:
+            with anyio.fail_after(CALL_TIMEOUT):
+                ran = await on_b.call_tool("rec.delete_all", {"after": True})
+            assert text_of(ran) == "ran delete_all"
+        for directory in ("a", "b"):
+            _verify_chain(tmp_path / directory / "evidence")
+    assert upstream_calls(log, "delete_all") == 1
+
+
+def _rugpull(root: Path, name: str, extra: list[str]) -> dict[str, Any]:
+    """The rug-pull server; its catalogue (shared by every replica's child) is read at each start."""
+    state = root / "rugpull.json"
+    state.write_text(json.dumps({"description": "Echo the text back.", "extra": extra}), encoding="utf-8")
+    return {
+        "name": "rugpull", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "rugpull.py")],
+        "env": {"RUGPULL_STATE": str(state), "RUGPULL_PID": str(root / f"rugpull-{name}.pid")},
+    }
+
+
+async def _until_ok(client: Any, tool: str, deadline: float) -> Any:
+    with anyio.fail_after(deadline):
+        while (result := await client.call_tool(tool, {})).is_error:
+            await anyio.sleep(0.02)
+    return result
+
+
+async def test_a_pin_accepted_on_one_replica_holds_on_the_other(tmp_path: Path, postgres_url: str) -> None:
+    allow = {"p.yaml": "name: p\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"}
+    configs = {
+        name: replica_config(tmp_path, name, postgres_url, tmp_path / "log", upstream=_rugpull(tmp_path, name, []),
+                             pin_tools=True)
+        for name in ("a", "b")
+    }
+    for name in ("a", "b"):
+        for policy in (tmp_path / name / "policies").iterdir():
+            policy.unlink()
+        (tmp_path / name / "policies" / "p.yaml").write_text(allow["p.yaml"], encoding="utf-8")
+    with http_gateway(configs["a"], env=KEY_ENV) as a, http_gateway(configs["b"], env=KEY_ENV) as b:
+        assert a.url is not None and b.url is not None
+        (tmp_path / "rugpull.json").write_text(
+            json.dumps({"description": "Echo the text back.", "extra": ["exfiltrate"]}), encoding="utf-8"
+        )
+        for name in ("a", "b"):  # each replica's child restarts with the new catalogue
+            os.kill(int((tmp_path / f"rugpull-{name}.pid").read_text()), signal.SIGKILL)
+        async with http_client(b.url) as on_b, httpx.AsyncClient(
+            base_url=a.control(), headers=a.control_headers(), trust_env=False
+        ) as operator_a:
+            with anyio.fail_after(PENDING_TIMEOUT):  # B sees the new tool, held back by its pin floor
+                while True:
+                    try:
+                        held = await on_b.call_tool("rugpull.exfiltrate", {})
+                        break
+                    except MCPError:  # not in B's catalogue yet: its child is restarting
+                        await anyio.sleep(0.1)
+            assert held.is_error and "exfiltrate" in text_of(held)
+            with anyio.fail_after(PENDING_TIMEOUT):  # A's catalogue has it too before it is accepted
+                while "rugpull.exfiltrate" not in {t["name"] for t in (await operator_a.get("/tools")).json()}:
+                    await anyio.sleep(0.1)
+            accepted = await operator_a.post("/tools/pins/accept", json={"server": "rugpull", "by": "op-a"})
+            assert accepted.status_code == 200 and accepted.json()["count"] == 1, accepted.text
+            accepted_at = time.monotonic()
+            ran = await _until_ok(on_b, "rugpull.exfiltrate", CALL_TIMEOUT)
+            applied_after = time.monotonic() - accepted_at
+    assert text_of(ran) == "exfiltrate"
+    assert applied_after < REPLICA_APPROVAL_SECONDS, applied_after
+
+
+MODERN_ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+}
+APPROVE_IN_BAND = {"drawbridge_approval": {"action": "accept", "content": {"decision": "approve"}}}
+
+
+async def _modern_call(url: str, request_id: int, arguments: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """One stateless 2026-07-28 tools/call over HTTP, as raw JSON-RPC (the retry goes where the test says)."""
+    params = {"name": "rec.delete_all", "arguments": arguments, "_meta": MODERN_ENVELOPE, **extra}
+    headers = {
+        "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "tools/call", "Mcp-Name": "rec.delete_all",
+    }
+    async with httpx.AsyncClient(trust_env=False, timeout=CALL_TIMEOUT) as http:
+        response = await http.post(
+            url, json={"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}, headers=headers
+        )
+    text = response.text
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        text = next(line[5:] for line in text.splitlines() if line.startswith("data:") and '"id"' in line)
+    answer = json.loads(text)
+    assert "result" in answer, answer
+    return dict(answer["result"])
+
+
+async def test_a_request_state_retry_runs_once_on_whichever_replica_it_lands(tmp_path: Path, postgres_url: str) -> None:
+    log = tmp_path / "calls.log"
+    config_a = replica_config(tmp_path, "a", postgres_url, log)
+    config_b = replica_config(tmp_path, "b", postgres_url, log)
+    with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
+        assert a.url is not None and b.url is not None
+        asked = await _modern_call(a.url, 1, {"scope": "x"})
+        assert asked["resultType"] == "input_required", asked
+        state = asked["requestState"]
+        ran = await _modern_call(b.url, 2, {"scope": "x"}, requestState=state, inputResponses=APPROVE_IN_BAND)
+        assert not ran.get("isError") and ran["content"][0]["text"] == "ran delete_all", ran
+        for url in (a.url, b.url):
+            replayed = await _modern_call(url, 3, {"scope": "x"}, requestState=state, inputResponses=APPROVE_IN_BAND)
+            assert replayed["isError"] and "already used" in replayed["content"][0]["text"], replayed
+    assert upstream_calls(log, "delete_all") == 1
+
+
+async def test_after_postgresql_restarts_an_approval_on_one_replica_still_releases_the_other(
+    tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
+) -> None:
+    log = tmp_path / "calls.log"
+    config_a = replica_config(tmp_path, "a", postgres_url, log)
+    config_b = replica_config(tmp_path, "b", postgres_url, log)
+    with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
+        await anyio.to_thread.run_sync(postgres_cluster.stop)
+        await anyio.to_thread.run_sync(postgres_cluster.start)
+        with anyio.fail_after(RECOVERY_TIMEOUT):  # each replica listens again, and says so
+            while not all("state notifications resumed" in r.text() for r in (a, b)):
+                await anyio.sleep(0.1)
+        _, result, released_after = await approve_across(b, a, {"scope": "after restart"})
+    assert text_of(result) == "ran delete_all"
+    assert released_after < REPLICA_APPROVAL_SECONDS, released_after
+    assert upstream_calls(log, "delete_all") == 1
+
+
+async def test_a_grant_made_on_one_replica_lifts_the_approval_on_the_other(tmp_path: Path, postgres_url: str) -> None:
+    log = tmp_path / "calls.log"
+    config_a = replica_config(tmp_path, "a", postgres_url, log)
+    config_b = replica_config(tmp_path, "b", postgres_url, log)
+    with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
+        assert b.url is not None
+        async with httpx.AsyncClient(base_url=a.control(), headers=a.control_headers(), trust_env=False) as op_a:
+            made = await op_a.post("/grants", json={"agent": "guest", "tools": "rec.delete_*", "duration": "1m"})
+            assert made.status_code == 201, made.text
+        async with http_client(b.url) as on_b:
+            with anyio.fail_after(CALL_TIMEOUT):
+                lifted = await on_b.call_tool("rec.delete_all", {"scope": "granted"})
+    assert text_of(lifted) == "ran delete_all"
+    kinds = [e["kind"] for e in trace(tmp_path / "b" / "evidence") if e["kind"].startswith(("approval_", "grant_"))]
+    assert kinds == ["approval_by_grant"]  # B asked nobody; the grant's creation is in A's chain
+    assert [e["kind"] for e in trace(tmp_path / "a" / "evidence", "grant_created")] == ["grant_created"]
