@@ -341,9 +341,12 @@ def _counting(recorder: EvidenceRecorder, counts: Counter[str]) -> Iterator[None
     are not cached (or the body takes the general route), ``build_carrier`` only when the carrier's."""
     real_body = recorder._trace_body
 
-    def body(record: CallRecord, digest: str | None, evidence: list[dict[str, str]], observed: Any = None) -> dict[str, Any]:
+    def body(
+        record: CallRecord, digest: str | None, evidence: list[dict[str, str]], observed: Any = None,
+        replica: str | None = None,
+    ) -> dict[str, Any]:
         counts["body"] += 1
-        return real_body(record, digest, evidence, observed)
+        return real_body(record, digest, evidence, observed, replica)
 
     def carrier(**fields: Any) -> dict[str, Any]:
         counts["carrier"] += 1

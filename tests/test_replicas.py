@@ -56,9 +56,14 @@ async def test_an_approval_given_on_one_replica_releases_the_call_waiting_on_the
             again = await op_b.post(f"/approvals/{approval_id}/deny", json={"resolved_by": "op-b"})
             assert again.status_code == 409, again.text
     assert upstream_calls(log, "delete_all") == 1
-    # Evidence stays per replica: each chain's run names its replica, under an origin of its own.
+    # Evidence stays per replica: every entry of each chain names its replica, under an origin of its own.
     (start_a,), (start_b,) = (trace(tmp_path / r / "evidence", "run_start") for r in ("a", "b"))
     assert (start_a["body"]["replica"], start_b["body"]["replica"]) == ("a", "b")
+    kinds = {"a": {"run_start", "approval_resolved"}, "b": {"run_start", "approval_requested", "tool_decision"}}
+    for replica in ("a", "b"):
+        entries = trace(tmp_path / replica / "evidence")
+        assert kinds[replica] <= {entry["kind"] for entry in entries}
+        assert {entry["body"].get("replica") for entry in entries} == {replica}, entries
     assert start_a["body"]["origin"] != start_b["body"]["origin"]
     (waited,) = trace(tmp_path / "b" / "evidence", "approval_requested")
     (resolved,) = trace(tmp_path / "b" / "evidence", "approval_resolved")

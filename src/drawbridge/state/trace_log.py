@@ -109,8 +109,12 @@ class TraceLog:
         *,
         batch_size: int = 64,
         expected_head: ChainHead | None = None,
+        replica: str | None = None,
     ) -> None:
         self._file = AppendOnlyFile(path, fsync, batch_size=batch_size, what="trace log")
+        self.replica = replica
+        """A replica of several on one shared state: every entry's body names it (``replica``). A body
+        given as ``Canonical`` bytes must already hold it (the recorder renders it in)."""
         self._tree = CompactRange()
         self.on_append: Callable[[int], None] | None = None
         try:
@@ -179,7 +183,7 @@ class TraceLog:
         """
         with self._file.lock:
             self._file.check_usable()
-            entry, line = build_entry(self._head, kind, at, body)
+            entry, line = build_entry(self._head, kind, at, self._named(body))
             self._file.write_line_locked(line, f"entry seq {entry['seq']}")
             self._head = head_of(entry)
             self._appended((line,))
@@ -196,7 +200,7 @@ class TraceLog:
             head = self._head
             lines = []
             for kind, at, body in items:
-                head, line = next_line(head, kind, at, body)
+                head, line = next_line(head, kind, at, self._named(body))
                 lines.append(line)
             if lines:
                 assert head is not None
@@ -205,6 +209,12 @@ class TraceLog:
                 self._head = head
                 self._appended(lines)
             return self._head
+
+    def _named(self, body: Mapping[str, Any] | Canonical) -> Mapping[str, Any] | Canonical:
+        replica = self.replica
+        if replica is None or type(body) is Canonical or "replica" in body:
+            return body
+        return {**body, "replica": replica}
 
     async def append_async(self, kind: str, at: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """``append`` from async code, in a worker thread so that fsync never blocks the event loop."""

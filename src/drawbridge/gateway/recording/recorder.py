@@ -155,6 +155,7 @@ class EvidenceRecorder(Durability):
         batch_seconds: float = BATCH_SECONDS,
         batch_lines: int = BATCH_LINES,
         batch_limit: int = BATCH_LIMIT,
+        replica: str | None = None,
     ) -> None:
         if truth_out is not None and (truth_key is None or declared is None):
             raise ValueError("the truth producer needs a key and a declared contract")
@@ -169,7 +170,7 @@ class EvidenceRecorder(Durability):
             if evidence_dir is not None:
                 directory = Path(evidence_dir)
                 directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-                self._trace = TraceLog(directory / TRACE_FILE, file_fsync, batch_size=batch_size)
+                self._trace = TraceLog(directory / TRACE_FILE, file_fsync, batch_size=batch_size, replica=replica)
                 self._surface = AppendOnlyFile(
                     directory / SURFACE_FILE, file_fsync, batch_size=batch_size, what="surface record file"
                 )
@@ -179,11 +180,8 @@ class EvidenceRecorder(Durability):
                 )
             if self._managed:
                 # fsync flushes the file, whichever descriptor it is given.
-                sinks = (
-                    (self._trace, "trace log"),
-                    (self._surface, "surface record file"),
-                    (self._truth, "tool-decision truth sink"),
-                )
+                sinks = ((self._trace, "trace log"), (self._surface, "surface record file"),
+                         (self._truth, "tool-decision truth sink"))
                 for index, (sink, what) in enumerate(sinks):
                     if sink is not None:
                         fd = os.open(sink.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -275,7 +273,8 @@ class EvidenceRecorder(Durability):
 
     @classmethod
     def _trace_body(
-        cls, record: CallRecord, digest: str | None, evidence: list[dict[str, str]], observed: Any = None
+        cls, record: CallRecord, digest: str | None, evidence: list[dict[str, str]], observed: Any = None,
+        replica: str | None = None,
     ) -> dict[str, Any]:
         """The trace entry's body (docs/trace-chain.md): the reference for ``_trace_body_bytes``."""
         provenance = record.provenance
@@ -293,6 +292,7 @@ class EvidenceRecorder(Durability):
             "protocol_version": record.protocol_version,
         }
         body.update(zip(BODY_VARYING, cls._varying(record, digest, evidence), strict=True))
+        body.update({"replica": replica} if replica is not None else ())
         if record.approval is not None:
             body["approval"] = dict(record.approval)
         if observed is not None:
@@ -305,13 +305,14 @@ class EvidenceRecorder(Durability):
         """``canonical_bytes(_trace_body(...))``, by a shorter route: the body's other fields repeat
         from call to call, so the JCS text around the four that change is rendered once per such
         combination (a bounded cache) and the four are filled in."""
+        replica = self._trace.replica if self._trace is not None else None
         if record.approval is not None or observed is not None:  # rare, and nested objects: the general route
-            return Canonical(canonical_bytes(self._trace_body(record, digest, evidence, observed)))
+            return Canonical(canonical_bytes(self._trace_body(record, digest, evidence, observed, replica)))
         key = (record.agent, record.tool, record.action, record.provenance, record.reason, record.outcome,
                record.error, record.error_code, record.protocol_version)
         segments = self._body_segments.get(key)
         if segments is None:
-            body = self._trace_body(record, digest, evidence)
+            body = self._trace_body(record, digest, evidence, replica=replica)
             segments = body_segments(body)
             if segments is None:  # a field holds a mark's text: the general route, not cached
                 return Canonical(canonical_bytes(body))

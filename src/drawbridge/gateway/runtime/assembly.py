@@ -100,7 +100,9 @@ def load_truth_key(settings: RuntimeSettings, environ: Any = os.environ) -> Trut
         raise StartupProblem(f"tool-decision truth producer: {exc}") from None
 
 
-def open_recorder(settings: RuntimeSettings, policy: Decider, truth_key: TruthKey | None) -> Recorder:
+def open_recorder(
+    settings: RuntimeSettings, policy: Decider, truth_key: TruthKey | None, replica_id: str | None = None
+) -> Recorder:
     """The evidence recorder (none when neither evidence nor truth carriers are asked for)."""
     if settings.evidence_dir is None and settings.truth_out is None:
         return null_recorder
@@ -118,6 +120,7 @@ def open_recorder(settings: RuntimeSettings, policy: Decider, truth_key: TruthKe
             truth_key=truth_key,
             declared=declared,
             fsync=settings.fsync,  # type: ignore[arg-type]
+            replica=replica_id,
         )
     except AppendOnlyLocked as exc:
         raise StartupProblem(
@@ -260,7 +263,7 @@ class Runtime:
         """Assemble the runtime (module docstring); raises ``StartupProblem``."""
         policy = load_policy(settings)
         replica_id = replica_name(settings.shared_state) if settings.shared_state is not None else None
-        recorder = open_recorder(settings, policy, load_truth_key(settings))
+        recorder = open_recorder(settings, policy, load_truth_key(settings), replica_id)
         guard = EvidenceGuard(recorder)
         state_db: StateBackend | None = None
         temp_dir: str | None = None
