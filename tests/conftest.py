@@ -32,6 +32,21 @@ GITHUB_LIKE = [PYTHON, str(SERVERS / "github_like.py")]
 SLACK_LIKE = [PYTHON, str(SERVERS / "slack_like.py")]
 CRASHY = [PYTHON, str(SERVERS / "crashy.py")]
 
+TIMEOUT_SCALE = float(os.environ.get("DRAWBRIDGE_TEST_TIMEOUT_SCALE") or "1")
+"""How much longer than on a quiet machine the tests wait for anything (a gateway to start, a line, an
+answer): every timeout of the support modules is a constant times this. Set
+``DRAWBRIDGE_TEST_TIMEOUT_SCALE=3`` on a loaded machine; it never shortens a wait below its constant."""
+
+
+def timeout_scale() -> float:
+    return max(TIMEOUT_SCALE, 1.0)
+
+
+def scaled(seconds: float) -> float:
+    """A test timeout of ``seconds`` on a quiet machine, scaled for this one (``TIMEOUT_SCALE``)."""
+    return seconds * timeout_scale()
+
+
 MODERN = "2026-07-28"
 LEGACY_VERSION = "2025-11-25"
 ERAS = ("legacy", MODERN)

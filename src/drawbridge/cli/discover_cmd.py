@@ -37,6 +37,7 @@ import click
 
 from drawbridge.catalogue.classify import Classification, Source, classify_tool
 from drawbridge.catalogue.draft import DraftTool, generate_draft, origin_label
+from drawbridge.cli.log_format import configure_logging
 from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT, console, emit_json, format_option, table
 from drawbridge.config import (
     CliToolConfig,
@@ -232,12 +233,7 @@ def command(
       drawbridge discover --openapi ./petstore.yaml --backend https://api.example.com/v1
       drawbridge discover --config drawbridge.yaml --format json
     """
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("drawbridge: %(levelname)s %(message)s"))
-    log = logging.getLogger("drawbridge")
-    log.handlers[:] = [handler]
-    log.setLevel(logging.ERROR)
-    log.propagate = False
+    configure_logging(False, level=logging.ERROR)
     if config_path is None and openapi is None:
         raise click.UsageError("give --config FILE, --openapi FILE|URL, or both")
     if backend is not None and openapi is None:

@@ -38,6 +38,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from drawbridge.canonical import sanitize
+from drawbridge.gateway.pipeline.activity import log_decision
 from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalGate, build_approval_engine, run_approvals
 from drawbridge.gateway.pipeline.call import CallPipeline
@@ -47,6 +48,7 @@ from drawbridge.gateway.pipeline.guard import EvidenceGuard
 from drawbridge.gateway.pipeline.pins import CataloguePins, CatalogueSource
 from drawbridge.gateway.pipeline.records import CallRecord, Recorder, null_recorder
 from drawbridge.gateway.recording.checkpoints import Checkpointer, evidence_producer, new_run_id
+from drawbridge.gateway.recording.metrics import GatewayMetrics
 from drawbridge.gateway.recording.recorder import EvidenceRecorder, utc_now
 from drawbridge.gateway.recording.telemetry import Telemetry, TelemetryUnavailable
 from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
@@ -177,6 +179,17 @@ def open_telemetry(
     return telemetry
 
 
+def open_metrics(guard: EvidenceGuard, recorder: Recorder) -> GatewayMetrics:
+    """The gateway's metrics, fed by every written batch of records and every evidence write."""
+    metrics = GatewayMetrics()
+    guard.batch_observers.append(metrics.observe_batch)
+    guard.write_timer = metrics.write_seconds
+    if isinstance(recorder, EvidenceRecorder):
+        metrics.fsync_lag_seconds = recorder.fsync_lag_seconds
+    metrics.evidence_broken = lambda: guard.failed
+    return metrics
+
+
 def open_state(path: str | None) -> tuple[StateDB, str | None]:
     """The state database (created if missing) and the temporary folder holding it, if it is one."""
     temp_dir = None
@@ -231,6 +244,8 @@ class Runtime:
     """What the control plane's credential must hash to (configured, or from ``admin_token_file``)."""
     admin_token_file: Path | None = None
     """The file holding the control plane's credential, when the gateway made or reused it."""
+    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
+    """What ``/metrics`` shows, fed by every recorded call."""
 
     @classmethod
     def build(cls, settings: RuntimeSettings) -> Runtime:
@@ -238,6 +253,8 @@ class Runtime:
         policy = load_policy(settings)
         recorder = open_recorder(settings, policy, load_truth_key(settings))
         guard = EvidenceGuard(recorder)
+        guard.observers.append(log_decision)  # the operator's live line per decision (no arguments)
+        metrics = open_metrics(guard, recorder)
         state_db: StateDB | None = None
         temp_dir: str | None = None
         checkpointer: Checkpointer | None = None
@@ -276,7 +293,7 @@ class Runtime:
             raise
         return cls(
             settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, checkpointer, telemetry,
-            temp_dir, admin_digest, admin_file,
+            temp_dir, admin_digest, admin_file, metrics,
         )
 
     def recent_calls(self) -> RecentCallRing:

@@ -25,8 +25,10 @@ from drawbridge.control import (
     control_app,
     control_routes,
 )
+from drawbridge.control.auth import AdminAuth
 from drawbridge.gateway.pipeline.pins import CataloguePins
 from drawbridge.gateway.runtime.assembly import Runtime
+from drawbridge.gateway.runtime.operating import metrics_route
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
 from drawbridge.policy.model import Action
 from drawbridge.state.pins import PinStoreUnavailable, SqlitePinStore
@@ -169,8 +171,10 @@ def routes(services: ControlServices, runtime: Runtime) -> list[BaseRoute]:
 
 
 def app(services: ControlServices, runtime: Runtime) -> Any:
-    """The control plane as an app of its own (its own listener, apart from ``/mcp``)."""
-    return control_app(services, admin_token_sha256=_credential(runtime))
+    """The control plane as an app of its own (its own listener, apart from ``/mcp``), with ``/metrics``."""
+    application = control_app(services, admin_token_sha256=_credential(runtime))
+    application.router.routes.append(metrics_route(runtime, AdminAuth(_credential(runtime))))
+    return application
 
 
 __all__ = [

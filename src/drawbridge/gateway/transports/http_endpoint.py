@@ -53,6 +53,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from drawbridge.activity_log import refused_login
 from drawbridge.gateway.protocol.eras import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from drawbridge.gateway.protocol.jsonrpc import (
     INVALID_REQUEST,
@@ -134,6 +135,7 @@ class McpEndpoint:
             return
         agent = identify(authorization[0] if authorization else None, self.settings)
         if agent is None:
+            refused_login("mcp", scope)
             await send_error(send, 401, INVALID_REQUEST, AUTH_REQUIRED, extra=[WWW_AUTHENTICATE])
             return
         if method == "POST":

@@ -246,7 +246,8 @@ class UpstreamSession:
                 attempt += 1
                 self.state = State.RECONNECTING
                 self.next_attempt_in = delay
-                logger.warning("upstream %r: %s; reconnecting in %.1f s", self.name, reason, delay)
+                # The hub records and logs the loss once, as an ``upstream_exited`` incident, with this cause.
+                logger.info("upstream %r: %s; reconnecting in %.1f s", self.name, reason, delay)
                 await self._tell_state()
                 await anyio.sleep(delay)
         self.state = State.CLOSED

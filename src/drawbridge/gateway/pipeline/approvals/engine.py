@@ -92,11 +92,13 @@ from typing import Any, Final, Protocol
 
 import anyio
 
+from drawbridge.activity_log import activity, rule_of
 from drawbridge.approval.binding import binding_digest
 from drawbridge.approval.channels import Channel
 from drawbridge.approval.memory import MemoryConfig, memory_key_digest
 from drawbridge.approval.shape import ArgumentShape, ShapeError, argument_shape, injection_findings
 from drawbridge.approval.shown_arguments import ShownArguments
+from drawbridge.canonical import sanitize
 from drawbridge.gateway.pipeline.approvals.grants import Clock, GrantService, TraceAppend, utc_clock
 from drawbridge.gateway.pipeline.approvals.held_arguments import HeldArguments
 from drawbridge.gateway.pipeline.approvals.questions import Elicit, pending
@@ -480,6 +482,11 @@ class ApprovalEngine:
                 except Exception:  # noqa: BLE001 -- the trace failure is the error to report
                     logger.error("approval %s could not be expired after a trace failure", approval.id)
             raise
+        activity("approval_asked", {
+            "approval_id": approval.id, "agent": sanitize(call.agent), "tool": sanitize(call.tool),
+            "rule": rule_of(approval.source_file, approval.rule_index, approval.policy), "mode": mode,
+            "approver": approval.approver.value,
+        })
         return approval
 
 
