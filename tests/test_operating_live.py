@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from conftest import PYTHON, child_env, timeout_scale
@@ -35,7 +36,10 @@ POLICIES = {
         "  - tools: ['github.*']\n    action: deny\n"
     ),
 }
-DOWN = {"name": "gone", "transport": "stdio", "command": PYTHON, "args": ["-c", "import sys; sys.exit(1)"]}
+DOWN = {
+    "name": "gone", "transport": "stdio", "command": PYTHON,
+    "args": ["-c", "import sys; print('cannot open the database', file=sys.stderr); sys.exit(1)"],
+}
 LINE_WAIT = 20.0 * timeout_scale()
 TEXT_LINE = re.compile(r"^drawbridge: (INFO|WARNING) (\w+) (.*)$")
 
@@ -83,7 +87,7 @@ def test_the_startup_summary_names_listener_control_plane_upstreams_policies_and
     text = gateway.text()
     assert f"serving 2 upstream(s) on {gateway.url} (1 up, 1 down)" in text
     assert re.search(r"upstream github: up, 4 tools", text), text
-    assert re.search(r"upstream gone: down: upstream 'gone' is disconnected", text), text
+    assert re.search(r"upstream gone: down: upstream 'gone' is (disconnected|reconnecting) .*exited with status 1", text), text
     assert re.search(r"policies: 1 from \S+policies \(\S*alice.yaml\)", text), text
     assert re.search(r"evidence: \S+evidence", text), text
     assert gateway.control().startswith("http://127.0.0.1:")
@@ -104,6 +108,17 @@ async def test_each_decision_is_one_line_without_argument_values(gateway: Runnin
     assert deny["action"] == "deny" and deny["outcome"] == "refused" and deny["rule"].endswith("alice.yaml:1")
     assert float(allow["ms"]) > 0
     assert SECRET not in gateway.text()
+
+
+def test_upstream_stderr_is_prefixed_and_each_failure_is_one_warning_with_one_cause(gateway: Running) -> None:
+    text = gateway.text()
+    assert "[gone] cannot open the database" in text
+    failures = [line for line in text.splitlines() if "WARNING" in line and "'gone'" in line]
+    assert failures, text
+    assert all("exited with status 1" in line and "stdin is closed" not in line for line in failures), failures
+    # One warning per failed attempt: as many as the attempts the upstream printed its error in (+-1 in flight).
+    attempts = text.count("[gone] cannot open the database")
+    assert abs(len(failures) - attempts) <= 1, text
 
 
 def test_a_refused_login_is_a_warning_that_never_echoes_the_token(gateway: Running) -> None:
@@ -184,3 +199,36 @@ def test_sigterm_is_said_in_text_too(tmp_path: Path) -> None:
     _, rest = process.communicate(timeout=LINE_WAIT)
     assert process.returncode == 0
     assert b"drawbridge: SIGTERM received: stopping" in rest, seen + rest
+
+
+@pytest.mark.anyio
+async def test_an_approval_asked_and_resolved_is_two_lines_naming_who_and_which_channel(tmp_path: Path) -> None:
+    policies = {"alice.yaml": "name: alice\nagent: alice\nrules:\n  - tools: ['github.get_repo']\n    action: human_approval\n"}
+    config = write_config(
+        tmp_path, [GITHUB], policies=policies, auth={"agents": [{"agent": "alice", "token_sha256": sha256(ALICE)}]},
+        evidence_dir=str(tmp_path / "evidence"),
+    )
+    with http_gateway(config) as running:
+        assert running.url is not None
+        async with http_client(running.url, "legacy", ALICE) as alice:
+            async with anyio.create_task_group() as tg:
+                results: list[dict[str, Any]] = []
+
+                async def call() -> None:
+                    results.append(dump(await alice.call_tool("github.get_repo", {"owner": "acme", "name": "rocket"})))
+
+                tg.start_soon(call)
+                asked = (await anyio.to_thread.run_sync(wait_for, running, "approval_asked"))[0]
+                approve = httpx.post(
+                    f"{running.control()}/approvals/{asked['approval_id']}/approve", json={"resolved_by": "op-ida"},
+                    headers=running.control_headers(),
+                )
+                assert approve.status_code == 200, approve.text
+        resolved = wait_for(running, "approval_resolved")[0]
+        decision = wait_for(running, "decision")[0]
+    assert asked["agent"] == "alice" and asked["tool"] == "github.get_repo" and asked["rule"].endswith("alice.yaml:0")
+    assert resolved["approval_id"] == asked["approval_id"] and resolved["status"] == "approved"
+    assert resolved["by"] == "op-ida" and resolved["channel"] == "control_plane"
+    assert decision["action"] == "allow" and decision["outcome"] == "ok", json.dumps(decision)
+    assert decision["approval"] == "approved by op-ida via control_plane" and not results[0].get("isError")
+    assert "rocket" not in running.text()

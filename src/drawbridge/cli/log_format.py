@@ -53,6 +53,8 @@ class TextFormatter(logging.Formatter):
         fields = getattr(record, "activity", None)
         if isinstance(fields, dict) and fields.get("event") == "serve":
             return f"drawbridge: {record.getMessage()}"  # the command's own lines read as sentences
+        if isinstance(fields, dict) and fields.get("event") == "upstream_stderr":
+            return f"[{fields.get('upstream')}] {fields.get('line')}"  # the upstream's own words, named
         if isinstance(fields, dict):
             event = fields.get("event", record.getMessage())
             pairs = " ".join(f"{key}={_value(value)}" for key, value in fields.items() if key != "event")

@@ -207,6 +207,8 @@ class UpstreamSession:
             when = f"; next attempt in {self.next_attempt_in:.1f} s" if self.next_attempt_in is not None else ""
             why = f" ({self.last_error})" if self.last_error else ""
             return f"upstream {self.name!r} is disconnected{why}{when}"
+        if self.last_error:
+            return f"upstream {self.name!r} is reconnecting (last attempt: {self.last_error})"
         return f"upstream {self.name!r} is connecting"
 
     async def wait_settled(self) -> None:
@@ -293,6 +295,7 @@ class UpstreamSession:
                 cwd=config.cwd,
                 max_message_bytes=self._max,
                 environ=self._environ,
+                stderr_label=self.name,
             )
             return StdioLink(process)
         assert config.url is not None
