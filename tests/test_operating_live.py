@@ -232,3 +232,26 @@ async def test_an_approval_asked_and_resolved_is_two_lines_naming_who_and_which_
     assert decision["action"] == "allow" and decision["outcome"] == "ok", json.dumps(decision)
     assert decision["approval"] == "approved by op-ida via control_plane" and not results[0].get("isError")
     assert "rocket" not in running.text()
+
+
+def test_each_command_asks_only_for_the_secrets_it_uses(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path, [GITHUB], policies=POLICIES,
+        auth={"admin": {"token_env": "UNSET_ADMIN_TOKEN"}, "agents": [{"agent": "alice", "token_env": "UNSET_ALICE"}]},
+    )
+    env = child_env(None)
+    for name in ("UNSET_ADMIN_TOKEN", "UNSET_ALICE"):
+        env.pop(name, None)
+    discover = subprocess.run(
+        [PYTHON, "-m", "drawbridge", "discover", "--config", str(config), "--format", "json"],
+        capture_output=True, text=True, env=env, timeout=LINE_WAIT * 3,
+    )
+    assert discover.returncode == 0, discover.stderr
+    assert any(tool["name"] == "github.list_repos" for tool in json.loads(discover.stdout)["tools"])
+    stdio = subprocess.run(
+        serve_argv(config, "--stdio"), input="", capture_output=True, text=True, env=env, timeout=LINE_WAIT * 3,
+    )
+    assert stdio.returncode == 0, stdio.stderr
+    assert "UNSET_" not in stdio.stderr
+    http = subprocess.run(serve_argv(config), capture_output=True, text=True, env=env, timeout=LINE_WAIT * 3)
+    assert http.returncode == 2 and "UNSET_ADMIN_TOKEN" in http.stderr  # serve over HTTP uses both

@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedSeq
@@ -56,6 +56,8 @@ UPSTREAM_PROTOCOLS: tuple[str, ...] = ("2025-11-25", "2026-07-28")
 _AGENT_RE = re.compile(r"[A-Za-z0-9._:@/-]+")
 _ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+USES_ALL: Final = frozenset({"admin", "agents"})
+"""The secrets ``serve`` over HTTP uses: the control plane's and the agents' tokens."""
 FSYNC_MODES = ("always", "batch", "never")
 MAX_SESSIONS_PER_AGENT = 64
 MAX_SESSIONS = 1024
@@ -147,9 +149,11 @@ class GatewayConfig:
 
 
 def _token_digest(
-    reader: _Reader, env: Mapping[str, str], what: str
+    reader: _Reader, env: Mapping[str, str], what: str, used: bool = True
 ) -> str | None:
-    """The SHA-256 of a token given as ``token_sha256`` or ``token_env``; never the token itself."""
+    """The SHA-256 of a token given as ``token_sha256`` or ``token_env``; never the token itself. A
+    command that does not use this secret (``used`` false) is not refused for a missing variable:
+    it gets ``""``."""
     digest = reader.get("token_sha256", str)
     env_name = reader.get("token_env", str)
     if digest is not None and env_name is not None:
@@ -162,6 +166,8 @@ def _token_digest(
         if not _ENV_RE.fullmatch(env_name):
             raise reader.fail("token_env", f"{what}: {env_name!r} is not an environment variable name")
         token = env.get(env_name, "")
+        if not token and not used:
+            return ""
         if not token:
             raise reader.fail("token_env", f"{what}: environment variable {env_name} is missing or empty")
         return hashlib.sha256(token.encode()).hexdigest()
@@ -238,8 +244,12 @@ def _read(path: str | os.PathLike[str]) -> str:
         raise ConfigError(str(path), None, f"cannot read the configuration: {exc.__class__.__name__}: {exc}") from None
 
 
-def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = None) -> GatewayConfig:
-    """Validate a configuration text; ``env`` supplies environment variables named by the file."""
+def parse_config(
+    text: str, source_file: str, env: Mapping[str, str] | None = None, *, uses: frozenset[str] = USES_ALL
+) -> GatewayConfig:
+    """Validate a configuration text; ``env`` supplies environment variables named by the file. ``uses``
+    names the secrets the command uses (``admin``, ``agents``): a token variable of another is not
+    required (``discover`` uses none, ``serve --stdio`` no agent token)."""
     env = os.environ if env is None else env
     base = Path(source_file).resolve().parent
     top = _top(text, source_file)
@@ -291,16 +301,18 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         auth.check_keys({"admin", "agents", "anonymous_agent"})
         if (admin := auth.child("admin")) is not None:
             admin.check_keys({"token_sha256", "token_env"})
-            admin_digest = _token_digest(admin, env, "auth.admin")
+            admin_digest = _token_digest(admin, env, "auth.admin", "admin" in uses) or None
         for i, node in enumerate(auth.get("agents", CommentedSeq, default=[])):
             entry = _Reader(source_file, node, f"auth.agents[{i}]")
             entry.check_keys({"agent", "token_sha256", "token_env"})
             agent = entry.get("agent", str, required=True)
             if not _AGENT_RE.fullmatch(agent):
                 raise entry.fail("agent", f"auth.agents[{i}].agent {agent!r} has characters outside [A-Za-z0-9._:@/-]")
-            digest = _token_digest(entry, env, f"auth.agents[{i}]")
+            digest = _token_digest(entry, env, f"auth.agents[{i}]", "agents" in uses)
             if digest is None:
                 raise entry.fail(None, f"auth.agents[{i}]: give token_sha256 or token_env")
+            if not digest:
+                continue  # a command that serves no agent over HTTP does not need its token
             agents.append(AgentToken(agent=agent, token_sha256=digest))
         if len({a.token_sha256 for a in agents}) != len(agents):
             raise auth.fail("agents", "two agents share one bearer token")
@@ -460,13 +472,16 @@ def control_access(path: str | os.PathLike[str]) -> ControlAccess:
     )
 
 
-def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> GatewayConfig:
+def load_config(
+    path: str | os.PathLike[str], env: Mapping[str, str] | None = None, *, uses: frozenset[str] = USES_ALL
+) -> GatewayConfig:
     """Read and validate a configuration file; unreadable files are a ConfigError too."""
-    return parse_config(_read(path), str(path), env)
+    return parse_config(_read(path), str(path), env, uses=uses)
 
 
 
 __all__ = [
+    "USES_ALL",
     "FSYNC_MODES",
     "UPSTREAM_PROTOCOLS",
     "AgentToken",

@@ -241,7 +241,7 @@ def command(
     config = None
     if config_path is not None:
         try:
-            config = load_config(config_path)
+            config = load_config(config_path, uses=frozenset())  # discover serves no agent, opens no control plane
         except ConfigError as exc:
             click.echo(str(exc), err=True)
             sys.exit(EXIT_INPUT)

@@ -34,7 +34,7 @@ def _config(path: str | None) -> GatewayConfig | None:
     if path is None:
         return None
     try:
-        return load_config(path)
+        return load_config(path, uses=frozenset())  # no agent and no operator is served here
     except ConfigError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INPUT)

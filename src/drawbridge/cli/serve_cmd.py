@@ -36,7 +36,7 @@ import click
 from drawbridge.cli.log_format import configure_logging, log_format_option
 from drawbridge.cli.output import EXIT_INPUT
 from drawbridge.cli.serve_summary import print_stopping, print_summary
-from drawbridge.config import ConfigError, GatewayConfig, load_config
+from drawbridge.config import USES_ALL, ConfigError, GatewayConfig, load_config
 from drawbridge.gateway.runtime import control
 from drawbridge.gateway.runtime.assembly import Runtime, StartupProblem
 from drawbridge.gateway.runtime.serve import ServeParts, StartError, build_serve, open_local_upstreams
@@ -95,7 +95,11 @@ def command(config_path: str, stdio: bool, agent: str | None, verbose: bool, log
     if agent is not None and not stdio:
         raise click.UsageError("--agent goes with --stdio; over HTTP the bearer token names the agent")
     try:
-        config = load_config(config_path)
+        # Over stdin/stdout no agent presents an HTTP token, and the control plane (so its token) is
+        # served only when the file has a control section: variables of unused tokens are not asked for.
+        config = load_config(config_path, uses=frozenset() if stdio else USES_ALL)
+        if stdio and config.control_configured:
+            config = load_config(config_path, uses=frozenset({"admin"}))
     except ConfigError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INPUT)

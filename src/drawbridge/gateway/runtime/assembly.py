@@ -25,6 +25,7 @@ process left pending expires, then a sweeper expires what comes due).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -59,7 +60,7 @@ from drawbridge.policy.declared import DeclaredContracts, fixed_contract
 from drawbridge.state.append_only import AppendOnlyError, AppendOnlyLocked
 from drawbridge.state.checkpoint_files import CheckpointFiles
 from drawbridge.state.pins import SqlitePinStore
-from drawbridge.state.policy_store import watch_policies
+from drawbridge.state.policy_store import ReloadResult, watch_policies
 from drawbridge.state.signing_keys import KEYS_DIR, KeyFileError, open_keys
 from drawbridge.state.sqlite import StateDB, StateError
 from drawbridge.state.trace_log import TraceLogCorrupt
@@ -68,6 +69,11 @@ if TYPE_CHECKING:
     from drawbridge.control.services import RecentCallRing
 
 logger = logging.getLogger("drawbridge.gateway")
+
+POLICY_SET_KIND = "mesh.policy_set"
+"""The trace entry naming the policy set a run starts with; the decisions after it (until the next
+``mesh.policy_reload`` or ``mesh.policy_edit``) were decided by that set."""
+POLICY_RELOAD_KIND = "mesh.policy_reload"
 
 
 class StartupProblem(Exception):
@@ -319,10 +325,26 @@ class Runtime:
         async with anyio.create_task_group() as tg:
             await tg.start(self.pipeline.run)
             if isinstance(self.policy, PolicyDecider):
-                tg.start_soon(watch_policies, self.policy.store)
+                store = self.policy.store
+                await self.guard.append(POLICY_SET_KIND, {
+                    "policy_set_digest": store.digest, "files": dict(store.files), "generation": store.generation,
+                })
+                tg.start_soon(functools.partial(watch_policies, store, on_reload=self._policy_reloaded))
             if self.engine is not None:
                 await tg.start(self._run_approvals)
             task_status.started()
+
+    async def _policy_reloaded(self, result: ReloadResult) -> None:
+        """A hand edit picked up by the watcher, recorded as control-plane edits are: which files changed
+        and the policy set's digest before and after (a reload that failed keeps the set: recorded too)."""
+        body: dict[str, Any] = {
+            "files_changed": list(result.changed), "policy_set_digest_before": result.digest_before,
+            "policy_set_digest_after": result.digest_after, "generation": result.generation,
+            "loaded": result.ok,
+        }
+        if result.error is not None:
+            body["error"] = str(result.error)
+        await self.guard.append(POLICY_RELOAD_KIND, body)
 
     async def _run_approvals(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         assert self.engine is not None
