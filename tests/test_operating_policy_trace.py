@@ -14,9 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
+import pytest
 from conftest import scaled
-from serve_support import GITHUB, http_gateway, write_config
+from serve_support import GITHUB, http_client, http_gateway, write_config
 
 from drawbridge.evidence.chain import verify_chain
 
@@ -67,3 +69,36 @@ def test_the_trace_names_the_policy_set_at_start_on_a_hand_edit_and_on_a_control
     with (evidence / "trace.ndjson").open("rb") as trace:
         report = verify_chain(trace)
     assert report.ok, report
+
+
+def _digest_of_one_call(tmp_path: Path, run: str, env: dict[str, str]) -> str:
+    evidence = tmp_path / run
+    config = write_config(
+        tmp_path, [GITHUB], policies={"draft.yaml": DRAFT}, evidence_dir=str(evidence),
+        auth={"anonymous_agent": "anon"},
+    )
+    with http_gateway(config, env=env) as running:
+        assert running.url is not None
+
+        async def call() -> None:
+            async with http_client(running.url, "legacy") as client:
+                await client.call_tool("github.list_repos", {"owner": "acme"})
+
+        anyio.run(call)
+        decision = wait_for_kind(evidence, "tool_decision")[0]["body"]
+    return str(decision["args_digest"])
+
+
+def test_a_configured_digest_key_makes_digests_of_two_runs_match(tmp_path: Path) -> None:
+    key_file = tmp_path / "digest.key"
+    key_file.write_text("team-2026\n" + "ab" * 32 + "\n", encoding="ascii")
+    key_file.chmod(0o600)
+    configured = {"DRAWBRIDGE_ARGS_DIGEST_KEY_FILE": str(key_file)}
+    first = _digest_of_one_call(tmp_path, "run1", configured)
+    second = _digest_of_one_call(tmp_path, "run2", configured)
+    assert first == second and first.startswith("hmac-sha256:team-2026:")
+    ephemeral = _digest_of_one_call(tmp_path, "run3", {})
+    assert ephemeral.startswith("hmac-sha256:ephemeral-") and ephemeral != first
+    key_file.chmod(0o644)
+    with pytest.raises(AssertionError, match="readable by others"):
+        _digest_of_one_call(tmp_path, "run4", configured)

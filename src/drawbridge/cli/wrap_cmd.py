@@ -44,6 +44,7 @@ from drawbridge.cli.log_format import configure_logging, log_format_option
 from drawbridge.cli.output import EXIT_INPUT, InputError
 from drawbridge.gateway.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
 from drawbridge.gateway.recording.checkpoints import EVERY_LINES, EVERY_SECONDS, CheckpointSettings
+from drawbridge.gateway.recording.durability import BATCH_LINES, BATCH_SECONDS
 from drawbridge.gateway.recording.telemetry import TelemetrySettings
 from drawbridge.gateway.runtime.assembly import Runtime, StartupProblem
 from drawbridge.gateway.runtime.settings import RuntimeSettings
@@ -69,7 +70,7 @@ from drawbridge.gateway.transports.relay_requests import RelayConfig
     default="batch",
     show_default=True,
     help="When evidence reaches the disk (it always reaches the OS before the call is answered): "
-    "before each answer; every 64 records and within 1 second; or when the OS decides.",
+    f"before each answer; every {BATCH_LINES} records and within {BATCH_SECONDS:g} second; or when the OS decides.",
 )
 @click.option(
     "--server-id",

@@ -51,8 +51,8 @@ BATCH_LINES = 256
 background thread: no record waits for it)."""
 BATCH_LIMIT = 1024
 """Under ``fsync="batch"``, the unsynced lines at which the records wait for the file's fsync: the
-bound on what a power loss can take when the disk falls behind. Answers held for an fsync every
-64 lines cost the gateway about a fifth of its throughput (bench/overhead.py)."""
+bound on what a power loss can take when the disk falls behind. Answers held for an fsync every few
+dozen lines cost the gateway about a fifth of its throughput (bench/overhead.py)."""
 BATCH_SECONDS = 1.0
 """Under ``fsync="batch"``, the longest a written line waits for its file's fsync."""
 _SINKS_NEVER_SYNC_BY_THEMSELVES = 2**62

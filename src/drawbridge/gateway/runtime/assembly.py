@@ -53,7 +53,7 @@ from drawbridge.gateway.recording.metrics import GatewayMetrics
 from drawbridge.gateway.recording.recorder import EvidenceRecorder, utc_now
 from drawbridge.gateway.recording.telemetry import Telemetry, TelemetryUnavailable
 from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
-from drawbridge.gateway.recording.truth_key import TruthKey, TruthKeyError, truth_key_from_env
+from drawbridge.gateway.recording.truth_key import TruthKey, TruthKeyError, digest_key_from_env, truth_key_from_env
 from drawbridge.gateway.runtime.admin_token import AdminTokenProblem, ensure_admin_token, token_file_for
 from drawbridge.gateway.runtime.settings import STATE_FILE, RuntimeSettings
 from drawbridge.policy.declared import DeclaredContracts, fixed_contract
@@ -114,11 +114,21 @@ def open_recorder(settings: RuntimeSettings, policy: Decider, truth_key: TruthKe
         contract = fixed_contract(settings.allow_all)
         declared = lambda _agent: contract  # noqa: E731 -- one constant contract
     try:
+        digest_key = digest_key_from_env(os.environ)
+    except TruthKeyError as exc:
+        raise StartupProblem(f"argument digest key: {exc}") from None
+    if digest_key is not None and truth_key is not None:
+        raise StartupProblem(
+            "argument digest key: the truth producer's key keys the digests when it is on; unset "
+            "DRAWBRIDGE_ARGS_DIGEST_KEY* or the truth producer's key"
+        )
+    try:
         return EvidenceRecorder(
             settings.evidence_dir,
             route=settings.server_id,
             truth_out=settings.truth_out,
             truth_key=truth_key,
+            digest_key=digest_key,
             declared=declared,
             fsync=settings.fsync,  # type: ignore[arg-type]
         )
