@@ -113,7 +113,7 @@ from drawbridge.gateway.pipeline.approvals.settlement import (
 )
 from drawbridge.gateway.pipeline.approvals.standing import ApprovalMemory, grant_settlement
 from drawbridge.gateway.pipeline.tool_call import ToolCall
-from drawbridge.gateway.pipeline.verdicts import Action, Verdict
+from drawbridge.gateway.pipeline.verdicts import Action, Verdict, described
 from drawbridge.policy.model import Approver
 from drawbridge.state.approval_uses import ApprovalUses, SqliteApprovalUses
 from drawbridge.state.approvals import Approval, ApprovalStatus, ApprovalStore, SqliteApprovalStore
@@ -439,7 +439,7 @@ class ApprovalEngine:
 
     async def _submit(self, call: ToolCall, terms: _Terms, now: datetime) -> Approval:
         verdict = terms.verdict
-        reason = clip(f"{verdict.provenance.label()}: {verdict.reason}", 4000) or "human_approval"
+        reason = clip(described(verdict, verdict.reason), 4000) or "human_approval"
         return await self._store.submit(
             agent=call.agent,
             tool=call.tool,
