@@ -47,6 +47,21 @@ def scaled(seconds: float) -> float:
     return seconds * timeout_scale()
 
 
+PIPE_SECONDS = scaled(15.0)
+"""How long a raw pipe waits for the gateway's next line."""
+EXIT_SECONDS = scaled(8.0)
+"""How long a child is given to exit once its stdin is closed."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-timeout's per-test limit (pyproject's ``timeout``) grows with the scale too."""
+    if timeout_scale() > 1 and config.getvalue("timeout") is None:
+        ini = config.getini("timeout")
+        if ini:
+            config.option.timeout = float(ini) * timeout_scale()
+
+
 MODERN = "2026-07-28"
 LEGACY_VERSION = "2025-11-25"
 ERAS = ("legacy", MODERN)
@@ -186,7 +201,7 @@ class RawPipe:
         assert self.process.stdin is not None
         await self.process.stdin.send(data)
 
-    async def recv_line(self, timeout: float = 15.0) -> bytes:
+    async def recv_line(self, timeout: float = PIPE_SECONDS) -> bytes:
         assert self.process.stdout is not None
         with anyio.fail_after(timeout):
             while b"\n" not in self._buffer:
@@ -194,10 +209,10 @@ class RawPipe:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
-    async def recv(self, timeout: float = 15.0) -> dict[str, Any]:
+    async def recv(self, timeout: float = PIPE_SECONDS) -> dict[str, Any]:
         return json.loads(await self.recv_line(timeout))
 
-    async def response_line(self, request_id: Any, timeout: float = 15.0) -> bytes:
+    async def response_line(self, request_id: Any, timeout: float = PIPE_SECONDS) -> bytes:
         """The raw line answering ``request_id``; notifications and server requests seen meanwhile are kept."""
         while True:
             line = await self.recv_line(timeout)
@@ -235,7 +250,7 @@ async def raw_pipe(argv: Sequence[str], env: dict[str, str] | None = None) -> As
         with anyio.CancelScope(shield=True):
             assert process.stdin is not None
             await process.stdin.aclose()
-            with anyio.move_on_after(8):
+            with anyio.move_on_after(EXIT_SECONDS):
                 await process.wait()
             if process.returncode is None:
                 process.kill()

@@ -39,13 +39,13 @@ import anyio.to_thread
 import httpx
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from conftest import LEGACY_VERSION, PYTHON, SERVERS, child_env
+from conftest import LEGACY_VERSION, PYTHON, SERVERS, child_env, scaled
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from serve_support import http_client
 
-TIMEOUT = 90.0
+TIMEOUT = scaled(90.0)
 """The one bound on every wait of this suite (an answer, a gateway starting or ending, an approval
 showing up on the control plane). Nothing waits for it to pass, so it is generous: three gateways
 start side by side here, and on a loaded 2-core machine a serve took more than 30 s to print its URL."""

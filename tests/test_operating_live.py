@@ -14,7 +14,6 @@ import re
 import shlex
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from conftest import PYTHON, child_env, timeout_scale
+from conftest import PYTHON, child_env, scaled
 from prometheus_client.parser import text_string_to_metric_families
 from serve_support import GITHUB, Running, background, dump, http_client, http_gateway, serve_argv, sha256, write_config
 
@@ -40,7 +39,7 @@ DOWN = {
     "name": "gone", "transport": "stdio", "command": PYTHON,
     "args": ["-c", "import sys; print('cannot open the database', file=sys.stderr); sys.exit(1)"],
 }
-LINE_WAIT = 20.0 * timeout_scale()
+LINE_WAIT = scaled(20.0)
 TEXT_LINE = re.compile(r"^drawbridge: (INFO|WARNING) (\w+) (.*)$")
 
 
@@ -55,13 +54,9 @@ def fields_of(text: str, event: str) -> list[dict[str, str]]:
 
 
 def wait_for(running: Running, event: str, count: int = 1) -> list[dict[str, str]]:
-    deadline = time.monotonic() + LINE_WAIT
-    while time.monotonic() < deadline:
-        found = fields_of(running.text(), event)
-        if len(found) >= count:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"no {count} {event!r} line(s) within {LINE_WAIT} s:\n{running.text()}")
+    if not running.wait_until(lambda text: len(fields_of(text, event)) >= count, LINE_WAIT):
+        raise AssertionError(f"no {count} {event!r} line(s) within {LINE_WAIT} s:\n{running.text()}")
+    return fields_of(running.text(), event)
 
 
 def _config(directory: Path) -> Path:
@@ -170,11 +165,8 @@ async def test_metrics_are_behind_the_credential_and_parse_as_prometheus_text(ga
 
 def test_json_log_format_and_the_line_on_sigterm(tmp_path: Path) -> None:
     with background(serve_argv(_config(tmp_path), "--log-format", "json")) as running:
-        deadline = time.monotonic() + LINE_WAIT * 2
-        objects: list[dict[str, Any]] = []
-        while time.monotonic() < deadline and not any("listener" in o for o in objects):
-            objects = [json.loads(line) for line in running.text().splitlines() if line.startswith("{")]
-            time.sleep(0.05)
+        assert running.wait_until(lambda text: '"listener"' in text, LINE_WAIT * 2), running.text()
+        objects = [json.loads(line) for line in running.text().splitlines() if line.startswith("{")]
         summary = next(o for o in objects if "listener" in o)
         assert summary["level"] == "INFO" and summary["upstreams_up"] == 1 and summary["upstreams_down"] == 1
         assert {o.get("upstream") for o in objects} >= {"github", "gone"}
