@@ -247,3 +247,41 @@ def test_each_command_asks_only_for_the_secrets_it_uses(tmp_path: Path) -> None:
     assert "UNSET_" not in stdio.stderr
     http = subprocess.run(serve_argv(config), capture_output=True, text=True, env=env, timeout=LINE_WAIT * 3)
     assert http.returncode == 2 and "UNSET_ADMIN_TOKEN" in http.stderr  # serve over HTTP uses both
+
+
+def test_discover_shows_progress_per_upstream_on_a_terminal(tmp_path: Path) -> None:
+    import os
+    import pty
+
+    config = write_config(tmp_path, [GITHUB, DOWN], policies=POLICIES)
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [PYTHON, "-m", "drawbridge", "discover", "--config", str(config), "--timeout", "20"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=terminal, env=child_env(None),
+        )
+        os.close(terminal)
+        terminal = -1
+        stdout, _ = process.communicate(timeout=LINE_WAIT * 3)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the terminal's other end is closed: all was read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(controller)
+        if terminal != -1:
+            os.close(terminal)
+    text = shown.decode("utf-8", "replace")
+    assert re.search(r"discover: github: 4 tools \(\d+\.\d s\)", text), text
+    assert "discover: gone: not read" in text and "exited with status 1" in text
+    assert b"github.list_repos" in stdout  # the table itself is on stdout, as before
+    piped = subprocess.run(
+        [PYTHON, "-m", "drawbridge", "discover", "--config", str(config), "--timeout", "20"],
+        capture_output=True, text=True, env=child_env(None), timeout=LINE_WAIT * 3,
+    )
+    assert "discover: github" not in piped.stderr  # not on a terminal: no progress lines
