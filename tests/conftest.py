@@ -47,6 +47,16 @@ def scaled(seconds: float) -> float:
     return seconds * timeout_scale()
 
 
+EXAMPLES_SCALE = float(os.environ.get("DRAWBRIDGE_TEST_EXAMPLES_SCALE") or "1")
+"""How many more examples than usual the slowest property tests draw (``examples``): 1 in CI, more
+for a thorough run (``DRAWBRIDGE_TEST_EXAMPLES_SCALE=3`` draws what they drew before this setting)."""
+
+
+def examples(count: int) -> int:
+    """A property test's example count, scaled by ``EXAMPLES_SCALE`` (never below 10)."""
+    return max(10, round(count * EXAMPLES_SCALE))
+
+
 PIPE_SECONDS = scaled(15.0)
 """How long a raw pipe waits for the gateway's next line."""
 EXIT_SECONDS = scaled(8.0)

@@ -315,6 +315,7 @@ class UpstreamSession:
         exchange.attach(link)
         ended: list[str] = []
         failure: str | None = None
+        lost = False
         try:
             async with anyio.create_task_group() as tg:
                 exchange.tasks = tg
@@ -329,6 +330,7 @@ class UpstreamSession:
                     await self._refresh_tools(initial=True)
                 except (_ConnectFailed, UpstreamLost, UpstreamUnavailable, TimeoutError) as exc:
                     failure = f"the handshake failed: {exc}"
+                    lost = isinstance(exc, UpstreamLost)
                     tg.cancel_scope.cancel()
                 else:
                     self.state = State.READY
@@ -344,6 +346,11 @@ class UpstreamSession:
                 reason = ended[0] if ended else "the connection was closed"
                 exchange.lose_all(reason)
         if failure is not None:
+            # A child that died mid-handshake fails the write and ends the read, in either order: the
+            # cause reported is always how it ended (one failure, one cause), not which side saw it first.
+            process = getattr(link, "process", None)
+            if lost and process is not None and process.returncode is not None:
+                failure = f"the connection ended during the handshake ({process.exit_description()})"
             raise _ConnectFailed(failure)
         if self.state is not State.READY:
             raise _ConnectFailed(f"the connection ended during the handshake ({reason})")
