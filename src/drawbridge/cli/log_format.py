@@ -7,23 +7,34 @@ stderr is its MCP client's log); the rest of the gateway's log is shown at WARNI
 INFO with ``--verbose``. A field value is written so that it cannot start a new line or a new field: in
 text, a value with a space, a quote, an ``=`` or a control character is written as a JSON string.
 
-Theory of operation. ``configure_logging`` installs one handler on the ``drawbridge`` logger with the
-chosen formatter; ``activity`` fields travel in the log record's ``activity`` attribute
+Theory of operation. ``configure_logging`` installs a queue on the ``drawbridge`` logger, drained by a
+thread of its own into one stream handler with the chosen formatter (no line is written on the event
+loop); ``activity`` fields travel in the log record's ``activity`` attribute
 (``drawbridge.gateway.pipeline.activity``) and other records carry only their message.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import re
 import sys
+from logging.handlers import QueueHandler, QueueListener
+from queue import Queue
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
 import click
 
 FORMATS: Final = ("text", "json")
+_listener: QueueListener | None = None
+
+
+@atexit.register
+def _flush() -> None:
+    if _listener is not None:
+        _listener.stop()
 _PLAIN: Final = re.compile(r"[^\s\"'=\\]+")
 
 log_format_option = click.option(
@@ -79,6 +90,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
 
 
+class _Enqueue(QueueHandler):
+    """Hands the record over as it is: it is formatted in the writing thread, not on the event loop
+    (the gateway's messages are built from immutable values, so nothing changes meanwhile)."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        return record
+
+
 def configure_logging(
     verbose: bool, log_format: str = "text", *, level: int | None = None, quiet_activity: bool = False,
     stream: TextIO | None = None,
@@ -86,10 +105,18 @@ def configure_logging(
     """The ``drawbridge`` logger writes to stderr in ``log_format`` (module docstring); ``level`` overrides
     the gateway's level (discover shows errors only). Activity lines stay at INFO, except with
     ``quiet_activity`` (wrap: its stderr is the MCP client's log), where they follow ``verbose``."""
+    global _listener
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    if _listener is not None:
+        _listener.stop()
+    # Lines are written by a thread of their own: a decision's line never blocks the event loop on a
+    # slow stderr (a pipe its reader drains late). At exit the thread writes what is queued, then stops.
+    queue: Queue[logging.LogRecord] = Queue()
+    _listener = QueueListener(queue, handler)
+    _listener.start()
     log = logging.getLogger("drawbridge")
-    log.handlers[:] = [handler]
+    log.handlers[:] = [_Enqueue(queue)]
     log.setLevel(level if level is not None else (logging.INFO if verbose else logging.WARNING))
     log.propagate = False
     activity_level = logging.INFO if verbose or not quiet_activity else logging.WARNING
