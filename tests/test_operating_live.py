@@ -183,12 +183,17 @@ def test_sigterm_is_said_in_text_too(tmp_path: Path) -> None:
     )
     assert process.stderr is not None
     seen = b""
-    for line in process.stderr:
-        seen += line
-        if b"serving 2 upstream(s)" in line:
-            break
-    process.send_signal(signal.SIGTERM)
-    _, rest = process.communicate(timeout=LINE_WAIT)
+    try:
+        for line in process.stderr:
+            seen += line
+            if b"serving 2 upstream(s)" in line:
+                break
+        process.send_signal(signal.SIGTERM)  # the control plane may still be starting: it must stop too
+        _, rest = process.communicate(timeout=LINE_WAIT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
     assert process.returncode == 0
     assert b"drawbridge: SIGTERM received: stopping" in rest, seen + rest
 
