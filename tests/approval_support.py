@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import httpx
 import mcp_types as types
-from conftest import PYTHON, SERVERS, child_env
+from conftest import PYTHON, SERVERS, child_env, scaled
 
 from drawbridge.state.sqlite import to_db_time
 
@@ -75,7 +75,7 @@ def decisions(evidence: Path, tool: str | None = None) -> list[dict[str, Any]]:
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, timeout=60, env=child_env(env),
+        [PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, timeout=scaled(60), env=child_env(env),
         stdin=subprocess.DEVNULL,
     )
 
@@ -119,7 +119,7 @@ class ControlPlane:
     async def pending(self) -> list[dict[str, Any]]:
         return list(await self.get("/approvals", status="pending"))
 
-    async def wait_pending(self, count: int = 1, timeout: float = 15.0) -> list[dict[str, Any]]:
+    async def wait_pending(self, count: int = 1, timeout: float = scaled(15.0)) -> list[dict[str, Any]]:
         """Poll until ``count`` approvals are pending (the gateway is up and the calls are waiting)."""
         with anyio.fail_after(timeout):
             while True:

@@ -33,6 +33,46 @@ GITHUB_LIKE = [PYTHON, str(SERVERS / "github_like.py")]
 SLACK_LIKE = [PYTHON, str(SERVERS / "slack_like.py")]
 CRASHY = [PYTHON, str(SERVERS / "crashy.py")]
 
+TIMEOUT_SCALE = float(os.environ.get("DRAWBRIDGE_TEST_TIMEOUT_SCALE") or "1")
+"""How much longer than on a quiet machine the tests wait for anything (a gateway to start, a line, an
+answer): every timeout of the support modules is a constant times this. Set
+``DRAWBRIDGE_TEST_TIMEOUT_SCALE=3`` on a loaded machine; it never shortens a wait below its constant."""
+
+
+def timeout_scale() -> float:
+    return max(TIMEOUT_SCALE, 1.0)
+
+
+def scaled(seconds: float) -> float:
+    """A test timeout of ``seconds`` on a quiet machine, scaled for this one (``TIMEOUT_SCALE``)."""
+    return seconds * timeout_scale()
+
+
+EXAMPLES_SCALE = float(os.environ.get("DRAWBRIDGE_TEST_EXAMPLES_SCALE") or "1")
+"""How many more examples than usual the slowest property tests draw (``examples``): 1 in CI, more
+for a thorough run (``DRAWBRIDGE_TEST_EXAMPLES_SCALE=3`` draws what they drew before this setting)."""
+
+
+def examples(count: int) -> int:
+    """A property test's example count, scaled by ``EXAMPLES_SCALE`` (never below 10)."""
+    return max(10, round(count * EXAMPLES_SCALE))
+
+
+PIPE_SECONDS = scaled(15.0)
+"""How long a raw pipe waits for the gateway's next line."""
+EXIT_SECONDS = scaled(8.0)
+"""How long a child is given to exit once its stdin is closed."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-timeout's per-test limit (pyproject's ``timeout``) grows with the scale too."""
+    if timeout_scale() > 1 and config.getvalue("timeout") is None:
+        ini = config.getini("timeout")
+        if ini:
+            config.option.timeout = float(ini) * timeout_scale()
+
+
 MODERN = "2026-07-28"
 LEGACY_VERSION = "2025-11-25"
 ERAS = ("legacy", MODERN)
@@ -172,7 +212,7 @@ class RawPipe:
         assert self.process.stdin is not None
         await self.process.stdin.send(data)
 
-    async def recv_line(self, timeout: float = 15.0) -> bytes:
+    async def recv_line(self, timeout: float = PIPE_SECONDS) -> bytes:
         assert self.process.stdout is not None
         with anyio.fail_after(timeout):
             while b"\n" not in self._buffer:
@@ -180,10 +220,10 @@ class RawPipe:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
-    async def recv(self, timeout: float = 15.0) -> dict[str, Any]:
+    async def recv(self, timeout: float = PIPE_SECONDS) -> dict[str, Any]:
         return json.loads(await self.recv_line(timeout))
 
-    async def response_line(self, request_id: Any, timeout: float = 15.0) -> bytes:
+    async def response_line(self, request_id: Any, timeout: float = PIPE_SECONDS) -> bytes:
         """The raw line answering ``request_id``; notifications and server requests seen meanwhile are kept."""
         while True:
             line = await self.recv_line(timeout)
@@ -221,7 +261,7 @@ async def raw_pipe(argv: Sequence[str], env: dict[str, str] | None = None) -> As
         with anyio.CancelScope(shield=True):
             assert process.stdin is not None
             await process.stdin.aclose()
-            with anyio.move_on_after(8):
+            with anyio.move_on_after(EXIT_SECONDS):
                 await process.wait()
             if process.returncode is None:
                 process.kill()

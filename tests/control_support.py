@@ -22,6 +22,7 @@ from typing import Any
 
 import uvicorn
 from approval_support import trace_log_appender
+from conftest import scaled
 
 from drawbridge.catalogue.fingerprint import compare, tool_fingerprint
 from drawbridge.control import CatalogueItem, ControlServices, RecentCallRing, StorePinService, control_app
@@ -243,7 +244,7 @@ class LiveServer:
         self._thread.start()
         self._servers: list[tuple[uvicorn.Server, concurrent.futures.Future[Any]]] = []
 
-    def call(self, coro: Coroutine[Any, Any, Any], timeout: float = 15.0) -> Any:
+    def call(self, coro: Coroutine[Any, Any, Any], timeout: float = scaled(15.0)) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:

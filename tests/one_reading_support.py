@@ -21,7 +21,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from conftest import PYTHON, SERVERS, child_env
+from conftest import PYTHON, SERVERS, child_env, scaled
 
 RECORDING = [PYTHON, str(SERVERS / "recording.py")]
 POLICY = (
@@ -29,7 +29,7 @@ POLICY = (
     '  - tools: ["safe_read", "fx.safe_read", "two_readings", "fx.two_readings"]\n    action: allow\n'
 )
 ALLOWED = frozenset({"safe_read", "two_readings"})
-TIMEOUT = 20.0
+TIMEOUT = scaled(20.0)
 
 
 def _go_key(key: str) -> str:

@@ -39,13 +39,15 @@ import anyio.to_thread
 import httpx
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from conftest import LEGACY_VERSION, PYTHON, SERVERS, child_env
+from conftest import LEGACY_VERSION, PYTHON, SERVERS, child_env, scaled
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from serve_support import http_client
 
-TIMEOUT = 90.0
+TIMEOUT = scaled(90.0)
+PROCESS_KINDS = ("run_start", "run_end", "mesh.policy_set")
+"""Trace entries every process writes (its run, the policy set it starts with), not a scenario's."""
 """The one bound on every wait of this suite (an answer, a gateway starting or ending, an approval
 showing up on the control plane). Nothing waits for it to pass, so it is generous: three gateways
 start side by side here, and on a loaded 2-core machine a serve took more than 30 s to print its URL."""
@@ -628,7 +630,7 @@ class Recorder:
         """Take what was added since ``begin`` (may be called again, after the gateway ended)."""
         trace, server, asked = step.marks
         step.entries = [normal_entry(entry, self.s.prefix) for entry in self.s.trace()[trace:]
-                        if entry["kind"] not in ("run_start", "run_end")]  # the process's, not a scenario's
+                        if entry["kind"] not in PROCESS_KINDS]
         step.server = server_calls(self.log)[server:]
         step.questions = self.questions[asked:]
 

@@ -12,13 +12,13 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conftest import FIXTURES, LEGACY_VERSION, PYTHON, SERVERS, child_env
+from conftest import FIXTURES, LEGACY_VERSION, PYTHON, SERVERS, child_env, scaled
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -28,6 +28,14 @@ GITHUB = {"name": "github", "transport": "stdio", "command": PYTHON, "args": [st
 SLACK = {"name": "slack", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "slack_like.py")]}
 CRASHY = {"name": "crashy", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "crashy.py")]}
 HTTP_UPSTREAM = FIXTURES / "http_upstream.py"
+
+START_SECONDS = scaled(45.0)
+"""How long serve may take to print the URL it serves."""
+CONTROL_SECONDS = scaled(30.0)
+"""How long serve may take to print its control plane's URL."""
+STOP_SECONDS = scaled(10.0)
+"""How long a stopped gateway is given to exit before it is killed."""
+PORT_SECONDS = scaled(20.0)
 
 ALLOW_ALL = {"allow.yaml": "name: allow-all\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"}
 URL_LINE = re.compile(r"serving \d+ upstream\(s\) on (http://\S+/mcp)")
@@ -90,11 +98,18 @@ class Running:
     token_file: Path | None = None
     """Where serve keeps the control plane's admin token (none when one is configured)."""
     control_ready: threading.Event = field(default_factory=threading.Event)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+    """Notified after each stderr line is collected (``wait_until``)."""
 
     def text(self) -> str:
         return "".join(self.stderr)
 
-    def control(self, timeout: float = 30.0) -> str:
+    def wait_until(self, holds: Callable[[str], bool], timeout: float = START_SECONDS) -> bool:
+        """Wait, without polling, until ``holds(stderr so far)``; False when ``timeout`` passed first."""
+        with self.changed:
+            return self.changed.wait_for(lambda: holds(self.text()), timeout)
+
+    def control(self, timeout: float = CONTROL_SECONDS) -> str:
         """The control plane's URL, waiting for serve to print it."""
         assert self.control_ready.wait(timeout) and self.control_url is not None, self.text()
         return self.control_url
@@ -110,7 +125,9 @@ def _drain(running: Running, ready: threading.Event) -> None:
     assert running.process.stderr is not None
     for raw in running.process.stderr:
         line = raw.decode("utf-8", "replace")
-        running.stderr.append(line)
+        with running.changed:
+            running.stderr.append(line)
+            running.changed.notify_all()
         match = URL_LINE.search(line)
         if match:
             running.url = match.group(1)
@@ -128,14 +145,14 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.terminate()
         try:
-            process.wait(10)
+            process.wait(STOP_SECONDS)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
 
 
 @contextmanager
-def http_gateway(config: Path, env: dict[str, str] | None = None, timeout: float = 45.0) -> Iterator[Running]:
+def http_gateway(config: Path, env: dict[str, str] | None = None, timeout: float = START_SECONDS) -> Iterator[Running]:
     """``drawbridge serve --config ...`` over HTTP; yields once it printed the URL it serves. Its control
     plane listens on a free port unless the file says where (never serve's default 8788, which tests
     running side by side would fight over)."""
@@ -177,7 +194,7 @@ def background(argv: Sequence[str], env: dict[str, str] | None = None) -> Iterat
         thread.join(5)
 
 
-def wait_for_port(port: int, timeout: float = 20.0) -> None:
+def wait_for_port(port: int, timeout: float = PORT_SECONDS) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket() as sock:

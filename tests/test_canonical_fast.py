@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import rfc8785
+from conftest import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -66,7 +67,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(json_values)
 @example({"\u00e9": 1, "z": 2, "\U00010000": 3, "\ue000": 4})
 @example({"a": [1.0, -0.0, 2.5, 1e-7, 1e21, 2**53 + 1]})
@@ -138,7 +139,7 @@ def test_deep_nesting_behaves_as_before() -> None:
         canonical_bytes(deep)
 
 
-@settings(max_examples=2000)
+@settings(max_examples=examples(700))
 @given(
     value=st.one_of(
         st.none(),

@@ -85,6 +85,7 @@ def test_tools_list_and_decisions(url: str) -> None:
     assert table.returncode == 0
     assert "claude #3 (claude.yaml)" in table.stdout
     assert "allow if repo starts_with" in table.stdout
+    assert "HIDDEN" in table.stdout and "REVIEW" in table.stdout  # every column is labelled
 
     usage = drawbridge("tools", "decisions", "--url", url)
     assert usage.returncode == 2

@@ -226,6 +226,23 @@ def test_verify_chain_with_checkpoint(tmp_path: Path) -> None:
     assert "truncated" in out(table) and "cut from the end" in out(table)
 
 
+def test_evidence_checkpoint_writes_the_head_verify_chain_takes(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.ndjson"
+    lines = write_trace(trace)
+    head = tmp_path / "head.json"
+    made = run("evidence", "checkpoint", str(trace), "--out", str(head))
+    assert made.returncode == 0, err(made)
+    written = json.loads(head.read_text())
+    assert written["seq"] == 4 and written["entry_hash"] == json.loads(lines[-1])["entry_hash"]
+    assert run("evidence", "verify-chain", str(trace), "--expected-head", str(head)).returncode == 0
+    trace.write_bytes(b"".join(lines[:3]))  # cut after the head was noted
+    cut = run("evidence", "verify-chain", str(trace), "--expected-head", str(head), "--format", "json")
+    assert cut.returncode == 1 and json.loads(cut.stdout)["first_problem"]["code"] == "truncated"
+    trace.write_bytes(b"".join(lines[:2] + lines[3:]))
+    refused = run("evidence", "checkpoint", str(trace))
+    assert refused.returncode == 1 and "seq_gap" in err(refused) and refused.stdout == b""
+
+
 def test_verify_chain_bad_checkpoint_or_missing_trace_is_exit_2(tmp_path: Path) -> None:
     trace = tmp_path / "trace.ndjson"
     write_trace(trace)

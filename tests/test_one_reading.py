@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from one_reading_support import RECORDING, LineGateway, read_apart, readings, refused_calls_run
@@ -275,7 +276,7 @@ def hostile_lines(draw: st.DrawFn, prefix: str) -> bytes:
 def test_property_hostile_json_is_never_forwarded_undecided(tmp_path: Path, mode: str) -> None:
     running = LineGateway(tmp_path, serve=mode == "serve")
     try:
-        @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck), database=None)
         @given(line=hostile_lines(running.prefix))
         def check(line: bytes) -> None:
             running.hostile(line)  # asserts the well-formed call after it runs

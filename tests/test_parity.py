@@ -231,7 +231,8 @@ def test_denied_call(shared: dict[str, Run], transport: str) -> None:
     step = step_of(shared, transport, "denied")
     (answer,) = step.answers
     assert answer.is_error is True and answer.error_code is None and answer.text is not None, step.describe()
-    assert answer.text.startswith(f'{REFUSED} policy "{POLICY_NAME}" rule {RULE_WRITE}'), step.describe()
+    # The rule's own reason names it, once.
+    assert answer.text.startswith(f"{REFUSED} deny by rule {RULE_WRITE} of policy '{POLICY_NAME}'"), step.describe()
     assert answer.decision == refused_by(POLICY_NAME, RULE_WRITE)
     assert "overwritten" not in answer.text  # a refusal never repeats an argument value
     assert keys(step) == [decision("write_note", "deny", "refused", POLICY_NAME, RULE_WRITE)], step.describe()

@@ -465,6 +465,18 @@ def test_no_own_policy_is_404_and_a_glob_policy_is_not_own() -> None:
     )
 
 
+def test_the_draft_for_every_agent_is_edited_as_star() -> None:
+    draft = "name: draft\nagent: '*'\nrules:\n  - tools: ['git.git_push']\n    action: human_approval\n"
+    other = ("other.yaml", "name: other\nagent: nobody\nrules: []\n")
+    ps = policy_set(draft, other)
+    star = own_policy(ps, "*")
+    assert star is not None and star.name == "draft"
+    assert own_policy(ps, "claude") is None  # an agent id still needs a policy of its own
+    edited = ok(plan_edit(draft, policy=star, policy_set=ps, agent="*", tool="git.git_push", action="deny",
+                          by="marc", date="2026-07-30"))
+    assert decide(edited.new_text, "git.git_push", None, other) is Action.DENY
+
+
 def test_own_policy_is_the_first_exact_one_in_evaluation_order() -> None:
     a = 'name: a\nagent: "claude"\nrules: []\n'
     b = 'name: b\nagent: "claude"\nrules: []\n'

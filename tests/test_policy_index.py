@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -63,7 +64,7 @@ def policies(draw: st.DrawFn) -> Policy:
     return Policy(name="p", agent=compile_glob("*"), rules=rules, schemas={}, source_file="p.yaml")
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(policies(), st.lists(names, min_size=1, max_size=8))
 def test_rules_for_tool_equals_a_scan_of_every_rule(policy: Policy, tools: list[str]) -> None:
     for tool in tools:

@@ -25,7 +25,7 @@ from drawbridge.policy import (
 from drawbridge.policy.assay import AssayPattern, OutsidePattern
 from drawbridge.policy.model import Truth
 from drawbridge.policy.schemas import check_arguments
-from drawbridge.state.policy_files import load_policy_dir, load_policy_file
+from drawbridge.state.policy_files import load_policy_dir, load_policy_file, load_policy_path
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "src" / "drawbridge" / "examples" / "policies"
 
@@ -490,6 +490,8 @@ def test_file_errors(tmp_path: Path) -> None:
         load_policy_dir(tmp_path / "nope")
     with pytest.raises(PolicyLoadError, match=r"nope\.yaml: file does not exist$"):
         load_policy_file(tmp_path / "nope.yaml")
+    with pytest.raises(PolicyLoadError, match=r"gone: policy directory does not exist$"):
+        load_policy_path(tmp_path / "gone")  # what serve's policy_dir and --policy are read with
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(b"name: p\nagent: a\nrules: [\xff]\n")
     with pytest.raises(PolicyLoadError) as info:

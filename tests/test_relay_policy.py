@@ -54,7 +54,8 @@ async def test_the_policy_decides_each_call(mode: str, policy_dir: Path) -> None
         assert listed.structured_content == {"result": ["anvil", "rocket"]}
         deleted = await client.call_tool("delete_repo", {"owner": "acme", "name": "rocket"})
         assert deleted.is_error
-        assert _text(deleted).startswith('drawbridge refused this call: policy "demo" rule 2: ')
+        # The rule's own reason names it: said once, not after a label saying it again.
+        assert _text(deleted) == "drawbridge refused this call: deny by rule 2 of policy 'demo' (demo.yaml:8)"
         approval = await client.call_tool("add_deploy_key", {"owner": "acme", "repo": "rocket", "title": "t", "key": "k"})
         assert _text(approval).startswith('drawbridge refused this call: policy "demo" rule 1 (human_approval): ')
         assert _text(approval).endswith(": approval unavailable")

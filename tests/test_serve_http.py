@@ -83,7 +83,7 @@ async def test_bearer_tokens_map_to_agents_and_their_policies(gateway: Running) 
         slack = dump(await bob.call_tool("slack.list_channels", {}))
     assert allowed["structuredContent"] == {"result": ["anvil", "rocket"]}
     assert refused["isError"] is True
-    assert 'policy "bob" rule 0' in refused["content"][0]["text"]
+    assert "by rule 0 of policy 'bob'" in refused["content"][0]["text"]
     assert refused["_meta"]["drawbridge/decision"] == {"action": "deny", "outcome": "refused", "policy": "bob", "rule_index": 0}
     assert "acme" not in json.dumps(refused)  # a refusal never repeats an argument value
     assert slack["isError"] is False

@@ -201,7 +201,7 @@ async def test_tokens_that_must_not_pass_are_refused_and_logged_without_the_toke
     token = tokens[case]()
     assert reason in _refused(world, token)
     text = _logged(gateway, reason)
-    assert "WARNING sign-in refused at /mcp" in text
+    assert "WARNING login_refused" in text and "listener=mcp problem=invalid_token" in text
     assert token not in text and token.split(".")[2] not in text
 
 

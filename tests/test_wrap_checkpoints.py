@@ -45,10 +45,11 @@ async def test_a_wrapped_run_is_signed_served_and_sealed(tmp_path: Path) -> None
 
     verifier = read_vkey(evidence / "keys" / "checkpoint.vkey")
     served = open_checkpoint(held.read_text(), verifier)
-    assert served.size == 4  # run_start and three calls: every line written when it was asked
+    # run_start, the policy set it starts with, and three calls: every line written when it was asked
+    assert served.size == 5
     lines = split_lines((evidence / "trace.ndjson").read_bytes())
     kinds = [json.loads(line)["kind"] for line in lines]
-    assert kinds[0] == "run_start" and kinds[-1] == "run_end"
+    assert kinds[0] == "run_start" and kinds[1] == "mesh.policy_set" and kinds[-1] == "run_end"
     history = parse_checkpoint_lines((evidence / "checkpoints.ndjson").read_bytes(), "checkpoints.ndjson")
     assert len(history) >= 3 and history[-1].tree_size == len(lines)  # every 2 lines, and the seal
     assert [h.tree_size for h in history] == sorted({h.tree_size for h in history})

@@ -21,7 +21,6 @@ timeout longer than the call timeout); what needs the network or the file system
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -47,7 +46,8 @@ from drawbridge.config_state import SharedState, state_section
 from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
 from drawbridge.config_hosts import is_loopback_address, split_authority
 from drawbridge.config_oauth import OAuthConfig, oauth_section
-from drawbridge.config_reader import ConfigError
+from drawbridge.config_secrets import USES_ALL, token_digest
+from drawbridge.config_reader import ENV_NAME, ConfigError
 from drawbridge.config_reader import Reader as _Reader
 from drawbridge.config_reader import resolve_path as _resolve
 from drawbridge.config_reader import str_list as _str_list
@@ -57,8 +57,6 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 UPSTREAM_PROTOCOLS: tuple[str, ...] = ("2025-11-25", "2026-07-28")
 """The eras the gateway speaks to an upstream; the first is the default."""
 _AGENT_RE = re.compile(r"[A-Za-z0-9._:@/-]+")
-_ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 FSYNC_MODES = ("always", "batch", "never")
 MAX_SESSIONS_PER_AGENT = 64
 MAX_SESSIONS = 1024
@@ -155,28 +153,6 @@ class GatewayConfig:
 
 
 
-def _token_digest(
-    reader: _Reader, env: Mapping[str, str], what: str
-) -> str | None:
-    """The SHA-256 of a token given as ``token_sha256`` or ``token_env``; never the token itself."""
-    digest = reader.get("token_sha256", str)
-    env_name = reader.get("token_env", str)
-    if digest is not None and env_name is not None:
-        raise reader.fail("token_env", f"{what}: give token_sha256 or token_env, not both")
-    if digest is not None:
-        if not _HEX64.fullmatch(digest):
-            raise reader.fail("token_sha256", f"{what}: token_sha256 must be 64 lowercase hex characters")
-        return digest
-    if env_name is not None:
-        if not _ENV_RE.fullmatch(env_name):
-            raise reader.fail("token_env", f"{what}: {env_name!r} is not an environment variable name")
-        token = env.get(env_name, "")
-        if not token:
-            raise reader.fail("token_env", f"{what}: environment variable {env_name} is missing or empty")
-        return hashlib.sha256(token.encode()).hexdigest()
-    return None
-
-
 def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
     reader = _Reader(file, node, f"upstreams[{index}]")
     reader.check_keys(
@@ -213,7 +189,7 @@ def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
         if reader.get("command", str) is not None:
             raise reader.fail("command", f"upstream {name!r}: a streamable_http upstream takes url, not command")
         return UpstreamConfig(
-            name=name, transport=transport, url=url, headers_env=_str_map(reader, "headers_env", _ENV_RE),
+            name=name, transport=transport, url=url, headers_env=_str_map(reader, "headers_env", ENV_NAME),
             protocol=protocol,
         )
     raise reader.fail("transport", f"upstream {name!r}: unknown transport {transport!r} (stdio or streamable_http)")
@@ -247,8 +223,12 @@ def _read(path: str | os.PathLike[str]) -> str:
         raise ConfigError(str(path), None, f"cannot read the configuration: {exc.__class__.__name__}: {exc}") from None
 
 
-def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = None) -> GatewayConfig:
-    """Validate a configuration text; ``env`` supplies environment variables named by the file."""
+def parse_config(
+    text: str, source_file: str, env: Mapping[str, str] | None = None, *, uses: frozenset[str] = USES_ALL
+) -> GatewayConfig:
+    """Validate a configuration text; ``env`` supplies environment variables named by the file. ``uses``
+    names the secrets the command uses (``admin``, ``agents``): a token variable of another is not
+    required (``discover`` uses none, ``serve --stdio`` no agent token)."""
     env = os.environ if env is None else env
     base = Path(source_file).resolve().parent
     top = _top(text, source_file)
@@ -300,16 +280,18 @@ def parse_config(text: str, source_file: str, env: Mapping[str, str] | None = No
         auth.check_keys({"admin", "agents", "anonymous_agent", "oauth"})
         if (admin := auth.child("admin")) is not None:
             admin.check_keys({"token_sha256", "token_env"})
-            admin_digest = _token_digest(admin, env, "auth.admin")
+            admin_digest = token_digest(admin, env, "auth.admin", "admin" in uses) or None
         for i, node in enumerate(auth.get("agents", CommentedSeq, default=[])):
             entry = _Reader(source_file, node, f"auth.agents[{i}]")
             entry.check_keys({"agent", "token_sha256", "token_env"})
             agent = entry.get("agent", str, required=True)
             if not _AGENT_RE.fullmatch(agent):
                 raise entry.fail("agent", f"auth.agents[{i}].agent {agent!r} has characters outside [A-Za-z0-9._:@/-]")
-            digest = _token_digest(entry, env, f"auth.agents[{i}]")
+            digest = token_digest(entry, env, f"auth.agents[{i}]", "agents" in uses)
             if digest is None:
                 raise entry.fail(None, f"auth.agents[{i}]: give token_sha256 or token_env")
+            if not digest:
+                continue  # a command that serves no agent over HTTP does not need its token
             agents.append(AgentToken(agent=agent, token_sha256=digest))
         if len({a.token_sha256 for a in agents}) != len(agents):
             raise auth.fail("agents", "two agents share one bearer token")
@@ -475,13 +457,16 @@ def control_access(path: str | os.PathLike[str]) -> ControlAccess:
     )
 
 
-def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> GatewayConfig:
+def load_config(
+    path: str | os.PathLike[str], env: Mapping[str, str] | None = None, *, uses: frozenset[str] = USES_ALL
+) -> GatewayConfig:
     """Read and validate a configuration file; unreadable files are a ConfigError too."""
-    return parse_config(_read(path), str(path), env)
+    return parse_config(_read(path), str(path), env, uses=uses)
 
 
 
 __all__ = [
+    "USES_ALL",
     "FSYNC_MODES",
     "UPSTREAM_PROTOCOLS",
     "AgentToken",

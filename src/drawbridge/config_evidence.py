@@ -12,11 +12,10 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from drawbridge.config_reader import Reader, resolve_path, str_map
+from drawbridge.config_reader import ENV_NAME, Reader, resolve_path, str_map
 
 _ORIGIN_RE = re.compile(r"[!-*,-~]{1,255}")
 """A checkpoint origin: printable ASCII, no space, no '+' (a C2SP key name)."""
-_ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def checkpoints_section(top: Reader, base: Path) -> tuple[int, float, str | None, str | None]:
@@ -50,7 +49,7 @@ def telemetry_section(top: Reader, env: Mapping[str, str]) -> tuple[str | None, 
         otlp_protocol = telemetry.get("protocol", str, default=otlp_protocol)
         if otlp_protocol not in ("http/protobuf", "grpc"):
             raise telemetry.fail("protocol", f"telemetry.protocol must be http/protobuf or grpc, not {otlp_protocol!r}")
-        otlp_headers = str_map(telemetry, "headers_env", _ENV_RE)
+        otlp_headers = str_map(telemetry, "headers_env", ENV_NAME)
         for header, env_name in otlp_headers.items():
             if not env.get(env_name):
                 raise telemetry.fail("headers_env", f"telemetry header {header} needs environment variable {env_name}, "

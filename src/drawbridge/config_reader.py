@@ -13,6 +13,9 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""What the configuration accepts as an environment variable's name."""
+
 
 class ConfigError(ValueError):
     """A configuration problem, located as ``file:line: problem``."""

@@ -20,11 +20,10 @@ from typing import Any, Final
 
 from ruamel.yaml.comments import CommentedSeq
 
-from drawbridge.config_reader import Reader
+from drawbridge.config_reader import ENV_NAME, Reader
 
 MIN_KEY_BYTES: Final = 32
 DEFAULT_POOL_SIZE: Final = 10
-_ENV_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KEY_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _REPLICA_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _URL_RE: Final = re.compile(r"postgres(?:ql)?://\S+")
@@ -70,7 +69,7 @@ def _ring(section: Reader, key: str, env: Mapping[str, str]) -> tuple[RingKey, .
         if not _KEY_ID_RE.fullmatch(key_id) or any(k.key_id == key_id for k in ring):
             raise entry.fail("id", f"{entry.where}.id must be a unique [A-Za-z0-9._-]{{1,64}}")
         name = entry.get("env", str, required=True)
-        if not _ENV_RE.fullmatch(name):
+        if not ENV_NAME.fullmatch(name):
             raise entry.fail("env", f"{entry.where}.env must be an environment variable name")
         material = _key_bytes(env.get(name, ""))
         if material is None or len(material) < MIN_KEY_BYTES:

@@ -36,6 +36,9 @@ from drawbridge.state.signing_keys import read_vkey
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PLANTED_SECRET = "ghp_demo_" + "s3cr3t" * 6
+SHOWN_CHARS = 240
+"""What the agent saw is shown whole up to this many characters (folded in its column), never cut mid-word
+at the terminal's edge."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,7 @@ def command(base_dir: str) -> None:
         outcome = "allowed" if allowed else "refused"
         calls_ok &= outcome == step.expected
         rows.append([plain(step.label), plain(step.tool), verdict(outcome == step.expected, outcome, outcome),
-                     plain(text[:90])])
+                     plain(text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…")])
     out.print(table("Calls through the gateway (agent demo-agent)", ["call", "tool", "decision", "what the agent saw"],
                     rows))
     checks = _checks(run_dir)

@@ -28,7 +28,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -37,6 +38,7 @@ import click
 
 from drawbridge.catalogue.classify import Classification, Source, classify_tool
 from drawbridge.catalogue.draft import DraftTool, generate_draft, origin_label
+from drawbridge.cli.log_format import configure_logging
 from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT, console, emit_json, format_option, table
 from drawbridge.config import (
     CliToolConfig,
@@ -152,9 +154,15 @@ async def _open_local(
     return opened, unavailable
 
 
-async def discover(config: GatewayConfig | None, timeout: float, ad_hoc: OpenApiConfig | None = None) -> Discovery:
+async def discover(
+    config: GatewayConfig | None,
+    timeout: float,
+    ad_hoc: OpenApiConfig | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Discovery:
     """Connect to every upstream, read its tools, disconnect; open the OpenAPI and CLI upstreams
-    (``ad_hoc``: the spec of ``--openapi``) without calling them."""
+    (``ad_hoc``: the spec of ``--openapi``) without calling them. ``progress`` is told of each
+    upstream as it answers (or not)."""
     from drawbridge.gateway.runtime.serve import secret_env_names
     from drawbridge.gateway.upstreams.child_process import EnvPolicy
     from drawbridge.gateway.upstreams.session import UpstreamSession
@@ -169,8 +177,9 @@ async def discover(config: GatewayConfig | None, timeout: float, ad_hoc: OpenApi
         for upstream in upstreams:
             tg.start_soon(upstream.run)
         with anyio.move_on_after(timeout):
-            for upstream in upstreams:
-                await upstream.wait_settled()
+            async with anyio.create_task_group() as waiting:
+                for upstream in upstreams:
+                    waiting.start_soon(_settled, upstream, progress)
         sources = [(u.name, list(u.tools)) for u in upstreams if u.ready]
         unavailable = [_why_not(u, timeout) for u in upstreams if not u.ready]
         for upstream in upstreams:
@@ -181,6 +190,17 @@ async def discover(config: GatewayConfig | None, timeout: float, ad_hoc: OpenApi
     sources += [(kind.name, kind.tools) for kind in local]
     tools, problems = classify_catalogue(sources, {kind.name: kind for kind in local})
     return Discovery(tuple(tools), tuple(unavailable + local_unavailable), tuple(problems))
+
+
+async def _settled(upstream: Any, progress: Callable[[str], None] | None) -> None:
+    began = time.monotonic()
+    await upstream.wait_settled()
+    if progress is not None:
+        took = time.monotonic() - began
+        if upstream.ready:
+            progress(f"discover: {upstream.name}: {len(upstream.tools)} tools ({took:.1f} s)")
+        else:
+            progress(f"discover: {upstream.name}: not read ({upstream.last_error or upstream.start_error})")
 
 
 def _render_table(found: Discovery) -> None:
@@ -232,12 +252,7 @@ def command(
       drawbridge discover --openapi ./petstore.yaml --backend https://api.example.com/v1
       drawbridge discover --config drawbridge.yaml --format json
     """
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("drawbridge: %(levelname)s %(message)s"))
-    log = logging.getLogger("drawbridge")
-    log.handlers[:] = [handler]
-    log.setLevel(logging.ERROR)
-    log.propagate = False
+    configure_logging(False, level=logging.ERROR)
     if config_path is None and openapi is None:
         raise click.UsageError("give --config FILE, --openapi FILE|URL, or both")
     if backend is not None and openapi is None:
@@ -245,7 +260,7 @@ def command(
     config = None
     if config_path is not None:
         try:
-            config = load_config(config_path)
+            config = load_config(config_path, uses=frozenset())  # discover serves no agent, opens no control plane
         except ConfigError as exc:
             click.echo(str(exc), err=True)
             sys.exit(EXIT_INPUT)
@@ -259,7 +274,8 @@ def command(
             click.echo(f"drawbridge: the configuration already has an upstream named {AD_HOC_NAME!r}", err=True)
             sys.exit(EXIT_INPUT)
     ad_hoc = _ad_hoc(openapi, backend, allow_private) if openapi is not None else None
-    found = anyio.run(discover, config, timeout, ad_hoc)
+    progress = (lambda line: click.echo(line, err=True)) if sys.stderr.isatty() else None
+    found = anyio.run(discover, config, timeout, ad_hoc, progress)
     for problem in found.not_served:
         click.echo(f"drawbridge: not served: {problem}", err=True)
     for reason in found.unavailable:

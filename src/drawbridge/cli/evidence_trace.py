@@ -13,14 +13,23 @@ Exit codes: 0 verified (``keys``, ``prove``: done); 1 verification failed, or th
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
 from drawbridge.cli.evidence_io import _finish, _label, parse_document, read_bytes
-from drawbridge.cli.output import InputError, console, emit_json, format_option, key_values, plain, table, verdict
-from drawbridge.evidence.chain import ChainFormatError, ChainHead, parse_checkpoint, split_lines
+from drawbridge.cli.output import EXIT_FAILED, InputError, console, emit_json, format_option, key_values, plain, table, verdict
+from drawbridge.evidence.chain import (
+    ChainFormatError,
+    ChainHead,
+    checkpoint_bytes,
+    make_checkpoint,
+    parse_checkpoint,
+    split_lines,
+    verify_chain,
+)
 from drawbridge.evidence.signed_note import NoteVerifier
 from drawbridge.evidence.trace_audit import HeldCheckpoint, audit_trace
 from drawbridge.state.checkpoint_files import (
@@ -293,6 +302,30 @@ def verify_proof_cmd(proof_file: str, line_file: str, vkey: str, output_format: 
     _finish(report["ok"])
 
 
-COMMANDS = (verify_chain_cmd, keys_cmd, prove_cmd, verify_proof_cmd)
+@click.command(name="checkpoint")
+@click.argument("trace_file", metavar="TRACE")
+@click.option("--out", "out_file", metavar="FILE", help="Write the head here (default: stdout).")
+def checkpoint_cmd(trace_file: str, out_file: str | None) -> None:
+    """Write the unsigned head of TRACE (drawbridge.trace_checkpoint.v0) that verify-chain --expected-head
+    takes: keep it elsewhere, and a later cut or rewrite at or before its seq is found.
 
-__all__ = ["COMMANDS", "audit_inputs", "keys_cmd", "prove_cmd", "read_held", "verify_chain_cmd", "verify_proof_cmd"]
+    The chain is verified first: no head is written for a chain that does not verify (exit 1).
+    """
+    lines = split_lines(read_bytes(trace_file))
+    report = verify_chain(lines)
+    if not report.ok or report.head is None:
+        problem = report.first_problem
+        why = f"{problem.code} at line {problem.line}" if problem is not None else "the trace is empty"
+        click.echo(f"drawbridge: {_label(trace_file)}: no head written: {why}", err=True)
+        sys.exit(EXIT_FAILED)
+    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    data = checkpoint_bytes(make_checkpoint(report.head, at))
+    if out_file is None:
+        sys.stdout.buffer.write(data)
+    else:
+        Path(out_file).write_bytes(data)
+
+
+COMMANDS = (verify_chain_cmd, keys_cmd, prove_cmd, verify_proof_cmd, checkpoint_cmd)
+
+__all__ = ["COMMANDS", "audit_inputs", "checkpoint_cmd", "keys_cmd", "prove_cmd", "read_held", "verify_chain_cmd", "verify_proof_cmd"]

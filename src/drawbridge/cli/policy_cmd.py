@@ -1,4 +1,5 @@
-"""``drawbridge policy set|list``: change one tool's action for one agent, or show the policies in force.
+"""``drawbridge policy set|list``: change one tool's action for one agent, or show the policies in force;
+``check``, ``explain`` and ``test`` work offline, without a gateway (``policy_offline``).
 
 ``set`` goes through the control plane (``PUT /policies/{agent}/tools/{tool}``), which edits the
 agent's policy file as text (comments stay), keeps ``<file>.bak``, reloads, and records the edit in
@@ -14,6 +15,7 @@ import click
 
 from drawbridge.cli.control_client import Control, control_options, segment
 from drawbridge.cli.output import console, emit_json, key_values, table
+from drawbridge.cli.policy_offline import check, explain, test
 
 ACTIONS = ("allow", "deny", "human_approval", "inherit")
 
@@ -72,3 +74,7 @@ def list_policies(ctl: Control) -> None:
             ])
     columns = ["POLICY", "AGENT", "#", "TOOLS", "ACTION", "WHEN", "FILE"]
     console().print(table(f"{len(policies)} policies", columns, rows))
+
+
+for _offline in (check, explain, test):
+    command.add_command(_offline)

@@ -22,7 +22,6 @@ configuration, policy, listen, state-database, evidence or upstream-start proble
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import socket
@@ -34,8 +33,10 @@ from typing import Any, Final
 import anyio
 import click
 
+from drawbridge.cli.log_format import configure_logging, log_format_option
 from drawbridge.cli.output import EXIT_INPUT
-from drawbridge.config import ConfigError, GatewayConfig, load_config
+from drawbridge.cli.serve_summary import print_stopping, print_summary
+from drawbridge.config import USES_ALL, ConfigError, GatewayConfig, load_config
 from drawbridge.gateway.runtime import control
 from drawbridge.gateway.runtime.assembly import Runtime, StartupProblem
 from drawbridge.gateway.runtime.serve import ServeParts, StartError, build_serve, open_local_upstreams
@@ -47,15 +48,6 @@ STARTUP_WAIT_SECONDS: Final = 45.0
 
 class _Startup(Exception):
     """A problem found before serving; printed as is, exit code 2."""
-
-
-def _configure_logging(verbose: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("drawbridge: %(levelname)s %(message)s"))
-    log = logging.getLogger("drawbridge")
-    log.handlers[:] = [handler]
-    log.setLevel(logging.INFO if verbose else logging.WARNING)
-    log.propagate = False
 
 
 def preflight(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
@@ -87,19 +79,27 @@ def _bind(host: str, port: int, what: str) -> socket.socket:
     help="Agent id of the --stdio client (default: auth.anonymous_agent, else 'anonymous').",
 )
 @click.option("--verbose", "-v", is_flag=True, help="Log connections, reconnections and incidents to stderr.")
-def command(config_path: str, stdio: bool, agent: str | None, verbose: bool) -> None:
+@log_format_option
+def command(config_path: str, stdio: bool, agent: str | None, verbose: bool, log_format: str) -> None:
     """Serve the upstreams of a configuration file behind one gateway.
 
     \b
     Examples:
       drawbridge serve --config drawbridge.yaml                  # HTTP at http://127.0.0.1:8787/mcp
       drawbridge serve --config drawbridge.yaml --stdio --agent claude
+
+    Each tools/call decision is one line on stderr (agent, tool, action, rule, outcome, ms; never an
+    argument value); so is each approval asked and resolved and each refused login.
     """
-    _configure_logging(verbose)
+    configure_logging(verbose, log_format)
     if agent is not None and not stdio:
         raise click.UsageError("--agent goes with --stdio; over HTTP the bearer token names the agent")
     try:
-        config = load_config(config_path)
+        # Over stdin/stdout no agent presents an HTTP token, and the control plane (so its token) is
+        # served only when the file has a control section: variables of unused tokens are not asked for.
+        config = load_config(config_path, uses=frozenset() if stdio else USES_ALL)
+        if stdio and config.control_configured:
+            config = load_config(config_path, uses=frozenset({"admin"}))
     except ConfigError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INPUT)
@@ -170,6 +170,7 @@ async def _run(
     except StartError as exc:
         raise _Startup(str(exc)) from None
     parts = build_serve(runtime, config, control_open=socks.control is not None, local=local)
+    runtime.metrics.upstreams = parts.upstream_up
     gateway = parts.hub
     failed: list[str] = []
     async with anyio.create_task_group() as tg:
@@ -177,21 +178,18 @@ async def _run(
         await tg.start(runtime.run)
         tg.start_soon(parts.announce_policy_changes, runtime)
         await tg.start(gateway.run)
-        tg.start_soon(_stop_on_signal, tg.cancel_scope)
+        tg.start_soon(_stop_on_signal, tg.cancel_scope, runtime)
         await gateway.wait_settled(STARTUP_WAIT_SECONDS)
         failed = gateway.start_errors()
         if failed:
             tg.cancel_scope.cancel()
         else:
-            for upstream in parts.upstreams:
-                if not upstream.ready:
-                    click.echo(
-                        f"drawbridge: {upstream.unavailable_reason()}; retrying in the background", err=True
-                    )
             if socks.control is not None:
                 tg.start_soon(_serve_control_plane, parts, runtime, socks.control)
             if pipes is not None:
                 from drawbridge.gateway.transports.stdio_session import serve_stdio_session
+
+                print_summary(runtime, None, parts.upstreams, local)
 
                 await serve_stdio_session(
                     gateway, pipes[0], pipes[1], agent=agent, max_message_bytes=config.max_message_bytes,
@@ -203,17 +201,17 @@ async def _run(
                 from drawbridge.gateway.transports.http_endpoint import build_app, describe_url
                 from drawbridge.gateway.transports.http_identity import HttpSettings
 
+                from drawbridge.gateway.runtime.operating import health_routes
+
                 bound = socks.mcp.getsockname()
                 settings = HttpSettings.from_config(config, bound[1])
                 auth = Authenticator(settings, config.oauth, resource_for(config.oauth, describe_url(*bound[:2])))
                 if auth.keys is not None:
                     tg.start_soon(auth.keys.run)
-                app = build_app(gateway, settings, auth=auth)
+                app = build_app(gateway, settings, health_routes(runtime, parts.upstream_up), auth=auth)
 
                 def ready(host: str, port: int) -> None:
-                    click.echo(
-                        f"drawbridge: serving {len(parts.upstreams) + len(local)} upstream(s) on {describe_url(host, port)}", err=True
-                    )
+                    print_summary(runtime, describe_url(host, port), parts.upstreams, local)
 
                 await serve_http(app, socks.mcp, ready)
             tg.cancel_scope.cancel()
@@ -235,8 +233,9 @@ async def _serve_control_plane(parts: ServeParts, runtime: Runtime, sock: socket
     await serve_http(control.app(parts.services, runtime), sock, ready)
 
 
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+async def _stop_on_signal(scope: anyio.CancelScope, runtime: Runtime) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
+        async for received in signals:
+            print_stopping(signal.Signals(received).name, runtime)
             scope.cancel()
             return

@@ -84,7 +84,11 @@ def decisions(ctl: Control, agent: str) -> None:
             _conditional(row),
             floor.get("action") if row.get("by_floor") else "-",
             row.get("pin_status"),
+            "hidden" if row.get("hidden") else "-",
             review,
         ])
     title = f"decisions for agent {agent!r}"
-    console().print(table(title, ["TOOL", "ACTION", "RULE", "CONDITIONAL", "FLOOR", "PIN", ""], out))
+    # HIDDEN: every path denies, so hide_denied_tools leaves it out of the agent's list.
+    # REVIEW: some call could be allowed and the tool is not a plainly named read.
+    columns = ["TOOL", "ACTION", "RULE", "CONDITIONAL", "FLOOR", "PIN", "HIDDEN", "REVIEW"]
+    console().print(table(title, columns, out))

@@ -33,7 +33,6 @@ cannot be started (message on stderr; nothing is ever written to stdout but prot
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import socket
 import sys
@@ -41,23 +40,16 @@ import sys
 import anyio
 import click
 
+from drawbridge.cli.log_format import configure_logging, log_format_option
 from drawbridge.cli.output import EXIT_INPUT, InputError
 from drawbridge.gateway.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
 from drawbridge.gateway.recording.checkpoints import EVERY_LINES, EVERY_SECONDS, CheckpointSettings
+from drawbridge.gateway.recording.durability import BATCH_LINES, BATCH_SECONDS
 from drawbridge.gateway.recording.telemetry import TelemetrySettings
 from drawbridge.gateway.runtime.assembly import Runtime, StartupProblem
 from drawbridge.gateway.runtime.settings import RuntimeSettings
 from drawbridge.gateway.runtime.wrap import run_wrap
 from drawbridge.gateway.transports.relay_requests import RelayConfig
-
-
-def _configure_logging(verbose: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("drawbridge: %(levelname)s %(message)s"))
-    log = logging.getLogger("drawbridge")
-    log.handlers[:] = [handler]
-    log.setLevel(logging.INFO if verbose else logging.WARNING)
-    log.propagate = False
 
 
 @click.command(
@@ -78,7 +70,7 @@ def _configure_logging(verbose: bool) -> None:
     default="batch",
     show_default=True,
     help="When evidence reaches the disk (it always reaches the OS before the call is answered): "
-    "before each answer; every 64 records and within 1 second; or when the OS decides.",
+    f"before each answer; every {BATCH_LINES} records and within {BATCH_SECONDS:g} second; or when the OS decides.",
 )
 @click.option(
     "--server-id",
@@ -179,7 +171,9 @@ def _configure_logging(verbose: bool) -> None:
 @click.option("--otlp-header", "otlp_headers", multiple=True, metavar="NAME=ENV_VAR",
               help="A header sent to the collector, its value read from the environment variable ENV_VAR. Repeatable.")
 @click.option("--service-name", default="drawbridge", show_default=True, help="The telemetry's service.name.")
-@click.option("--verbose", "-v", is_flag=True, help="Also log informational events (policy reloads, shutdown).")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Also log informational events: one line per decision, policy reloads, shutdown.")
+@log_format_option
 @click.argument("server_command", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
     policy: str | None,
@@ -208,6 +202,7 @@ def command(
     otlp_headers: tuple[str, ...],
     service_name: str,
     verbose: bool,
+    log_format: str,
     server_command: tuple[str, ...],
 ) -> None:
     """Run SERVER_COMMAND as a stdio MCP server behind the gateway.
@@ -216,7 +211,7 @@ def command(
     Example (in an MCP client's configuration):
       drawbridge wrap --policy policies/ --agent claude -- npx -y @modelcontextprotocol/server-github
     """
-    _configure_logging(verbose)
+    configure_logging(verbose, log_format, quiet_activity=True)
     if policy is not None and allow_everything:
         raise click.UsageError("--policy and --allow-all exclude each other")
     if control_port is not None and policy is None:

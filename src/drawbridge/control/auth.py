@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from starlette.requests import Request
+
+from drawbridge.activity_log import refused_login
 from starlette.responses import JSONResponse, Response
 
 ADMIN_REQUIRED: Final = "control plane requires admin authorization"
@@ -65,7 +67,10 @@ class AdminAuth:
 
     def check(self, scope: Any) -> Refusal | None:
         """None when the request may proceed, else the refusal to answer with."""
-        return None if self._token_matches(scope) else Refusal(401, ADMIN_REQUIRED)
+        if self._token_matches(scope):
+            return None
+        refused_login("control_plane", scope)
+        return Refusal(401, ADMIN_REQUIRED)
 
     def _token_matches(self, scope: Any) -> bool:
         values = _headers(scope, b"authorization")

@@ -13,7 +13,9 @@ agent's own), and the policy set in force with that policy in it, and returns an
 (the new text and what it does) or an ``EditRefused`` (an HTTP status and why):
 
 * **The agent's own policy** is the first policy, in evaluation order, whose ``agent`` is the
-  agent id itself, written without any glob character (``own_policy``). When there is none the
+  agent id itself, written without any glob character (``own_policy``), or, when the id given is a
+  glob (``*``: the draft ``discover --generate-policy`` writes), the policy whose ``agent`` is that
+  glob as written. When there is none the
   edit is refused with 404 and a message asking for one to be written (``name``, ``agent``,
   ``rules: []``): the console does not create files, so that the file's name, the policy's
   name and its place among the others stay a person's choice.
@@ -149,8 +151,12 @@ def own_policy(policy_set: PolicySet, agent: str) -> Policy | None:
 
 
 def is_own_policy(policy: Policy, agent: str) -> bool:
+    """Written for exactly ``agent``: an exact agent id, or a glob addressed as written (``*`` names the
+    policy ``discover --generate-policy`` drafts for every agent, and only that one)."""
     glob = policy.agent
-    return glob.kind is GlobKind.EXACT and glob.text == agent and glob.exact_value == agent
+    if glob.kind is GlobKind.EXACT:
+        return glob.text == agent and glob.exact_value == agent
+    return glob.text == agent
 
 
 def names_tool_exactly(rule: Rule, tool: str) -> bool:

@@ -44,7 +44,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio.to_thread
 
-from drawbridge.policy.edit import EditPlan, EditRefused, Placement, Requested, own_policy, plan_edit
+from drawbridge.policy.edit import (
+    EditPlan,
+    EditRefused,
+    Placement,
+    Requested,
+    is_own_policy,
+    own_policy,
+    plan_edit,
+)
 from drawbridge.policy.evaluate import explain
 from drawbridge.policy.load import PolicyLoadError, PolicySource, parse_policy
 from drawbridge.policy.model import Action, Decision, PolicySet
@@ -80,6 +88,8 @@ class EditApplied:
     path: Path | None
     backup: Path | None
     generation: int
+    policy_set_digest: str = ""
+    """The digest of the policy set in force after the edit (``policy_files.policy_set_digest``)."""
 
     @property
     def changed(self) -> bool:
@@ -112,6 +122,7 @@ class EditApplied:
             "changed": plan.changed,
             "by": plan.by,
             "date": plan.date,
+            "policy_set_digest": self.policy_set_digest,
         }
 
 
@@ -237,7 +248,7 @@ def _apply(
         on_disk = parse_policy(PolicySource(own.source_file, text, str(shown)))
     except PolicyLoadError as exc:
         return EditRefused(422, f"the policy file does not load as it is on disk: {exc}", exc)
-    if on_disk.agent.text != agent or on_disk.agent.exact_value != agent:
+    if not is_own_policy(on_disk, agent):
         return EditRefused(
             409,
             f"{shown} changed on disk and is no longer written for agent {agent!r}; try again after reload",
@@ -257,7 +268,7 @@ def _apply(
         return plan
     if not plan.changed:
         in_force = explain(store.current, agent, tool).fallthrough
-        return EditApplied(plan, in_force, None, None, store.generation)
+        return EditApplied(plan, in_force, None, None, store.generation, store.digest)
 
     mode = stat.S_IMODE(st.st_mode)
     owner = (st.st_uid, st.st_gid)
@@ -277,7 +288,7 @@ def _apply(
             f"the policy set does not load with this edit, so the file was restored: {error}", 422, error,
         )
     after = explain(store.current, agent, tool).fallthrough
-    return EditApplied(plan, after, path, backup, store.generation)
+    return EditApplied(plan, after, path, backup, store.generation, store.digest)
 
 
 def _restore_or_report(

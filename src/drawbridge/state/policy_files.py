@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from drawbridge.canonical import canonical_bytes, sha256_prefixed
 from drawbridge.policy.load import PolicyLoadError, PolicySource, load_policies
 from drawbridge.policy.model import PolicySet
 
@@ -85,8 +86,22 @@ def load_policy_file(path: Path | str) -> PolicySet:
 
 def load_policy_path(path: Path | str) -> PolicySet:
     """A directory or a single file, whichever ``path`` is."""
+    return load_policies(read_policy_path(path))
+
+
+def read_policy_path(path: Path | str) -> list[PolicySource]:
+    """The sources of a directory or a single file, whichever ``path`` is (as ``load_policy_path``)."""
     p = Path(path)
-    return load_policy_dir(p) if p.is_dir() else load_policy_file(p)
+    if not p.exists():
+        raise PolicyLoadError(str(p), None, "policy directory does not exist")
+    return read_policy_dir(p) if p.is_dir() else [read_source(p)]
+
+
+def policy_set_digest(sources: list[PolicySource]) -> tuple[str, dict[str, str]]:
+    """The digest of a policy set as loaded: ``sha256:`` of the canonical JSON of each file's name and
+    the SHA-256 of its text, and those per-file digests (what a hot reload records as changed)."""
+    files = {source.name: sha256_prefixed(source.text.encode("utf-8")) for source in sources}
+    return sha256_prefixed(canonical_bytes(files)), files
 
 
 def fingerprint(path: Path | str) -> Fingerprint:

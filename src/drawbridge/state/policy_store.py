@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,14 +29,15 @@ import anyio
 import anyio.to_thread
 
 from drawbridge.policy.evaluate import evaluate
-from drawbridge.policy.load import PolicyLoadError
+from drawbridge.policy.load import PolicyLoadError, load_policies
 from drawbridge.policy.model import Decision, PolicySet
 from drawbridge.state.policy_files import (
     Fingerprint,
     fingerprint,
-    load_policy_dir,
-    load_policy_file,
-    load_policy_path,
+    policy_set_digest,
+    read_policy_dir,
+    read_policy_path,
+    read_source,
 )
 
 logger = logging.getLogger("drawbridge.policy")
@@ -46,10 +47,14 @@ DEFAULT_INTERVAL_MS = 250
 
 @dataclass(frozen=True, slots=True)
 class ReloadResult:
-    """What one reload did: ``error`` is None when the new set is in place."""
+    """What one reload did: ``error`` is None when the new set is in place; the digests of the policy
+    set before and after (the same when it failed) and the files added, changed or removed."""
 
     generation: int
     error: PolicyLoadError | None
+    digest_before: str = ""
+    digest_after: str = ""
+    changed: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -75,12 +80,19 @@ class PolicyStore:
         self._last_error: PolicyLoadError | None = None
         self._generation = 0
         self._lock = threading.Lock()
+        self.digest = ""
+        """The policy set's digest (``policy_files.policy_set_digest``) once loaded from files."""
+        self.files: dict[str, str] = {}
+        """Each file's digest, by name."""
 
     @classmethod
     def open(cls, path: Path | str) -> PolicyStore:
         """Load at startup; a ``PolicyLoadError`` here is a startup error."""
         before = fingerprint(path)
-        return cls(path, load_policy_path(path), before, is_dir=Path(path).is_dir())
+        sources = read_policy_path(path)
+        store = cls(path, load_policies(sources), before, is_dir=Path(path).is_dir())
+        store.digest, store.files = policy_set_digest(sources)
+        return store
 
     @property
     def current(self) -> PolicySet:
@@ -105,28 +117,36 @@ class PolicyStore:
 
     def reload(self) -> PolicyLoadError | None:
         """Load the files again; swap on success, keep the previous set and return the error otherwise."""
+        return self.reload_result().error
+
+    def reload_result(self) -> ReloadResult:
+        """``reload``, saying what changed: the digests before and after and the files that differ."""
         with self._lock:
             before = fingerprint(self.path)
+            digest_before, files_before = self.digest, self.files
             try:
-                new = load_policy_dir(self.path) if self.is_dir else load_policy_file(self.path)
+                sources = read_policy_dir(self.path) if self.is_dir else [read_source(self.path)]
+                new = load_policies(sources)
             except PolicyLoadError as exc:
                 self._attempted = before
                 self._last_error = exc
                 logger.warning("policy reload failed, keeping the previous policies: %s", exc)
-                return exc
+                return ReloadResult(self._generation, exc, digest_before, digest_before)
             self._current = new
             self._attempted = before
             self._last_error = None
             self._generation += 1
+            self.digest, self.files = policy_set_digest(sources)
+            changed = sorted(name for name in {*files_before, *self.files} if files_before.get(name) != self.files.get(name))
             logger.info("policies reloaded from %s: %d policies", self.path, len(new.policies))
-            return None
+            return ReloadResult(self._generation, None, digest_before, self.digest, tuple(changed))
 
 
 async def watch_policies(
     store: PolicyStore,
     *,
     interval_ms: int = DEFAULT_INTERVAL_MS,
-    on_reload: Callable[[ReloadResult], None] | None = None,
+    on_reload: Callable[[ReloadResult], Awaitable[None] | None] | None = None,
 ) -> None:
     """Poll the store's path and reload on change, forever (cancel the task to stop)."""
     if interval_ms <= 0:
@@ -143,8 +163,10 @@ async def watch_policies(
             if seen != previous:  # still changing: wait until it settles
                 previous = seen
                 continue
-            error = await anyio.to_thread.run_sync(store.reload)
+            result = await anyio.to_thread.run_sync(store.reload_result)
             if on_reload is not None:
-                on_reload(ReloadResult(store.generation, error))
+                told = on_reload(result)
+                if told is not None:
+                    await told
         except Exception:  # the watcher must outlive any surprise; the current set stays
             logger.exception("policy watcher: unexpected error; keeping the current policies")

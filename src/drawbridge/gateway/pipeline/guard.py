@@ -20,6 +20,7 @@ every call record written (the recent-calls ring of the approval view); they nev
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -56,6 +57,8 @@ class EvidenceGuard:
         self.observers: list[Observer] = []
         self.batch_observers: list[Callable[[Sequence[RelayEvent]], None]] = []
         """See each batch of events once it is written (telemetry: ``gateway.recording.telemetry``)."""
+        self.write_timer: Callable[[float], None] | None = None
+        """Told how long each synchronous write of a batch took, in seconds (``/metrics``)."""
 
     def _fail(self, what: str, exc: BaseException) -> None:
         self.failed = True
@@ -75,7 +78,12 @@ class EvidenceGuard:
         """Write ``events`` now; None when they are complete, else what is left to await (module docstring)."""
         try:
             if self._record_now is not None:
-                rest = self._record_now(events)
+                if self.write_timer is not None:
+                    began = time.perf_counter()
+                    rest = self._record_now(events)
+                    self.write_timer(time.perf_counter() - began)
+                else:
+                    rest = self._record_now(events)
             else:
                 rest = self._each(events)
         except Exception as exc:  # noqa: BLE001 -- any recorder failure is reported the same way

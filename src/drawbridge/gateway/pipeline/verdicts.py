@@ -99,9 +99,24 @@ def refusal_for(verdict: Verdict) -> Refusal | None:
     return Refusal(Outcome.REFUSED, verdict.reason)
 
 
+def names_its_rule(verdict: Verdict, reason: str) -> bool:
+    """The reason already says which rule of which policy decided (a rule's default reason,
+    ``deny by rule 3 of policy 'demo' (demo.yaml:33)``): a label before it would say it twice."""
+    provenance = verdict.provenance
+    return provenance.rule_index is not None and f" by rule {provenance.rule_index} of policy " in reason
+
+
+def described(verdict: Verdict, reason: str) -> str:
+    """The verdict's provenance and ``reason``, naming the rule once."""
+    return reason if names_its_rule(verdict, reason) else f"{verdict.provenance.label()}: {reason}"
+
+
 def refusal_text(verdict: Verdict, refusal: Refusal) -> str:
+    reason = sanitize(refusal.reason)
+    if names_its_rule(verdict, reason):
+        return f"drawbridge refused this call: {reason}"
     action = "" if verdict.action is Action.DENY else f" ({verdict.action.value})"
-    return f"drawbridge refused this call: {verdict.provenance.label()}{action}: {sanitize(refusal.reason)}"
+    return f"drawbridge refused this call: {verdict.provenance.label()}{action}: {reason}"
 
 
 def refusal_result(verdict: Verdict, refusal: Refusal, call: ToolCall) -> dict[str, Any]:

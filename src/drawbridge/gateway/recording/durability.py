@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 
 import anyio.to_thread
@@ -50,8 +51,8 @@ BATCH_LINES = 256
 background thread: no record waits for it)."""
 BATCH_LIMIT = 1024
 """Under ``fsync="batch"``, the unsynced lines at which the records wait for the file's fsync: the
-bound on what a power loss can take when the disk falls behind. Answers held for an fsync every
-64 lines cost the gateway about a fifth of its throughput (bench/overhead.py)."""
+bound on what a power loss can take when the disk falls behind. Answers held for an fsync every few
+dozen lines cost the gateway about a fifth of its throughput (bench/overhead.py)."""
 BATCH_SECONDS = 1.0
 """Under ``fsync="batch"``, the longest a written line waits for its file's fsync."""
 _SINKS_NEVER_SYNC_BY_THEMSELVES = 2**62
@@ -67,6 +68,8 @@ class Durability:
         self._sync_fds: list[int] = []
         self._sync_targets: list[tuple[Path, int, str] | None] = [None, None, None]
         self._unsynced = [0, 0, 0]  # trace, surface, truth
+        self._unsynced_since: list[float | None] = [None, None, None]
+        """``time.monotonic()`` of each file's oldest unsynced line (the fsync lag ``/metrics`` shows)."""
         self._unsynced_lock = threading.Lock()
         self._batch_seconds = batch_seconds
         self._batch_lines = batch_lines
@@ -123,6 +126,10 @@ class Durability:
                     unsynced = 0
                     due.append(sink)
                 self._unsynced[sink] = unsynced
+                if before == 0 and unsynced:
+                    self._unsynced_since[sink] = time.monotonic()
+                elif not unsynced:
+                    self._unsynced_since[sink] = None
             if before == 0 and unsynced:
                 self._wake.set()
             if before < self._batch_lines <= unsynced:
@@ -143,12 +150,20 @@ class Durability:
                 sinks = [sink for sink, count in enumerate(self._unsynced) if count]
                 for sink in sinks:
                     self._unsynced[sink] = 0
+                    self._unsynced_since[sink] = None
             for sink in sinks:
                 try:
                     self._sync(sink)
                 except AppendOnlyError as exc:
                     logger.error("%s", exc)
                     return
+
+    def fsync_lag_seconds(self) -> float:
+        """How long the oldest line not yet fsynced has waited (0 when every line is synced, or when
+        the setting is ``always``: records complete only once synced)."""
+        with self._unsynced_lock:
+            oldest = [since for since in self._unsynced_since if since is not None]
+        return max(time.monotonic() - min(oldest), 0.0) if oldest else 0.0
 
     def _sync(self, sink: int) -> None:
         """fsync one due file (in a worker thread). A failure makes every later record raise."""

@@ -27,10 +27,9 @@ Files in the evidence directory:
 - ``checkpoint``, ``checkpoints.ndjson``: signed checkpoints of the trace (``checkpoints``);
 - the truth carriers go to the file named by ``--tool-decision-truth-out``.
 
-Argument digests in the trace are keyed (``hmac-sha256:<kid>:...``): with the
-truth producer's key when it is configured, otherwise with a random key held in
-memory for this process only (key id ``ephemeral-<8 hex>``), so digests
-correlate calls within one run and cannot be brute-forced offline.
+Argument digests in the trace are keyed (``hmac-sha256:<kid>:...``): with the truth producer's key
+when it is on, else the configured digest key (``truth_key.digest_key_from_env``: digests match
+across runs), else a random key held in memory for this process only (``ephemeral-<8 hex>``).
 """
 
 from __future__ import annotations
@@ -149,6 +148,7 @@ class EvidenceRecorder(Durability):
         route: Route,
         truth_out: str | Path | None = None,
         truth_key: TruthKey | None = None,
+        digest_key: TruthKey | None = None,
         declared: Callable[[str], Mapping[str, Any]] | None = None,
         fsync: FsyncPolicy = "batch",
         clock: Callable[[], str] = utc_now,
@@ -192,7 +192,7 @@ class EvidenceRecorder(Durability):
             raise
         self._route = route
         self._truth_key = truth_key
-        self._digest_key = truth_key if truth_key is not None else ephemeral_key()
+        self._digest_key = truth_key or digest_key or ephemeral_key()
         self._admitted: dict[int, str] = {}
         """Argument digests of admitted calls not recorded yet, by the identity of their ``ToolCall``."""
         self._declared = declared

@@ -25,6 +25,11 @@ FAMILIES = (
     ("ASSAY_TDT_HMAC_KEY", "ASSAY_TDT_HMAC_KEY_ID"),
 )
 ALL_NAMES = tuple(name for family in FAMILIES for name in family)
+DIGEST_KEY_ENV = "DRAWBRIDGE_ARGS_DIGEST_KEY"
+DIGEST_KEY_ID_ENV = "DRAWBRIDGE_ARGS_DIGEST_KEY_ID"
+DIGEST_KEY_FILE_ENV = "DRAWBRIDGE_ARGS_DIGEST_KEY_FILE"
+DIGEST_NAMES = (DIGEST_KEY_ENV, DIGEST_KEY_ID_ENV, DIGEST_KEY_FILE_ENV)
+MIN_DIGEST_KEY_BYTES = 32
 
 
 class TruthKeyError(ValueError):
@@ -71,4 +76,47 @@ def truth_key_from_env(environ: MutableMapping[str, str] | None = None) -> Truth
         raise TruthKeyError(f"{id_name} is missing")
     if not is_valid_key_id(key_id):
         raise TruthKeyError(f"{id_name} is malformed: it must be non-empty and only [A-Za-z0-9._-]")
+    return TruthKey(key.encode("utf-8"), key_id)
+
+
+def _key_file(path: str) -> TruthKey:
+    """A key file: the key id on its first line, the key as hex on its second; readable by its owner only."""
+    try:
+        if os.stat(path).st_mode & 0o077:
+            raise TruthKeyError(f"{DIGEST_KEY_FILE_ENV}: {path} is readable by others: chmod 600 it")
+        with open(path, encoding="ascii") as file:
+            lines = file.read().split()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TruthKeyError(f"{DIGEST_KEY_FILE_ENV}: cannot read {path} ({type(exc).__name__})") from None
+    if len(lines) != 2 or not is_valid_key_id(lines[0]):
+        raise TruthKeyError(f"{DIGEST_KEY_FILE_ENV}: {path} must hold a key id line and a hex key line")
+    try:
+        key = bytes.fromhex(lines[1])
+    except ValueError:
+        raise TruthKeyError(f"{DIGEST_KEY_FILE_ENV}: the key in {path} is not hex") from None
+    if len(key) < MIN_DIGEST_KEY_BYTES:
+        raise TruthKeyError(f"{DIGEST_KEY_FILE_ENV}: the key in {path} is shorter than {MIN_DIGEST_KEY_BYTES} bytes")
+    return TruthKey(key, lines[0])
+
+
+def digest_key_from_env(environ: MutableMapping[str, str] | None = None) -> TruthKey | None:
+    """The configured key of the trace's argument digests, or None (the recorder then makes an
+    ephemeral one); every digest key variable is REMOVED from ``environ`` first, usable or not.
+
+    ``DRAWBRIDGE_ARGS_DIGEST_KEY_FILE`` names a key file (``_key_file``); or ``DRAWBRIDGE_ARGS_DIGEST_KEY``
+    (at least 32 bytes) and ``DRAWBRIDGE_ARGS_DIGEST_KEY_ID`` give the key itself.
+    """
+    environ = os.environ if environ is None else environ
+    values = {name: environ.pop(name, None) for name in DIGEST_NAMES}
+    file, key, key_id = values[DIGEST_KEY_FILE_ENV], values[DIGEST_KEY_ENV], values[DIGEST_KEY_ID_ENV]
+    if file and (key or key_id):
+        raise TruthKeyError(f"{DIGEST_KEY_FILE_ENV} and {DIGEST_KEY_ENV} are both set; set one")
+    if file:
+        return _key_file(file)
+    if not key and not key_id:
+        return None
+    if not key or len(key.encode("utf-8")) < MIN_DIGEST_KEY_BYTES:
+        raise TruthKeyError(f"{DIGEST_KEY_ENV} must hold at least {MIN_DIGEST_KEY_BYTES} bytes")
+    if not key_id or not is_valid_key_id(key_id):
+        raise TruthKeyError(f"{DIGEST_KEY_ID_ENV} is missing or malformed: it must be only [A-Za-z0-9._-]")
     return TruthKey(key.encode("utf-8"), key_id)

@@ -25,6 +25,7 @@ process left pending expires, then a sweeper expires what comes due).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -38,6 +39,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from drawbridge.canonical import sanitize
+from drawbridge.gateway.pipeline.activity import log_decision
 from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalGate, build_approval_engine, run_approvals
 from drawbridge.gateway.pipeline.call import CallPipeline
@@ -48,10 +50,11 @@ from drawbridge.gateway.pipeline.pins import CataloguePins, CatalogueSource
 from drawbridge.gateway.pipeline.rate_limits import rate_limiter
 from drawbridge.gateway.pipeline.records import CallRecord, Recorder, null_recorder
 from drawbridge.gateway.recording.checkpoints import Checkpointer, evidence_producer, new_run_id
+from drawbridge.gateway.recording.metrics import GatewayMetrics
 from drawbridge.gateway.recording.recorder import EvidenceRecorder, utc_now
 from drawbridge.gateway.recording.telemetry import Telemetry, TelemetryUnavailable
 from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
-from drawbridge.gateway.recording.truth_key import TruthKey, TruthKeyError, truth_key_from_env
+from drawbridge.gateway.recording.truth_key import TruthKey, TruthKeyError, digest_key_from_env, truth_key_from_env
 from drawbridge.gateway.runtime.admin_token import AdminTokenProblem, ensure_admin_token, token_file_for
 from drawbridge.gateway.runtime.replicas import approval_keys, follow, open_shared, replica_name
 from drawbridge.gateway.runtime.settings import STATE_FILE, RuntimeSettings
@@ -59,7 +62,7 @@ from drawbridge.policy.declared import DeclaredContracts, fixed_contract
 from drawbridge.state.append_only import AppendOnlyError, AppendOnlyLocked
 from drawbridge.state.checkpoint_files import CheckpointFiles
 from drawbridge.state.pins import SqlitePinStore
-from drawbridge.state.policy_store import watch_policies
+from drawbridge.state.policy_store import ReloadResult, watch_policies
 from drawbridge.state.signing_keys import KEYS_DIR, KeyFileError, open_keys
 from drawbridge.state.backend import StateBackend
 from drawbridge.state.key_ring import KeyRingMismatch
@@ -71,6 +74,11 @@ if TYPE_CHECKING:
     from drawbridge.control.services import RecentCallRing
 
 logger = logging.getLogger("drawbridge.gateway")
+
+POLICY_SET_KIND = "mesh.policy_set"
+"""The trace entry naming the policy set a run starts with; the decisions after it (until the next
+``mesh.policy_reload`` or ``mesh.policy_edit``) were decided by that set."""
+POLICY_RELOAD_KIND = "mesh.policy_reload"
 
 
 class StartupProblem(Exception):
@@ -113,11 +121,21 @@ def open_recorder(
         contract = fixed_contract(settings.allow_all)
         declared = lambda _agent: contract  # noqa: E731 -- one constant contract
     try:
+        digest_key = digest_key_from_env(os.environ)
+    except TruthKeyError as exc:
+        raise StartupProblem(f"argument digest key: {exc}") from None
+    if digest_key is not None and truth_key is not None:
+        raise StartupProblem(
+            "argument digest key: the truth producer's key keys the digests when it is on; unset "
+            "DRAWBRIDGE_ARGS_DIGEST_KEY* or the truth producer's key"
+        )
+    try:
         return EvidenceRecorder(
             settings.evidence_dir,
             route=settings.server_id,
             truth_out=settings.truth_out,
             truth_key=truth_key,
+            digest_key=digest_key,
             declared=declared,
             fsync=settings.fsync,  # type: ignore[arg-type]
             replica=replica_id,
@@ -183,6 +201,17 @@ def open_telemetry(
     if checkpointer is not None:
         checkpointer.published.append(telemetry.checkpoint)
     return telemetry
+
+
+def open_metrics(guard: EvidenceGuard, recorder: Recorder) -> GatewayMetrics:
+    """The gateway's metrics, fed by every written batch of records and every evidence write."""
+    metrics = GatewayMetrics()
+    guard.batch_observers.append(metrics.observe_batch)
+    guard.write_timer = metrics.write_seconds
+    if isinstance(recorder, EvidenceRecorder):
+        metrics.fsync_lag_seconds = recorder.fsync_lag_seconds
+    metrics.evidence_broken = lambda: guard.failed
+    return metrics
 
 
 def open_state(path: str | None) -> tuple[StateDB, str | None]:
@@ -257,6 +286,8 @@ class Runtime:
     """This replica's name on a shared state (None: SQLite, one gateway)."""
     pins_changed_elsewhere: list[Callable[[str], Any]] = field(default_factory=list)
     """Called with a server whose pins another replica changed, after they are checked here."""
+    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
+    """What ``/metrics`` shows, fed by every recorded call."""
 
     @classmethod
     def build(cls, settings: RuntimeSettings) -> Runtime:
@@ -265,6 +296,8 @@ class Runtime:
         replica_id = replica_name(settings.shared_state) if settings.shared_state is not None else None
         recorder = open_recorder(settings, policy, load_truth_key(settings), replica_id)
         guard = EvidenceGuard(recorder)
+        guard.observers.append(log_decision)  # the operator's live line per decision (no arguments)
+        metrics = open_metrics(guard, recorder)
         state_db: StateBackend | None = None
         temp_dir: str | None = None
         checkpointer: Checkpointer | None = None
@@ -307,7 +340,7 @@ class Runtime:
             raise
         return cls(
             settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, checkpointer, telemetry,
-            temp_dir, admin_digest, admin_file, replica_id,
+            temp_dir, admin_digest, admin_file, replica_id, metrics=metrics,
         )
 
     def recent_calls(self) -> RecentCallRing:
@@ -333,12 +366,28 @@ class Runtime:
         async with anyio.create_task_group() as tg:
             await tg.start(self.pipeline.run)
             if isinstance(self.policy, PolicyDecider):
-                tg.start_soon(watch_policies, self.policy.store)
+                store = self.policy.store
+                await self.guard.append(POLICY_SET_KIND, {
+                    "policy_set_digest": store.digest, "files": dict(store.files), "generation": store.generation,
+                })
+                tg.start_soon(functools.partial(watch_policies, store, on_reload=self._policy_reloaded))
             if self.engine is not None:
                 await tg.start(self._run_approvals)
             if isinstance(self.state_db, PostgresDB):
                 await tg.start(follow, self.state_db, self.engine, self.pins, self.pins_changed_elsewhere)
             task_status.started()
+
+    async def _policy_reloaded(self, result: ReloadResult) -> None:
+        """A hand edit picked up by the watcher, recorded as control-plane edits are: which files changed
+        and the policy set's digest before and after (a reload that failed keeps the set: recorded too)."""
+        body: dict[str, Any] = {
+            "files_changed": list(result.changed), "policy_set_digest_before": result.digest_before,
+            "policy_set_digest_after": result.digest_after, "generation": result.generation,
+            "loaded": result.ok,
+        }
+        if result.error is not None:
+            body["error"] = str(result.error)
+        await self.guard.append(POLICY_RELOAD_KIND, body)
 
     async def _run_approvals(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         assert self.engine is not None

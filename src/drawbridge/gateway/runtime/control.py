@@ -26,9 +26,11 @@ from drawbridge.control import (
     control_app,
     control_routes,
 )
+from drawbridge.control.auth import AdminAuth
 from drawbridge.gateway.pipeline.pins import CataloguePins
 from drawbridge.gateway.recording.recorder import SURFACE_FILE, TRACE_FILE
 from drawbridge.gateway.runtime.assembly import Runtime
+from drawbridge.gateway.runtime.operating import metrics_route
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
 from drawbridge.policy.model import Action
 from drawbridge.state.pins import PinStoreUnavailable, SqlitePinStore
@@ -179,12 +181,13 @@ def routes(services: ControlServices, runtime: Runtime) -> list[BaseRoute]:
 
 
 def app(services: ControlServices, runtime: Runtime) -> Any:
-    """The control plane as an app of its own (its own listener, apart from ``/mcp``), with the web
-    console at ``/console/`` behind the same credential."""
+    """The control plane as an app of its own (its own listener, apart from ``/mcp``), with ``/metrics``
+    and the web console at ``/console/`` behind the same credential."""
     from drawbridge.control.console import console_mount  # templates are loaded only when served
 
     digest = _credential(runtime)
     plane = control_app(services, admin_token_sha256=digest)
+    plane.router.routes.append(metrics_route(runtime, AdminAuth(digest)))
     evidence = Path(runtime.settings.evidence_dir) if runtime.settings.evidence_dir is not None else None
     trace, surfaces = (None, None) if evidence is None else (evidence / TRACE_FILE, evidence / SURFACE_FILE)
     plane.router.routes.append(

@@ -96,6 +96,12 @@ class ServeParts:
     """The control plane's services, when a control plane is served."""
     visible: VisibleTools | None = None
 
+    def upstream_up(self) -> dict[str, bool]:
+        """Each upstream by name: connected and serving (``/readyz``, ``/metrics``)."""
+        states = {upstream.name: upstream.ready for upstream in self.upstreams}
+        states.update((name, True) for name in self.hub.local)  # opened at startup, or serve did not start
+        return states
+
     async def announce_policy_changes(self, runtime: Runtime, interval: float = POLICY_POLL_SECONDS) -> None:
         """Under ``hide_denied_tools``: after every successful policy reload (a file edited, a control
         plane edit), tell handshake-era agents that their tool list may differ. Runs until cancelled."""

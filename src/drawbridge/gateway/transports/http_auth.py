@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from drawbridge.activity_log import activity
 from drawbridge.config_oauth import OAuthConfig
 from drawbridge.gateway.protocol.jsonrpc import Kind, Message
 from drawbridge.gateway.protocol.methods import TOOLS_CALL
@@ -123,10 +124,14 @@ class Authenticator:
 
     # -- the check
 
-    def refuse(self, peer: str, reason: str, error: str | None = "invalid_token") -> Refusal:
-        """A 401. A presented credential that fails is logged at WARNING; a request with none (how
-        every OAuth client starts, to be told where to sign in) at INFO."""
-        logger.log(logging.WARNING if error else logging.INFO, "sign-in refused at /mcp from %s: %s", peer, reason)
+    def refuse(
+        self, peer: str, reason: str, error: str | None = "invalid_token", problem: str = "invalid_token"
+    ) -> Refusal:
+        """A 401, and its ``login_refused`` activity line: at WARNING for a presented credential that
+        fails, at INFO for a request with none (how every OAuth client starts, to be told where to sign
+        in). The line says what was wrong, never the token."""
+        level = logging.WARNING if error else logging.INFO
+        activity("login_refused", {"listener": "mcp", "problem": problem, "client": peer, "reason": reason}, level)
         if self.oauth is None:
             return Refusal(401, AUTH_REQUIRED, "Bearer")
         message = "authentication refused: " + reason if error else AUTH_REQUIRED
@@ -138,13 +143,13 @@ class Authenticator:
         if agent is not None:
             return Identity(agent)
         if authorization is None or not authorization.strip():
-            return self.refuse(peer, "no credential presented", error=None)
+            return self.refuse(peer, "no credential presented", error=None, problem="missing")
         scheme, _, token = authorization.strip().partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
-            return self.refuse(peer, "the Authorization header is not a bearer token")
+            return self.refuse(peer, "the Authorization header is not a bearer token", problem="not_bearer")
         if self.oauth is None or self.keys is None:
-            return self.refuse(peer, "the bearer token matches no agent")
+            return self.refuse(peer, "the bearer token matches no agent", problem="unknown_token")
         identity = await self._verify(token, peer)
         if isinstance(identity, Identity) and (missing := [s for s in self.oauth.scopes if s not in (identity.scopes or ())]):
             return self.insufficient(peer, identity.agent, missing)

@@ -56,12 +56,12 @@ async def serve_http(app: Starlette, sock: socket.socket, on_ready: Callable[[st
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
-        while not server.started and not done.is_set():
-            await anyio.sleep(0.01)
-        if on_ready is not None and server.started:
-            host, port = sock.getsockname()[:2]
-            on_ready(host, port)
-        try:
+        try:  # cancelled while the server still starts, too: it must then be told to exit
+            while not server.started and not done.is_set():
+                await anyio.sleep(0.01)
+            if on_ready is not None and server.started:
+                host, port = sock.getsockname()[:2]
+                on_ready(host, port)
             await done.wait()
         finally:
             server.should_exit = True

@@ -3,7 +3,8 @@
 Invariant: the child never sees the gateway's own secrets (every ``DRAWBRIDGE_*`` variable is removed
 before spawn, plus whatever the caller's ``EnvPolicy`` removes), and the gateway never outlives its
 knowledge of the child: when the child's stdout ends, ``lines()`` ends, and ``exit_description()`` says
-how the child ended. The child's stderr is the gateway's stderr (passed through, not relayed).
+how the child ended. The child's stderr is the gateway's stderr (passed through), or, under serve,
+relayed as log lines that name the upstream (``relay_stderr``).
 
 Theory of operation. ``UpstreamProcess.spawn`` starts the command in its own process group with piped
 stdin and stdout. Writes go through one lock so that lines from concurrent calls never interleave; a
@@ -22,6 +23,7 @@ import asyncio
 import os
 import signal
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -29,12 +31,16 @@ from typing import Final
 import anyio
 from anyio.abc import Process
 
+from drawbridge.activity_log import activity
+from drawbridge.canonical import sanitize
 from drawbridge.gateway.protocol.jsonrpc import LineFramer, Oversize
 from drawbridge.gateway.upstreams.pipes import FdReceiveStream
 
 GRACE_SECONDS: Final = 2.0
 KILL_SECONDS: Final = 2.0
 READ_CHUNK: Final = 65536
+STDERR_LINE_CAP: Final = 4096
+"""The longest stderr line relayed whole; the rest of a longer one is cut."""
 
 EnvFilter = Callable[[Mapping[str, str]], dict[str, str]]
 """Takes the gateway's environment, returns the child's."""
@@ -85,6 +91,25 @@ async def _pipe_writer(fd: int) -> asyncio.StreamWriter:
     return asyncio.StreamWriter(transport, protocol, None, loop)
 
 
+def _close_fds(*fds: int | None) -> None:
+    for fd in fds:
+        if fd is not None:
+            os.close(fd)
+
+
+def relay_stderr(fd: int, label: str) -> None:
+    """Relay the child's stderr, line by line, as log lines naming the upstream (``upstream_stderr``),
+    in a thread of its own that ends with the child's stderr; it owns ``fd``. Not on any call's path."""
+
+    def relay() -> None:
+        with open(fd, "rb") as lines:
+            for raw in lines:
+                line = raw.rstrip(b"\r\n").decode("utf-8", "replace")[:STDERR_LINE_CAP]
+                activity("upstream_stderr", {"upstream": label, "line": sanitize(line)})
+
+    threading.Thread(target=relay, name=f"drawbridge-stderr-{label}", daemon=True).start()
+
+
 class UpstreamGone(Exception):
     """The child can no longer be written to."""
 
@@ -115,7 +140,10 @@ class UpstreamProcess:
         cwd: str | None = None,
         max_message_bytes: int,
         environ: Mapping[str, str] | None = None,
+        stderr_label: str | None = None,
     ) -> UpstreamProcess:
+        """Start the child; with ``stderr_label`` its stderr lines are relayed as the gateway's own
+        log lines naming it (``relay_stderr``), else its stderr is the gateway's."""
         if not argv:
             raise UpstreamStartError("no upstream command was given")
         source = os.environ if environ is None else environ
@@ -125,28 +153,28 @@ class UpstreamProcess:
         # the child has written so far; stdin is written through an asyncio transport.
         stdin_read, stdin_write = os.pipe()
         stdout_read, stdout_write = os.pipe()
+        stderr_read, stderr_write = os.pipe() if stderr_label is not None else (None, None)
         try:
             process = await anyio.open_process(
                 list(argv),
                 stdin=stdin_read,
                 stdout=stdout_write,
-                stderr=None,
+                stderr=stderr_write,
                 env=env,
                 cwd=cwd,
                 start_new_session=True,
             )
         except OSError as exc:
-            os.close(stdin_write)
-            os.close(stdout_read)
+            _close_fds(stdin_write, stdout_read, stderr_read)
             raise UpstreamStartError(f"cannot start upstream {argv[0]!r}: {exc.strerror or exc}") from exc
         except BaseException:
-            os.close(stdin_write)
-            os.close(stdout_read)
+            _close_fds(stdin_write, stdout_read, stderr_read)
             raise
         finally:
             # The child holds these ends now: EOF on its stdout comes when it (and what it started) is gone.
-            os.close(stdin_read)
-            os.close(stdout_write)
+            _close_fds(stdin_read, stdout_write, stderr_write)
+        if stderr_read is not None and stderr_label is not None:
+            relay_stderr(stderr_read, stderr_label)
         try:
             stdin = await _pipe_writer(stdin_write)
         except BaseException:

@@ -207,6 +207,8 @@ class UpstreamSession:
             when = f"; next attempt in {self.next_attempt_in:.1f} s" if self.next_attempt_in is not None else ""
             why = f" ({self.last_error})" if self.last_error else ""
             return f"upstream {self.name!r} is disconnected{why}{when}"
+        if self.last_error:
+            return f"upstream {self.name!r} is reconnecting (last attempt: {self.last_error})"
         return f"upstream {self.name!r} is connecting"
 
     async def wait_settled(self) -> None:
@@ -246,7 +248,8 @@ class UpstreamSession:
                 attempt += 1
                 self.state = State.RECONNECTING
                 self.next_attempt_in = delay
-                logger.warning("upstream %r: %s; reconnecting in %.1f s", self.name, reason, delay)
+                # The hub records and logs the loss once, as an ``upstream_exited`` incident, with this cause.
+                logger.info("upstream %r: %s; reconnecting in %.1f s", self.name, reason, delay)
                 await self._tell_state()
                 await anyio.sleep(delay)
         self.state = State.CLOSED
@@ -292,6 +295,7 @@ class UpstreamSession:
                 cwd=config.cwd,
                 max_message_bytes=self._max,
                 environ=self._environ,
+                stderr_label=self.name,
             )
             return StdioLink(process)
         assert config.url is not None
@@ -311,6 +315,7 @@ class UpstreamSession:
         exchange.attach(link)
         ended: list[str] = []
         failure: str | None = None
+        lost = False
         try:
             async with anyio.create_task_group() as tg:
                 exchange.tasks = tg
@@ -325,6 +330,7 @@ class UpstreamSession:
                     await self._refresh_tools(initial=True)
                 except (_ConnectFailed, UpstreamLost, UpstreamUnavailable, TimeoutError) as exc:
                     failure = f"the handshake failed: {exc}"
+                    lost = isinstance(exc, UpstreamLost)
                     tg.cancel_scope.cancel()
                 else:
                     self.state = State.READY
@@ -340,6 +346,11 @@ class UpstreamSession:
                 reason = ended[0] if ended else "the connection was closed"
                 exchange.lose_all(reason)
         if failure is not None:
+            # A child that died mid-handshake fails the write and ends the read, in either order: the
+            # cause reported is always how it ended (one failure, one cause), not which side saw it first.
+            process = getattr(link, "process", None)
+            if lost and process is not None and process.returncode is not None:
+                failure = f"the connection ended during the handshake ({process.exit_description()})"
             raise _ConnectFailed(failure)
         if self.state is not State.READY:
             raise _ConnectFailed(f"the connection ended during the handshake ({reason})")

@@ -92,11 +92,13 @@ from typing import Any, Final, Protocol
 
 import anyio
 
+from drawbridge.activity_log import activity, rule_of
 from drawbridge.approval.binding import binding_digest
 from drawbridge.approval.channels import Channel
 from drawbridge.approval.memory import MemoryConfig, memory_key_digest
 from drawbridge.approval.shape import ArgumentShape, ShapeError, argument_shape, injection_findings
 from drawbridge.approval.shown_arguments import ShownArguments
+from drawbridge.canonical import sanitize
 from drawbridge.gateway.pipeline.approvals.grants import Clock, GrantService, TraceAppend, utc_clock
 from drawbridge.gateway.pipeline.approvals.held_arguments import HeldArguments
 from drawbridge.gateway.pipeline.approvals.by_link import LinkAsker
@@ -104,15 +106,11 @@ from drawbridge.gateway.pipeline.approvals.questions import Elicit, pending
 from drawbridge.gateway.pipeline.approvals.request_states import RequestStates, new_nonce
 from drawbridge.gateway.pipeline.approvals.resolutions import Resolutions
 from drawbridge.gateway.pipeline.approvals.settlement import (
-    Settlement,
-    SettlementKind,
-    clip,
-    denied,
-    settlement_of,
+    Settlement, SettlementKind, clip, denied, settlement_of,
 )
 from drawbridge.gateway.pipeline.approvals.standing import ApprovalMemory, grant_settlement
 from drawbridge.gateway.pipeline.tool_call import ToolCall
-from drawbridge.gateway.pipeline.verdicts import Action, Verdict
+from drawbridge.gateway.pipeline.verdicts import Action, Verdict, described
 from drawbridge.policy.model import Approver
 from drawbridge.state.approval_uses import ApprovalUses, SqliteApprovalUses
 from drawbridge.state.approvals import Approval, ApprovalStatus, ApprovalStore, SqliteApprovalStore
@@ -223,13 +221,8 @@ class ApprovalEngine:
     @classmethod
     def on_state_db(cls, db: StateBackend, trace_append: TraceAppend, **options: Any) -> ApprovalEngine:
         """An engine on the embedded SQLite state: approval queue, grants and the use ledger share ``db``."""
-        return cls(
-            SqliteApprovalStore(db),
-            SqliteGrantStore(db),
-            trace_append,
-            uses=SqliteApprovalUses(db),
-            **options,
-        )
+        stores = SqliteApprovalStore(db), SqliteGrantStore(db)
+        return cls(*stores, trace_append, uses=SqliteApprovalUses(db), **options)
 
     @property
     def store(self) -> ApprovalStore:
@@ -445,7 +438,7 @@ class ApprovalEngine:
 
     async def _submit(self, call: ToolCall, terms: _Terms, now: datetime) -> Approval:
         verdict = terms.verdict
-        reason = clip(f"{verdict.provenance.label()}: {verdict.reason}", 4000) or "human_approval"
+        reason = clip(described(verdict, verdict.reason), 4000) or "human_approval"
         return await self._store.submit(
             agent=call.agent,
             tool=call.tool,
@@ -488,12 +481,12 @@ class ApprovalEngine:
                 except Exception:  # noqa: BLE001 -- the trace failure is the error to report
                     logger.error("approval %s could not be expired after a trace failure", approval.id)
             raise
+        activity("approval_asked", {
+            "approval_id": approval.id, "agent": sanitize(call.agent), "tool": sanitize(call.tool),
+            "rule": rule_of(approval.source_file, approval.rule_index, approval.policy), "mode": mode,
+            "approver": approval.approver.value,
+        })
         return approval
 
 
-__all__ = [
-    "DEFAULT_TIMEOUT_SECONDS",
-    "TRACE_REQUESTED",
-    "ApprovalEngine",
-    "DigestKey",
-]
+__all__ = ["DEFAULT_TIMEOUT_SECONDS", "TRACE_REQUESTED", "ApprovalEngine", "DigestKey"]

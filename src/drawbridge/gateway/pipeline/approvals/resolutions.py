@@ -32,7 +32,9 @@ from typing import Any, Final
 
 import anyio
 
+from drawbridge.activity_log import activity
 from drawbridge.approval.channels import Channel
+from drawbridge.canonical import sanitize
 from drawbridge.gateway.pipeline.approvals.grants import Clock, TraceAppend
 from drawbridge.gateway.pipeline.approvals.held_arguments import HeldArguments
 from drawbridge.gateway.pipeline.approvals.questions import Elicit, question_params
@@ -269,8 +271,13 @@ class Resolutions:
         async with self._record_lock:
             if approval.id in self._recorded:
                 return
-            await self._trace(TRACE_RESOLVED, approval.resolution_record())
+            body = approval.resolution_record()
+            await self._trace(TRACE_RESOLVED, body)
             self._mark_recorded(approval.id)
+        activity("approval_resolved", {
+            "approval_id": approval.id, "agent": sanitize(approval.agent), "tool": sanitize(approval.tool),
+            "status": body["status"], "by": sanitize(body["resolved_by"]), "channel": body["channel"],
+        })
 
 
 __all__ = ["TRACE_RESOLVED", "UNANSWERABLE", "Resolutions"]

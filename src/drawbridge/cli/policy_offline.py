@@ -1,0 +1,206 @@
+"""``drawbridge policy check|explain|test``: the policy, checked before it runs, without a gateway.
+
+Invariant: these commands decide with the code the gateway runs (``drawbridge.policy.evaluate``, through
+the same ``PolicyStore.evaluate`` the gateway's decider calls) on the files loaded the way the gateway
+loads them (``state.policy_files``), so what they say is what a running gateway would decide for the
+policy. They never connect an agent, never call a tool and never open the evidence.
+
+Exit codes: ``check``: 0 loaded (warnings printed), 1 the policy does not load, 2 usage or a
+configuration that cannot be read. ``explain``: 0, or 1 when the policy does not load. ``test``: 0
+every expectation holds, 1 one does not (or a policy or table does not load), 2 usage.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import click
+
+from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT
+from drawbridge.config import ConfigError, GatewayConfig, load_config
+from drawbridge.policy.lint import Finding, dead_rules, shadowed_rules
+from drawbridge.policy.load import PolicyLoadError, parse_yaml
+from drawbridge.policy.model import PolicySet
+from drawbridge.state.policy_store import PolicyStore
+
+CATALOGUE_TIMEOUT_SECONDS = 30.0
+
+
+def _config(path: str | None) -> GatewayConfig | None:
+    if path is None:
+        return None
+    try:
+        return load_config(path, uses=frozenset())  # no agent and no operator is served here
+    except ConfigError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_INPUT)
+
+
+def _store(policy: str | None, config: GatewayConfig | None) -> PolicyStore:
+    """The policy as the gateway would load it: ``--policy``, else the configuration's."""
+    path = policy or (config.policy_dir or config.policy_file if config is not None else None)
+    if path is None:
+        raise click.UsageError("give --policy DIR|FILE, or --config FILE naming policy_dir or policy_file")
+    if not Path(path).exists():
+        click.echo(f"drawbridge: policy directory does not exist: {path}", err=True)
+        sys.exit(EXIT_FAILED)
+    try:
+        return PolicyStore.open(path)
+    except PolicyLoadError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
+
+
+def served_names(config: GatewayConfig, timeout: float) -> tuple[list[str], list[str]]:
+    """The tool names serve would serve for ``config`` (read live), and the upstreams that did not answer."""
+    from drawbridge.cli.discover_cmd import discover
+
+    found = anyio.run(discover, config, timeout)
+    answered = {tool.server for tool in found.tools}
+    missing = [name for name in config.upstream_names if name not in answered]
+    return [tool.name for tool in found.tools], missing
+
+
+def lint(policies: PolicySet, names: list[str] | None, missing: list[str]) -> list[Finding]:
+    findings = shadowed_rules(policies, names)
+    if names is not None:
+        unknown = tuple(f"{name}." for name in missing)
+        findings += [
+            finding for finding in dead_rules(policies, names)
+            if not any(text.startswith(unknown) for text in _rule_texts(policies, finding))
+        ]
+    return sorted(findings, key=lambda f: (f.source_file, f.rule_index, f.kind))
+
+
+def _rule_texts(policies: PolicySet, finding: Finding) -> list[str]:
+    for policy in policies.policies:
+        if policy.name == finding.policy and policy.source_file == finding.source_file:
+            return [pattern.text for pattern in policy.rules[finding.rule_index].tools]
+    return []
+
+
+@click.command(name="check")
+@click.option("--policy", metavar="DIR|FILE", help="The policy directory or file (default: the configuration's).")
+@click.option("--config", "config_path", metavar="FILE",
+              help="Read the upstreams' catalogues live and warn about rules that match no served tool.")
+@click.option("--timeout", type=click.FloatRange(min=0.1, max=600), default=CATALOGUE_TIMEOUT_SECONDS,
+              show_default=True, help="Seconds to wait for the upstreams (with --config).")
+def check(policy: str | None, config_path: str | None, timeout: float) -> None:
+    """Load and validate the policy; warn about rules that can never decide.
+
+    \b
+    A rule is shadowed when an earlier unconditional rule of its policy matches every tool it names;
+    with --config, a rule is dead when it matches no tool the upstreams serve (a name written without
+    its upstream's prefix, say). Exit 1 when the policy does not load, 0 otherwise.
+    """
+    config = _config(config_path)
+    store = _store(policy, config)
+    names: list[str] | None = None
+    missing: list[str] = []
+    if config is not None:
+        names, missing = served_names(config, timeout)
+        for name in missing:
+            click.echo(f"warning: upstream {name!r} did not answer: rules naming its tools are not checked")
+    findings = lint(store.current, names, missing)
+    for finding in findings:
+        click.echo(f"warning: {finding.describe()}")
+    rules = sum(len(p.rules) for p in store.current.policies)
+    catalogue = f", {len(names)} served tools" if names is not None else ""
+    click.echo(f"{len(store.current.policies)} policies, {rules} rules{catalogue}: {len(findings)} warning(s)")
+
+
+def _arguments(text: str | None) -> Any:
+    if text is None:
+        return {}
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc.msg} at character {exc.pos}", param_hint="--args") from None
+
+
+@click.command(name="explain")
+@click.option("--policy", metavar="DIR|FILE", help="The policy directory or file (default: the configuration's).")
+@click.option("--config", "config_path", metavar="FILE", help="The gateway configuration naming the policy.")
+@click.option("--agent", required=True, metavar="ID", help="The agent id the call comes from.")
+@click.option("--args", "args_json", metavar="JSON", help="The call's arguments (a JSON object).")
+@click.argument("tool")
+def explain(policy: str | None, config_path: str | None, agent: str, args_json: str | None, tool: str) -> None:
+    """Which rule decides TOOL for the agent, and why (the gateway's own evaluation)."""
+    from drawbridge.policy.evaluate import explain as table_entry
+
+    store = _store(policy, _config(config_path))
+    arguments = _arguments(args_json)
+    decision = store.evaluate(agent, tool, arguments)
+    rule = f"{decision.source_file}:{decision.rule_index} (line {decision.line})" if decision.rule_index is not None else "-"
+    click.echo(f"action: {decision.action.value}")
+    click.echo(f"rule: {rule}" + (f" of policy {decision.policy!r}" if decision.policy else " (no rule matched)"))
+    click.echo(f"basis: {decision.basis.value}")
+    click.echo(f"reason: {decision.reason}")
+    if decision.action.value == "human_approval":
+        click.echo(f"approver: {decision.approver.value}")
+    view = table_entry(store.current, agent, tool)
+    for candidate in view.conditional:
+        click.echo(f"considered first: rule {candidate.rule.index} of {candidate.policy.source_file} "
+                   f"(line {candidate.rule.line}, {candidate.rule.action.value} when its conditions hold)")
+    click.echo("floors: a changed pin (pin_tools) or a CLI dispatcher can only raise this at run time "
+               "(drawbridge tools decisions shows them for a running gateway)")
+
+
+def _cases(path: Path) -> tuple[Path | None, list[dict[str, Any]]]:
+    """A table file: ``policy`` (relative to the file) and ``cases`` (agent, tool, arguments, expect)."""
+    try:
+        document = json.loads(json.dumps(parse_yaml(path.read_text(encoding="utf-8"), str(path))))
+    except (OSError, UnicodeDecodeError, PolicyLoadError, TypeError, ValueError) as exc:
+        raise click.ClickException(f"{path}: cannot read the table: {exc}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("cases"), list):
+        raise click.ClickException(f"{path}: a table is a mapping with a 'cases' list")
+    policy = document.get("policy")
+    return (path.parent / str(policy) if policy is not None else None), list(document["cases"])
+
+
+@click.command(name="test")
+@click.option("--policy", metavar="DIR|FILE", help="The policy (default: each table's own 'policy' key).")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def test(policy: str | None, files: tuple[Path, ...]) -> None:
+    """Check table-driven expectations: each case's agent, tool and arguments must get its action.
+
+    \b
+    A table (YAML):
+      policy: ./policies          # relative to the table file
+      cases:
+        - {agent: claude, tool: git.git_status, expect: allow}
+        - {agent: claude, tool: git.git_push, arguments: {force: true}, expect: deny, rule: 2}
+    """
+    failed = passed = 0
+    for path in files:
+        own, cases = _cases(path)
+        store = _store(policy or (str(own) if own is not None else None), None)
+        for number, case in enumerate(cases, start=1):
+            problem = _check_case(store, case)
+            if problem is None:
+                passed += 1
+            else:
+                failed += 1
+                click.echo(f"FAIL {path}: case {number} ({case.get('agent')} {case.get('tool')}): {problem}")
+    click.echo(f"{passed} passed, {failed} failed")
+    if failed:
+        sys.exit(EXIT_FAILED)
+
+
+def _check_case(store: PolicyStore, case: Any) -> str | None:
+    if not isinstance(case, dict) or not all(isinstance(case.get(k), str) for k in ("agent", "tool", "expect")):
+        return "a case needs agent, tool and expect (strings)"
+    decision = store.evaluate(case["agent"], case["tool"], case.get("arguments", {}))
+    if decision.action.value != case["expect"]:
+        where = f"rule {decision.rule_index} of {decision.source_file}" if decision.rule_index is not None else "no rule"
+        return f"expected {case['expect']}, got {decision.action.value} ({where}: {decision.reason})"
+    if "rule" in case and case["rule"] != decision.rule_index:
+        return f"expected rule {case['rule']}, decided by rule {decision.rule_index}"
+    return None
+
+
+__all__ = ["check", "explain", "test"]

@@ -1,0 +1,48 @@
+"""The secrets a configuration names: tokens given as a SHA-256 or by an environment variable.
+
+Invariant: a token's value never leaves this module; what the configuration keeps is its SHA-256. A
+command reads only the secrets it uses (``USES_ALL`` for ``serve`` over HTTP; ``discover`` uses none,
+``serve --stdio`` no agent token), so a variable it does not use is not required.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Final
+
+from drawbridge.config_reader import ENV_NAME, Reader
+
+HEX64: Final = re.compile(r"[0-9a-f]{64}")
+USES_ALL: Final = frozenset({"admin", "agents"})
+"""The secrets ``serve`` over HTTP uses: the control plane's and the agents' tokens."""
+
+
+def token_digest(
+    reader: Reader, env: Mapping[str, str], what: str, used: bool = True
+) -> str | None:
+    """The SHA-256 of a token given as ``token_sha256`` or ``token_env``; never the token itself. A
+    command that does not use this secret (``used`` false) is not refused for a missing variable:
+    it gets ``""``."""
+    digest = reader.get("token_sha256", str)
+    env_name = reader.get("token_env", str)
+    if digest is not None and env_name is not None:
+        raise reader.fail("token_env", f"{what}: give token_sha256 or token_env, not both")
+    if digest is not None:
+        if not HEX64.fullmatch(digest):
+            raise reader.fail("token_sha256", f"{what}: token_sha256 must be 64 lowercase hex characters")
+        return digest
+    if env_name is not None:
+        if not ENV_NAME.fullmatch(env_name):
+            raise reader.fail("token_env", f"{what}: {env_name!r} is not an environment variable name")
+        token = env.get(env_name, "")
+        if not token and not used:
+            return ""
+        if not token:
+            raise reader.fail("token_env", f"{what}: environment variable {env_name} is missing or empty")
+        return hashlib.sha256(token.encode()).hexdigest()
+    return None
+
+
+__all__ = ["HEX64", "USES_ALL", "token_digest"]

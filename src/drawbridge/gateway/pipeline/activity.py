@@ -1,0 +1,41 @@
+"""The decision line of each recorded tools/call (``drawbridge.activity_log`` holds the line's shape
+and its invariant: never an argument value).
+
+Theory of operation. ``log_decision`` is an observer of the ``EvidenceGuard``: it sees each call record
+once it is written, so a line says what the trace says.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from drawbridge.activity_log import ACTIVITY, rule_of
+from drawbridge.canonical import sanitize
+from drawbridge.gateway.pipeline.records import CallRecord
+
+
+def log_decision(record: CallRecord) -> None:
+    """The decision line of one recorded call (an observer of ``EvidenceGuard``)."""
+    if not ACTIVITY.isEnabledFor(logging.INFO):
+        return
+    provenance = record.provenance
+    fields: dict[str, Any] = {
+        "agent": sanitize(record.agent),
+        "tool": sanitize(record.tool) if record.tool is not None else None,
+        "action": record.action.value if record.action is not None else None,
+        "rule": (
+            rule_of(provenance.source_file, provenance.rule_index, provenance.policy)
+            if provenance is not None else None
+        ),
+        "outcome": record.outcome.value,
+        "ms": round(record.latency_ms, 2),
+    }
+    if record.approval is not None:
+        how = record.approval.get("how")
+        if how is not None:
+            fields["approval"] = sanitize(str(how))
+    ACTIVITY.info("%s", "decision", extra={"activity": {"event": "decision", **fields}})
+
+
+__all__ = ["log_decision"]

@@ -1,0 +1,100 @@
+"""``drawbridge policy check|explain|test``: a policy checked before it runs, as a real subprocess.
+
+``check --config`` reads the catalogue of a real fixture server (github_like) and finds a rule written
+without the upstream's prefix; ``test`` passes and fails on tables; ``explain`` names the deciding rule.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from conftest import PYTHON, child_env, scaled
+from serve_support import GITHUB, write_config
+
+POLICY = (
+    "name: team\nagent: '*'\nrules:\n"
+    "  - tools: ['github.list_repos']\n    action: allow\n"          # 0
+    "  - tools: ['delete_repo']\n    action: deny\n"                  # 1: no prefix, dead
+    "  - tools: ['github.*']\n    action: human_approval\n"          # 2
+    "  - tools: ['github.get_repo']\n    action: allow\n"             # 3: shadowed by 2
+    "  - tools: ['github.get_repo']\n    action: deny\n"              # 4
+    "    when:\n      - arg: owner\n        op: '=='\n        value: evil\n"
+)
+
+
+def drawbridge(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, env=child_env(None), cwd=cwd,
+        timeout=scaled(90),
+    )
+
+
+def _policies(directory: Path, text: str = POLICY) -> Path:
+    policies = directory / "policies"
+    policies.mkdir(exist_ok=True)
+    (policies / "team.yaml").write_text(text, encoding="utf-8")
+    return policies
+
+
+def test_check_without_a_catalogue_warns_about_a_shadowed_rule_and_exits_0(tmp_path: Path) -> None:
+    result = drawbridge("policy", "check", "--policy", str(_policies(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stdout.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2, result.stdout
+    assert "rule 3: never decides: rule 2" in warnings[0] and "team.yaml:" in warnings[0]
+    assert "rule 4: never decides: rule 2" in warnings[1]
+    assert "1 policies, 5 rules: 2 warning(s)" in result.stdout
+
+
+def test_check_with_the_live_catalogue_finds_the_rule_that_matches_no_tool(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [GITHUB], policies={"team.yaml": POLICY})
+    result = drawbridge("policy", "check", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    dead = [line for line in result.stdout.splitlines() if "matches no tool" in line]
+    assert len(dead) == 1 and "rule 1" in dead[0] and "did you mean github.delete_repo?" in dead[0], result.stdout
+    assert "4 served tools" in result.stdout
+
+
+def test_check_exits_1_on_a_policy_that_does_not_load(tmp_path: Path) -> None:
+    policies = _policies(tmp_path, "name: broken\nagent: '*'\nrules:\n  - tools: ['x']\n    action: maybe\n")
+    result = drawbridge("policy", "check", "--policy", str(policies))
+    assert result.returncode == 1
+    assert "team.yaml" in result.stderr and "maybe" in result.stderr
+    missing = drawbridge("policy", "check", "--policy", str(tmp_path / "nowhere"))
+    assert missing.returncode == 1 and "policy directory does not exist" in missing.stderr
+
+
+def test_explain_names_the_rule_the_gateway_would_apply(tmp_path: Path) -> None:
+    policies = str(_policies(tmp_path))
+    plain = drawbridge("policy", "explain", "--policy", policies, "--agent", "claude", "github.get_repo")
+    assert plain.returncode == 0, plain.stderr
+    assert "action: human_approval" in plain.stdout and "team.yaml:2" in plain.stdout
+    nothing = drawbridge("policy", "explain", "--policy", policies, "--agent", "claude", "slack.post")
+    assert "action: deny" in nothing.stdout and "no rule matched" in nothing.stdout
+    bad = drawbridge("policy", "explain", "--policy", policies, "--agent", "c", "--args", "{nope", "x")
+    assert bad.returncode == 2 and "not JSON" in bad.stderr
+
+
+def test_policy_test_passes_and_fails_on_its_tables(tmp_path: Path) -> None:
+    _policies(tmp_path)
+    good = tmp_path / "good.yaml"
+    good.write_text(json.dumps({"policy": "./policies", "cases": [
+        {"agent": "claude", "tool": "github.list_repos", "expect": "allow", "rule": 0},
+        {"agent": "claude", "tool": "github.get_repo", "arguments": {"owner": "evil"}, "expect": "human_approval"},
+        {"agent": "claude", "tool": "slack.post", "expect": "deny"},
+    ]}), encoding="utf-8")
+    passing = drawbridge("policy", "test", str(good))
+    assert passing.returncode == 0, passing.stdout + passing.stderr
+    assert "3 passed, 0 failed" in passing.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(json.dumps({"policy": "./policies", "cases": [
+        {"agent": "claude", "tool": "github.delete_repo", "expect": "deny"},
+        {"agent": "claude", "tool": "github.list_repos", "expect": "allow", "rule": 2},
+    ]}), encoding="utf-8")
+    failing = drawbridge("policy", "test", str(good), str(bad))
+    assert failing.returncode == 1
+    assert "3 passed, 2 failed" in failing.stdout
+    assert "expected deny, got human_approval (rule 2 of team.yaml" in failing.stdout
+    assert "expected rule 2, decided by rule 0" in failing.stdout
