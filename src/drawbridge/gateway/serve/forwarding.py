@@ -5,6 +5,12 @@ rewritten (``protocol.hop``): the namespace taken off the name, the progress tok
 of the gateway's own, the agent's era envelope removed. While the call is in flight the hub knows
 which agent it belongs to (``Gateway.track``), so the upstream's progress, sampling and elicitation
 reach that agent and nobody else; the tables are cleared however the call ends.
+
+A handshake-era agent's task-augmented call keeps its ``task`` when this upstream runs tool calls as
+tasks (``protocol.tasks``): the upstream's ``CreateTaskResult`` is then held in the hub's task book
+(``task_book.py``) as the line is read, before any later line of the upstream (its status
+notifications) is routed, and the agent receives the gateway's task id. A ``CreateTaskResult`` to a
+call that was not sent as a task is not a ``CallToolResult``: it is answered as an upstream error.
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ from typing import Any, Protocol
 
 from drawbridge.gateway.pipeline.call import CallPipeline, Flight
 from drawbridge.gateway.protocol.hop import outbound_params, progress_token
-from drawbridge.gateway.protocol.jsonrpc import RequestId
+from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, RequestId
 from drawbridge.gateway.protocol.methods import TOOLS_CALL
+from drawbridge.gateway.protocol.tasks import created_result, created_task, offers_task_calls
 from drawbridge.gateway.serve.agents import AgentSession
+from drawbridge.gateway.serve.task_book import HeldTask
 from drawbridge.gateway.upstreams.requests import PendingCall, UpstreamLost, UpstreamUnavailable
 from drawbridge.gateway.upstreams.session import UpstreamSession
 
@@ -35,11 +43,15 @@ class CallTables(Protocol):
 
     def drop_progress_route(self, upstream: UpstreamSession, gateway_token: str) -> None: ...
 
+    def hold_task(self, upstream: UpstreamSession, session: AgentSession, flight: Flight, upstream_task_id: str) -> HeldTask: ...
+
 
 @dataclass(eq=False, slots=True)
 class _InFlight:
     call: PendingCall | None = None
     gateway_token: str | None = None
+    task: bool = False
+    """Sent with its task augmentation: the upstream may answer with a task."""
 
 
 class UpstreamForwarder:
@@ -60,6 +72,8 @@ class UpstreamForwarder:
         state = _InFlight()
         flight.handle = state
         rewrite: dict[str, Any] = {"name": flight.resolved.route.tool}
+        if flight.call is not None and not flight.call.modern and offers_task_calls(self._upstream.capabilities):
+            state.task = rewrite["task"] = True
         token = progress_token(params)
         if token is not None:
             state.gateway_token = self._hub.new_progress_route(self._upstream, session, token, flight.request_id)
@@ -85,6 +99,14 @@ class UpstreamForwarder:
         except UpstreamLost as exc:
             self._pipeline.lost(flight, f"{exc} before answering tools/call")
             return
+        result = body.get("result")
+        task = created_task(result)
+        if task is not None and not state.task:
+            body = {"error": {"code": INTERNAL_ERROR, "message": "the upstream answered with a task the call did not ask for"}}
+        elif task is not None:
+            session: AgentSession = flight.replier.session  # type: ignore[attr-defined]
+            held = self._hub.hold_task(self._upstream, session, flight, task["taskId"])
+            body = {**body, "result": created_result(result, held.task_id)}  # type: ignore[arg-type]
         self._pipeline.answered(flight, body)
 
     def abandon(self, flight: Flight, reason: str, *, timed_out: bool) -> Awaitable[None] | None:

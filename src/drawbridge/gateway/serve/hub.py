@@ -4,7 +4,8 @@ Invariant: the ``Gateway`` is the only place where the two sides' id spaces meet
 maps between them is keyed so that nothing one agent sent or caused is ever attributed to another:
 upstream request id -> (session, agent's request id), gateway progress token -> (session, agent's
 token), (session, token of a relayed server request) -> upstream, resource URI -> upstream
-(``resource_routes.py``), and (upstream, URI) -> subscribers (``subscriptions.py``: agent connections
+(``resource_routes.py``), gateway task id -> (agent, upstream, upstream's task id) (``task_book.py``:
+an agent reaches only its own tasks), and (upstream, URI) -> subscribers (``subscriptions.py``: agent connections
 and listen streams; the upstream stays subscribed while anyone wants the URI, and is subscribed again
 when it reconnects, ``upstream_subscriptions.py``). It also holds the merged tool catalogue, rebuilt
 whenever an upstream's tool list changes, which is the call pipeline's ``Resolver`` under serve: every
@@ -23,7 +24,8 @@ Theory of operation. The gateway runs every ``UpstreamSession`` and is their lis
 upstream are routed here: progress notifications go back by token; list-changed notifications are
 broadcast to handshake-era sessions and published to the 2026-07-28 ``subscriptions/listen`` streams
 that asked for them (``listen_streams.py``; tools: once the merged list has actually changed);
-resource updates go to the sessions and listen streams that subscribed; other notifications and server
+resource updates go to the sessions and listen streams that subscribed; task status notifications to
+the session whose call created the task, or nobody (``task_book.py``); other notifications and server
 requests go to the request they belong to when the upstream says so (HTTP: the SSE stream of one of
 our POSTs), else to the one session with requests in flight on that upstream (notifications: each such
 session, or every session when none has). A server request that cannot be attributed to exactly one
@@ -47,7 +49,7 @@ import anyio.abc
 from anyio.abc import TaskStatus
 
 from drawbridge.catalogue.merged import Catalogue, CatalogueEntry, build_catalogue
-from drawbridge.gateway.pipeline.call import CallPipeline, Forwarder, Resolved
+from drawbridge.gateway.pipeline.call import CallPipeline, Flight, Forwarder, Resolved
 from drawbridge.gateway.pipeline.floors import Route, route_of
 from drawbridge.gateway.protocol.hop import (
     combined_instructions,
@@ -69,8 +71,10 @@ from drawbridge.gateway.protocol.methods import (
     ROOTS_LIST,
     TOOLS_LIST_CHANGED,
 )
+from drawbridge.gateway.protocol.tasks import TASK_STATUS
 from drawbridge.gateway.serve.agents import UNATTRIBUTABLE, AgentSession, NoBackChannel
 from drawbridge.gateway.serve.forwarding import UpstreamForwarder
+from drawbridge.gateway.serve.task_book import HeldTask, TaskBook
 from drawbridge.gateway.serve.listen_streams import ListenStreams
 from drawbridge.gateway.serve.resource_routes import ResourceRoutes
 from drawbridge.gateway.serve.upstream_subscriptions import UpstreamSubscriptions
@@ -151,6 +155,7 @@ class Gateway:
         self.resources = ResourceRoutes(self.upstreams)
         self.subscriptions = UpstreamSubscriptions(self.upstreams, call_timeout=self.settings.call_timeout)
         self.listen_streams = ListenStreams(on_end=self._release)
+        self.task_book = TaskBook(self.guard.append)
         self._tasks: anyio.abc.TaskGroup | None = None
         self._reported_problems: set[str] = set()
         self._on_catalogue = on_catalogue
@@ -215,8 +220,9 @@ class Gateway:
 
     # ------------------------------------------------------------------------------ catalogue
 
-    def capabilities(self) -> dict[str, Any]:
-        return union_capabilities([u.capabilities for u in self.upstreams.values() if u.capabilities])
+    def capabilities(self, *, tasks: bool = False) -> dict[str, Any]:
+        """What the gateway declares; ``tasks`` for a 2025-11-25 session (``protocol.tasks``)."""
+        return union_capabilities([u.capabilities for u in self.upstreams.values() if u.capabilities], tasks=tasks)
 
     def instructions(self) -> str | None:
         return combined_instructions([(u.name, u.instructions) for u in self.upstreams.values()])
@@ -291,6 +297,9 @@ class Gateway:
             if method == RESOURCES_LIST_CHANGED:
                 self.resources.forget_resources(upstream.name)
             await self.broadcast(message)
+            return
+        if method == TASK_STATUS:
+            await self.task_book.status(upstream.name, params)
             return
         if method == RESOURCE_UPDATED:
             uri = params.get("uri") if isinstance(params, dict) else None
@@ -377,6 +386,14 @@ class Gateway:
 
     def drop_progress_route(self, upstream: UpstreamSession, gateway_token: str) -> None:
         self._progress.pop((upstream.name, gateway_token), None)
+
+    def hold_task(self, upstream: UpstreamSession, session: AgentSession, flight: Flight, upstream_task_id: str) -> HeldTask:
+        call = flight.call
+        assert call is not None
+        return self.task_book.hold(
+            agent=session.agent, upstream=upstream.name, upstream_task_id=upstream_task_id, tool=call.tool,
+            request_id=flight.request_id, session=session,
+        )
 
     def client_progress_upstream(self, session: AgentSession, token: Any) -> UpstreamSession | None:
         return self._client_progress.get((session, token)) if valid_token(token) else None
