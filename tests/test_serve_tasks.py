@@ -15,6 +15,7 @@ through the session's typed requests; status notifications, which the SDK does n
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,7 +26,7 @@ import httpx
 import mcp.types as types
 import pytest
 from approval_support import trace
-from conftest import PYTHON, SERVERS
+from conftest import MODERN, PYTHON, SERVERS
 from mcp.client.extension import NotificationBinding
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -207,3 +208,29 @@ async def test_another_agent_cannot_see_read_or_cancel_the_task(world: Any) -> N
         assert (await a.get(task_id)).status == "working"  # still the owner's, untouched
         cancelled = await a.cancel(task_id)
         assert cancelled.task_id == task_id and cancelled.status == "cancelled"
+
+
+def _modern(url: str, method: str, params: dict[str, Any]) -> httpx.Response:
+    """A raw 2026-07-28 request of agent a (the SDK client sends no ``task`` at 2026-07-28)."""
+    headers = {
+        "content-type": "application/json", "accept": "application/json", "authorization": f"Bearer {TOKENS['a']}",
+        "mcp-protocol-version": MODERN, "mcp-method": method,
+    }
+    if "name" in params:
+        headers["mcp-name"] = params["name"]
+    envelope = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {"_meta": envelope, **params}}
+    return httpx.post(url, headers=headers, content=json.dumps(body), timeout=TASK_WAIT_SECONDS)
+
+
+async def test_a_2026_agent_gets_its_call_answered_at_once_and_no_tasks(world: Any) -> None:
+    """No Tasks extension crosses the gateway: a 2026-07-28 call that asks for a task is run as one
+    request, and ``tasks/*`` is not served in that era."""
+    running, tmp_path = world
+    answered = _modern(running.url, "tools/call", {"name": "tasking.brew", "arguments": {"what": "mate"}, "task": TASK})
+    assert answered.status_code == 200, answered.text
+    result = answered.json()["result"]
+    assert result["resultType"] == "complete" and result["content"][0]["text"] == "brew mate"
+    assert created(tmp_path) == []
+    refused = _modern(running.url, "tasks/get", {"taskId": "drawbridge-task-anything"})
+    assert refused.json()["error"]["code"] == types.METHOD_NOT_FOUND

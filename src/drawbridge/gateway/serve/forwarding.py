@@ -45,6 +45,8 @@ class CallTables(Protocol):
 
     def hold_task(self, upstream: UpstreamSession, session: AgentSession, flight: Flight, upstream_task_id: str) -> HeldTask: ...
 
+    def drop_task(self, held: HeldTask) -> None: ...
+
 
 @dataclass(eq=False, slots=True)
 class _InFlight:
@@ -101,13 +103,15 @@ class UpstreamForwarder:
             return
         result = body.get("result")
         task = created_task(result)
+        held: HeldTask | None = None
         if task is not None and not state.task:
             body = {"error": {"code": INTERNAL_ERROR, "message": "the upstream answered with a task the call did not ask for"}}
         elif task is not None:
             session: AgentSession = flight.replier.session  # type: ignore[attr-defined]
             held = self._hub.hold_task(self._upstream, session, flight, task["taskId"])
             body = {**body, "result": created_result(result, held.task_id)}  # type: ignore[arg-type]
-        self._pipeline.answered(flight, body)
+        if not self._pipeline.answered(flight, body) and held is not None:
+            self._hub.drop_task(held)  # the call had ended (timed out, cancelled): nobody will ask for it
 
     def abandon(self, flight: Flight, reason: str, *, timed_out: bool) -> Awaitable[None] | None:
         state = flight.handle

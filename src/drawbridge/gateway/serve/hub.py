@@ -71,7 +71,7 @@ from drawbridge.gateway.protocol.methods import (
     ROOTS_LIST,
     TOOLS_LIST_CHANGED,
 )
-from drawbridge.gateway.protocol.tasks import TASK_STATUS
+from drawbridge.gateway.protocol.tasks import TASK_STATUS, TASKS_CANCEL
 from drawbridge.gateway.serve.agents import UNATTRIBUTABLE, AgentSession, NoBackChannel
 from drawbridge.gateway.serve.forwarding import UpstreamForwarder
 from drawbridge.gateway.serve.task_book import HeldTask, TaskBook
@@ -79,7 +79,7 @@ from drawbridge.gateway.serve.listen_streams import ListenStreams
 from drawbridge.gateway.serve.resource_routes import ResourceRoutes
 from drawbridge.gateway.serve.upstream_subscriptions import UpstreamSubscriptions
 from drawbridge.gateway.upstreams.local import LocalUpstream
-from drawbridge.gateway.upstreams.requests import PendingCall
+from drawbridge.gateway.upstreams.requests import PendingCall, UpstreamLost, UpstreamUnavailable
 from drawbridge.gateway.upstreams.session import State, UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
@@ -394,6 +394,22 @@ class Gateway:
             agent=session.agent, upstream=upstream.name, upstream_task_id=upstream_task_id, tool=call.tool,
             request_id=flight.request_id, session=session,
         )
+
+    def drop_task(self, held: HeldTask) -> None:
+        """A task created for a call that had already ended: forgotten, and cancelled upstream in the
+        background (no agent knows its id)."""
+        self.task_book.forget(held)
+        upstream = self.upstreams.get(held.upstream)
+        if self._tasks is not None and upstream is not None:
+            self._tasks.start_soon(self._cancel_task, upstream, held.upstream_task_id)
+
+    async def _cancel_task(self, upstream: UpstreamSession, upstream_task_id: str) -> None:
+        try:
+            call = await upstream.send_request(TASKS_CANCEL, {"taskId": upstream_task_id})
+            with anyio.move_on_after(self.settings.call_timeout):
+                await call.wait()
+        except (UpstreamLost, UpstreamUnavailable):
+            pass
 
     def client_progress_upstream(self, session: AgentSession, token: Any) -> UpstreamSession | None:
         return self._client_progress.get((session, token)) if valid_token(token) else None
