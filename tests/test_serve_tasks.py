@@ -5,7 +5,8 @@ A real gateway process in front of a task-running upstream built on the mcp SDK'
 SDK ``ClientSession`` over streamable HTTP. A task-augmented call is decided like any call before the
 upstream sees it: allowed, it becomes an upstream task whose status and result reach the agent under
 the gateway's task id; denied, no task is created; needing a person, the task is created only once
-the operator approved. Another agent cannot see, read or cancel the task.
+the operator approved. Another agent cannot see, read or cancel the task. Under ``wrap`` the task
+crosses unchanged once the call is decided.
 
 The SDK client types tasks but its ``call_tool`` accepts only a ``CallToolResult``: the task-augmented
 ``tools/call`` goes through the session's own dispatcher (``send_raw_request``), everything else
@@ -26,9 +27,10 @@ import httpx
 import mcp.types as types
 import pytest
 from approval_support import trace
-from conftest import MODERN, PYTHON, SERVERS
+from conftest import MODERN, PYTHON, SERVERS, wrap_params
 from mcp.client.extension import NotificationBinding
 from mcp.client.session import ClientSession
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
@@ -81,6 +83,14 @@ class Agent:
 
 @asynccontextmanager
 async def agent(url: str, who: str) -> AsyncIterator[Agent]:
+    async with create_mcp_http_client(headers={"Authorization": f"Bearer {TOKENS[who]}"}) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write), opened(read, write) as session:
+            yield session
+
+
+@asynccontextmanager
+async def opened(read: Any, write: Any) -> AsyncIterator[Agent]:
+    """An initialized SDK session over a transport's streams."""
     holder: list[Agent] = []
 
     async def on_status(params: types.TaskStatusNotificationParams) -> None:
@@ -89,13 +99,11 @@ async def agent(url: str, who: str) -> AsyncIterator[Agent]:
 
     statuses = NotificationBinding(method="notifications/tasks/status", params_type=types.TaskStatusNotificationParams, handler=on_status)
 
-    async with create_mcp_http_client(headers={"Authorization": f"Bearer {TOKENS[who]}"}) as http:
-        async with streamable_http_client(url, http_client=http) as (read, write):
-            dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
-            async with ClientSession(dispatcher=dispatcher, notification_bindings=[statuses]) as session:
-                holder.append(Agent(session, dispatcher))
-                await session.initialize()
-                yield holder[0]
+    dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
+    async with ClientSession(dispatcher=dispatcher, notification_bindings=[statuses]) as session:
+        holder.append(Agent(session, dispatcher))
+        await session.initialize()
+        yield holder[0]
 
 
 @pytest.fixture
@@ -234,3 +242,24 @@ async def test_a_2026_agent_gets_its_call_answered_at_once_and_no_tasks(world: A
     assert created(tmp_path) == []
     refused = _modern(running.url, "tasks/get", {"taskId": "drawbridge-task-anything"})
     assert refused.json()["error"]["code"] == types.METHOD_NOT_FOUND
+
+
+async def test_wrap_decides_a_task_call_and_passes_the_task_through(tmp_path: Path) -> None:
+    """Under ``wrap`` (one agent, one server) the task and its requests cross unchanged, after the
+    call was decided: a denied one creates no task, an allowed one runs as the server's task."""
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (policy / "p.yaml").write_text(POLICY["p.yaml"].replace("tasking.", ""), encoding="utf-8")
+    env = {"TASKING_LOG": str(tmp_path / "tasks.log")}
+    (tmp_path / "tasks.log").touch()
+    server = [PYTHON, str(SERVERS / "tasking.py")]
+    params = wrap_params(server, "--policy", str(policy), "--agent", "a", "--evidence-dir", str(tmp_path / "evidence"), env=env)
+    async with stdio_client(params) as (read, write), opened(read, write) as a:
+        refused = await a.call_as_task("wipe", {"what": "all"})
+        assert refused["isError"] is True and created(tmp_path) == []
+        task = (await a.call_as_task("brew", {"what": "tea"}))["task"]
+        assert created(tmp_path) == ["brew"]
+        done = await a.result(task["taskId"])
+        assert [c.text for c in done.content if isinstance(c, types.TextContent)] == ["brew tea"]
+    outcomes = [(e["body"]["tool"], e["body"]["outcome"]) for e in trace(tmp_path / "evidence", "tool_decision")]
+    assert outcomes == [("wipe", "refused"), ("brew", "task_created")]
