@@ -10,6 +10,7 @@ from drawbridge.gateway.protocol.tasks import (
     created_result,
     created_task,
     related_renamed,
+    related_task_id,
     renamed_task,
     task_capability,
 )
@@ -41,6 +42,7 @@ def test_the_task_id_is_replaced_wherever_it_names_the_task() -> None:
     payload = {"content": [], "_meta": {RELATED_TASK: {"taskId": "up-1"}, "other": True}}
     assert related_renamed(payload, "gw-1")["_meta"] == {RELATED_TASK: {"taskId": "gw-1"}, "other": True}
     assert related_renamed({"content": []}, "gw-1") == {"content": []}
+    assert related_task_id(payload) == "up-1" and related_task_id({"_meta": {RELATED_TASK: {"taskId": 3}}}) is None
     assert created_task({"content": [], "task": TASK}) is None  # a CallToolResult is never a task
     assert created_task({"task": {"taskId": 7}}) is None
 

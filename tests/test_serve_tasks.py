@@ -59,6 +59,7 @@ class Agent:
         self.dispatcher = dispatcher
         self.statuses: list[dict[str, Any]] = []
         self.status_seen = anyio.Event()
+        self.logged: list[types.LoggingMessageNotificationParams] = []
 
     async def call_as_task(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         params = {"name": name, "arguments": arguments, "task": TASK}
@@ -100,7 +101,10 @@ async def opened(read: Any, write: Any) -> AsyncIterator[Agent]:
     statuses = NotificationBinding(method="notifications/tasks/status", params_type=types.TaskStatusNotificationParams, handler=on_status)
 
     dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
-    async with ClientSession(dispatcher=dispatcher, notification_bindings=[statuses]) as session:
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        holder[0].logged.append(params)
+
+    async with ClientSession(dispatcher=dispatcher, notification_bindings=[statuses], logging_callback=on_log) as session:
         holder.append(Agent(session, dispatcher))
         await session.initialize()
         yield holder[0]
@@ -143,7 +147,7 @@ async def test_an_allowed_task_call_creates_the_upstream_task_and_its_status_and
     world: Any,
 ) -> None:
     running, tmp_path = world
-    async with agent(running.url, "a") as a:
+    async with agent(running.url, "a") as a, agent(running.url, "b") as b:
         answer = await a.call_as_task("tasking.brew", {"what": "tea"})
         task = answer["task"]
         assert task["status"] == "working" and task["taskId"].startswith("drawbridge-task-")
@@ -155,11 +159,14 @@ async def test_an_allowed_task_call_creates_the_upstream_task_and_its_status_and
         with anyio.fail_after(TASK_WAIT_SECONDS):
             await a.status_seen.wait()
         assert a.statuses[0]["taskId"] == task["taskId"] and a.statuses[0]["status"] == "completed"
+        (log,) = a.logged  # marked as the task's: to its agent, under the gateway's id
+        assert log.data == "finishing brew" and (log.meta or {})["io.modelcontextprotocol/related-task"] == {"taskId": task["taskId"]}
         done = await a.result(task["taskId"])
         assert [c.text for c in done.content if isinstance(c, types.TextContent)] == ["brew tea"]
         related = (done.meta or {})["io.modelcontextprotocol/related-task"]
         assert related["taskId"] == task["taskId"]
         assert await a.listed() == [task["taskId"]]
+        assert b.statuses == [] and b.logged == []  # nothing of a's task reaches another agent
     entries = trace(tmp_path / "evidence")
     decisions = [e["body"] for e in entries if e["kind"] == "tool_decision"]
     assert [(d["tool"], d["action"], d["outcome"]) for d in decisions] == [("tasking.brew", "allow", "task_created")]

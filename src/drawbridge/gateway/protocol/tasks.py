@@ -6,7 +6,9 @@ the gateway issued (``serve/task_book.py`` keeps which agent and which upstream 
 every message that names it on the way to the agent -- a ``CreateTaskResult``'s ``task``, the
 ``Task`` of ``tasks/get``, ``tasks/cancel``, ``tasks/list`` and ``notifications/tasks/status``, and
 the ``io.modelcontextprotocol/related-task`` key of a ``tasks/result`` payload's ``_meta`` -- and
-back on the way to the upstream; nothing else of these messages is changed. The gateway declares
+back on the way to the upstream, and in any other message an upstream sends about a task (the same
+``_meta`` key on a notification or a request, which goes to the task's agent alone); nothing else of
+these messages is changed. The gateway declares
 task support (the ``tasks`` capability, ``requests.tools.call`` only) to a handshake-era agent only
 when an upstream offers task-augmented ``tools/call``; it never declares tasks for sampling or
 elicitation, and the 2026-07-28 Tasks extension is not offered (a 2026-07-28 call is answered as one
@@ -91,6 +93,14 @@ def related_renamed(result: Any, task_id: str) -> Any:
     return {**result, "_meta": {**meta, RELATED_TASK: {**related, "taskId": task_id}}}
 
 
+def related_task_id(params: Any) -> str | None:
+    """The task a message says it belongs to (``_meta`` related-task key), or None."""
+    meta = params.get("_meta") if isinstance(params, Mapping) else None
+    related = meta.get(RELATED_TASK) if isinstance(meta, Mapping) else None
+    task_id = related.get("taskId") if isinstance(related, Mapping) else None
+    return task_id if isinstance(task_id, str) else None
+
+
 def task_status(task: Any) -> str | None:
     status = task.get("status") if isinstance(task, Mapping) else None
     return status if isinstance(status, str) else None
@@ -108,6 +118,7 @@ __all__ = [
     "created_task",
     "offers_task_calls",
     "related_renamed",
+    "related_task_id",
     "renamed_task",
     "task_capability",
     "task_id_param",

@@ -24,8 +24,9 @@ Theory of operation. The gateway runs every ``UpstreamSession`` and is their lis
 upstream are routed here: progress notifications go back by token; list-changed notifications are
 broadcast to handshake-era sessions and published to the 2026-07-28 ``subscriptions/listen`` streams
 that asked for them (``listen_streams.py``; tools: once the merged list has actually changed);
-resource updates go to the sessions and listen streams that subscribed; task status notifications to
-the session whose call created the task, or nobody (``task_book.py``); other notifications and server
+resource updates go to the sessions and listen streams that subscribed; task status notifications, and
+every message marked as about a task, to the session whose call created the task, or nobody
+(``task_book.py``); other notifications and server
 requests go to the request they belong to when the upstream says so (HTTP: the SSE stream of one of
 our POSTs), else to the one session with requests in flight on that upstream (notifications: each such
 session, or every session when none has). A server request that cannot be attributed to exactly one
@@ -71,7 +72,7 @@ from drawbridge.gateway.protocol.methods import (
     ROOTS_LIST,
     TOOLS_LIST_CHANGED,
 )
-from drawbridge.gateway.protocol.tasks import TASK_STATUS, TASKS_CANCEL
+from drawbridge.gateway.protocol.tasks import TASK_STATUS, TASKS_CANCEL, related_renamed, related_task_id
 from drawbridge.gateway.serve.agents import UNATTRIBUTABLE, AgentSession, NoBackChannel
 from drawbridge.gateway.serve.forwarding import UpstreamForwarder
 from drawbridge.gateway.serve.task_book import HeldTask, TaskBook
@@ -301,6 +302,12 @@ class Gateway:
         if method == TASK_STATUS:
             await self.task_book.status(upstream.name, params)
             return
+        task_id = related_task_id(params)
+        if task_id is not None:  # about a task: its agent's, or nobody's
+            held = self.task_book.by_upstream(upstream.name, task_id)
+            if held is not None:
+                await held.session.emit({**message, "params": related_renamed(params, held.task_id)}, None)
+            return
         if method == RESOURCE_UPDATED:
             uri = params.get("uri") if isinstance(params, dict) else None
             book = self.subscriptions.book
@@ -318,11 +325,17 @@ class Gateway:
         method = message.get("method")
         if method == ROOTS_LIST:
             return {"error": {"code": METHOD_NOT_FOUND, "message": "the gateway does not relay roots"}}
-        targets = self._targets(upstream, related, for_request=True)
+        params = message.get("params")
+        task_id = related_task_id(params)
+        if task_id is not None:  # about a task: its agent's, or nobody's
+            held = self.task_book.by_upstream(upstream.name, task_id)
+            targets: list[tuple[AgentSession, RequestId | None]] = [(held.session, None)] if held is not None else []
+            params = related_renamed(params, held.task_id) if held is not None else params
+        else:
+            targets = self._targets(upstream, related, for_request=True)
         if len(targets) != 1:
             return {"error": {"code": INTERNAL_ERROR, "message": UNATTRIBUTABLE}}
         session, request_id = targets[0]
-        params = message.get("params")
         token = progress_token(params)
         if token is not None:
             self._client_progress[(session, token)] = upstream

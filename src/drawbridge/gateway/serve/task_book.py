@@ -12,7 +12,10 @@ gateway sees it end: a status notification, ``tasks/get``, ``tasks/cancel`` or `
 Theory of operation. Entries are kept per gateway process (tasks do not survive a restart of the
 gateway, as the upstream sessions do not), at most ``MAX_TASKS``: beyond that the oldest ended task,
 else the oldest task, is forgotten. Status notifications go to the session that created the task
-while it is open; afterwards the agent polls with ``tasks/get`` from any of its sessions.
+while it is open; afterwards the agent polls with ``tasks/get`` from any of its sessions. So does every
+other message an upstream marks as belonging to a task (``related-task`` in its ``_meta``: a log
+message, an elicitation while the task is ``input_required``); one marked for a task the gateway does
+not hold goes to nobody.
 """
 
 from __future__ import annotations
@@ -84,6 +87,9 @@ class TaskBook:
         held = self._tasks.get(task_id) if task_id is not None else None
         return held if held is not None and held.agent == agent else None
 
+    def by_upstream(self, upstream: str, upstream_task_id: str) -> HeldTask | None:
+        return self._upstream_ids.get((upstream, upstream_task_id))
+
     def of_agent(self, agent: str) -> list[HeldTask]:
         return [held for held in self._tasks.values() if held.agent == agent]
 
@@ -114,7 +120,7 @@ class TaskBook:
         """An upstream's ``notifications/tasks/status``: to the session that created the task, renamed;
         dropped when the task is not one the gateway holds (never broadcast)."""
         task_id = params.get("taskId") if isinstance(params, Mapping) else None
-        held = self._upstream_ids.get((upstream, task_id)) if isinstance(task_id, str) else None
+        held = self.by_upstream(upstream, task_id) if isinstance(task_id, str) else None
         if held is None:
             logger.debug("a task status for a task the gateway does not hold was dropped")
             return
