@@ -60,9 +60,12 @@ class Agent:
         self.statuses: list[dict[str, Any]] = []
         self.status_seen = anyio.Event()
         self.logged: list[types.LoggingMessageNotificationParams] = []
+        self.progress: list[types.ProgressNotificationParams] = []
 
-    async def call_as_task(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        params = {"name": name, "arguments": arguments, "task": TASK}
+    async def call_as_task(self, name: str, arguments: dict[str, Any], **meta: Any) -> dict[str, Any]:
+        params: dict[str, Any] = {"name": name, "arguments": arguments, "task": TASK}
+        if meta:
+            params["_meta"] = meta
         return await self.dispatcher.send_raw_request("tools/call", params)
 
     async def get(self, task_id: str) -> types.GetTaskResult:
@@ -104,7 +107,13 @@ async def opened(read: Any, write: Any) -> AsyncIterator[Agent]:
     async def on_log(params: types.LoggingMessageNotificationParams) -> None:
         holder[0].logged.append(params)
 
-    async with ClientSession(dispatcher=dispatcher, notification_bindings=[statuses], logging_callback=on_log) as session:
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ProgressNotification):
+            holder[0].progress.append(message.params)
+
+    async with ClientSession(
+        dispatcher=dispatcher, notification_bindings=[statuses], logging_callback=on_log, message_handler=on_message
+    ) as session:
         holder.append(Agent(session, dispatcher))
         await session.initialize()
         yield holder[0]
@@ -148,7 +157,7 @@ async def test_an_allowed_task_call_creates_the_upstream_task_and_its_status_and
 ) -> None:
     running, tmp_path = world
     async with agent(running.url, "a") as a, agent(running.url, "b") as b:
-        answer = await a.call_as_task("tasking.brew", {"what": "tea"})
+        answer = await a.call_as_task("tasking.brew", {"what": "tea"}, progressToken="tea-progress")
         task = answer["task"]
         assert task["status"] == "working" and task["taskId"].startswith("drawbridge-task-")
         (upstream_id,) = (tmp_path / "tasks.log").read_text(encoding="utf-8").split()[::2]
@@ -160,13 +169,14 @@ async def test_an_allowed_task_call_creates_the_upstream_task_and_its_status_and
             await a.status_seen.wait()
         assert a.statuses[0]["taskId"] == task["taskId"] and a.statuses[0]["status"] == "completed"
         (log,) = a.logged  # marked as the task's: to its agent, under the gateway's id
+        assert [p.progress_token for p in a.progress] == ["tea-progress"]  # the call's token outlives its answer
         assert log.data == "finishing brew" and (log.meta or {})["io.modelcontextprotocol/related-task"] == {"taskId": task["taskId"]}
         done = await a.result(task["taskId"])
         assert [c.text for c in done.content if isinstance(c, types.TextContent)] == ["brew tea"]
         related = (done.meta or {})["io.modelcontextprotocol/related-task"]
         assert related["taskId"] == task["taskId"]
         assert await a.listed() == [task["taskId"]]
-        assert b.statuses == [] and b.logged == []  # nothing of a's task reaches another agent
+        assert b.statuses == [] and b.logged == [] and b.progress == []  # nothing of a's task reaches another agent
     entries = trace(tmp_path / "evidence")
     decisions = [e["body"] for e in entries if e["kind"] == "tool_decision"]
     assert [(d["tool"], d["action"], d["outcome"]) for d in decisions] == [("tasking.brew", "allow", "task_created")]

@@ -9,7 +9,8 @@ reach that agent and nobody else; the tables are cleared however the call ends.
 A handshake-era agent's task-augmented call keeps its ``task`` when this upstream runs tool calls as
 tasks (``protocol.tasks``): the upstream's ``CreateTaskResult`` is then held in the hub's task book
 (``task_book.py``) as the line is read, before any later line of the upstream (its status
-notifications) is routed, and the agent receives the gateway's task id. A ``CreateTaskResult`` to a
+notifications) is routed, and the agent receives the gateway's task id; the call's progress token
+stays routed to the agent until the task ends. A ``CreateTaskResult`` to a
 call that was not sent as a task is not a ``CallToolResult``: it is answered as an upstream error.
 """
 
@@ -43,7 +44,9 @@ class CallTables(Protocol):
 
     def drop_progress_route(self, upstream: UpstreamSession, gateway_token: str) -> None: ...
 
-    def hold_task(self, upstream: UpstreamSession, session: AgentSession, flight: Flight, upstream_task_id: str) -> HeldTask: ...
+    def hold_task(
+        self, upstream: UpstreamSession, session: AgentSession, flight: Flight, upstream_task_id: str, progress: str | None
+    ) -> HeldTask: ...
 
     def drop_task(self, held: HeldTask) -> None: ...
 
@@ -95,10 +98,12 @@ class UpstreamForwarder:
         call.when_done(lambda ended: self._ended(flight, state, ended))
 
     def _ended(self, flight: Flight, state: _InFlight, call: PendingCall) -> None:
+        progress, state.gateway_token = state.gateway_token, None
         self._release(state)
         try:
             body = call.outcome()
         except UpstreamLost as exc:
+            self._dropped(progress)
             self._pipeline.lost(flight, f"{exc} before answering tools/call")
             return
         result = body.get("result")
@@ -108,8 +113,11 @@ class UpstreamForwarder:
             body = {"error": {"code": INTERNAL_ERROR, "message": "the upstream answered with a task the call did not ask for"}}
         elif task is not None:
             session: AgentSession = flight.replier.session  # type: ignore[attr-defined]
-            held = self._hub.hold_task(self._upstream, session, flight, task["taskId"])
+            # The call's progress token stays the task's until it ends (the book drops it then).
+            held = self._hub.hold_task(self._upstream, session, flight, task["taskId"], progress)
+            progress = None
             body = {**body, "result": created_result(result, held.task_id)}  # type: ignore[arg-type]
+        self._dropped(progress)
         if not self._pipeline.answered(flight, body) and held is not None:
             self._hub.drop_task(held)  # the call had ended (timed out, cancelled): nobody will ask for it
 
@@ -120,6 +128,10 @@ class UpstreamForwarder:
         call = state.call
         self._release(state)
         return self._upstream.cancel(call, reason)
+
+    def _dropped(self, gateway_token: str | None) -> None:
+        if gateway_token is not None:
+            self._hub.drop_progress_route(self._upstream, gateway_token)
 
     def _release(self, state: _InFlight) -> None:
         if state.call is not None:

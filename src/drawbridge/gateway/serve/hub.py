@@ -156,7 +156,7 @@ class Gateway:
         self.resources = ResourceRoutes(self.upstreams)
         self.subscriptions = UpstreamSubscriptions(self.upstreams, call_timeout=self.settings.call_timeout)
         self.listen_streams = ListenStreams(on_end=self._release)
-        self.task_book = TaskBook(self.guard.append)
+        self.task_book = TaskBook(self.guard.append, on_end=self._task_ended)
         self._tasks: anyio.abc.TaskGroup | None = None
         self._reported_problems: set[str] = set()
         self._on_catalogue = on_catalogue
@@ -400,13 +400,19 @@ class Gateway:
     def drop_progress_route(self, upstream: UpstreamSession, gateway_token: str) -> None:
         self._progress.pop((upstream.name, gateway_token), None)
 
-    def hold_task(self, upstream: UpstreamSession, session: AgentSession, flight: Flight, upstream_task_id: str) -> HeldTask:
+    def hold_task(
+        self, upstream: UpstreamSession, session: AgentSession, flight: Flight, upstream_task_id: str, progress: str | None
+    ) -> HeldTask:
         call = flight.call
         assert call is not None
         return self.task_book.hold(
             agent=session.agent, upstream=upstream.name, upstream_task_id=upstream_task_id, tool=call.tool,
-            request_id=flight.request_id, session=session,
+            request_id=flight.request_id, session=session, progress=progress,
         )
+
+    def _task_ended(self, held: HeldTask) -> None:
+        if held.progress is not None:
+            self._progress.pop((held.upstream, held.progress), None)
 
     def drop_task(self, held: HeldTask) -> None:
         """A task created for a call that had already ended: forgotten, and cancelled upstream in the

@@ -56,14 +56,18 @@ class HeldTask:
     """The id of the agent's ``tools/call`` that created the task (its ``tool_decision`` entry)."""
     session: AgentSession
     """The session that created it: where its status notifications go."""
+    progress: str | None = None
+    """The gateway's progress token of the creating call, routed to the agent until the task ends."""
     ended: bool = False
 
 
 class TaskBook:
     """The table (module docstring)."""
 
-    def __init__(self, append: Append) -> None:
+    def __init__(self, append: Append, *, on_end: Callable[[HeldTask], None] = lambda held: None) -> None:
         self._append = append
+        self._on_end = on_end
+        """Called once a task ended or is forgotten (the hub drops its progress route)."""
         self._tasks: dict[str, HeldTask] = {}
         self._upstream_ids: dict[tuple[str, str], HeldTask] = {}
 
@@ -71,13 +75,22 @@ class TaskBook:
         return len(self._tasks)
 
     def hold(
-        self, *, agent: str, upstream: str, upstream_task_id: str, tool: str, request_id: RequestId, session: AgentSession
+        self,
+        *,
+        agent: str,
+        upstream: str,
+        upstream_task_id: str,
+        tool: str,
+        request_id: RequestId,
+        session: AgentSession,
+        progress: str | None = None,
     ) -> HeldTask:
         """A new task the upstream created for an allowed call: its id for the agent."""
         if len(self._tasks) >= MAX_TASKS:
             ended = next((t for t in self._tasks.values() if t.ended), None)
             self.forget(ended if ended is not None else next(iter(self._tasks.values())))
-        held = HeldTask(TASK_ID_PREFIX + secrets.token_urlsafe(18), agent, upstream, upstream_task_id, tool, request_id, session)
+        task_id = TASK_ID_PREFIX + secrets.token_urlsafe(18)
+        held = HeldTask(task_id, agent, upstream, upstream_task_id, tool, request_id, session, progress)
         self._tasks[held.task_id] = held
         self._upstream_ids[(upstream, upstream_task_id)] = held
         return held
@@ -96,12 +109,14 @@ class TaskBook:
     def forget(self, held: HeldTask) -> None:
         self._tasks.pop(held.task_id, None)
         self._upstream_ids.pop((held.upstream, held.upstream_task_id), None)
+        self._on_end(held)
 
     async def seen(self, held: HeldTask, status: str | None) -> None:
         """The gateway learned the task's status: a terminal one is written to the trace, once."""
         if held.ended or status not in TERMINAL:
             return
         held.ended = True
+        self._on_end(held)
         request_id = held.request_id
         body = {
             "agent": sanitize(held.agent),
