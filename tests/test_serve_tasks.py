@@ -1,6 +1,6 @@
 """Task-augmented tool calls (2025-11-25 tasks) through ``drawbridge serve`` over HTTP.
 
-A real gateway process in front of a task-running upstream built on the mcp SDK's low-level server
+A real gateway process in front of a task-running upstream built on the mcp SDK's low-level server, over stdio and over streamable HTTP
 (``fixtures/servers/tasking.py``, which writes down every task it creates); two agents, each an mcp
 SDK ``ClientSession`` over streamable HTTP. A task-augmented call is decided like any call before the
 upstream sees it: allowed, it becomes an upstream task whose status and result reach the agent under
@@ -35,7 +35,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
-from serve_support import http_gateway, sha256, write_config
+from serve_support import background, free_port, http_gateway, sha256, wait_for_port, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -280,3 +280,30 @@ async def test_wrap_decides_a_task_call_and_passes_the_task_through(tmp_path: Pa
         assert [c.text for c in done.content if isinstance(c, types.TextContent)] == ["brew tea"]
     outcomes = [(e["body"]["tool"], e["body"]["outcome"]) for e in trace(tmp_path / "evidence", "tool_decision")]
     assert outcomes == [("wipe", "refused"), ("brew", "task_created")]
+
+
+async def test_a_task_runs_on_an_http_upstream_the_same_way(tmp_path: Path) -> None:
+    """The task's upstream over streamable HTTP: its status comes on the upstream's own stream, not
+    on the call's, and still reaches the agent under the gateway's id."""
+    port = free_port()
+    (tmp_path / "tasks.log").touch()
+    env = {"TASKING_LOG": str(tmp_path / "tasks.log"), "TASKING_RELEASE": str(tmp_path / "release")}
+    with background([PYTHON, str(SERVERS / "tasking.py"), "--http", str(port)], env=env):
+        wait_for_port(port)
+        upstream = {"name": "tasking", "transport": "streamable_http", "url": f"http://127.0.0.1:{port}/mcp"}
+        config = write_config(
+            tmp_path, [upstream], policies=POLICY, evidence_dir=str(tmp_path / "evidence"),
+            auth={"agents": [{"agent": "a", "token_sha256": sha256(TOKENS["a"])}]},
+        )
+        with http_gateway(config) as running:
+            async with agent(running.url, "a") as a:
+                refused = await a.call_as_task("tasking.wipe", {"what": "all"})
+                assert refused["isError"] is True and created(tmp_path) == []
+                task_id = (await a.call_as_task("tasking.brew", {"what": "rooibos"}))["task"]["taskId"]
+                assert created(tmp_path) == ["brew"] and task_id.startswith("drawbridge-task-")
+                (tmp_path / "release").touch()
+                with anyio.fail_after(TASK_WAIT_SECONDS):
+                    await a.status_seen.wait()
+                assert a.statuses[0]["taskId"] == task_id and a.statuses[0]["status"] == "completed"
+                done = await a.result(task_id)
+                assert [c.text for c in done.content if isinstance(c, types.TextContent)] == ["brew rooibos"]
