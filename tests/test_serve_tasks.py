@@ -1,12 +1,12 @@
-"""Task-augmented tool calls (2025-11-25 tasks) through ``drawbridge serve`` over HTTP.
+"""Task-augmented tool calls (2025-11-25 tasks) through ``drawbridge serve`` over HTTP, and ``wrap``.
 
-A real gateway process in front of a task-running upstream built on the mcp SDK's low-level server, over stdio and over streamable HTTP
-(``fixtures/servers/tasking.py``, which writes down every task it creates); two agents, each an mcp
-SDK ``ClientSession`` over streamable HTTP. A task-augmented call is decided like any call before the
-upstream sees it: allowed, it becomes an upstream task whose status and result reach the agent under
-the gateway's task id; denied, no task is created; needing a person, the task is created only once
-the operator approved. Another agent cannot see, read or cancel the task. Under ``wrap`` the task
-crosses unchanged once the call is decided.
+A real gateway process in front of a task-running upstream built on the mcp SDK's low-level server
+(``fixtures/servers/tasking.py``, over stdio and over streamable HTTP, which writes down every task
+it creates); two agents, each an mcp SDK ``ClientSession`` over streamable HTTP. A task-augmented
+call is decided like any call before the upstream sees it: allowed, it becomes an upstream task
+whose status and result reach the agent under the gateway's task id; denied, no task is created;
+needing a person, the task is created only once the operator approved. Another agent cannot see,
+read or cancel the task. Under ``wrap`` the task crosses unchanged once the call is decided.
 
 The SDK client types tasks but its ``call_tool`` accepts only a ``CallToolResult``: the task-augmented
 ``tools/call`` goes through the session's own dispatcher (``send_raw_request``), everything else
