@@ -1,7 +1,8 @@
 """The 2026-07-28 rules a gateway in the middle keeps, at ``/mcp`` over HTTP (raw requests, exact
 headers): the version error -32022, ``resultType`` on every result the gateway composes, ``cacheScope:
-private`` on what it lists, and no task augmentation reaching an upstream (the gateway offers no tasks,
-so a call is decided and answered as one request)."""
+private`` on what it lists, and no task augmentation reaching an upstream that runs no tasks (the gateway
+then declares none, so a call is decided and answered as one request; tasks it does pass through are
+tested in test_serve_tasks.py)."""
 
 from __future__ import annotations
 

@@ -3,6 +3,9 @@
 Invariant: ``outcome_of_response`` is the only reading of an upstream's answer to a tools/call. An
 answer is ``ok`` only when its result is a JSON object without ``isError: true``; a JSON-RPC error,
 and a result that is not an object (no ``CallToolResult`` can be read from it), are upstream errors.
+A ``CreateTaskResult`` (only ever answered to a call forwarded with its task augmentation) is
+``task_created``: the call was allowed and started, and how the task ends is recorded when the
+gateway learns it (a ``task_ended`` trace entry, ``serve/task_book.py``).
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
+from drawbridge.gateway.protocol.tasks import created_task
+
 
 class Outcome(StrEnum):
     OK = "ok"  # the upstream returned a result without isError
     TOOL_ERROR = "tool_error"  # the upstream returned a result with isError: true
     INPUT_REQUIRED = "input_required"  # the upstream returned an InputRequiredResult (2026-07-28)
+    TASK_CREATED = "task_created"  # the upstream created a task that runs the call (2025-11-25 tasks)
     UPSTREAM_ERROR = "upstream_error"  # a JSON-RPC error, or a result that is not an object
     REFUSED = "refused"  # the decision was deny
     APPROVAL_UNAVAILABLE = "approval_unavailable"  # human_approval, and no way to obtain it
@@ -43,6 +49,8 @@ def outcome_of_response(body: Mapping[str, Any]) -> tuple[Outcome, str | None, i
         return Outcome.TOOL_ERROR, None, None
     if result.get("resultType") == "input_required":
         return Outcome.INPUT_REQUIRED, None, None
+    if created_task(result) is not None:
+        return Outcome.TASK_CREATED, None, None
     return Outcome.OK, None, None
 
 

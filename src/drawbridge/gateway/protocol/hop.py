@@ -7,9 +7,11 @@ these, which belong to one hop and are rewritten by the gateway:
 * ``params.name`` of a namespaced tool or prompt (the ``server.`` prefix is removed upstream);
 * ``params._meta.progressToken`` (tokens are chosen per connection; the gateway substitutes its own
   upstream and maps notifications back);
-* ``params.task`` (2025-11-25 task augmentation): the gateway offers no tasks (it declares no ``tasks``
-  capability, and no Tasks extension upstream), so a call is decided, run and answered as one request,
-  never left running upstream as a task whose status could not be routed back;
+* ``params.task`` (2025-11-25 task augmentation): kept only on a handshake-era agent's ``tools/call``
+  to an upstream that declared task-augmented tool calls (``protocol/tasks.py``; the call is decided
+  first, like any call, and the upstream's task id is replaced by one of the gateway's on the way
+  back); removed everywhere else, so such a call is decided, run and answered as one request. No
+  Tasks extension is declared upstream for a 2026-07-28 agent, which gets its answer at once;
 * the reserved envelope keys of ``_meta`` (``io.modelcontextprotocol/protocolVersion``, ``clientInfo``,
   ``clientCapabilities``, ``serverInfo``, ``logLevel``), which describe one connection and are removed
   when crossing, so a 2026-07-28 agent's envelope never reaches a handshake-era upstream;
@@ -35,6 +37,7 @@ from drawbridge.gateway.protocol.methods import (
     RESOURCES_READ,
     TOOLS_LIST,
 )
+from drawbridge.gateway.protocol.tasks import task_capability
 
 PER_HOP_META_KEYS: Final = frozenset(
     RESERVED_PREFIX + key for key in ("protocolVersion", "clientInfo", "clientCapabilities", "serverInfo", "logLevel")
@@ -68,16 +71,19 @@ def outbound_params(
     name: Any = _KEEP,
     name_key: str = "name",
     progress: Any = _KEEP,
+    task: bool = False,
 ) -> dict[str, Any] | None:
     """The params to send on the next hop: a shallow copy with the per-hop parts rewritten.
 
-    ``name`` replaces ``params[name_key]``; ``progress`` replaces an existing ``_meta.progressToken``.
-    A ``_meta`` left empty only because its envelope keys were removed is dropped.
+    ``name`` replaces ``params[name_key]``; ``progress`` replaces an existing ``_meta.progressToken``;
+    ``task`` keeps a task augmentation (the next hop runs it as a task). A ``_meta`` left empty only
+    because its envelope keys were removed is dropped.
     """
     if params is None:
         return None
     out = dict(params)
-    out.pop("task", None)
+    if not task:
+        out.pop("task", None)
     if name is not _KEEP:
         out[name_key] = name
     meta = params.get("_meta")
@@ -132,11 +138,13 @@ def _flag(caps: Sequence[Mapping[str, Any]], section: str, key: str) -> bool:
     return any(isinstance(c.get(section), Mapping) and c[section].get(key) is True for c in caps)
 
 
-def union_capabilities(upstream_caps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def union_capabilities(upstream_caps: Sequence[Mapping[str, Any]], *, tasks: bool = False) -> dict[str, Any]:
     """The server capabilities the gateway declares: what at least one upstream offers and it can route.
 
     ``tools.listChanged`` is always true (the gateway's catalogue changes when an upstream reconnects).
-    Sections the gateway does not route (``tasks``, ``experimental``, extensions) are not declared.
+    ``tasks`` (task-augmented tool calls only, ``protocol/tasks.py``) when ``tasks`` is asked for (a
+    2025-11-25 session) and an upstream runs tool calls as tasks. Sections the gateway does not route
+    (``experimental``, extensions) are not declared.
     """
     caps = [c for c in upstream_caps if isinstance(c, Mapping)]
     out: dict[str, Any] = {"tools": {"listChanged": True}}
@@ -153,6 +161,9 @@ def union_capabilities(upstream_caps: Sequence[Mapping[str, Any]]) -> dict[str, 
         out["logging"] = {}
     if any("completions" in c for c in caps):
         out["completions"] = {}
+    task_section = task_capability(caps) if tasks else None
+    if task_section is not None:
+        out["tasks"] = task_section
     return out
 
 

@@ -77,6 +77,7 @@ _EFFECT_STATUS: dict[Outcome, tuple[str, str]] = {
     Outcome.OK: ("allow", "success"),
     Outcome.TOOL_ERROR: ("allow", "tool_error"),
     Outcome.INPUT_REQUIRED: ("allow", "input_required"),
+    Outcome.TASK_CREATED: ("allow", "task_created"),
     Outcome.UPSTREAM_ERROR: ("error", "upstream_error"),
     Outcome.TIMEOUT: ("error", "timeout"),
     Outcome.UPSTREAM_EXITED: ("error", "upstream_exited"),

@@ -31,6 +31,8 @@ from drawbridge.gateway.serve.downstream_session import (
 
 SERVER_INFO: Final[Mapping[str, str]] = {"name": "drawbridge", "version": drawbridge.__version__}
 SERVER_INFO_META_KEY: Final = "io.modelcontextprotocol/serverInfo"
+TASKS_VERSION: Final = "2025-11-25"
+"""The first version with tasks; the gateway declares them to no older session."""
 
 
 async def initialize(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
@@ -45,7 +47,7 @@ async def initialize(session: DownstreamSession, entry: Inflight) -> dict[str, A
     session.client_capabilities = dict(capabilities) if isinstance(capabilities, dict) else {}
     result: dict[str, Any] = {
         "protocolVersion": session.version,
-        "capabilities": session.gateway.capabilities(),
+        "capabilities": session.gateway.capabilities(tasks=session.version >= TASKS_VERSION),
         "serverInfo": dict(SERVER_INFO),
     }
     instructions = session.gateway.instructions()

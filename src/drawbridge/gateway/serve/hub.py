@@ -4,7 +4,8 @@ Invariant: the ``Gateway`` is the only place where the two sides' id spaces meet
 maps between them is keyed so that nothing one agent sent or caused is ever attributed to another:
 upstream request id -> (session, agent's request id), gateway progress token -> (session, agent's
 token), (session, token of a relayed server request) -> upstream, resource URI -> upstream
-(``resource_routes.py``), and (upstream, URI) -> subscribers (``subscriptions.py``: agent connections
+(``resource_routes.py``), gateway task id -> (agent, upstream, upstream's task id) (``task_book.py``:
+an agent reaches only its own tasks), and (upstream, URI) -> subscribers (``subscriptions.py``: agent connections
 and listen streams; the upstream stays subscribed while anyone wants the URI, and is subscribed again
 when it reconnects, ``upstream_subscriptions.py``). It also holds the merged tool catalogue, rebuilt
 whenever an upstream's tool list changes, which is the call pipeline's ``Resolver`` under serve: every
@@ -23,7 +24,9 @@ Theory of operation. The gateway runs every ``UpstreamSession`` and is their lis
 upstream are routed here: progress notifications go back by token; list-changed notifications are
 broadcast to handshake-era sessions and published to the 2026-07-28 ``subscriptions/listen`` streams
 that asked for them (``listen_streams.py``; tools: once the merged list has actually changed);
-resource updates go to the sessions and listen streams that subscribed; other notifications and server
+resource updates go to the sessions and listen streams that subscribed; task status notifications, and
+every message marked as about a task, to the session whose call created the task, or nobody
+(``task_book.py``); other notifications and server
 requests go to the request they belong to when the upstream says so (HTTP: the SSE stream of one of
 our POSTs), else to the one session with requests in flight on that upstream (notifications: each such
 session, or every session when none has). A server request that cannot be attributed to exactly one
@@ -47,7 +50,7 @@ import anyio.abc
 from anyio.abc import TaskStatus
 
 from drawbridge.catalogue.merged import Catalogue, CatalogueEntry, build_catalogue
-from drawbridge.gateway.pipeline.call import CallPipeline, Forwarder, Resolved
+from drawbridge.gateway.pipeline.call import CallPipeline, Flight, Forwarder, Resolved
 from drawbridge.gateway.pipeline.floors import Route, route_of
 from drawbridge.gateway.protocol.hop import (
     combined_instructions,
@@ -69,13 +72,15 @@ from drawbridge.gateway.protocol.methods import (
     ROOTS_LIST,
     TOOLS_LIST_CHANGED,
 )
+from drawbridge.gateway.protocol.tasks import TASK_STATUS, TASKS_CANCEL, related_renamed, related_task_id
 from drawbridge.gateway.serve.agents import UNATTRIBUTABLE, AgentSession, NoBackChannel
 from drawbridge.gateway.serve.forwarding import UpstreamForwarder
+from drawbridge.gateway.serve.task_book import HeldTask, TaskBook
 from drawbridge.gateway.serve.listen_streams import ListenStreams
 from drawbridge.gateway.serve.resource_routes import ResourceRoutes
 from drawbridge.gateway.serve.upstream_subscriptions import UpstreamSubscriptions
 from drawbridge.gateway.upstreams.local import LocalUpstream
-from drawbridge.gateway.upstreams.requests import PendingCall
+from drawbridge.gateway.upstreams.requests import PendingCall, UpstreamLost, UpstreamUnavailable
 from drawbridge.gateway.upstreams.session import State, UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
@@ -151,6 +156,7 @@ class Gateway:
         self.resources = ResourceRoutes(self.upstreams)
         self.subscriptions = UpstreamSubscriptions(self.upstreams, call_timeout=self.settings.call_timeout)
         self.listen_streams = ListenStreams(on_end=self._release)
+        self.task_book = TaskBook(self.guard.append, on_end=self._task_ended)
         self._tasks: anyio.abc.TaskGroup | None = None
         self._reported_problems: set[str] = set()
         self._on_catalogue = on_catalogue
@@ -215,8 +221,9 @@ class Gateway:
 
     # ------------------------------------------------------------------------------ catalogue
 
-    def capabilities(self) -> dict[str, Any]:
-        return union_capabilities([u.capabilities for u in self.upstreams.values() if u.capabilities])
+    def capabilities(self, *, tasks: bool = False) -> dict[str, Any]:
+        """What the gateway declares; ``tasks`` for a 2025-11-25 session (``protocol.tasks``)."""
+        return union_capabilities([u.capabilities for u in self.upstreams.values() if u.capabilities], tasks=tasks)
 
     def instructions(self) -> str | None:
         return combined_instructions([(u.name, u.instructions) for u in self.upstreams.values()])
@@ -292,6 +299,15 @@ class Gateway:
                 self.resources.forget_resources(upstream.name)
             await self.broadcast(message)
             return
+        if method == TASK_STATUS:
+            await self.task_book.status(upstream.name, params)
+            return
+        task_id = related_task_id(params)
+        if task_id is not None:  # about a task: its agent's, or nobody's
+            held = self.task_book.by_upstream(upstream.name, task_id)
+            if held is not None:
+                await held.session.emit({**message, "params": related_renamed(params, held.task_id)}, None)
+            return
         if method == RESOURCE_UPDATED:
             uri = params.get("uri") if isinstance(params, dict) else None
             book = self.subscriptions.book
@@ -309,11 +325,17 @@ class Gateway:
         method = message.get("method")
         if method == ROOTS_LIST:
             return {"error": {"code": METHOD_NOT_FOUND, "message": "the gateway does not relay roots"}}
-        targets = self._targets(upstream, related, for_request=True)
+        params = message.get("params")
+        task_id = related_task_id(params)
+        if task_id is not None:  # about a task: its agent's, or nobody's
+            held = self.task_book.by_upstream(upstream.name, task_id)
+            targets: list[tuple[AgentSession, RequestId | None]] = [(held.session, None)] if held is not None else []
+            params = related_renamed(params, held.task_id) if held is not None else params
+        else:
+            targets = self._targets(upstream, related, for_request=True)
         if len(targets) != 1:
             return {"error": {"code": INTERNAL_ERROR, "message": UNATTRIBUTABLE}}
         session, request_id = targets[0]
-        params = message.get("params")
         token = progress_token(params)
         if token is not None:
             self._client_progress[(session, token)] = upstream
@@ -377,6 +399,36 @@ class Gateway:
 
     def drop_progress_route(self, upstream: UpstreamSession, gateway_token: str) -> None:
         self._progress.pop((upstream.name, gateway_token), None)
+
+    def hold_task(
+        self, upstream: UpstreamSession, session: AgentSession, flight: Flight, upstream_task_id: str, progress: str | None
+    ) -> HeldTask:
+        call = flight.call
+        assert call is not None
+        return self.task_book.hold(
+            agent=session.agent, upstream=upstream.name, upstream_task_id=upstream_task_id, tool=call.tool,
+            request_id=flight.request_id, session=session, progress=progress,
+        )
+
+    def _task_ended(self, held: HeldTask) -> None:
+        if held.progress is not None:
+            self._progress.pop((held.upstream, held.progress), None)
+
+    def drop_task(self, held: HeldTask) -> None:
+        """A task created for a call that had already ended: forgotten, and cancelled upstream in the
+        background (no agent knows its id)."""
+        self.task_book.forget(held)
+        upstream = self.upstreams.get(held.upstream)
+        if self._tasks is not None and upstream is not None:
+            self._tasks.start_soon(self._cancel_task, upstream, held.upstream_task_id)
+
+    async def _cancel_task(self, upstream: UpstreamSession, upstream_task_id: str) -> None:
+        try:
+            call = await upstream.send_request(TASKS_CANCEL, {"taskId": upstream_task_id})
+            with anyio.move_on_after(self.settings.call_timeout):
+                await call.wait()
+        except (UpstreamLost, UpstreamUnavailable):
+            pass
 
     def client_progress_upstream(self, session: AgentSession, token: Any) -> UpstreamSession | None:
         return self._client_progress.get((session, token)) if valid_token(token) else None

@@ -18,13 +18,15 @@ resources/read, subscribe  the upstream that listed the URI (or whose template m
 completion/complete        by the reference: a namespaced prompt, or a resource URI
 logging/setLevel           answered by the gateway and not forwarded (upstream sessions are shared)
 subscriptions/listen       the gateway (2026-07-28): the list changes of tools, prompts and resources
+tasks/get, result, cancel  the upstream running the agent's own task, ids mapped (2025-11-25)
+tasks/list                 the gateway, from the agent's own tasks
 anything else              -32601: the gateway cannot tell which upstream serves it
 =========================  ==============================================================================
 
 Theory of operation. The handlers take the session as it is (``downstream_session.py``), so the table
 is built here, above both: the gateway's own answers (``gateway_answers.py``), the decided call
-(``tool_calls.py``), the catalogue requests routed to upstreams (``catalogue_routes.py``) and the
-subscriptions (``subscription_routes.py``).
+(``tool_calls.py``), the catalogue requests routed to upstreams (``catalogue_routes.py``), the
+subscriptions (``subscription_routes.py``) and the tasks of task-augmented calls (``task_routes.py``).
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ from drawbridge.gateway.protocol.methods import (
     TOOLS_CALL,
     TOOLS_LIST,
 )
-from drawbridge.gateway.serve import catalogue_routes, gateway_answers, subscription_routes, tool_calls
+from drawbridge.gateway.protocol.tasks import TASKS_CANCEL, TASKS_GET, TASKS_LIST, TASKS_RESULT
+from drawbridge.gateway.serve import catalogue_routes, gateway_answers, subscription_routes, task_routes, tool_calls
 from drawbridge.gateway.serve.agents import Outbound
 from drawbridge.gateway.serve.downstream_session import DownstreamSession, Handler
 from drawbridge.gateway.serve.hub import Gateway
@@ -70,6 +73,10 @@ ROUTES: Final[Mapping[str, Handler]] = {
     COMPLETE: catalogue_routes.complete,
     SET_LEVEL: gateway_answers.acknowledge,
     LISTEN: subscription_routes.listen,
+    TASKS_GET: task_routes.by_task,
+    TASKS_RESULT: task_routes.by_task,
+    TASKS_CANCEL: task_routes.by_task,
+    TASKS_LIST: task_routes.tasks_list,
 }
 
 
