@@ -3,7 +3,9 @@ before anything starts.
 
 Invariant: the listening socket is opened by ``bind`` before the gateway spawns or connects anything,
 so a port in use is a one-line startup error, and ``port: 0`` gives a free port that is then reported
-(``on_ready``). uvicorn serves on that socket without signal handling of its own: the command owns
+(``on_ready``). The socket is made with ``IPPROTO_TCP`` so that asyncio sets ``TCP_NODELAY`` on every
+connection it accepts (it does so only for sockets whose protocol says TCP): without it each answer on a
+kept-alive connection waits out Nagle and the peer's delayed ACK (tens of milliseconds). uvicorn serves on that socket without signal handling of its own: the command owns
 SIGINT and SIGTERM and shuts down in order (the ``/mcp`` sessions first, then the listener).
 """
 
@@ -29,7 +31,7 @@ class _Server(uvicorn.Server):
 def bind(host: str, port: int) -> socket.socket:
     """Open the listening socket first, so a port in use is a clear startup error, and port 0 works."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
