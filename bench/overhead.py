@@ -1,163 +1,122 @@
-"""What the gateway adds to a tools/call: the same workload direct and through `drawbridge wrap`, in one run.
+"""What the gateway adds to a tools/call: the same workload direct, through a bare relay and through
+drawbridge, in one run (configurations interleaved, several rounds, medians).
 
-The workload is a small echo call driven over real pipes by a raw JSON-lines client (no client SDK
-cost): by default the ``echo`` tool of ``@modelcontextprotocol/server-everything`` (installed by
-scripts/test), or with ``--server raw`` bench/echo_server.py, a raw JSON-RPC echo whose own cost is
-close to nothing, which gives the harshest ratio. The gateway runs the allow path with a policy file
-and evidence on, in two configurations: the hash-chained trace and the surface records (what every
-run writes), and the same plus truth carriers (opt-in). fsync as given, default ``batch``;
-``always`` measures the disk too.
+stdio mode (the default) drives ``drawbridge wrap`` over real pipes. The workload is the ``echo`` tool
+of ``@modelcontextprotocol/server-everything`` (installed by scripts/test), or with ``--server raw``
+bench/echo_server.py, a raw JSON-RPC echo whose own cost is close to nothing (the harshest ratio).
+Configurations: ``direct`` (the server alone), ``relay`` (bench/line_relay.py, a bare asyncio line
+relay: the floor for any Python process in between), ``evidence`` (wrap on the allow path with a policy
+file, the hash-chained trace and the surface records: what every run writes) and ``evidence+carriers``
+(the same plus tool-decision truth carriers, opt-in). fsync as given, default ``batch``.
 
-Prints p50/p99 latency of sequential calls, calls per second with many calls in flight, the CPU
-time the gateway process spends per call (the steadiest figure on a busy machine), and the ratios to
-direct (medians over rounds that alternate the configurations); then the policy engine's
-evaluation time at 10, 100 and 1,000 rules.
+Each session measures: back-to-back sequential calls (p50/p99), calls spaced ``--spacing-ms`` apart as
+an agent spaces them, calls per second with ``--inflight`` outstanding, the CPU the process under test
+spends per call, the time from spawn to the initialize answer, and (last round) its RSS after
+``--rss-calls`` calls. The client is raw by default (bench/raw_client.py: blocking pipe reads and
+writes, lines built once, so the client hides nothing); ``--client anyio`` is the earlier anyio client
+(sequential and in-flight figures only).
 
-    python bench/overhead.py [--server everything|raw] [--calls 2000] [--inflight 32] [--rounds 3] [--fsync batch]
-        [--compare DIR]
+http mode compares ``drawbridge serve`` over streamable HTTP (server-everything over stdio behind it,
+evidence on) with server-everything's own HTTP transport (``streamableHttp``): sequential p50 on one
+kept-alive session, calls per second over ``--sessions`` sessions calling at once, RSS, spawn to the
+initialize answer.
 
-``--compare DIR`` adds the same two gateway configurations run from another source tree (``DIR`` is
-its ``src`` folder, for example a worktree of an earlier commit: ``git worktree add /tmp/before HEAD~1``
-then ``--compare /tmp/before/src``), interleaved in the same rounds, so a change is measured against
-what it changes in one run.
+    python bench/overhead.py [--mode stdio|http] [--client raw|anyio] [--server everything|raw]
+        [--calls 2000] [--spaced-calls 200] [--spacing-ms 10] [--inflight 32] [--sessions 16]
+        [--rounds 3] [--rss-calls 20000] [--fsync batch] [--compare DIR]
+
+``--compare DIR`` adds the gateway configurations run from another source tree (``DIR`` is its ``src``
+folder, for example ``git worktree add /tmp/before HEAD~1`` then ``--compare /tmp/before/src``),
+interleaved in the same rounds, so a change is measured against what it changes in one run.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import anyio
-from anyio.abc import Process
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from overhead_http import run_http  # noqa: E402
+from raw_client import RawStdioClient, cpu_seconds, rss_kib, tree_env  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+NODE_BIN = HERE.parent / ".node" / "node_modules" / ".bin"
 SERVERS = {
     # The published reference server's echo tool (Node.js, the TypeScript SDK).
-    "everything": [str(HERE.parent / ".node" / "node_modules" / ".bin" / "mcp-server-everything"), "stdio"],
+    "everything": [str(NODE_BIN / "mcp-server-everything"), "stdio"],
     # A raw JSON-RPC echo in Python: the cheapest possible upstream, the harshest ratio.
     "raw": [sys.executable, str(HERE / "echo_server.py")],
 }
-
-
-class Pipe:
-    def __init__(self, process: Process) -> None:
-        self.process = process
-        self.buffer = b""
-
-    async def send(self, message: dict) -> None:
-        assert self.process.stdin is not None
-        await self.process.stdin.send(json.dumps(message).encode() + b"\n")
-
-    async def line(self) -> dict:
-        assert self.process.stdout is not None
-        while b"\n" not in self.buffer:
-            self.buffer += await self.process.stdout.receive(65536)
-        line, _, self.buffer = self.buffer.partition(b"\n")
-        return json.loads(line)
-
-
 WARM_UP = 300
 """Calls made before anything is measured (caches filled, code paths warm)."""
+CONFIGS = ("direct", "relay", "evidence", "evidence+carriers")
+COMPARED = " (compared)"
+"""The suffix of a configuration run from the ``--compare`` tree."""
 
 
-def _cpu_seconds(pid: int) -> float:
-    """The user and system CPU time a process has used so far (Linux /proc; 0 elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+@dataclass
+class Figures:
+    """One configuration's measurements, over all rounds."""
+
+    latencies: list[float] = field(default_factory=list)
+    spaced: list[float] = field(default_factory=list)
+    rates: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    spawn: list[float] = field(default_factory=list)
+    rss: list[float] = field(default_factory=list)
+    """MiB, after ``--rss-calls`` calls (last round)."""
+    rss_calls: int = 0
 
 
-async def _session(
-    argv: list[str], env: dict[str, str], calls: int, inflight: int
-) -> tuple[list[float], float, float]:
-    async with await anyio.open_process(argv, env=env, stderr=None) as process:
-        pipe = Pipe(process)
-        await pipe.send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-                         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                                    "clientInfo": {"name": "bench", "version": "1"}}})
-        await pipe.line()
-        await pipe.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        await pipe.send({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
-        await pipe.line()
-
-        def call(i: int) -> dict:
-            return {"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
-                    "params": {"name": "echo", "arguments": {"message": f"hello {i}", "text": f"hello {i}"}}}
-
-        for i in range(WARM_UP):
-            await pipe.send(call(i))
-            await pipe.line()
-        cpu_before = _cpu_seconds(process.pid)
-        latencies = []
-        for i in range(calls):
-            start = time.perf_counter()
-            await pipe.send(call(i))
-            answer = await pipe.line()
-            latencies.append((time.perf_counter() - start) * 1000)
-            assert "result" in answer and not answer["result"].get("isError"), answer
-        # Throughput: keep `inflight` calls outstanding.
-        start = time.perf_counter()
-        sent = received = 0
-        while sent < inflight:
-            await pipe.send(call(sent))
-            sent += 1
-        while received < calls:
-            await pipe.line()
-            received += 1
-            if sent < calls:
-                await pipe.send(call(sent))
-                sent += 1
-        rate = calls / (time.perf_counter() - start)
-        cpu_per_call = (_cpu_seconds(process.pid) - cpu_before) / (2 * calls)
-        assert process.stdin is not None
-        await process.stdin.aclose()
-    return latencies, rate, cpu_per_call
-
-
-def _pct(values: list[float], p: float) -> float:
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
 
 
-def policy_bench() -> list[tuple[int, float, float]]:
-    from drawbridge.policy import PolicySource, evaluate, load_policies
-
-    rows = []
-    for count in (10, 100, 1000):
-        rules = "\n".join(f'  - tools: ["tool_{i}", "ns{i}.*"]\n    action: deny' for i in range(count - 1))
-        text = f'name: bench\nagent: "agent-*"\nrules:\n{rules}\n  - tools: ["echo"]\n    action: allow\n'
-        policy_set = load_policies([PolicySource("bench.yaml", text)])
-        assert evaluate(policy_set, "agent-1", "echo", {"text": "x"}).action.value == "allow"
-        timings = {}
-        for label, tool in (("first", "echo"), ("miss", "nothing_matches")):
-            n = 20000
-            start = time.perf_counter()
-            for _ in range(n):
-                evaluate(policy_set, "agent-1", tool, {"text": "x"})
-            timings[label] = (time.perf_counter() - start) / n * 1e6
-        # A cold decision: a new (agent, tool) pair each time, so no memoized candidate list helps.
-        n = 2000
-        start = time.perf_counter()
-        for i in range(n):
-            evaluate(policy_set, f"agent-{i}", "echo", {"text": "x"})
-        cold = (time.perf_counter() - start) / n * 1e6
-        rows.append((count, timings["first"], cold))
-    return rows
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
 
 
-CONFIGS = ("direct", "evidence", "evidence+carriers")
-"""direct: the server alone; evidence: through the gateway with the trace and surface records (what
-every run writes); evidence+carriers: the same plus tool-decision truth carriers (opt-in)."""
-COMPARED = " (compared)"
-"""The suffix of a configuration run from the ``--compare`` tree."""
+def raw_session(argv: list[str], env: dict[str, str], args: argparse.Namespace, figures: Figures, last: bool) -> None:
+    client = RawStdioClient(argv, env)
+    try:
+        figures.spawn.append(client.initialize())
+        for _ in range(WARM_UP):
+            client.call()
+        cpu_before = cpu_seconds(client.pid)
+        for _ in range(args.calls):
+            figures.latencies.append(client.call())
+        for _ in range(args.spaced_calls):
+            client.idle(args.spacing_ms / 1000)
+            figures.spaced.append(client.call())
+        figures.rates.append(client.pipelined(args.calls, args.inflight))
+        figures.cpu.append((cpu_seconds(client.pid) - cpu_before) / (2 * args.calls + args.spaced_calls))
+        if last:
+            done = WARM_UP + 2 * args.calls + args.spaced_calls
+            if args.rss_calls > done:
+                client.pipelined(args.rss_calls - done, args.inflight)
+            figures.rss.append(rss_kib(client.pid) / 1024)
+            figures.rss_calls = max(done, args.rss_calls)
+    finally:
+        client.close()
+
+
+def anyio_session(argv: list[str], env: dict[str, str], args: argparse.Namespace, figures: Figures, last: bool) -> None:
+    from overhead_anyio import session
+
+    lat, rate, cpu_per_call = session(argv, env, args.calls, args.inflight, WARM_UP)
+    figures.latencies.extend(lat)
+    figures.rates.append(rate)
+    figures.cpu.append(cpu_per_call)
 
 
 def _gateway(tmp: Path, config: str, fsync: str, echo: list[str]) -> list[str]:
@@ -171,69 +130,120 @@ def _gateway(tmp: Path, config: str, fsync: str, echo: list[str]) -> list[str]:
     return [*argv, "--", *echo]
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    env = dict(os.environ)
-    env["DRAWBRIDGE_TDT_HMAC_KEY"] = "bench-key-0123456789abcdef"
-    env["DRAWBRIDGE_TDT_HMAC_KEY_ID"] = "bench-kid"
+def _argv(config: str, tmp: Path, args: argparse.Namespace) -> list[str]:
     echo = SERVERS[args.server]
+    if config == "direct":
+        return echo
+    if config == "relay":
+        return [sys.executable, str(HERE / "line_relay.py"), "--", *echo]
+    return _gateway(tmp, config, args.fsync, echo)
+
+
+def run_stdio(args: argparse.Namespace, env: dict[str, str]) -> None:
     configs = list(CONFIGS)
     if args.compare:
-        configs += [f"{config}{COMPARED}" for config in CONFIGS if config != "direct"]
-    latencies: dict[str, list[float]] = {config: [] for config in configs}
-    rates: dict[str, list[float]] = {config: [] for config in configs}
-    cpu: dict[str, list[float]] = {config: [] for config in configs}
+        configs += [f"{config}{COMPARED}" for config in CONFIGS if config not in ("direct", "relay")]
+    figures = {config: Figures() for config in configs}
+    session = raw_session if args.client == "raw" else anyio_session
     entries = 0
     # Rounds alternate the configurations, so that whatever else the machine does at the time
     # weighs on all of them alike; each figure is the median over the rounds.
-    for _ in range(args.rounds):
+    for round_index in range(args.rounds):
         for config in configs:
             with tempfile.TemporaryDirectory() as tmp:
-                argv = echo if config == "direct" else _gateway(Path(tmp), config, args.fsync, echo)
-                run_env = env
-                if config.endswith(COMPARED):
-                    run_env = {**env, "PYTHONPATH": str(Path(args.compare).resolve())}
-                lat, rate, cpu_per_call = await _session(argv, run_env, args.calls, args.inflight)
-                latencies[config].extend(lat)
-                rates[config].append(rate)
-                cpu[config].append(cpu_per_call)
-                if config != "direct":
-                    entries += sum(1 for _ in open(Path(tmp) / "evidence" / "trace.ndjson", "rb"))
-    print(f"upstream: {args.server}; tools/call echo, {args.calls} sequential calls and {args.calls} with "
-          f"{args.inflight} in flight, per configuration and round; {args.rounds} rounds; gateway: allow path, "
-          f"fsync={args.fsync} ({entries} trace entries written)")
-    direct_p50 = _pct(latencies["direct"], 0.5)
-    direct_p99 = _pct(latencies["direct"], 0.99)
-    direct_rate = statistics.median(rates["direct"])
+                run_env = tree_env(env, args.compare if config.endswith(COMPARED) else None)
+                session(_argv(config, Path(tmp), args), run_env, args, figures[config], round_index == args.rounds - 1)
+                trace = Path(tmp) / "evidence" / "trace.ndjson"
+                if trace.exists():
+                    entries += sum(1 for _ in open(trace, "rb"))
+    print(f"stdio, {args.client} client, upstream {args.server}: tools/call echo; per configuration and round "
+          f"{args.calls} back-to-back, {args.spaced_calls} spaced {args.spacing_ms:g} ms, {args.calls} with "
+          f"{args.inflight} in flight; {args.rounds} rounds; gateway allow path, fsync={args.fsync} "
+          f"({entries} trace entries written)")
     if args.compare:
         print(f"compared tree: {Path(args.compare).resolve()}")
-    print(f"{'':<31}{'p50 ms':>10}{'p99 ms':>10}{'calls/s':>12}{'added p50':>12}{'throughput':>12}{'CPU us/call':>13}")
+    direct, relay = figures["direct"], figures["relay"]
+    d50, r50 = pct(direct.latencies, 0.5), pct(relay.latencies, 0.5)
+    ds50, rs50 = pct(direct.spaced, 0.5), pct(relay.spaced, 0.5)
+    d_rate = median(direct.rates)
+    print(f"{'':<28}{'p50':>8}{'p99':>8}{'added':>8}{'/relay':>8}{'spaced':>8}{'added':>8}{'/relay':>8}"
+          f"{'calls/s':>9}{'/direct':>8}{'CPU us':>8}{'RSS MiB':>9}{'spawn s':>9}")
     for config in configs:
-        p50, p99 = _pct(latencies[config], 0.5), _pct(latencies[config], 0.99)
-        rate = statistics.median(rates[config])
-        added = "" if config == "direct" else f"{p50 - direct_p50:>12.3f}"
-        ratio = "" if config == "direct" else f"{rate / direct_rate:>12.2f}"
-        per_call = statistics.median(cpu[config]) * 1e6
-        print(f"{config:<31}{p50:>10.3f}{p99:>10.3f}{rate:>12.0f}{added:>12}{ratio:>12}{per_call:>13.0f}")
-    print(f"(added p50 in ms over direct; throughput as a ratio of direct's; CPU: the process's own user+system "
-          f"time per call after the warm-up (direct: the server's; else the gateway's); direct p99 {direct_p99:.3f} ms; "
-          f"calls/s per round: " + "; ".join(f"{c} " + ", ".join(f"{r:.0f}" for r in rates[c]) for c in configs) + ")")
-    print()
-    print(f"{'policy evaluation':<22}{'repeat us':>12}{'cold us':>12}")
-    for count, warm, cold in policy_bench():
-        print(f"{f'{count} rules':<22}{warm:>12.2f}{cold:>12.2f}")
+        f = figures[config]
+        p50, s50 = pct(f.latencies, 0.5), pct(f.spaced, 0.5)
+        added = p50 - d50 if config != "direct" else float("nan")
+        added_s = s50 - ds50 if config != "direct" else float("nan")
+        ratio = added / (r50 - d50) if config not in ("direct", "relay") else float("nan")
+        ratio_s = added_s / (rs50 - ds50) if config not in ("direct", "relay") else float("nan")
+        rate = median(f.rates)
+        print(f"{config:<28}{p50:>8.3f}{pct(f.latencies, 0.99):>8.3f}{added:>8.3f}{ratio:>8.2f}{s50:>8.3f}"
+              f"{added_s:>8.3f}{ratio_s:>8.2f}{rate:>9.0f}{rate / d_rate:>8.2f}{median(f.cpu) * 1e6:>8.0f}"
+              f"{median(f.rss):>9.1f}{median(f.spawn):>9.3f}")
+    if "evidence+carriers" in figures:
+        carriers = pct(figures["evidence+carriers"].latencies, 0.5) - pct(figures["evidence"].latencies, 0.5)
+        print(f"truth carriers add {carriers:+.3f} ms p50 over evidence")
+    print(f"(ms; added: p50 over direct's; /relay: added p50 as a ratio of the bare relay's; spaced: calls "
+          f"{args.spacing_ms:g} ms apart; /direct: calls/s with {args.inflight} in flight as a ratio of direct's; CPU: "
+          f"the process's own user+system time per call after the warm-up (direct: the server's, else the relay's "
+          f"or the gateway's, without its child); RSS after {max(f.rss_calls for f in figures.values())} calls; "
+          f"spawn: to the initialize answer. calls/s per round: "
+          + "; ".join(f"{c} " + ", ".join(f"{r:.0f}" for r in figures[c].rates) for c in configs) + ")")
+
+
+def policy_bench() -> list[tuple[int, float, float]]:
+    from drawbridge.policy import PolicySource, evaluate, load_policies
+
+    rows = []
+    for count in (10, 100, 1000):
+        rules = "\n".join(f'  - tools: ["tool_{i}", "ns{i}.*"]\n    action: deny' for i in range(count - 1))
+        text = f'name: bench\nagent: "agent-*"\nrules:\n{rules}\n  - tools: ["echo"]\n    action: allow\n'
+        policy_set = load_policies([PolicySource("bench.yaml", text)])
+        assert evaluate(policy_set, "agent-1", "echo", {"text": "x"}).action.value == "allow"
+        n = 20000
+        start = time.perf_counter()
+        for _ in range(n):
+            evaluate(policy_set, "agent-1", "echo", {"text": "x"})
+        warm = (time.perf_counter() - start) / n * 1e6
+        # A cold decision: a new (agent, tool) pair each time, so no memoized candidate list helps.
+        n = 2000
+        start = time.perf_counter()
+        for i in range(n):
+            evaluate(policy_set, f"agent-{i}", "echo", {"text": "x"})
+        rows.append((count, warm, (time.perf_counter() - start) / n * 1e6))
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=["stdio", "http"], default="stdio")
+    parser.add_argument("--client", choices=["raw", "anyio"], default="raw")
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--spaced-calls", type=int, default=200)
+    parser.add_argument("--spacing-ms", type=float, default=10.0)
     parser.add_argument("--inflight", type=int, default=32)
+    parser.add_argument("--http-calls", type=int, default=500, help="http mode: sequential calls per round")
+    parser.add_argument("--sessions", type=int, default=16, help="http mode: sessions calling at once")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rss-calls", type=int, default=20000, help="calls made before RSS is read (last round)")
     parser.add_argument("--fsync", choices=["always", "batch", "never"], default="batch")
     parser.add_argument("--server", choices=sorted(SERVERS), default="everything",
-                        help="everything: server-everything's echo (default); raw: a minimal Python echo")
+                        help="stdio mode: everything: server-everything's echo (default); raw: a minimal Python echo")
     parser.add_argument("--compare", metavar="DIR",
                         help="also run the gateway from this source tree (its src folder), in the same rounds")
-    anyio.run(main_async, parser.parse_args())
+    parser.add_argument("--no-policy", action="store_true", help="skip the policy evaluation figures")
+    args = parser.parse_args()
+    env = dict(os.environ)
+    env["DRAWBRIDGE_TDT_HMAC_KEY"] = "bench-key-0123456789abcdef"
+    env["DRAWBRIDGE_TDT_HMAC_KEY_ID"] = "bench-kid"
+    if args.mode == "http":
+        run_http(args, env, NODE_BIN, pct, median)
+    else:
+        run_stdio(args, env)
+    if not args.no_policy:
+        print()
+        print(f"{'policy evaluation':<22}{'repeat us':>12}{'cold us':>12}")
+        for count, warm, cold in policy_bench():
+            print(f"{f'{count} rules':<22}{warm:>12.2f}{cold:>12.2f}")
 
 
 if __name__ == "__main__":
