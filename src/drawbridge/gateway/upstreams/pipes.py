@@ -9,7 +9,10 @@ with the shell that owns it.
 On asyncio a reading stream keeps its descriptor registered with the loop between reads (instead
 of registering and unregistering it around every wait, two system calls per message); it lets go
 of it when the descriptor becomes readable while nobody waits, so an unread pipe never spins the
-loop, and when the stream is closed.
+loop, and when the stream is closed. When the descriptor becomes readable while a reader waits, the
+loop's callback reads it there and then, and hands the bytes to the reader: read later, in the
+reader's task, the pipe would still be readable at the loop's next poll, which would queue a second,
+stale callback, wake the reader's next wait for nothing and cost it a read that finds the pipe empty.
 """
 
 from __future__ import annotations
@@ -64,22 +67,33 @@ class FdReceiveStream(_Descriptor, ByteReceiveStream):
         self._drained = False
         """The last read took less than it could: the next one waits for readiness before reading
         (a read that would only fail with EAGAIN is a system call saved)."""
+        self._want = READ_CHUNK
+        """How much the waiting reader takes (what the loop's callback reads for it)."""
+        self._ready: bytes | OSError | None = None
+        """What the loop's callback read for the reader (or the error it met), not yet returned."""
 
     async def receive(self, max_bytes: int = READ_CHUNK) -> bytes:
         while True:
             if self._closed:
                 raise anyio.ClosedResourceError
             if self._pollable:
-                if self._drained:
+                ready = self._ready
+                if ready is not None:
+                    self._ready = None
+                    if isinstance(ready, OSError):
+                        raise ready
+                    data = ready
+                elif self._drained:
                     self._drained = False
-                    await self._wait_readable()
+                    await self._wait_readable(max_bytes)
                     continue
-                try:
-                    data = os.read(self._fd, max_bytes)
-                except BlockingIOError:
-                    await self._wait_readable()
-                    continue
-                self._drained = len(data) < max_bytes
+                else:
+                    try:
+                        data = os.read(self._fd, max_bytes)
+                    except BlockingIOError:
+                        await self._wait_readable(max_bytes)
+                        continue
+                    self._drained = len(data) < max_bytes
             else:
                 data = await anyio.to_thread.run_sync(os.read, self._fd, max_bytes, abandon_on_cancel=True)
             if not data:
@@ -93,6 +107,12 @@ class FdReceiveStream(_Descriptor, ByteReceiveStream):
             raise anyio.ClosedResourceError
         if not self._pollable:
             return None
+        ready = self._ready
+        if ready is not None:
+            self._ready = None
+            if isinstance(ready, OSError):
+                raise ready
+            return ready
         try:
             data = os.read(self._fd, max_bytes)
         except BlockingIOError:
@@ -101,7 +121,9 @@ class FdReceiveStream(_Descriptor, ByteReceiveStream):
         self._drained = len(data) < max_bytes
         return data
 
-    async def _wait_readable(self) -> None:
+    async def _wait_readable(self, max_bytes: int) -> None:
+        """Wait until the descriptor is readable; on asyncio, until the loop's callback has read it
+        (``_ready``)."""
         if self._waiter is not None:
             raise anyio.BusyResourceError("reading from")
         # The loop the descriptor is registered with, as long as it is (asking for the running
@@ -117,6 +139,7 @@ class FdReceiveStream(_Descriptor, ByteReceiveStream):
             self._release()
             loop.add_reader(self._fd, self._on_readable)
             self._loop = loop
+        self._want = max_bytes
         waiter = self._waiter = loop.create_future()
         try:
             await waiter
@@ -125,10 +148,21 @@ class FdReceiveStream(_Descriptor, ByteReceiveStream):
 
     def _on_readable(self) -> None:
         waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-        elif waiter is None:
+        if waiter is None:
             self._release()  # nobody is reading: do not wake the loop again until someone is
+            return
+        if waiter.done() or self._ready is not None:
+            return
+        try:
+            data = os.read(self._fd, self._want)
+        except BlockingIOError:
+            return  # not readable after all: the reader goes on waiting
+        except OSError as exc:
+            self._ready = exc
+        else:
+            self._ready = data
+            self._drained = len(data) < self._want
+        waiter.set_result(None)
 
     def _release(self) -> None:
         if self._loop is not None:
@@ -140,6 +174,7 @@ class FdReceiveStream(_Descriptor, ByteReceiveStream):
         if self._closed:
             return
         self._closed = True
+        self._ready = None
         if self._pollable:
             self._release()
             waiter = self._waiter
