@@ -189,7 +189,7 @@ async def test_a_denied_task_call_is_refused_and_no_upstream_task_is_created(wor
     async with agent(running.url, "a") as a:
         answer = await a.call_as_task("tasking.wipe", {"what": "everything"})
         assert answer["isError"] is True and "task" not in answer
-        assert answer["content"][0]["text"].startswith("drawbridge refused this call: policy \"p\" rule 0")
+        assert answer["content"][0]["text"].startswith("drawbridge refused this call: deny by rule 0 of policy 'p'")
         assert await a.listed() == []
     assert created(tmp_path) == []
     (decision,) = [e["body"] for e in trace(tmp_path / "evidence", "tool_decision")]
