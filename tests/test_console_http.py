@@ -55,6 +55,28 @@ def test_login_redirects_only_inside_the_console_and_pages_need_a_session(tmp_pa
     assert ADMIN not in running.text()
 
 
+DOWN = {
+    "name": "gone", "transport": "stdio", "command": PYTHON,
+    "args": ["-c", "import sys; print('cannot open the database', file=sys.stderr); sys.exit(1)"],
+}
+SERVER_ROW = re.compile(r'<tr data-server="(\w+)" data-status="(\w+)">(.*?)</tr>', re.S)
+
+
+def test_the_overview_shows_each_upstream_up_or_down_with_its_cause_as_readyz_does(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [GITHUB, DOWN], policies=ALLOW_ALL, auth={"admin": {"token_sha256": sha256(ADMIN)}})
+    with http_gateway(config) as running, httpx.Client(base_url=running.control()) as client:
+        assert running.url is not None
+        ready = httpx.get(running.url.rsplit("/mcp", 1)[0] + "/readyz").json()
+        assert ready["upstreams_down"] == ["gone"]
+        assert _login(client).status_code == 303
+        rows = {name: (status, cells) for name, status, cells in SERVER_ROW.findall(client.get("/console/").text)}
+    assert set(rows) == {"github", "gone"}
+    assert rows["github"][0] == "up" and ">up<" in rows["github"][1]
+    status, cells = rows["gone"]
+    assert status == "down" and "<strong>down</strong>" in cells
+    assert re.search(r"upstream &#39;gone&#39; is (disconnected|reconnecting) .*exited with status 1", cells), cells
+
+
 def test_wrap_serves_the_console_on_its_control_port(tmp_path: Path) -> None:
     port = free_port()
     policy = write_policy(tmp_path, POLICY)

@@ -311,6 +311,9 @@ class ControlServices:
     clock: Clock = field(default=utc_clock)
     checkpoint: Callable[[], Awaitable[str | None]] | None = None
     """A signed checkpoint of the trace as it stands now (None: the gateway signs none)."""
+    upstreams: Callable[[], Mapping[str, str | None]] | None = None
+    """Each upstream by name: None while it serves, else why not (what ``/readyz`` reads); None when
+    the gateway has no other upstream than the one it runs with (wrap: it ends when its child does)."""
 
 
 __all__ = [

@@ -54,9 +54,13 @@ class PageHandlers(ConsoleBase):
         since = self.services.clock() - timedelta(hours=1)
         calls = [e for e in trace.entries if e.get("kind") == "tool_decision" and _after(e.get("at"), since)]
         refused = [e for e in calls if (e.get("body") or {}).get("action") != "allow"]
+        states = dict(self.services.upstreams()) if self.services.upstreams is not None else {}
+        names = sorted(set(servers) | set(states))
         return self.render(
             request, "overview.html", session,
-            servers=[{"name": n, "tools": c, "held": held.get(n, 0)} for n, c in sorted(servers.items())],
+            servers=[
+                {"name": n, "tools": servers.get(n, 0), "held": held.get(n, 0), "down": states.get(n)} for n in names
+            ],
             pending=len(pending), calls=len(calls), refused=len(refused), trace=trace,
         )
 
