@@ -17,6 +17,8 @@ from __future__ import annotations
 import difflib
 import json
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
@@ -31,6 +33,7 @@ from drawbridge.control.services import CatalogueItem, current_catalogue
 from drawbridge.control.views import approval_view, grant_view, tool_view
 from drawbridge.evidence.bundle import record_hash
 from drawbridge.evidence.chain import verify_chain
+from drawbridge.evidence.truth.carrier import SCHEMA as CARRIER_SCHEMA
 from drawbridge.evidence.vocabulary import SURFACE_SCHEMA
 
 ACTIONS: Final = ("allow", "deny", "human_approval", "inherit")
@@ -139,7 +142,9 @@ class PageHandlers(ConsoleBase):
 
     async def evidence_page(self, request: Request, session: Session) -> Response:
         trace = await anyio.to_thread.run_sync(_read_trace, self.trace_path)
-        surfaces = await anyio.to_thread.run_sync(_read_surfaces, self.surface_path)
+        surfaces = await anyio.to_thread.run_sync(_read_records, self.surface_path, SURFACE_SCHEMA, _surface_says)
+        carriers = await anyio.to_thread.run_sync(_read_records, self.truth_path, CARRIER_SCHEMA, _carrier_says)
+        read = {SURFACE_SCHEMA: (self.surface_path, surfaces), CARRIER_SCHEMA: (self.truth_path, carriers)}
         query = request.query_params
         wanted = {k: query.get(k, "").strip() for k in ("agent", "tool", "action", "outcome")}
         shown = []
@@ -147,8 +152,7 @@ class PageHandlers(ConsoleBase):
             body = entry.get("body") if isinstance(entry.get("body"), dict) else {}
             if any(v and str(body.get(k)) != v for k, v in wanted.items()):
                 continue
-            records = [{**r, "surface": surfaces.get(r.get("content_hash"))} for r in body.get("evidence") or []
-                       if isinstance(r, dict)]
+            records = [_record_view(r, read) for r in body.get("evidence") or [] if isinstance(r, dict)]
             shown.append({"entry": entry, "body": body, "evidence": records})
             if len(shown) >= EVIDENCE_SHOWN:
                 break
@@ -205,6 +209,14 @@ def _after(at: object, since: datetime) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class Said:
+    """What one evidence record asserts, as a line, and (a truth carrier) its verdict alone."""
+
+    text: str
+    verdict: str | None = None
+
+
 class TraceView:
     """The trace as the evidence page shows it: its entries, and whether (and up to where) it verifies."""
 
@@ -226,9 +238,39 @@ class TraceView:
         self.problem = problem or (None if first is None else f"line {first.line}: {first.message}")
 
 
-def _read_surfaces(path: Path | None) -> dict[str, str]:
-    """The latest surface records (``SURFACE_SHOWN``), by the content hash the trace names them with:
-    each as a line saying what it asserts (effect, rule, status, side-effect level)."""
+def _record_view(record: dict[str, Any], read: dict[str, tuple[Path | None, dict[str, Said]]]) -> dict[str, Any]:
+    """A record the trace entry names, with what its file's record of that content hash asserts;
+    ``missing`` when the gateway writes that file and none of its latest records has the hash (not
+    written yet, older than what is read, or changed since it was written)."""
+    path, found = read.get(record.get("type"), (None, {}))
+    said = found.get(record.get("content_hash"))
+    return {**record, "says": said, "missing": path is not None and said is None}
+
+
+def _surface_says(record: dict[str, Any]) -> Said | None:
+    """A surface record's effect, rule, status and side-effect level."""
+    try:
+        (decision,) = record["observed_tool_decisions"]
+    except (KeyError, TypeError, ValueError):
+        return None
+    effect, response = decision.get("decision") or {}, decision.get("response") or {}
+    level = (response.get("side_effect") or {}).get("level")
+    return Said(f"{effect.get('effect')} by {effect.get('rule_id') or 'no rule'}; "
+                f"{response.get('status')}; side effect {level}")
+
+
+def _carrier_says(record: dict[str, Any]) -> Said | None:
+    """A truth carrier's verdict on the call against the agent's declared contract, and its identity state."""
+    if "decision_verdict" not in record:
+        return None
+    verdict = record.get("decision_verdict") or "unclassified"
+    return Said(f"verdict {verdict}; tool {record.get('identity_state')} in the list; order {record.get('order')}",
+                str(verdict))
+
+
+def _read_records(path: Path | None, schema: str, says: Callable[[dict[str, Any]], Said | None]) -> dict[str, Said]:
+    """The latest records of one file (``SURFACE_SHOWN``), by the content hash the trace names them with:
+    each as what it asserts."""
     if path is None:
         return {}
     try:
@@ -237,20 +279,16 @@ def _read_surfaces(path: Path | None) -> dict[str, str]:
             lines = handle.read().splitlines()[-SURFACE_SHOWN:]
     except OSError:
         return {}
-    out: dict[str, str] = {}
+    out: dict[str, Said] = {}
     for line in lines:
         try:
             record = json.loads(line)
-            (decision,) = record["observed_tool_decisions"]
-        except (ValueError, KeyError, TypeError):
-            continue  # a partial first line, or not a surface record
-        digest = record_hash(SURFACE_SCHEMA, record)
-        if digest is None:
-            continue
-        effect, response = decision.get("decision") or {}, decision.get("response") or {}
-        level = (response.get("side_effect") or {}).get("level")
-        out[digest] = (f"{effect.get('effect')} by {effect.get('rule_id') or 'no rule'}; "
-                       f"{response.get('status')}; side effect {level}")
+        except ValueError:
+            continue  # a partial first line
+        said = says(record) if isinstance(record, dict) else None
+        digest = record_hash(schema, record) if said is not None else None
+        if said is not None and digest is not None:
+            out[digest] = said
     return out
 
 

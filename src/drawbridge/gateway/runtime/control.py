@@ -193,8 +193,9 @@ def app(services: ControlServices, runtime: Runtime) -> Any:
     plane.router.routes.append(metrics_route(runtime, AdminAuth(digest)))
     evidence = Path(runtime.settings.evidence_dir) if runtime.settings.evidence_dir is not None else None
     trace, surfaces = (None, None) if evidence is None else (evidence / TRACE_FILE, evidence / SURFACE_FILE)
+    truth = Path(runtime.settings.truth_out) if runtime.settings.truth_out is not None else None
     plane.router.routes.append(
-        console_mount(services, admin_token_sha256=digest, trace_path=trace, surface_path=surfaces)
+        console_mount(services, admin_token_sha256=digest, trace_path=trace, surface_path=surfaces, truth_path=truth)
     )
     return plane
 
