@@ -163,6 +163,10 @@ class HeldBackTool:
     pinned_description: str | None
     current_fingerprint: str
     current_description: str | None
+    pinned_definition: str | None = None
+    """The pinned definition's JCS text (None: not pinned, or pinned before the store kept it)."""
+    current_definition: str | None = None
+    """The definition observed now, as JCS text (None when the observation predates it)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -240,6 +244,8 @@ class StorePinService:
                         pinned_description=None if pin is None else pin.description,
                         current_fingerprint=seen.fingerprint,
                         current_description=seen.description,
+                        pinned_definition=None if pin is None else pin.definition,
+                        current_definition=seen.definition,
                     )
                 )
         return out

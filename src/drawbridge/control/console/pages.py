@@ -29,7 +29,7 @@ from starlette.responses import Response
 
 from drawbridge.control.console.base import ConsoleBase
 from drawbridge.control.console.sessions import Session
-from drawbridge.control.services import CatalogueItem, current_catalogue
+from drawbridge.control.services import HeldBackTool, current_catalogue
 from drawbridge.control.views import approval_view, grant_view, tool_view
 from drawbridge.evidence.bundle import record_hash
 from drawbridge.evidence.chain import verify_chain
@@ -124,11 +124,8 @@ class PageHandlers(ConsoleBase):
         items = {item.name: item for item in await current_catalogue(self.services.catalogue)}
         held = []
         for tool in await service.held_back():
-            view = tool.as_dict()
-            view["diff"] = _diff(tool.pinned_description or "", tool.current_description or "")
             item = items.get(tool.name)
-            view["current_tool"] = None if item is None else _definition(item)
-            held.append(view)
+            held.append(_held_view(tool, None if item is None else tool_view(item)))
         servers = sorted({h["server"] for h in held})
         return self.render(request, "pins.html", session, enabled=True, held=held, servers=servers)
 
@@ -191,12 +188,49 @@ def _diff(pinned: str, current: str) -> list[tuple[str, str]]:
     return out
 
 
-def _definition(item: CatalogueItem) -> dict[str, str]:
-    view = tool_view(item)
-    return {
-        "input_schema": json.dumps(view["input_schema"], indent=2, sort_keys=True),
-        "annotations": json.dumps(view["annotations"], indent=2, sort_keys=True),
-    }
+DEFINITION_PARTS: Final = (("description", "Description"), ("inputSchema", "Input schema"),
+                            ("outputSchema", "Output schema"), ("annotations", "Annotations"), ("title", "Title"))
+
+
+def _held_view(tool: HeldBackTool, served: dict[str, Any] | None) -> dict[str, Any]:
+    """A held-back tool as the pins page sets it out: each side's definition part by part, and a
+    line diff of the whole definitions (of the descriptions alone when the pinned one predates
+    schema version 5). The current side is what the pin store observed (what an accept pins), else
+    what the catalogue serves now."""
+    view = tool.as_dict()
+    pinned, current = _parsed(tool.pinned_definition), _parsed(tool.current_definition)
+    if current is None and served is not None:
+        current = {"title": served.get("title"), "description": served.get("description"),
+                   "inputSchema": served.get("input_schema"), "annotations": served.get("annotations")}
+    view["sides"] = [{"key": key, "label": label, "pinned": _shown(pinned, key), "current": _shown(current, key)}
+                     for key, label in DEFINITION_PARTS]
+    view["pinned_whole"] = pinned is not None
+    if pinned is not None and current is not None:
+        view["diff_of"] = "definition"
+        view["diff"] = _diff(_pretty(pinned), _pretty(current))
+    else:
+        view["diff_of"] = "description"
+        view["diff"] = _diff(tool.pinned_description or "", tool.current_description or "")
+    return view
+
+
+def _parsed(definition: str | None) -> dict[str, Any] | None:
+    """A stored definition (JCS text) as an object, or None when it is not known."""
+    try:
+        parsed = json.loads(definition) if definition is not None else None
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _shown(definition: dict[str, Any] | None, key: str) -> str | None:
+    """One part of a definition as text (a JSON value indented), None when absent or unknown."""
+    value = None if definition is None else definition.get(key)
+    return value if isinstance(value, str) or value is None else _pretty(value)
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
 def _after(at: object, since: datetime) -> bool:
