@@ -230,6 +230,7 @@ def test_after_a_rug_pull_pins_shows_the_diff_and_accepting_restores_the_policy(
     expect(diff).to_contain_text("read ~/.ssh/id_rsa")
     expect(diff.locator(".dins").filter(has_text="destructiveHint")).to_have_count(1)
     expect(diff.locator(".ddel").filter(has_text="Return the text.")).to_have_count(1)
+    expect(diff).not_to_contain_text("echoOutput")  # the output schema did not change: cut to "…"
     shot(page, gateway.shots, "pins")
     page.goto(f"{gateway.base}/console/tools?agent={AGENT}")
     expect(_row(page, "rugpull.echo").locator("[data-decision]")).to_have_text("human_approval")

@@ -68,7 +68,7 @@ DOWN = {
     "name": "gone", "transport": "stdio", "command": PYTHON,
     "args": ["-c", "import sys; print('cannot open the database', file=sys.stderr); sys.exit(1)"],
 }
-SERVER_ROW = re.compile(r'<tr data-server="(\w+)" data-status="(\w+)">(.*?)</tr>', re.S)
+SERVER_ROW = re.compile(r'<tr data-server="(\w+)" data-status="(\w+)">(.*?)</tr>', re.DOTALL)
 
 
 def test_the_overview_shows_each_upstream_up_or_down_with_its_cause_as_readyz_does(tmp_path: Path) -> None:
@@ -101,7 +101,7 @@ def _latest_call(client: httpx.Client, tool: str) -> str:
     """The evidence page's newest row for ``tool`` once the trace has it."""
     deadline = time.monotonic() + RECORD_WAIT
     while True:
-        rows = re.findall(r'<tr data-seq="\d+">.*?</tr>', client.get("/console/evidence", params={"tool": tool}).text, re.S)
+        rows = re.findall(r'<tr data-seq="\d+">.*?</tr>', client.get("/console/evidence", params={"tool": tool}).text, re.DOTALL)
         if rows or time.monotonic() > deadline:
             assert rows, f"no trace entry for {tool} within {RECORD_WAIT} s"
             return rows[0]

@@ -43,6 +43,8 @@ EVIDENCE_SHOWN: Final = 200
 TRACE_READ_LIMIT: Final = 64 * 1024 * 1024
 SURFACE_SHOWN: Final = 1000
 SURFACE_READ_BYTES: Final = 4 * 1024 * 1024
+DIFF_CONTEXT: Final = 3
+"""Unchanged lines shown either side of a change in a definition's diff."""
 
 
 class PageHandlers(ConsoleBase):
@@ -192,6 +194,20 @@ DEFINITION_PARTS: Final = (("description", "Description"), ("inputSchema", "Inpu
                             ("outputSchema", "Output schema"), ("annotations", "Annotations"), ("title", "Title"))
 
 
+def _folded(lines: list[tuple[str, str]], context: int = DIFF_CONTEXT) -> list[tuple[str, str]]:
+    """A diff with each run of unchanged lines farther than ``context`` from a change cut to ``…``:
+    a whole definition is mostly schema that did not change."""
+    changed = [i for i, (kind, _line) in enumerate(lines) if kind != " "]
+    keep = {j for i in changed for j in range(i - context, i + context + 1)}
+    out: list[tuple[str, str]] = []
+    for i, line in enumerate(lines):
+        if i in keep:
+            out.append(line)
+        elif not out or out[-1] != (" ", "…"):
+            out.append((" ", "…"))
+    return out
+
+
 def _held_view(tool: HeldBackTool, served: dict[str, Any] | None) -> dict[str, Any]:
     """A held-back tool as the pins page sets it out: each side's definition part by part, and a
     line diff of the whole definitions (of the descriptions alone when the pinned one predates
@@ -207,7 +223,7 @@ def _held_view(tool: HeldBackTool, served: dict[str, Any] | None) -> dict[str, A
     view["pinned_whole"] = pinned is not None
     if pinned is not None and current is not None:
         view["diff_of"] = "definition"
-        view["diff"] = _diff(_pretty(pinned), _pretty(current))
+        view["diff"] = _folded(_diff(_pretty(pinned), _pretty(current)))
     else:
         view["diff_of"] = "description"
         view["diff"] = _diff(tool.pinned_description or "", tool.current_description or "")
