@@ -210,7 +210,8 @@ def test_a_pending_approval_shows_its_arguments_and_approving_runs_the_call_once
 
 def test_after_a_rug_pull_pins_shows_the_diff_and_accepting_restores_the_policy(page: Page, gateway: Gateway) -> None:
     assert text_of(call_tool(gateway.running, "rugpull.echo", {"text": "hello"})) == "hello"
-    (gateway.directory / "rugpull.json").write_text(json.dumps({"description": RUG_PULL, "extra": ["exfiltrate"]}), encoding="utf-8")
+    changed = {"description": RUG_PULL, "extra": ["exfiltrate"], "annotations": {"destructiveHint": True}}
+    (gateway.directory / "rugpull.json").write_text(json.dumps(changed), encoding="utf-8")
     os.kill(int((gateway.directory / "rugpull.pid").read_text()), signal.SIGKILL)
     _wait_until_held_back(gateway, "rugpull.exfiltrate")  # the gateway reconnects to the restarted server
     page.goto(f"{gateway.base}/console/pins")
@@ -218,7 +219,18 @@ def test_after_a_rug_pull_pins_shows_the_diff_and_accepting_restores_the_policy(
     expect(pin).to_have_attribute("data-status", "changed")
     expect(pin.locator("[data-pinned]")).to_have_text("Return the text.")
     expect(pin.locator("[data-current]")).to_have_text(RUG_PULL)
-    expect(pin.locator("[data-diff] .dins")).to_contain_text("read ~/.ssh/id_rsa")
+    # The whole pinned definition beside the current one: the same input schema, annotations added.
+    schema = pin.locator('[data-part="inputSchema"]')
+    expect(schema.locator('[data-side="pinned"]')).to_contain_text('"text"')
+    assert schema.locator('[data-side="pinned"]').inner_text() == schema.locator('[data-side="current"]').inner_text()
+    annotations = pin.locator('[data-part="annotations"]')
+    expect(annotations.locator('[data-side="pinned"]')).to_have_text("(none)")
+    expect(annotations.locator('[data-side="current"]')).to_contain_text('"destructiveHint": true')
+    diff = pin.locator('[data-diff="definition"]')
+    expect(diff).to_contain_text("read ~/.ssh/id_rsa")
+    expect(diff.locator(".dins").filter(has_text="destructiveHint")).to_have_count(1)
+    expect(diff.locator(".ddel").filter(has_text="Return the text.")).to_have_count(1)
+    expect(diff).not_to_contain_text("echoOutput")  # the output schema did not change: cut to "…"
     shot(page, gateway.shots, "pins")
     page.goto(f"{gateway.base}/console/tools?agent={AGENT}")
     expect(_row(page, "rugpull.echo").locator("[data-decision]")).to_have_text("human_approval")

@@ -4,21 +4,30 @@ console`` command, and the session store's expiry. Real gateway processes over r
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 from approval_support import POLICY, write_policy
-from conftest import GITHUB_LIKE, PYTHON, child_env, wrap_argv
+from conftest import GITHUB_LIKE, PYTHON, child_env, scaled, wrap_argv
+from console_support import call_tool
 from serve_support import ALLOW_ALL, GITHUB, free_port, http_gateway, sha256, wait_for_port, write_config
 
 from drawbridge.control.console.sessions import SessionStore, operator_name
+from drawbridge.evidence.bundle import record_hash
+from drawbridge.evidence.truth.carrier import SCHEMA as CARRIER_SCHEMA
 
 ADMIN = "console-http-token-19ae"
+ALICE = "console-http-agent-token-6d20"
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 CLI_TIMEOUT = 60.0
+RECORD_WAIT = scaled(20.0)
+"""How long a call's trace entry and truth carrier may take to reach their files."""
+TRUTH_ENV = {"DRAWBRIDGE_TDT_HMAC_KEY": "console-truth-key-3b9e", "DRAWBRIDGE_TDT_HMAC_KEY_ID": "console-test"}
 
 
 def _login(client: httpx.Client, token: str = ADMIN, **extra: str) -> httpx.Response:
@@ -53,6 +62,76 @@ def test_login_redirects_only_inside_the_console_and_pages_need_a_session(tmp_pa
         assert client.post("/console/logout", data={"csrf": csrf.group(1)}).status_code == 303
         assert client.get("/console/grants").status_code == 303
     assert ADMIN not in running.text()
+
+
+DOWN = {
+    "name": "gone", "transport": "stdio", "command": PYTHON,
+    "args": ["-c", "import sys; print('cannot open the database', file=sys.stderr); sys.exit(1)"],
+}
+SERVER_ROW = re.compile(r'<tr data-server="(\w+)" data-status="(\w+)">(.*?)</tr>', re.DOTALL)
+
+
+def test_the_overview_shows_each_upstream_up_or_down_with_its_cause_as_readyz_does(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [GITHUB, DOWN], policies=ALLOW_ALL, auth={"admin": {"token_sha256": sha256(ADMIN)}})
+    with http_gateway(config) as running, httpx.Client(base_url=running.control()) as client:
+        assert running.url is not None
+        ready = httpx.get(running.url.rsplit("/mcp", 1)[0] + "/readyz").json()
+        assert ready["upstreams_down"] == ["gone"]
+        assert _login(client).status_code == 303
+        rows = {name: (status, cells) for name, status, cells in SERVER_ROW.findall(client.get("/console/").text)}
+    assert set(rows) == {"github", "gone"}
+    assert rows["github"][0] == "up" and ">up<" in rows["github"][1]
+    status, cells = rows["gone"]
+    assert status == "down" and "<strong>down</strong>" in cells
+    assert re.search(r"upstream &#39;gone&#39; is (disconnected|reconnecting) .*exited with status 1", cells), cells
+
+
+def _carriers(path: Path) -> dict[str, dict[str, object]]:
+    """The truth carriers the gateway wrote, by their content hash."""
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        carrier = json.loads(line)
+        digest = record_hash(CARRIER_SCHEMA, carrier)
+        assert digest is not None
+        found[digest] = carrier
+    return found
+
+
+def _latest_call(client: httpx.Client, tool: str) -> str:
+    """The evidence page's newest row for ``tool`` once the trace has it."""
+    deadline = time.monotonic() + RECORD_WAIT
+    while True:
+        rows = re.findall(r'<tr data-seq="\d+">.*?</tr>', client.get("/console/evidence", params={"tool": tool}).text, re.DOTALL)
+        if rows or time.monotonic() > deadline:
+            assert rows, f"no trace entry for {tool} within {RECORD_WAIT} s"
+            return rows[0]
+        time.sleep(0.1)
+
+
+def test_the_evidence_page_shows_each_calls_truth_carrier_verdict_found_by_its_hash(tmp_path: Path) -> None:
+    truth = tmp_path / "evidence" / "tool-decision-truth.ndjson"
+    auth = {"admin": {"token_sha256": sha256(ADMIN)}, "agents": [{"agent": "alice", "token_sha256": sha256(ALICE)}]}
+    config = write_config(tmp_path, [GITHUB], policies=ALLOW_ALL, auth=auth, evidence_dir="./evidence",
+                          tool_decision_truth={"out": str(truth)})
+    with http_gateway(config, env=TRUTH_ENV) as running, httpx.Client(base_url=running.control()) as client:
+        assert not call_tool(running, "github.list_repos", {"owner": "acme"}, token=ALICE).get("isError")
+        assert _login(client).status_code == 303
+        row = _latest_call(client, "github.list_repos")
+        named = re.search(rf'data-record="{re.escape(CARRIER_SCHEMA)}">{re.escape(CARRIER_SCHEMA)} (sha256:[0-9a-f]+)', row)
+        assert named is not None, row
+        carriers = _carriers(truth)
+        (digest,) = [d for d in carriers if d.startswith(named.group(1))]
+        verdict = carriers[digest]["decision_verdict"] or "unclassified"
+        shown = re.search(r'<span data-truth data-verdict="(\w+)">([^<]*)</span>', row)
+        assert shown is not None, row
+        assert shown.group(1) == verdict and shown.group(2).startswith(f"verdict {verdict}; tool present")
+        assert "<span data-surface>allow by " in row  # the surface record beside it, as before
+        # A carrier changed after it was written no longer has the hash the trace names: it is not shown.
+        forged = {**carriers[digest], "decision_verdict": "match" if verdict != "match" else "mismatch"}
+        truth.write_text(json.dumps(forged) + "\n", encoding="utf-8")
+        row = _latest_call(client, "github.list_repos")
+        assert "data-truth" not in row and "<span data-missing>" in row
+    assert TRUTH_ENV["DRAWBRIDGE_TDT_HMAC_KEY"] not in running.text()
 
 
 def test_wrap_serves_the_console_on_its_control_port(tmp_path: Path) -> None:

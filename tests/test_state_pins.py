@@ -270,3 +270,22 @@ async def test_closed_store_is_unavailable_not_empty(state: str) -> None:
         await store.load("github")
     with pytest.raises(PinStoreUnavailable, match="closed"):
         await store.is_pinned("github")
+
+
+async def test_the_whole_definition_is_kept_beside_its_fingerprint_and_must_be_what_it_covers(state: str) -> None:
+    """Schema version 5: the pinned side of a change can be shown whole (schemas, annotations)."""
+    db, store = open_store(state)
+    v1 = '{"description":"lists","inputSchema":{"type":"object"},"name":"list"}'
+    v2 = '{"annotations":{"destructiveHint":true},"description":"lists","inputSchema":{"type":"object"},"name":"list"}'
+    assert await store.trust_on_first_use("s", {"list": ToolDefinition(fp(v1), "lists", v1)}, at=T0)
+    assert (await store.load("s"))["list"].definition == v1
+    await store.observe("s", {"list": ToolDefinition(fp(v2), "lists", v2)}, at=T1)
+    assert (await store.observed("s"))["list"].definition == v2
+    # The description is unchanged, the fingerprint is not: accepting pins the new definition.
+    (change,) = await store.accept("s", ["list"], accepted_by="cli:ana", at=T1)
+    assert change.previous is not None and change.previous.definition == v1
+    assert change.accepted is not None and change.accepted.definition == v2
+    assert (await store.load("s"))["list"] == PinnedTool(fp(v2), "lists", T1, "cli:ana", v2)
+    with pytest.raises(InvalidPin, match="definition must be the text its fingerprint is the digest of"):
+        await store.observe("s", {"list": ToolDefinition(fp(v1), "lists", v2)}, at=T1)
+    db.close()

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from drawbridge.state.pins import SqlitePinStore
 from drawbridge.state.sqlite import (
     APPLICATION_ID,
     MIGRATIONS,
@@ -41,7 +42,7 @@ def test_new_file_is_0600_wal_and_versioned(tmp_path: Path) -> None:
     db.write_sync(lambda c: c.execute("INSERT INTO pin_servers VALUES ('s', 'x', 'y')"), "touch")
     wal = tmp_path / "state.db-wal"
     assert wal.exists() and _mode(wal) == 0o600
-    assert db.schema_version() == SCHEMA_VERSION == 4
+    assert db.schema_version() == SCHEMA_VERSION == 5
     raw = sqlite3.connect(path)
     try:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -52,6 +53,7 @@ def test_new_file_is_0600_wal_and_versioned(tmp_path: Path) -> None:
             (2, "approval uses: each resolution delivered to one call"),
             (3, "who may approve (approval: operator), and the key approval memory counts under (memory_key)"),
             (4, "replicas: who asked, the shared key ring's fingerprints, shared rate-limit buckets"),
+            (5, "pinned and observed tools keep their whole definition (what the fingerprint covers)"),
         ]
     finally:
         raw.close()
@@ -72,22 +74,28 @@ def test_reopen_does_not_rerun_migrations(tmp_path: Path) -> None:
         StateDB.open(path).close()
     raw = sqlite3.connect(path)
     try:
-        assert raw.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 4
+        assert raw.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 5
     finally:
         raw.close()
+
+
+def _database_at_version(path: Path, version: int) -> sqlite3.Connection:
+    """A state file as drawbridge wrote it at schema ``version``, open in autocommit mode."""
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    raw.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)")
+    for migration in MIGRATIONS[:version]:
+        for statement in migration.statements:
+            raw.execute(statement)
+        raw.execute("INSERT INTO schema_version VALUES (?, ?, '2026-01-01T00:00:00.000000Z')", (migration.version, migration.name))
+    return raw
 
 
 def test_a_version_2_database_gains_the_approver_and_the_memory_key(tmp_path: Path) -> None:
     """Migration 3 on a file written by version 2: existing approvals ask anyone, and memory keeps
     counting them under their shape digest."""
     path = tmp_path / "state.db"
-    raw = sqlite3.connect(path, isolation_level=None)
-    raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    raw.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)")
-    for migration in MIGRATIONS[:2]:
-        for statement in migration.statements:
-            raw.execute(statement)
-        raw.execute("INSERT INTO schema_version VALUES (?, ?, '2026-01-01T00:00:00.000000Z')", (migration.version, migration.name))
+    raw = _database_at_version(path, 2)
     raw.execute(
         "INSERT INTO approvals (id, agent, tool, args_digest, shape_digest, reason, status, created_at, expires_at) "
         "VALUES ('00000000000000aa', 'a', 't', 'hmac-sha256:k:00', 'sha256:' || hex(zeroblob(32)), 'r', 'pending', "
@@ -103,6 +111,24 @@ def test_a_version_2_database_gains_the_approver_and_the_memory_key(tmp_path: Pa
             raw.execute("UPDATE approvals SET approver = 'client'")
     finally:
         raw.close()
+
+
+def test_a_version_4_database_keeps_its_pins_and_gains_their_definitions(tmp_path: Path) -> None:
+    """Migration 5 on a file written by version 4: a pin made then is read with no definition (its
+    change shows by description alone), and new pins keep theirs."""
+    path = tmp_path / "state.db"
+    raw = _database_at_version(path, 4)
+    at = "2026-01-01T00:00:00.000000Z"
+    raw.execute("INSERT INTO pin_servers VALUES ('s', ?, 'cli:ana')", (at,))
+    raw.execute("INSERT INTO pins VALUES ('s', 'old', 'sha256:' || lower(hex(zeroblob(32))), 'd', ?, 'cli:ana')", (at,))
+    raw.close()
+    db = StateDB.open(path)
+    try:
+        assert db.schema_version() == 5
+        pins = anyio.run(SqlitePinStore(db).load, "s")
+        assert pins["old"].description == "d" and pins["old"].definition is None
+    finally:
+        db.close()
 
 
 def test_garbage_file_is_refused_with_the_path(tmp_path: Path) -> None:
@@ -137,7 +163,7 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     raw.execute("INSERT INTO schema_version VALUES (99, 'future', '2030-01-01T00:00:00.000000Z')")
     raw.commit()
     raw.close()
-    newer = r"schema version 99, newer than this drawbridge supports \(4\)"
+    newer = r"schema version 99, newer than this drawbridge supports \(5\)"
     with pytest.raises(StateUnavailable, match=newer):
         StateDB.open(path)
 

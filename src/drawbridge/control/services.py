@@ -163,6 +163,10 @@ class HeldBackTool:
     pinned_description: str | None
     current_fingerprint: str
     current_description: str | None
+    pinned_definition: str | None = None
+    """The pinned definition's JCS text (None: not pinned, or pinned before the store kept it)."""
+    current_definition: str | None = None
+    """The definition observed now, as JCS text (None when the observation predates it)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -240,6 +244,8 @@ class StorePinService:
                         pinned_description=None if pin is None else pin.description,
                         current_fingerprint=seen.fingerprint,
                         current_description=seen.description,
+                        pinned_definition=None if pin is None else pin.definition,
+                        current_definition=seen.definition,
                     )
                 )
         return out
@@ -311,6 +317,9 @@ class ControlServices:
     clock: Clock = field(default=utc_clock)
     checkpoint: Callable[[], Awaitable[str | None]] | None = None
     """A signed checkpoint of the trace as it stands now (None: the gateway signs none)."""
+    upstreams: Callable[[], Mapping[str, str | None]] | None = None
+    """Each upstream by name: None while it serves, else why not (what ``/readyz`` reads); None when
+    the gateway has no other upstream than the one it runs with (wrap: it ends when its child does)."""
 
 
 __all__ = [

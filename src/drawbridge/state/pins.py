@@ -1,4 +1,5 @@
-"""Pinned tool catalogues: per upstream server, the fingerprint and description of each accepted tool.
+"""Pinned tool catalogues: per upstream server, the fingerprint, description and definition of each
+accepted tool.
 
 Invariant: a pin store that cannot be read holds every tool of that server
 back. Any failure while reading a server's pins (the database cannot be
@@ -12,7 +13,7 @@ Theory of operation. The catalogue layer computes each tool's fingerprint
 only keeps three things per server:
 
 * the pins: tool name -> ``PinnedTool(fingerprint, description, pinned_at,
-  pinned_by)``, read with ``load(server)``;
+  pinned_by, definition)``, read with ``load(server)``;
 * whether the server's catalogue was ever pinned (``is_pinned``), so that a
   server with no tools is not mistaken for a server never seen;
   ``trust_on_first_use`` pins a never-seen server whole, atomically;
@@ -27,7 +28,11 @@ its pin, when ``names`` is None) and drops the pin of a named tool the server
 no longer offers; it returns one ``PinAcceptance`` per change, whose
 ``record()`` is the trace-chain body (``mesh.pin_accept``: both descriptions and
 the new fingerprint). Descriptions are stored because a person deciding
-whether to accept a change needs to read what changed.
+whether to accept a change needs to read what changed; so is the whole definition (``definition``:
+the JCS text the fingerprint is the SHA-256 of, schema version 5 on), so that the pinned input and
+output schemas and annotations can be set beside the current ones. A definition is kept only when it
+hashes to its row's fingerprint (checked on write and on read); rows written before version 5 have
+none (None), and the change then shows by its description alone.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Protocol, TypeVar
 
-from drawbridge.canonical import is_sha256_digest, sanitize
+from drawbridge.canonical import is_sha256_digest, sanitize, sha256_prefixed
 from drawbridge.state.backend import StateBackend
 from drawbridge.state.sqlite import StateError, StateUnavailable, from_db_time, to_db_time
 
@@ -74,10 +79,12 @@ class UnknownTool(PinError, LookupError):
 
 @dataclass(frozen=True, slots=True)
 class ToolDefinition:
-    """What the catalogue hands in for one tool: its fingerprint and its description (None if absent)."""
+    """What the catalogue hands in for one tool: its fingerprint, its description (None if absent)
+    and the JCS text the fingerprint covers (None when not given)."""
 
     fingerprint: str
     description: str | None = None
+    definition: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +93,7 @@ class PinnedTool:
     description: str | None
     pinned_at: datetime
     pinned_by: str = ""
+    definition: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +101,7 @@ class ObservedTool:
     fingerprint: str
     description: str | None
     observed_at: datetime
+    definition: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,13 +177,22 @@ def _check_tools(tools: Mapping[str, ToolDefinition]) -> dict[str, ToolDefinitio
             raise InvalidPin(f"tool {shown}: fingerprint must be sha256:<64 lowercase hex>")
         if definition.description is not None and not isinstance(definition.description, str):
             raise InvalidPin(f"tool {shown}: description must be text or None")
+        if not _definition_fits(definition.definition, definition.fingerprint):
+            raise InvalidPin(f"tool {shown}: definition must be the text its fingerprint is the digest of")
         checked[name] = definition
     return checked
 
 
+def _definition_fits(definition: object, fingerprint: str) -> bool:
+    """Whether ``definition`` is absent, or the text whose SHA-256 ``fingerprint`` is."""
+    if definition is None:
+        return True
+    return isinstance(definition, str) and sha256_prefixed(definition.encode("utf-8")) == fingerprint
+
+
 def _decode_pin(server: str, row: tuple[Any, ...]) -> tuple[str, PinnedTool]:
     """One pins row, checked field by field; a malformed row makes the whole server unreadable."""
-    name, fingerprint, description, pinned_at, pinned_by = row
+    name, fingerprint, description, pinned_at, pinned_by, definition = row
     if not isinstance(name, str) or not name:
         raise PinStoreUnavailable(server, "a pin row has a malformed tool name")
     where = f"the pin of tool {sanitize(name)[:200]!r}"
@@ -184,16 +202,18 @@ def _decode_pin(server: str, row: tuple[Any, ...]) -> tuple[str, PinnedTool]:
         raise PinStoreUnavailable(server, f"{where} has a description that is not text")
     if not isinstance(pinned_by, str):
         raise PinStoreUnavailable(server, f"{where} has a pinned_by that is not text")
+    if not _definition_fits(definition, fingerprint):
+        raise PinStoreUnavailable(server, f"{where} has a definition its fingerprint is not the digest of")
     try:
         when = from_db_time(pinned_at)
     except ValueError:
         raise PinStoreUnavailable(server, f"{where} has a malformed pinned_at timestamp") from None
-    return name, PinnedTool(fingerprint, description, when, pinned_by)
+    return name, PinnedTool(fingerprint, description, when, pinned_by, definition)
 
 
 def _read_pins(conn: sqlite3.Connection, server: str) -> dict[str, PinnedTool]:
     rows = conn.execute(
-        "SELECT name, fingerprint, description, pinned_at, pinned_by FROM pins "
+        "SELECT name, fingerprint, description, pinned_at, pinned_by, definition FROM pins "
         "WHERE server = ? ORDER BY name",
         (server,),
     ).fetchall()
@@ -202,8 +222,8 @@ def _read_pins(conn: sqlite3.Connection, server: str) -> dict[str, PinnedTool]:
 
 def _read_observed(conn: sqlite3.Connection, server: str) -> dict[str, ObservedTool]:
     out: dict[str, ObservedTool] = {}
-    for name, fingerprint, description, observed_at in conn.execute(
-        "SELECT name, fingerprint, description, observed_at FROM observed_tools "
+    for name, fingerprint, description, observed_at, definition in conn.execute(
+        "SELECT name, fingerprint, description, observed_at, definition FROM observed_tools "
         "WHERE server = ? ORDER BY name",
         (server,),
     ):
@@ -211,8 +231,10 @@ def _read_observed(conn: sqlite3.Connection, server: str) -> dict[str, ObservedT
             raise PinStoreUnavailable(server, "an observed tool row is malformed")
         if description is not None and not isinstance(description, str):
             raise PinStoreUnavailable(server, "an observed tool row has a description that is not text")
+        if not _definition_fits(definition, fingerprint):
+            raise PinStoreUnavailable(server, "an observed tool row has a definition its fingerprint does not cover")
         try:
-            out[name] = ObservedTool(fingerprint, description, from_db_time(observed_at))
+            out[name] = ObservedTool(fingerprint, description, from_db_time(observed_at), definition)
         except ValueError:
             raise PinStoreUnavailable(server, "an observed tool row has a malformed timestamp") from None
     return out
@@ -228,9 +250,9 @@ def _write_pins(
         (server, when, by),
     )
     conn.executemany(
-        "INSERT INTO pins (server, name, fingerprint, description, pinned_at, pinned_by) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        [(server, name, d.fingerprint, d.description, when, by) for name, d in tools.items()],
+        "INSERT INTO pins (server, name, fingerprint, description, pinned_at, pinned_by, definition) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(server, name, d.fingerprint, d.description, when, by, d.definition) for name, d in tools.items()],
     )
 
 
@@ -314,9 +336,9 @@ class SqlitePinStore:
                 (server, when),
             )
             conn.executemany(
-                "INSERT INTO observed_tools (server, name, fingerprint, description, observed_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [(server, name, d.fingerprint, d.description, when) for name, d in checked.items()],
+                "INSERT INTO observed_tools (server, name, fingerprint, description, observed_at, definition) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(server, name, d.fingerprint, d.description, when, d.definition) for name, d in checked.items()],
             )
 
         await self._write(server, write, "record observed catalogue")
@@ -372,13 +394,15 @@ class SqlitePinStore:
                 ):
                     continue
                 conn.execute(
-                    "INSERT INTO pins (server, name, fingerprint, description, pinned_at, pinned_by) "
-                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (server, name) DO UPDATE SET "
+                    "INSERT INTO pins (server, name, fingerprint, description, pinned_at, pinned_by, definition) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (server, name) DO UPDATE SET "
                     "fingerprint = excluded.fingerprint, description = excluded.description, "
-                    "pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by",
-                    (server, name, seen.fingerprint, seen.description, when, accepted_by),
+                    "pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by, definition = excluded.definition",
+                    (server, name, seen.fingerprint, seen.description, when, accepted_by, seen.definition),
                 )
-                accepted = PinnedTool(seen.fingerprint, seen.description, from_db_time(when), accepted_by)
+                accepted = PinnedTool(
+                    seen.fingerprint, seen.description, from_db_time(when), accepted_by, seen.definition
+                )
                 changes.append(PinAcceptance(server, name, pin, accepted, accepted_by, at))
             return changes
 

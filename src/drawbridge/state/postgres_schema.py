@@ -57,6 +57,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
                EXECUTE FUNCTION drawbridge_pins_changed()""",
         ),
     ),
+    SQLITE_MIGRATIONS[4],
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 

@@ -206,6 +206,14 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             )""",
         ),
     ),
+    Migration(
+        5,
+        "pinned and observed tools keep their whole definition (what the fingerprint covers)",
+        (
+            "ALTER TABLE pins ADD COLUMN definition TEXT",
+            "ALTER TABLE observed_tools ADD COLUMN definition TEXT",
+        ),
+    ),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 

@@ -132,11 +132,12 @@ def _local(target: str | None) -> str:
 
 def console_mount(
     services: ControlServices, *, admin_token_sha256: str, trace_path: Path | None = None,
-    surface_path: Path | None = None,
+    surface_path: Path | None = None, truth_path: Path | None = None,
 ) -> Mount:
     """The console at ``/console`` for the control plane's app (its listener and its credential);
-    ``trace_path`` and ``surface_path`` are the gateway's trace and surface record files, if it writes them."""
-    console = Console(services, AdminAuth(admin_token_sha256), trace_path, surface_path)
+    ``trace_path``, ``surface_path`` and ``truth_path`` are the gateway's trace, surface record and
+    truth carrier files, if it writes them."""
+    console = Console(services, AdminAuth(admin_token_sha256), trace_path, surface_path, truth_path)
     page, action = console.page, console.action
     routes = [
         Route("/", page(console.overview), methods=["GET"]),

@@ -39,7 +39,8 @@ class ConsoleBase:
     sessions, the templates, and how a page or an action's result is answered."""
 
     def __init__(
-        self, services: ControlServices, auth: AdminAuth, trace_path: Path | None, surface_path: Path | None = None
+        self, services: ControlServices, auth: AdminAuth, trace_path: Path | None, surface_path: Path | None = None,
+        truth_path: Path | None = None,
     ) -> None:
         self.services = services
         self.plane = ControlPlane(services)
@@ -47,6 +48,7 @@ class ConsoleBase:
         self.sessions = SessionStore(services.clock)
         self.trace_path = trace_path
         self.surface_path = surface_path
+        self.truth_path = truth_path
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,

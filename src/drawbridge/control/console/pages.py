@@ -17,6 +17,8 @@ from __future__ import annotations
 import difflib
 import json
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
@@ -27,10 +29,11 @@ from starlette.responses import Response
 
 from drawbridge.control.console.base import ConsoleBase
 from drawbridge.control.console.sessions import Session
-from drawbridge.control.services import CatalogueItem, current_catalogue
+from drawbridge.control.services import HeldBackTool, current_catalogue
 from drawbridge.control.views import approval_view, grant_view, tool_view
 from drawbridge.evidence.bundle import record_hash
 from drawbridge.evidence.chain import verify_chain
+from drawbridge.evidence.truth.carrier import SCHEMA as CARRIER_SCHEMA
 from drawbridge.evidence.vocabulary import SURFACE_SCHEMA
 
 ACTIONS: Final = ("allow", "deny", "human_approval", "inherit")
@@ -40,6 +43,8 @@ EVIDENCE_SHOWN: Final = 200
 TRACE_READ_LIMIT: Final = 64 * 1024 * 1024
 SURFACE_SHOWN: Final = 1000
 SURFACE_READ_BYTES: Final = 4 * 1024 * 1024
+DIFF_CONTEXT: Final = 3
+"""Unchanged lines shown either side of a change in a definition's diff."""
 
 
 class PageHandlers(ConsoleBase):
@@ -54,9 +59,13 @@ class PageHandlers(ConsoleBase):
         since = self.services.clock() - timedelta(hours=1)
         calls = [e for e in trace.entries if e.get("kind") == "tool_decision" and _after(e.get("at"), since)]
         refused = [e for e in calls if (e.get("body") or {}).get("action") != "allow"]
+        states = dict(self.services.upstreams()) if self.services.upstreams is not None else {}
+        names = sorted(set(servers) | set(states))
         return self.render(
             request, "overview.html", session,
-            servers=[{"name": n, "tools": c, "held": held.get(n, 0)} for n, c in sorted(servers.items())],
+            servers=[
+                {"name": n, "tools": servers.get(n, 0), "held": held.get(n, 0), "down": states.get(n)} for n in names
+            ],
             pending=len(pending), calls=len(calls), refused=len(refused), trace=trace,
         )
 
@@ -117,11 +126,8 @@ class PageHandlers(ConsoleBase):
         items = {item.name: item for item in await current_catalogue(self.services.catalogue)}
         held = []
         for tool in await service.held_back():
-            view = tool.as_dict()
-            view["diff"] = _diff(tool.pinned_description or "", tool.current_description or "")
             item = items.get(tool.name)
-            view["current_tool"] = None if item is None else _definition(item)
-            held.append(view)
+            held.append(_held_view(tool, None if item is None else tool_view(item)))
         servers = sorted({h["server"] for h in held})
         return self.render(request, "pins.html", session, enabled=True, held=held, servers=servers)
 
@@ -135,7 +141,9 @@ class PageHandlers(ConsoleBase):
 
     async def evidence_page(self, request: Request, session: Session) -> Response:
         trace = await anyio.to_thread.run_sync(_read_trace, self.trace_path)
-        surfaces = await anyio.to_thread.run_sync(_read_surfaces, self.surface_path)
+        surfaces = await anyio.to_thread.run_sync(_read_records, self.surface_path, SURFACE_SCHEMA, _surface_says)
+        carriers = await anyio.to_thread.run_sync(_read_records, self.truth_path, CARRIER_SCHEMA, _carrier_says)
+        read = {SURFACE_SCHEMA: (self.surface_path, surfaces), CARRIER_SCHEMA: (self.truth_path, carriers)}
         query = request.query_params
         wanted = {k: query.get(k, "").strip() for k in ("agent", "tool", "action", "outcome")}
         shown = []
@@ -143,8 +151,7 @@ class PageHandlers(ConsoleBase):
             body = entry.get("body") if isinstance(entry.get("body"), dict) else {}
             if any(v and str(body.get(k)) != v for k, v in wanted.items()):
                 continue
-            records = [{**r, "surface": surfaces.get(r.get("content_hash"))} for r in body.get("evidence") or []
-                       if isinstance(r, dict)]
+            records = [_record_view(r, read) for r in body.get("evidence") or [] if isinstance(r, dict)]
             shown.append({"entry": entry, "body": body, "evidence": records})
             if len(shown) >= EVIDENCE_SHOWN:
                 break
@@ -183,12 +190,63 @@ def _diff(pinned: str, current: str) -> list[tuple[str, str]]:
     return out
 
 
-def _definition(item: CatalogueItem) -> dict[str, str]:
-    view = tool_view(item)
-    return {
-        "input_schema": json.dumps(view["input_schema"], indent=2, sort_keys=True),
-        "annotations": json.dumps(view["annotations"], indent=2, sort_keys=True),
-    }
+DEFINITION_PARTS: Final = (("description", "Description"), ("inputSchema", "Input schema"),
+                            ("outputSchema", "Output schema"), ("annotations", "Annotations"), ("title", "Title"))
+
+
+def _folded(lines: list[tuple[str, str]], context: int = DIFF_CONTEXT) -> list[tuple[str, str]]:
+    """A diff with each run of unchanged lines farther than ``context`` from a change cut to ``…``:
+    a whole definition is mostly schema that did not change."""
+    changed = [i for i, (kind, _line) in enumerate(lines) if kind != " "]
+    keep = {j for i in changed for j in range(i - context, i + context + 1)}
+    out: list[tuple[str, str]] = []
+    for i, line in enumerate(lines):
+        if i in keep:
+            out.append(line)
+        elif not out or out[-1] != (" ", "…"):
+            out.append((" ", "…"))
+    return out
+
+
+def _held_view(tool: HeldBackTool, served: dict[str, Any] | None) -> dict[str, Any]:
+    """A held-back tool as the pins page sets it out: each side's definition part by part, and a
+    line diff of the whole definitions (of the descriptions alone when the pinned one predates
+    schema version 5). The current side is what the pin store observed (what an accept pins), else
+    what the catalogue serves now."""
+    view = tool.as_dict()
+    pinned, current = _parsed(tool.pinned_definition), _parsed(tool.current_definition)
+    if current is None and served is not None:
+        current = {"title": served.get("title"), "description": served.get("description"),
+                   "inputSchema": served.get("input_schema"), "annotations": served.get("annotations")}
+    view["sides"] = [{"key": key, "label": label, "pinned": _shown(pinned, key), "current": _shown(current, key)}
+                     for key, label in DEFINITION_PARTS]
+    view["pinned_whole"] = pinned is not None
+    if pinned is not None and current is not None:
+        view["diff_of"] = "definition"
+        view["diff"] = _folded(_diff(_pretty(pinned), _pretty(current)))
+    else:
+        view["diff_of"] = "description"
+        view["diff"] = _diff(tool.pinned_description or "", tool.current_description or "")
+    return view
+
+
+def _parsed(definition: str | None) -> dict[str, Any] | None:
+    """A stored definition (JCS text) as an object, or None when it is not known."""
+    try:
+        parsed = json.loads(definition) if definition is not None else None
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _shown(definition: dict[str, Any] | None, key: str) -> str | None:
+    """One part of a definition as text (a JSON value indented), None when absent or unknown."""
+    value = None if definition is None else definition.get(key)
+    return value if isinstance(value, str) or value is None else _pretty(value)
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
 def _after(at: object, since: datetime) -> bool:
@@ -199,6 +257,14 @@ def _after(at: object, since: datetime) -> bool:
         return when.tzinfo is not None and when >= since
     except ValueError:
         return False
+
+
+@dataclass(frozen=True)
+class Said:
+    """What one evidence record asserts, as a line, and (a truth carrier) its verdict alone."""
+
+    text: str
+    verdict: str | None = None
 
 
 class TraceView:
@@ -222,9 +288,39 @@ class TraceView:
         self.problem = problem or (None if first is None else f"line {first.line}: {first.message}")
 
 
-def _read_surfaces(path: Path | None) -> dict[str, str]:
-    """The latest surface records (``SURFACE_SHOWN``), by the content hash the trace names them with:
-    each as a line saying what it asserts (effect, rule, status, side-effect level)."""
+def _record_view(record: dict[str, Any], read: dict[str, tuple[Path | None, dict[str, Said]]]) -> dict[str, Any]:
+    """A record the trace entry names, with what its file's record of that content hash asserts;
+    ``missing`` when the gateway writes that file and none of its latest records has the hash (not
+    written yet, older than what is read, or changed since it was written)."""
+    path, found = read.get(record.get("type"), (None, {}))
+    said = found.get(record.get("content_hash"))
+    return {**record, "says": said, "missing": path is not None and said is None}
+
+
+def _surface_says(record: dict[str, Any]) -> Said | None:
+    """A surface record's effect, rule, status and side-effect level."""
+    try:
+        (decision,) = record["observed_tool_decisions"]
+    except (KeyError, TypeError, ValueError):
+        return None
+    effect, response = decision.get("decision") or {}, decision.get("response") or {}
+    level = (response.get("side_effect") or {}).get("level")
+    return Said(f"{effect.get('effect')} by {effect.get('rule_id') or 'no rule'}; "
+                f"{response.get('status')}; side effect {level}")
+
+
+def _carrier_says(record: dict[str, Any]) -> Said | None:
+    """A truth carrier's verdict on the call against the agent's declared contract, and its identity state."""
+    if "decision_verdict" not in record:
+        return None
+    verdict = record.get("decision_verdict") or "unclassified"
+    return Said(f"verdict {verdict}; tool {record.get('identity_state')} in the list; order {record.get('order')}",
+                str(verdict))
+
+
+def _read_records(path: Path | None, schema: str, says: Callable[[dict[str, Any]], Said | None]) -> dict[str, Said]:
+    """The latest records of one file (``SURFACE_SHOWN``), by the content hash the trace names them with:
+    each as what it asserts."""
     if path is None:
         return {}
     try:
@@ -233,20 +329,16 @@ def _read_surfaces(path: Path | None) -> dict[str, str]:
             lines = handle.read().splitlines()[-SURFACE_SHOWN:]
     except OSError:
         return {}
-    out: dict[str, str] = {}
+    out: dict[str, Said] = {}
     for line in lines:
         try:
             record = json.loads(line)
-            (decision,) = record["observed_tool_decisions"]
-        except (ValueError, KeyError, TypeError):
-            continue  # a partial first line, or not a surface record
-        digest = record_hash(SURFACE_SCHEMA, record)
-        if digest is None:
-            continue
-        effect, response = decision.get("decision") or {}, decision.get("response") or {}
-        level = (response.get("side_effect") or {}).get("level")
-        out[digest] = (f"{effect.get('effect')} by {effect.get('rule_id') or 'no rule'}; "
-                       f"{response.get('status')}; side effect {level}")
+        except ValueError:
+            continue  # a partial first line
+        said = says(record) if isinstance(record, dict) else None
+        digest = record_hash(schema, record) if said is not None else None
+        if said is not None and digest is not None:
+            out[digest] = said
     return out
 
 

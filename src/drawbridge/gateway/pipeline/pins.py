@@ -43,8 +43,8 @@ from typing import Any, Final, Protocol
 
 import anyio
 
-from drawbridge.canonical import sanitize
-from drawbridge.catalogue.fingerprint import PinStatus, compare, tool_fingerprint
+from drawbridge.canonical import canonical_bytes, sanitize, sha256_prefixed
+from drawbridge.catalogue.fingerprint import PinStatus, compare, pinned_document
 from drawbridge.catalogue.floors import Floor, tool_floor
 from drawbridge.catalogue.names import namespaced
 from drawbridge.policy.model import Action
@@ -127,12 +127,12 @@ def pinnable(tools: Iterable[Any]) -> _Listed:
             skipped.append(sanitize(name)[:200])
             continue
         try:
-            fingerprint = tool_fingerprint(item)
+            document = canonical_bytes(pinned_document(item))  # what tool_fingerprint is the digest of
         except ValueError:
             skipped.append(sanitize(name)[:200])
             continue
         kept.append(item)
-        definitions[name] = ToolDefinition(fingerprint, _description(item))
+        definitions[name] = ToolDefinition(sha256_prefixed(document), _description(item), document.decode("utf-8"))
     return _Listed(tuple(kept), definitions, tuple(dict.fromkeys(skipped)))
 
 

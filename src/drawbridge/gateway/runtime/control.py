@@ -9,7 +9,7 @@ list of held-back tools: ``GET /tools/pins`` answers 503 naming it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,8 +116,10 @@ def control_services(
     catalogue: Callable[[], Sequence[CatalogueItem]],
     *,
     after_accept: Callable[[str], Awaitable[None]] | None = None,
+    upstreams: Callable[[], Mapping[str, str | None]] | None = None,
 ) -> ControlServices:
-    """The control plane's services on this runtime's objects."""
+    """The control plane's services on this runtime's objects; ``upstreams``: each upstream's status
+    (None when up, else why not), when the gateway knows it (serve)."""
     if runtime.engine is None or runtime.policy_store is None:
         raise ValueError("the control plane needs a policy (approvals come from human_approval rules)")
     pin_service = None
@@ -145,6 +147,7 @@ def control_services(
         pins=pin_service,
         recent_calls=runtime.recent_calls(),
         checkpoint=checkpoint,
+        upstreams=upstreams,
     )
 
 
@@ -190,8 +193,9 @@ def app(services: ControlServices, runtime: Runtime) -> Any:
     plane.router.routes.append(metrics_route(runtime, AdminAuth(digest)))
     evidence = Path(runtime.settings.evidence_dir) if runtime.settings.evidence_dir is not None else None
     trace, surfaces = (None, None) if evidence is None else (evidence / TRACE_FILE, evidence / SURFACE_FILE)
+    truth = Path(runtime.settings.truth_out) if runtime.settings.truth_out is not None else None
     plane.router.routes.append(
-        console_mount(services, admin_token_sha256=digest, trace_path=trace, surface_path=surfaces)
+        console_mount(services, admin_token_sha256=digest, trace_path=trace, surface_path=surfaces, truth_path=truth)
     )
     return plane
 

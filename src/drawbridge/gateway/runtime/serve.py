@@ -88,6 +88,14 @@ def served_tools(catalogue: Catalogue, local: Mapping[str, LocalUpstream] | None
     return catalogue, [tool(entry) for entry in catalogue.entries]
 
 
+def upstream_states(hub: Gateway, upstreams: Iterable[UpstreamSession]) -> dict[str, str | None]:
+    """Each upstream by name: None while connected and serving, else why not. The one source of
+    ``/readyz``, ``/metrics`` and the console's overview, so they never disagree."""
+    states = {upstream.name: None if upstream.ready else upstream.unavailable_reason() for upstream in upstreams}
+    states.update((name, None) for name in hub.local)  # opened at startup, or serve did not start
+    return states
+
+
 @dataclass
 class ServeParts:
     hub: Gateway
@@ -98,9 +106,7 @@ class ServeParts:
 
     def upstream_up(self) -> dict[str, bool]:
         """Each upstream by name: connected and serving (``/readyz``, ``/metrics``)."""
-        states = {upstream.name: upstream.ready for upstream in self.upstreams}
-        states.update((name, True) for name in self.hub.local)  # opened at startup, or serve did not start
-        return states
+        return {name: cause is None for name, cause in upstream_states(self.hub, self.upstreams).items()}
 
     async def announce_policy_changes(self, runtime: Runtime, interval: float = POLICY_POLL_SECONDS) -> None:
         """Under ``hide_denied_tools``: after every successful policy reload (a file edited, a control
@@ -165,7 +171,9 @@ def build_serve(
     if control_open:
         served = hub
         catalogue = CatalogueView(lambda: served_tools(served.tools, served.local), pins)
-        services = control_services(runtime, catalogue, after_accept=after_accept)
+        services = control_services(
+            runtime, catalogue, after_accept=after_accept, upstreams=lambda: upstream_states(served, upstreams)
+        )
     return ServeParts(hub, upstreams, services, visible)
 
 
@@ -177,4 +185,5 @@ __all__ = [
     "open_local_upstreams",
     "secret_env_names",
     "served_tools",
+    "upstream_states",
 ]
