@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import queue
 import subprocess
 import threading
 import time
@@ -105,7 +105,8 @@ class LineGateway:
         self.process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=directory
         )
-        self._buffer = b""
+        self._lines: queue.Queue[bytes | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
         self._next = 0
         self.exchange({"jsonrpc": "2.0", "id": "init", "method": "initialize",
                        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
@@ -128,35 +129,42 @@ class LineGateway:
         writer.start()
         return writer
 
-    def drain_while(self, writer: threading.Thread) -> None:
-        """Read (and drop) what the gateway answers until ``writer`` has written everything: were the
-        answers left unread, the gateway would block on its full stdout and stop reading its stdin,
-        and the writer would wait forever."""
+    def _read(self) -> None:
+        """Read the gateway's stdout from the moment it starts, whole lines into the queue (None at its
+        end): were its answers left unread while lines are sent, the gateway would block on its full
+        stdout and stop reading its stdin, and a writer would wait forever, holding the pipe's lock."""
         assert self.process.stdout is not None
         fd = self.process.stdout.fileno()
-        deadline = time.monotonic() + 6 * TIMEOUT  # thousands of lines, on a machine that may be loaded
-        while writer.is_alive():
-            assert time.monotonic() < deadline, "the gateway stopped reading what was sent"
-            if select.select([fd], [], [], 0.05)[0]:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    raise EOFError("the gateway closed its stdout")
-                self._buffer += chunk
-                _, _, self._buffer = self._buffer.rpartition(b"\n")  # whole lines dropped, a partial one kept
-        writer.join()
+        buffer = b""
+        try:
+            while chunk := os.read(fd, 65536):
+                *whole, buffer = (buffer + chunk).split(b"\n")
+                for line in whole:
+                    self._lines.put(line)
+        except OSError:  # closed by ``close`` once the gateway has exited
+            pass
+        self._lines.put(None)
+
+    def drain_while(self, writer: threading.Thread) -> None:
+        """Wait for ``writer`` to have written everything, dropping the answers read meanwhile."""
+        writer.join(6 * TIMEOUT)  # thousands of lines, on a machine that may be loaded
+        assert not writer.is_alive(), "the gateway stopped reading what was sent"
+        while True:
+            try:
+                line = self._lines.get_nowait()
+            except queue.Empty:
+                return
+            if line is None:
+                raise EOFError("the gateway closed its stdout")
 
     def _line(self, deadline: float) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        fd = self.process.stdout.fileno()
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise TimeoutError("the gateway did not answer")
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                raise EOFError("the gateway closed its stdout")
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
+        try:
+            line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TimeoutError("the gateway did not answer") from None
+        if line is None:
+            self._lines.put(None)
+            raise EOFError("the gateway closed its stdout")
         return json.loads(line)
 
     def exchange(self, message: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
