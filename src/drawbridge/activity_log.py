@@ -57,10 +57,14 @@ def refused_login(listener: str, scope: Mapping[str, Any]) -> None:
     else:
         problem = "unknown_token"
     client = scope.get("client")
-    activity("login_refused", {
-        "listener": listener, "problem": problem, "client": str(client[0]) if client else None,
-        "path": sanitize(str(scope.get("path", ""))),
-    }, logging.WARNING)
+    login_refused(listener, problem, str(client[0]) if client else None, path=sanitize(str(scope.get("path", ""))))
 
 
-__all__ = ["ACTIVITY", "activity", "refused_login", "rule_of"]
+def login_refused(
+    listener: str, problem: str, client: str | None, *, level: int = logging.WARNING, **detail: str | None
+) -> None:
+    """The one ``login_refused`` line, whichever listener refused: what was wrong, never the token."""
+    activity("login_refused", {"listener": listener, "problem": problem, "client": client, **detail}, level)
+
+
+__all__ = ["ACTIVITY", "activity", "login_refused", "refused_login", "rule_of"]

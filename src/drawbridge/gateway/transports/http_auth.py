@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from drawbridge.activity_log import activity
+from drawbridge.activity_log import login_refused
 from drawbridge.config_oauth import OAuthConfig
 from drawbridge.gateway.protocol.jsonrpc import Kind, Message
 from drawbridge.gateway.protocol.methods import TOOLS_CALL
@@ -131,7 +131,7 @@ class Authenticator:
         fails, at INFO for a request with none (how every OAuth client starts, to be told where to sign
         in). The line says what was wrong, never the token."""
         level = logging.WARNING if error else logging.INFO
-        activity("login_refused", {"listener": "mcp", "problem": problem, "client": peer, "reason": reason}, level)
+        login_refused("mcp", problem, peer, level=level, reason=reason)
         if self.oauth is None:
             return Refusal(401, AUTH_REQUIRED, "Bearer")
         message = "authentication refused: " + reason if error else AUTH_REQUIRED
