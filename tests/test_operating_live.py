@@ -254,6 +254,25 @@ def test_each_command_asks_only_for_the_secrets_it_uses(tmp_path: Path) -> None:
     assert http.returncode == 2 and "UNSET_ADMIN_TOKEN" in http.stderr  # serve over HTTP uses both
 
 
+def test_a_startup_error_follows_the_log_format(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [GITHUB], policies=POLICIES, auth={"anonymous_agent": "anon"})
+    for policy in (tmp_path / "policies").iterdir():
+        policy.unlink()
+    (tmp_path / "policies").rmdir()
+    text = subprocess.run(serve_argv(config), capture_output=True, text=True, env=child_env(None), timeout=LINE_WAIT * 3)
+    assert text.returncode == 2 and text.stderr.count("\n") == 1, text.stderr
+    assert text.stderr.startswith("drawbridge: ") and "does not exist" in text.stderr
+    json_run = subprocess.run(
+        serve_argv(config, "--log-format", "json"), capture_output=True, text=True, env=child_env(None),
+        timeout=LINE_WAIT * 3,
+    )
+    assert json_run.returncode == 2
+    (line,) = json_run.stderr.splitlines()
+    error = json.loads(line)
+    assert error["level"] == "ERROR" and error["event"] == "startup_failed"
+    assert error["message"] == text.stderr.rstrip("\n")
+
+
 def test_discover_shows_progress_per_upstream_on_a_terminal(tmp_path: Path) -> None:
     import os
     import pty

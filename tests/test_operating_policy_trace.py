@@ -1,7 +1,8 @@
 """The policy set a decision was made under is in the trace: a run starts with ``mesh.policy_set``
 (its digest and each file's), a hand edit picked up by hot reload is ``mesh.policy_reload`` (files
 changed, digest before and after), a control-plane edit's ``mesh.policy_edit`` carries the digest
-after; and ``policy set '*'`` edits the draft ``discover --generate-policy`` writes.
+after, and every ``tool_decision`` names the digest of the set that decided it (recomputed here from
+the files' bytes); and ``policy set '*'`` edits the draft ``discover --generate-policy`` writes.
 
 A real ``drawbridge serve`` subprocess in front of github_like; the trace is read from its file and
 its chain checked with the library verifier (the run is still going).
@@ -9,6 +10,7 @@ its chain checked with the library verifier (the run is still going).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -42,12 +44,37 @@ def wait_for_kind(evidence: Path, kind: str, count: int = 1) -> list[dict[str, A
     raise AssertionError(f"no {count} {kind} entries: {[e['kind'] for e in entries(evidence)]}")
 
 
+def set_digest(policies: Path) -> str:
+    """The policy set's digest as docs/operating.md defines it, from the files' bytes: SHA-256 of the
+    canonical JSON of {file name: sha256 of its text}."""
+    files = {p.name: "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(policies.glob("*.yaml"))}
+    text = json.dumps(files, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def call_list_repos(url: str) -> None:
+    async def call() -> None:
+        async with http_client(url, "legacy") as client:
+            await client.call_tool("github.list_repos", {"owner": "acme"})
+
+    anyio.run(call)
+
+
 def test_the_trace_names_the_policy_set_at_start_on_a_hand_edit_and_on_a_control_plane_edit(tmp_path: Path) -> None:
     evidence = tmp_path / "evidence"
-    config = write_config(tmp_path, [GITHUB], policies={"draft.yaml": DRAFT}, evidence_dir=str(evidence))
+    policies = tmp_path / "policies"
+    config = write_config(
+        tmp_path, [GITHUB], policies={"draft.yaml": DRAFT}, evidence_dir=str(evidence),
+        auth={"anonymous_agent": "anon"},
+    )
     with http_gateway(config) as running:
+        assert running.url is not None
         start = wait_for_kind(evidence, "mesh.policy_set")[0]["body"]
         assert start["policy_set_digest"].startswith("sha256:") and list(start["files"]) == ["draft.yaml"]
+        assert start["policy_set_digest"] == set_digest(policies)
+        call_list_repos(running.url)
+        decided = wait_for_kind(evidence, "tool_decision")[0]["body"]
+        assert decided["policy_set_digest"] == start["policy_set_digest"]
 
         (tmp_path / "policies" / "extra.yaml").write_text(
             "name: extra\nagent: bob\nrules:\n  - tools: ['*']\n    action: deny\n", encoding="utf-8"
@@ -56,6 +83,10 @@ def test_the_trace_names_the_policy_set_at_start_on_a_hand_edit_and_on_a_control
         assert reload["files_changed"] == ["extra.yaml"] and reload["loaded"] is True
         assert reload["policy_set_digest_before"] == start["policy_set_digest"]
         assert reload["policy_set_digest_after"] != start["policy_set_digest"]
+        assert reload["policy_set_digest_after"] == set_digest(policies)
+        call_list_repos(running.url)
+        decided = wait_for_kind(evidence, "tool_decision", 2)[1]["body"]
+        assert decided["policy_set_digest"] == reload["policy_set_digest_after"]
 
         edit = httpx.put(
             f"{running.control()}/policies/%2A/tools/github.delete_repo", json={"action": "deny", "by": "marc"},
@@ -66,6 +97,10 @@ def test_the_trace_names_the_policy_set_at_start_on_a_hand_edit_and_on_a_control
         edited = wait_for_kind(evidence, "mesh.policy_edit")[0]["body"]
         assert edited["policy_set_digest"] not in ("", reload["policy_set_digest_after"])
         assert "github.delete_repo" in (tmp_path / "policies" / "draft.yaml").read_text(encoding="utf-8")
+        assert edited["policy_set_digest"] == set_digest(policies)
+        call_list_repos(running.url)
+        decided = wait_for_kind(evidence, "tool_decision", 3)[2]["body"]
+        assert decided["policy_set_digest"] == edited["policy_set_digest"]
     with (evidence / "trace.ndjson").open("rb") as trace:
         report = verify_chain(trace)
     assert report.ok, report
@@ -79,12 +114,7 @@ def _digest_of_one_call(tmp_path: Path, run: str, env: dict[str, str]) -> str:
     )
     with http_gateway(config, env=env) as running:
         assert running.url is not None
-
-        async def call() -> None:
-            async with http_client(running.url, "legacy") as client:
-                await client.call_tool("github.list_repos", {"owner": "acme"})
-
-        anyio.run(call)
+        call_list_repos(running.url)
         decision = wait_for_kind(evidence, "tool_decision")[0]["body"]
     return str(decision["args_digest"])
 

@@ -30,7 +30,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -50,6 +50,7 @@ from drawbridge.config import (
 )
 
 if TYPE_CHECKING:
+    from drawbridge.gateway.pipeline.floors import Route
     from drawbridge.gateway.upstreams.local import LocalUpstream
 
 DEFAULT_TIMEOUT_SECONDS: Final = 30.0
@@ -67,6 +68,10 @@ class DiscoveredTool:
     """The name agents see under ``serve``: ``server.tool``."""
     classification: Classification
     source: Source = "mcp"
+    item: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The tool as its upstream lists it (its own name): what a pin's fingerprint covers."""
+    route: Route | None = field(default=None, compare=False, repr=False)
+    """Where serve routes its calls, with the CLI dispatcher facts the floors read."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -100,6 +105,7 @@ def classify_catalogue(
     """Namespace and classify ``(server, tools)`` pairs exactly as ``serve`` would serve them; ``local``
     names the upstreams that are OpenAPI services or CLI binaries (their tools' facts classify them)."""
     from drawbridge.catalogue.merged import build_catalogue
+    from drawbridge.gateway.pipeline.floors import route_of
 
     catalogue = build_catalogue(list(sources), "tool")
     tools = []
@@ -109,12 +115,18 @@ def classify_catalogue(
         kind = (local or {}).get(entry.server)
         facts = kind.tool(entry.upstream_name) if kind is not None else None
         if kind is None or facts is None:
-            tools.append(DiscoveredTool(entry.server, entry.upstream_name, entry.name, classify_tool(own)))
+            tools.append(DiscoveredTool(
+                entry.server, entry.upstream_name, entry.name, classify_tool(own), item=own,
+                route=route_of(entry.server, entry.upstream_name, own),
+            ))
             continue
         classification = classify_tool(
             own, source=kind.source, openapi_method=facts.openapi_method, cli_dispatcher=facts.dispatcher
         )
-        tools.append(DiscoveredTool(entry.server, entry.upstream_name, entry.name, classification, kind.source))
+        tools.append(DiscoveredTool(
+            entry.server, entry.upstream_name, entry.name, classification, kind.source, item=own,
+            route=kind.route(entry.upstream_name),
+        ))
     problems = [problem.describe() for problem in catalogue.problems]
     for kind in (local or {}).values():
         problems += [f"upstream {kind.name!r}: {problem}" for problem in kind.not_served]

@@ -64,6 +64,8 @@ class TextFormatter(logging.Formatter):
         fields = getattr(record, "activity", None)
         if isinstance(fields, dict) and fields.get("event") == "serve":
             return f"drawbridge: {record.getMessage()}"  # the command's own lines read as sentences
+        if isinstance(fields, dict) and fields.get("event") == "startup_failed":
+            return record.getMessage()  # already says where it comes from (a file, or "drawbridge:")
         if isinstance(fields, dict) and fields.get("event") == "upstream_stderr":
             return f"[{fields.get('upstream')}] {fields.get('line')}"  # the upstream's own words, named
         if isinstance(fields, dict):
@@ -131,4 +133,14 @@ def say(message: str, **fields: Any) -> None:
     )
 
 
-__all__ = ["FORMATS", "JsonFormatter", "TextFormatter", "configure_logging", "log_format_option", "say"]
+def startup_failed(message: str) -> None:
+    """The error of a command that cannot start (then exit 2): through the log, so that under
+    ``--log-format json`` a log shipper reads it as one object like every other line."""
+    logging.getLogger("drawbridge").error(
+        "%s", message, extra={"activity": {"event": "startup_failed", "message": message}}
+    )
+
+
+__all__ = [
+    "FORMATS", "JsonFormatter", "TextFormatter", "configure_logging", "log_format_option", "say", "startup_failed",
+]

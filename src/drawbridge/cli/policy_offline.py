@@ -124,15 +124,29 @@ def _arguments(text: str | None) -> Any:
 
 @click.command(name="explain")
 @click.option("--policy", metavar="DIR|FILE", help="The policy directory or file (default: the configuration's).")
-@click.option("--config", "config_path", metavar="FILE", help="The gateway configuration naming the policy.")
+@click.option("--config", "config_path", metavar="FILE",
+              help="The gateway configuration: names the policy, and with it the floors are computed from the "
+                   "upstreams' live catalogues and the pins in the state file.")
 @click.option("--agent", required=True, metavar="ID", help="The agent id the call comes from.")
 @click.option("--args", "args_json", metavar="JSON", help="The call's arguments (a JSON object).")
+@click.option("--timeout", type=click.FloatRange(min=0.1, max=600), default=CATALOGUE_TIMEOUT_SECONDS,
+              show_default=True, help="Seconds to wait for the upstreams (with --config).")
 @click.argument("tool")
-def explain(policy: str | None, config_path: str | None, agent: str, args_json: str | None, tool: str) -> None:
-    """Which rule decides TOOL for the agent, and why (the gateway's own evaluation)."""
+def explain(
+    policy: str | None, config_path: str | None, agent: str, args_json: str | None, timeout: float, tool: str
+) -> None:
+    """Which rule decides TOOL for the agent, why, and which floors raise it (the gateway's own code).
+
+    \b
+    With --config, the floors are computed as serve would apply them now: the tool's pin status
+    (pin_tools: changed asks a person, new is denied) and a CLI dispatcher's floor; the action
+    after the floors is the one a call gets.
+    """
+    from drawbridge.catalogue.floors import apply_floor
     from drawbridge.policy.evaluate import explain as table_entry
 
-    store = _store(policy, _config(config_path))
+    config = _config(config_path)
+    store = _store(policy, config)
     arguments = _arguments(args_json)
     decision = store.evaluate(agent, tool, arguments)
     rule = f"{decision.source_file}:{decision.rule_index} (line {decision.line})" if decision.rule_index is not None else "-"
@@ -146,8 +160,24 @@ def explain(policy: str | None, config_path: str | None, agent: str, args_json: 
     for candidate in view.conditional:
         click.echo(f"considered first: rule {candidate.rule.index} of {candidate.policy.source_file} "
                    f"(line {candidate.rule.line}, {candidate.rule.action.value} when its conditions hold)")
-    click.echo("floors: a changed pin (pin_tools) or a CLI dispatcher can only raise this at run time "
-               "(drawbridge tools decisions shows them for a running gateway)")
+    if config is None:
+        click.echo("floors: not computed without --config (a changed or new pin and a CLI dispatcher can only "
+                   "raise this action)")
+        return
+    from drawbridge.cli.policy_floors import tool_floor_of
+
+    found = anyio.run(tool_floor_of, config, tool, timeout)
+    for note in found.notes:
+        click.echo(f"note: {note}")
+    if not found.served:
+        return
+    if not found.floor.reasons:
+        click.echo("floors: none")
+    for reason in found.floor.reasons:
+        click.echo(f"floor: {reason}")
+    floored = apply_floor(found.floor, decision.action)
+    raised = " (raised by the floor)" if floored.by_floor else ""
+    click.echo(f"action after floors: {floored.action.value}{raised}")
 
 
 def _cases(path: Path) -> tuple[Path | None, list[dict[str, Any]]]:

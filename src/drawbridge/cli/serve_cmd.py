@@ -33,7 +33,7 @@ from typing import Any, Final
 import anyio
 import click
 
-from drawbridge.cli.log_format import configure_logging, log_format_option
+from drawbridge.cli.log_format import configure_logging, log_format_option, startup_failed
 from drawbridge.cli.output import EXIT_INPUT
 from drawbridge.cli.serve_summary import print_stopping, print_summary
 from drawbridge.config import USES_ALL, ConfigError, GatewayConfig, load_config
@@ -101,7 +101,7 @@ def command(config_path: str, stdio: bool, agent: str | None, verbose: bool, log
         if stdio and config.control_configured:
             config = load_config(config_path, uses=frozenset({"admin"}))
     except ConfigError as exc:
-        click.echo(str(exc), err=True)
+        startup_failed(str(exc))
         sys.exit(EXIT_INPUT)
     socks: _Sockets = _Sockets()
     runtime: Runtime | None = None
@@ -125,7 +125,7 @@ def command(config_path: str, stdio: bool, agent: str | None, verbose: bool, log
             socks.control = _bind(config.control_host, config.control_port, "control: the control plane")
         anyio.run(_serve, config, runtime, agent or config.anonymous_agent or "anonymous", socks, stdio)
     except _Startup as exc:
-        click.echo(str(exc) if str(exc).startswith(config.source_file) else f"drawbridge: {exc}", err=True)
+        startup_failed(str(exc) if str(exc).startswith(config.source_file) else f"drawbridge: {exc}")
         sys.exit(EXIT_INPUT)
     except KeyboardInterrupt:
         pass

@@ -3,7 +3,9 @@
 Invariant: ``PolicyStore.current`` is always a fully loaded, valid policy set.
 A reload either replaces it in one assignment (readers see the old set or the
 new one, never a mix) or, when the new files do not load, keeps it and
-reports the ``PolicyLoadError`` that says why.
+reports the ``PolicyLoadError`` that says why. The set and its digest are one
+snapshot, swapped together, so ``decide`` names the digest of the very set that
+decided, even when a reload lands between two calls.
 
 Theory of operation. ``reload`` takes the files' fingerprint, loads the whole
 directory (or file) through ``policy_files``, and swaps. ``watch_policies`` is
@@ -75,13 +77,11 @@ class PolicyStore:
         self.path = Path(path)
         # Fixed at construction: a policy_dir that disappears is an error, not a file to read.
         self.is_dir = self.path.is_dir() if is_dir is None else is_dir
-        self._current = policy_set
+        self._snapshot: tuple[PolicySet, str] = (policy_set, "")
         self._attempted: Fingerprint | None = loaded
         self._last_error: PolicyLoadError | None = None
         self._generation = 0
         self._lock = threading.Lock()
-        self.digest = ""
-        """The policy set's digest (``policy_files.policy_set_digest``) once loaded from files."""
         self.files: dict[str, str] = {}
         """Each file's digest, by name."""
 
@@ -91,12 +91,18 @@ class PolicyStore:
         before = fingerprint(path)
         sources = read_policy_path(path)
         store = cls(path, load_policies(sources), before, is_dir=Path(path).is_dir())
-        store.digest, store.files = policy_set_digest(sources)
+        digest, store.files = policy_set_digest(sources)
+        store._snapshot = (store.current, digest)
         return store
 
     @property
     def current(self) -> PolicySet:
-        return self._current
+        return self._snapshot[0]
+
+    @property
+    def digest(self) -> str:
+        """The policy set's digest (``policy_files.policy_set_digest``) once loaded from files."""
+        return self._snapshot[1]
 
     @property
     def last_error(self) -> PolicyLoadError | None:
@@ -113,7 +119,12 @@ class PolicyStore:
         return self._attempted
 
     def evaluate(self, agent: str, tool: str, arguments: Any = None) -> Decision:
-        return evaluate(self._current, agent, tool, arguments)
+        return evaluate(self._snapshot[0], agent, tool, arguments)
+
+    def decide(self, agent: str, tool: str, arguments: Any = None) -> tuple[Decision, str]:
+        """The decision and the digest of the policy set that made it (one snapshot: module docstring)."""
+        policy_set, digest = self._snapshot
+        return evaluate(policy_set, agent, tool, arguments), digest
 
     def reload(self) -> PolicyLoadError | None:
         """Load the files again; swap on success, keep the previous set and return the error otherwise."""
@@ -132,11 +143,12 @@ class PolicyStore:
                 self._last_error = exc
                 logger.warning("policy reload failed, keeping the previous policies: %s", exc)
                 return ReloadResult(self._generation, exc, digest_before, digest_before)
-            self._current = new
+            digest, files = policy_set_digest(sources)
+            self._snapshot = (new, digest)
+            self.files = files
             self._attempted = before
             self._last_error = None
             self._generation += 1
-            self.digest, self.files = policy_set_digest(sources)
             changed = sorted(name for name in {*files_before, *self.files} if files_before.get(name) != self.files.get(name))
             logger.info("policies reloaded from %s: %d policies", self.path, len(new.policies))
             return ReloadResult(self._generation, None, digest_before, self.digest, tuple(changed))

@@ -120,11 +120,11 @@ class PolicyDecider:
 
     def decide_now(self, call: ToolCall, /) -> Verdict:
         """The same decision, synchronously: evaluation never waits."""
-        decision = self.store.evaluate(call.agent, call.tool, call.arguments)
+        decision, digest = self.store.decide(call.agent, call.tool, call.arguments)
         return Verdict(
             decision.action,
             decision.reason,
-            Provenance(decision.policy, decision.source_file, decision.rule_index),
+            Provenance(decision.policy, decision.source_file, decision.rule_index, digest or None),
             approver=decision.approver,
             memory_key=decision.memory_key,
         )

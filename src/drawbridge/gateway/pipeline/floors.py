@@ -119,7 +119,8 @@ def floored_verdict(verdict: Verdict, floor: Floor, tool: str) -> Verdict:
     said = f"the policy said {verdict.action.value} ({verdict.provenance.label()})"
     reason = f"catalogue floor on {sanitize(tool)}: {'; '.join(floor.reasons)}; {said}"
     action = floored.action
-    return Verdict(action, reason, Provenance(GATEWAY_POLICY), person_only=action is Action.HUMAN_APPROVAL)
+    provenance = Provenance(GATEWAY_POLICY, policy_set=verdict.provenance.policy_set)
+    return Verdict(action, reason, provenance, person_only=action is Action.HUMAN_APPROVAL)
 
 
 __all__ = ["Floors", "Route", "floored_verdict", "joined", "route_of"]

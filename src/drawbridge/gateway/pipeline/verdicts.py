@@ -29,6 +29,10 @@ class Provenance:
     policy: str | None = None
     source_file: str | None = None
     rule_index: int | None = None
+    policy_set: str | None = None
+    """The digest of the policy set that was evaluated (``PolicyStore.decide``); None when no policy
+    set was (``--allow-all``, a gateway refusal before the policy). Kept when a floor raises the
+    action, since the policy's verdict still counted."""
 
     def label(self) -> str:
         if self.policy is None:

@@ -294,10 +294,9 @@ class EvidenceRecorder(Durability):
         }
         body.update(zip(BODY_VARYING, cls._varying(record, digest, evidence), strict=True))
         body.update({"replica": replica} if replica is not None else ())
-        if record.approval is not None:
-            body["approval"] = dict(record.approval)
-        if observed is not None:
-            body["observed_read"] = dict(observed)
+        body.update({"policy_set_digest": provenance.policy_set} if provenance and provenance.policy_set else ())
+        body.update({"approval": dict(record.approval)} if record.approval is not None else ())
+        body.update({"observed_read": dict(observed)} if observed is not None else ())
         return body
 
     def _trace_body_bytes(
