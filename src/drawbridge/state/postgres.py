@@ -43,14 +43,24 @@ from anyio.abc import TaskStatus
 from drawbridge.state.postgres_schema import MIGRATIONS
 from drawbridge.state.sqlite import StateUnavailable, apply_migrations
 
-try:  # the ``postgresql`` extra
-    import psycopg
-    import psycopg_pool
-    from psycopg import errors as pg_errors
-except ImportError:  # pragma: no cover - reported by ``PostgresDB.open``
-    psycopg = None  # type: ignore[assignment]
-    psycopg_pool = None  # type: ignore[assignment]
-    pg_errors = None  # type: ignore[assignment]
+# The driver (the ``postgresql`` extra), imported by ``PostgresDB.open``: a gateway on its SQLite file
+# never loads it (a quarter of a second and several MiB at every start). Every other use follows an open.
+psycopg: Any = None
+psycopg_pool: Any = None
+pg_errors: Any = None
+
+
+def _load_driver() -> bool:
+    global psycopg, psycopg_pool, pg_errors
+    if psycopg is None:
+        try:
+            import psycopg as driver
+            import psycopg_pool as pool
+            from psycopg import errors
+        except ImportError:  # pragma: no cover - reported by ``PostgresDB.open``
+            return False
+        psycopg, psycopg_pool, pg_errors = driver, pool, errors
+    return True
 
 T = TypeVar("T")
 logger = logging.getLogger("drawbridge.state")
@@ -125,7 +135,7 @@ class PostgresDB:
         replica_id: str | None = None,
     ) -> PostgresDB:
         """Connect, migrate, and return the database; ``StateUnavailable`` says why not."""
-        if psycopg is None or psycopg_pool is None:
+        if not _load_driver():
             raise StateUnavailable(
                 "state on PostgreSQL needs the postgresql extra: pip install 'drawbridge[postgresql]'"
             )
