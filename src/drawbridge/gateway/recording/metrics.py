@@ -3,76 +3,69 @@
 Invariant: a metric carries names the operator chose or the gateway defines -- action, outcome,
 upstream name -- never an agent-supplied value (no tool name, no agent id: those would let an agent
 grow the label space without bound) and never an argument. Observing a call costs a dictionary
-lookup, a counter increment and two histogram observations: the label children are bound once per
-(action, outcome) pair, of which there are a fixed few.
+increment and two bucket searches in plain Python; ``prometheus_client`` (some 14 MiB resident) is
+loaded with the first scrape, so a gateway nobody scrapes never holds it.
 
-Theory of operation. ``GatewayMetrics`` owns a registry of its own (two gateways in one process do
-not mix). ``observe_batch`` is an ``EvidenceGuard`` batch observer: it sees each batch of events once
+Theory of operation. ``GatewayMetrics`` keeps its own counts (two gateways in one process do not
+mix). ``observe_batch`` is an ``EvidenceGuard`` batch observer: it sees each batch of events once
 written. ``write_seconds`` is the guard's timing of each evidence write. The gauges that describe
 the state now -- approvals pending, upstream up/down, fsync lag -- are read when scraped
-(``refresh``), from the callables the runtime gives.
+(``refresh``), from the callables the runtime gives. ``exposition`` hands the counts to
+``prometheus_client`` as metric families of a collector and returns its text format.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from drawbridge.gateway.pipeline.records import CallRecord
 
 LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120)
-CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
+
+
+class Buckets:
+    """A latency histogram: counts per upper bound (``le``, as Prometheus reads them), sum and count."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)  # the last is +Inf
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.sum += seconds
+
+    def cumulative(self, bound_text: Callable[[float], str]) -> list[tuple[str, float]]:
+        total, out = 0, []
+        for bound, count in zip((*map(bound_text, LATENCY_BUCKETS), "+Inf"), self.counts, strict=True):
+            total += count
+            out.append((bound, float(total)))
+        return out
+
+
+HISTOGRAMS: Final = {
+    "decision": ("drawbridge_decision_seconds", "From taking a tools/call to its decision (approvals included)"),
+    "forward": ("drawbridge_forward_seconds", "From forwarding a decided call to its upstream's answer"),
+    "evidence_write": ("drawbridge_evidence_write_seconds", "Writing one batch of records to the evidence files"),
+}
 
 
 class GatewayMetrics:
     """One gateway's metrics (module docstring)."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.calls = Counter(
-            "drawbridge_calls", "tools/call requests, by the decision's action and the call's outcome",
-            ("action", "outcome"), registry=self.registry,
-        )
-        self.decision_seconds = Histogram(
-            "drawbridge_decision_seconds", "From taking a tools/call to its decision (approvals included)",
-            buckets=LATENCY_BUCKETS, registry=self.registry,
-        )
-        self.forward_seconds = Histogram(
-            "drawbridge_forward_seconds", "From forwarding a decided call to its upstream's answer",
-            buckets=LATENCY_BUCKETS, registry=self.registry,
-        )
-        self.evidence_write_seconds = Histogram(
-            "drawbridge_evidence_write_seconds", "Writing one batch of records to the evidence files",
-            buckets=LATENCY_BUCKETS, registry=self.registry,
-        )
-        self.fsync_lag = Gauge(
-            "drawbridge_evidence_fsync_lag_seconds", "Age of the oldest evidence line not yet fsynced",
-            registry=self.registry,
-        )
-        self.approvals_pending = Gauge(
-            "drawbridge_approvals_pending", "Approvals waiting for a person", registry=self.registry
-        )
-        self.upstream_up = Gauge(
-            "drawbridge_upstream_up", "1 when the upstream is connected and serving, else 0", ("upstream",),
-            registry=self.registry,
-        )
-        self.evidence_failed = Gauge(
-            "drawbridge_evidence_failed", "1 once an evidence write failed (every call is then refused)",
-            registry=self.registry,
-        )
-        self._children: dict[tuple[str, str], Any] = {}
+        self.calls: dict[tuple[str, str], int] = {}
+        self.histograms = {key: Buckets() for key in HISTOGRAMS}
+        self._decision, self._forward = self.histograms["decision"], self.histograms["forward"]
+        self._write = self.histograms["evidence_write"]
+        self.gauges: dict[str, float] = {}
+        self.upstream_up: dict[str, float] = {}
         self.upstreams: Callable[[], Mapping[str, bool]] | None = None
         self.fsync_lag_seconds: Callable[[], float] | None = None
         self.evidence_broken: Callable[[], bool] | None = None
-
-    def _child(self, action: str, outcome: str) -> Any:
-        child = self._children.get((action, outcome))
-        if child is None:
-            child = self._children[(action, outcome)] = self.calls.labels(action, outcome)
-        return child
 
     def observe_batch(self, events: Sequence[Any]) -> None:
         """Count the calls of one written batch (an ``EvidenceGuard`` batch observer)."""
@@ -81,30 +74,66 @@ class GatewayMetrics:
                 self.observe(event)
 
     def observe(self, record: CallRecord) -> None:
-        action = record.action.value if record.action is not None else "none"
-        self._child(action, record.outcome.value).inc()
+        key = (record.action.value if record.action is not None else "none", record.outcome.value)
+        self.calls[key] = self.calls.get(key, 0) + 1
         if record.decision_ms is not None:
-            self.decision_seconds.observe(record.decision_ms / 1000.0)
+            self._decision.observe(record.decision_ms / 1000.0)
             if record.forwarded:
-                self.forward_seconds.observe(max(record.latency_ms - record.decision_ms, 0.0) / 1000.0)
+                self._forward.observe(max(record.latency_ms - record.decision_ms, 0.0) / 1000.0)
 
     def write_seconds(self, seconds: float) -> None:
-        self.evidence_write_seconds.observe(seconds)
+        self._write.observe(seconds)
 
     def refresh(self, pending_approvals: int | None) -> None:
         """Read the gauges of the state now (at scrape time)."""
         if pending_approvals is not None:
-            self.approvals_pending.set(pending_approvals)
+            self.gauges["drawbridge_approvals_pending"] = pending_approvals
         if self.upstreams is not None:
-            for name, up in self.upstreams().items():
-                self.upstream_up.labels(name).set(1 if up else 0)
+            self.upstream_up.update({name: 1 if up else 0 for name, up in self.upstreams().items()})
         if self.fsync_lag_seconds is not None:
-            self.fsync_lag.set(self.fsync_lag_seconds())
+            self.gauges["drawbridge_evidence_fsync_lag_seconds"] = self.fsync_lag_seconds()
         if self.evidence_broken is not None:
-            self.evidence_failed.set(1 if self.evidence_broken() else 0)
+            self.gauges["drawbridge_evidence_failed"] = 1 if self.evidence_broken() else 0
 
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+    def collect(self) -> Iterator[Any]:
+        """The metric families, for ``prometheus_client`` (a custom collector's ``collect``)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        from prometheus_client.utils import floatToGoString
+
+        calls = CounterMetricFamily(
+            "drawbridge_calls", "tools/call requests, by the decision's action and the call's outcome",
+            labels=("action", "outcome"),
+        )
+        for (action, outcome), count in sorted(self.calls.items()):
+            calls.add_metric((action, outcome), count)
+        yield calls
+        for key, (name, documentation) in HISTOGRAMS.items():
+            buckets = self.histograms[key]
+            yield HistogramMetricFamily(name, documentation, buckets=buckets.cumulative(floatToGoString), sum_value=buckets.sum)
+        for name, documentation in GAUGES.items():
+            yield GaugeMetricFamily(name, documentation, value=self.gauges.get(name, 0))
+        up = GaugeMetricFamily(
+            "drawbridge_upstream_up", "1 when the upstream is connected and serving, else 0", labels=("upstream",)
+        )
+        for name, value in sorted(self.upstream_up.items()):
+            up.add_metric((name,), value)
+        yield up
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text format and its content type (the installed ``prometheus_client``'s)."""
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
-__all__ = ["CONTENT_TYPE", "GatewayMetrics"]
+GAUGES: Final = {
+    "drawbridge_evidence_fsync_lag_seconds": "Age of the oldest evidence line not yet fsynced",
+    "drawbridge_approvals_pending": "Approvals waiting for a person",
+    "drawbridge_evidence_failed": "1 once an evidence write failed (every call is then refused)",
+}
+
+
+__all__ = ["GatewayMetrics", "LATENCY_BUCKETS"]

@@ -22,7 +22,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from drawbridge.control.auth import AdminAuth
-from drawbridge.gateway.recording.metrics import CONTENT_TYPE
 from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.state.approvals import ApprovalStatus
 
@@ -70,7 +69,8 @@ def metrics_route(runtime: Runtime, auth: AdminAuth) -> Route:
 
     async def metrics(request: Request) -> Response:
         runtime.metrics.refresh(await pending_approvals(runtime))
-        return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE)
+        body, content_type = runtime.metrics.exposition()
+        return Response(body, media_type=content_type)
 
     return Route("/metrics", auth.guard(metrics), methods=["GET"])
 
