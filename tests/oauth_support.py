@@ -23,6 +23,7 @@ import jwt
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+from conftest import scaled
 from serve_support import wait_for_port
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -30,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-THREAD_STOP_SECONDS: Final = 10.0
+THREAD_STOP_SECONDS: Final = scaled(10.0)
 TOKEN_LIFETIME_SECONDS: Final = 600
 
 

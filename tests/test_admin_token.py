@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from approval_support import POLICY, cli, write_policy
-from conftest import GITHUB_LIKE, PYTHON, child_env, wrap_argv
+from conftest import GITHUB_LIKE, PYTHON, child_env, eventually, scaled, wrap_argv
 from serve_support import Running, free_port, http_gateway, wait_for_port, write_config
 
 from drawbridge.gateway.runtime.admin_token import AdminTokenProblem, ensure_admin_token, token_file_for
@@ -50,20 +50,12 @@ def _wrap(argv: list[str], env: dict[str, str]) -> Iterator[Running]:
     finally:
         assert process.stdin is not None
         process.stdin.close()  # the agent leaves: wrap ends
-        process.wait(30)
-        thread.join(5)
+        process.wait(scaled(30))
+        thread.join(scaled(5))
 
 
 def _wait_line(running: object, pattern: re.Pattern[str]) -> re.Match[str]:
-    import time
-
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        found = pattern.search(running.text())  # type: ignore[attr-defined]
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(running.text())  # type: ignore[attr-defined]
+    return eventually(lambda: pattern.search(running.text()), scaled(30), f"a line matching {pattern.pattern}")  # type: ignore[attr-defined]
 
 
 def test_wrap_makes_a_private_token_file_and_needs_it_from_every_caller(tmp_path: Path) -> None:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PYTHON, child_env
+from conftest import PYTHON, child_env, eventually, scaled
 from control_support import ADMIN_SHA256, ADMIN_TOKEN, NEEDS_PERSON, LiveServer, Plane, build_plane, make_call
 
 from drawbridge.gateway.pipeline.approvals.settlement import SettlementKind
@@ -63,13 +62,7 @@ def ok_json(*args: str, stdin: str | None = None) -> Any:
 
 
 def wait_pending(live: LiveServer, plane: Plane) -> Any:
-    deadline = time.monotonic() + 10
-    while True:
-        pending = live.call(plane.engine.store.list("pending"))
-        if pending:
-            return pending[0]
-        assert time.monotonic() < deadline, "the call never became a pending approval"
-        time.sleep(0.02)
+    return eventually(lambda: live.call(plane.engine.store.list("pending")), scaled(10), "a pending approval")[0]
 
 
 def test_tools_list_and_decisions(url: str) -> None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from conftest import eventually, scaled
 from control_support import (
     ADMIN_SHA256,
     ADMIN_TOKEN,
@@ -89,13 +89,11 @@ def by_name(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def wait_pending(http: httpx.Client, count: int = 1) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 10
-    while True:
+    def enough() -> list[dict[str, Any]] | None:
         pending = http.get("/approvals", params={"status": "pending"}).json()
-        if len(pending) >= count:
-            return pending
-        assert time.monotonic() < deadline, "the call never became a pending approval"
-        time.sleep(0.02)
+        return pending if len(pending) >= count else None
+
+    return eventually(enough, scaled(10), f"{count} pending approval(s)")
 
 
 # ------------------------------------------------------------------------------ catalogue, decisions

@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 
 import anyio
+from conftest import scaled
 import pytest
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
@@ -20,7 +21,7 @@ from starlette.routing import Route
 
 from drawbridge.gateway.transports.http_listener import bind, serve_http
 
-READY_SECONDS = 10.0
+READY_SECONDS = scaled(10.0)
 """How long the listener may take to start and answer one request."""
 
 

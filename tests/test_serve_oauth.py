@@ -19,7 +19,7 @@ import httpx
 import httpx2
 import jwt
 import pytest
-from conftest import MODERN, SERVERS
+from conftest import MODERN, SERVERS, scaled
 from mcp import Client
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.client.streamable_http import streamable_http_client
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.anyio
 
 STATIC_TOKEN = "static-token-of-the-ops-bot"
 UPSTREAM_SECRET = "upstream-credential-7d1f"
-LOG_WAIT_SECONDS = 20.0
+LOG_WAIT_SECONDS = scaled(20.0)
 """How long a line the gateway logs may take to reach the test (it is read from its stderr by a thread)."""
 CLIENTS = {"agent-a": "secret-a", "reader": "secret-r"}
 SCOPES = {"agent-a": "mcp regional:lookup", "reader": "mcp"}
@@ -154,9 +154,7 @@ async def test_a_request_without_a_token_is_told_where_the_resource_metadata_is(
 
 def _logged(gateway: Running, fragment: str) -> str:
     """The gateway's log once ``fragment`` is in it (the answer can arrive before the line is read)."""
-    deadline = time.monotonic() + LOG_WAIT_SECONDS
-    while fragment not in gateway.text() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    gateway.wait_until(lambda text: fragment in text, LOG_WAIT_SECONDS)
     return gateway.text()
 
 

@@ -11,14 +11,13 @@ import os
 import signal
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-from conftest import PYTHON, SERVERS, child_env
+from conftest import PYTHON, SERVERS, child_env, eventually, eventually_async, scaled
 from serve_support import Running, dump, http_client, http_gateway, serve_argv, sha256, write_config
 
 ADMIN = "pins-admin-token-5b1e"
@@ -73,26 +72,19 @@ def _text(result: dict[str, Any]) -> str:
     return " ".join(part.get("text", "") for part in result.get("content", []))
 
 
-async def _pending_approval(base: str, tool: str, timeout: float = 20.0) -> dict[str, Any]:
+async def _pending_approval(base: str, tool: str, timeout: float = scaled(20.0)) -> dict[str, Any]:
     async with httpx.AsyncClient() as http:
-        with anyio.fail_after(timeout):
-            while True:
-                response = await http.get(
-                    f"{base}/approvals", params={"status": "pending", "tool": tool}, headers=AUTH
-                )
-                if response.json():
-                    return dict(response.json()[0])
-                await anyio.sleep(0.05)
+
+        async def pending() -> list[dict[str, Any]]:
+            response = await http.get(f"{base}/approvals", params={"status": "pending", "tool": tool}, headers=AUTH)
+            return list(response.json())
+
+        return dict((await eventually_async(pending, timeout, f"a pending approval of {tool}"))[0])
 
 
-def _wait_for_tool(base: str, name: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        names = {tool["name"] for tool in httpx.get(f"{base}/tools", headers=AUTH).json()}
-        if name in names:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{name} never appeared in the catalogue")
+def _wait_for_tool(base: str, name: str, timeout: float = scaled(20.0)) -> None:
+    eventually(lambda: name in {tool["name"] for tool in httpx.get(f"{base}/tools", headers=AUTH).json()}, timeout,
+               f"{name} in the catalogue")
 
 
 @pytest.mark.anyio

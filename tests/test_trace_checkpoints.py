@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PYTHON
+from conftest import PYTHON, scaled
 
 from drawbridge.evidence.chain import split_lines
 from drawbridge.evidence.merkle import MerkleTree, verify_consistency
@@ -23,7 +23,7 @@ from drawbridge.state.signing_keys import load_keys, open_keys
 from drawbridge.state.trace_log import TraceLog
 
 AT = "2026-12-01T10:00:00.000000Z"
-TIMEOUT = 30.0
+TIMEOUT = scaled(30.0)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
