@@ -327,17 +327,24 @@ async def raw_pipe(argv: Sequence[str], env: dict[str, str] | None = None) -> As
                 await process.wait()
 
 
-def spy_upstream_writes(relay: Any) -> list[bytes]:
+def spy_upstream_writes(relay: Any, waiting: list[bytes] | None = None) -> list[bytes]:
     """What an in-process relay hands the upstream's pipe without waiting, one item per write (whether
-    the pipe took it or not): a test waits on a line's hand-over instead of guessing its time."""
+    the pipe took it or not), and in ``waiting`` what it writes waiting for the pipe: a test waits on a
+    line's hand-over instead of guessing its time."""
     written: list[bytes] = []
-    real = relay.upstream.send_nowait
+    real, real_send = relay.upstream.send_nowait, relay.upstream.send
 
     def spy(data: bytes) -> bool:
         written.append(data)
         return bool(real(data))
 
+    async def spy_send(data: bytes) -> None:
+        if waiting is not None:
+            waiting.append(data)
+        await real_send(data)
+
     relay.upstream.send_nowait = spy
+    relay.upstream.send = spy_send
     return written
 
 
