@@ -7,9 +7,8 @@ the control plane over HTTP, the ``drawbridge`` CLI).
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field

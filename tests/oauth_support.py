@@ -21,9 +21,9 @@ from urllib.parse import unquote
 
 import jwt
 import uvicorn
+from conftest import scaled
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
-from conftest import scaled
 from serve_support import wait_for_port
 from starlette.applications import Starlette
 from starlette.requests import Request

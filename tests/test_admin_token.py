@@ -82,7 +82,7 @@ def test_wrap_makes_a_private_token_file_and_needs_it_from_every_caller(tmp_path
         by_file = cli("grants", "list", "--url", url, "--token-file", str(token_file), env={"DRAWBRIDGE_ADMIN_TOKEN": ""})
         assert by_file.returncode == 0, by_file.stderr
         none = subprocess.run([PYTHON, "-m", "drawbridge", "approvals", "list", "--url", url], capture_output=True,
-                              text=True, env=env, cwd=tmp_path, timeout=60)
+                              text=True, env=env, cwd=tmp_path, timeout=scaled(60))
         assert none.returncode == 1 and "no admin token found" in none.stderr and "--token-file" in none.stderr
         for result in (by_state, by_file, none):
             assert token not in result.stdout + result.stderr
@@ -102,7 +102,7 @@ def test_a_token_file_others_may_read_stops_the_start_in_one_line(tmp_path: Path
     token_file.write_text("x" * 43 + "\n", encoding="ascii")
     token_file.chmod(0o644)
     result = subprocess.run(_wrap_with_control(tmp_path, free_port()), input="", capture_output=True, text=True,
-                            env=child_env(), timeout=60)
+                            env=child_env(), timeout=scaled(60))
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert any(str(token_file) in line and "mode 0644" in line for line in lines), result.stderr
@@ -138,7 +138,7 @@ def test_serve_keeps_the_control_plane_apart_and_the_cli_finds_it_from_the_confi
         assert {tool["name"] for tool in json.loads(listed.stdout)} >= {"github.list_repos", "github.delete_repo"}
         # Where serve runs, the CLI needs nothing at all: ./drawbridge.admin-token is found.
         here = subprocess.run([PYTHON, "-m", "drawbridge", "grants", "list", "--url", url], capture_output=True,
-                              text=True, env=child_env(env), cwd=tmp_path, timeout=60)
+                              text=True, env=child_env(env), cwd=tmp_path, timeout=scaled(60))
         assert here.returncode == 0, here.stderr
 
 

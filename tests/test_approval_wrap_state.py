@@ -16,8 +16,8 @@ import pytest
 from approval_support import (
     POLICY,
     ControlPlane,
-    approved_by_operator,
     Person,
+    approved_by_operator,
     cli,
     decisions,
     listed,

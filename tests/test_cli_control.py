@@ -49,7 +49,7 @@ def drawbridge(
         env["DRAWBRIDGE_ADMIN_TOKEN"] = token
     done = subprocess.run(
         [PYTHON, "-m", "drawbridge", *args], env=env, input=stdin if stdin is not None else "",
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=scaled(60),
     )
     assert ADMIN_TOKEN not in done.stdout and ADMIN_TOKEN not in done.stderr, "the admin token was printed"
     return done
@@ -145,7 +145,7 @@ def test_approvals_list_approve_and_deny_release_the_waiting_call(live: LiveServ
     done = drawbridge("approvals", "approve", pending.short_id, "--by", "marc", "--reason", "ok", "--url", url)
     assert done.returncode == 0, done.stderr
     assert f"approved {pending.id}" in done.stdout
-    settlement = waiting.result(10)
+    settlement = waiting.result(scaled(10))
     assert settlement.kind is SettlementKind.ALLOW
     assert (settlement.resolved_by, str(settlement.channel)) == ("marc", "cli")
 
@@ -161,7 +161,7 @@ def test_approvals_list_approve_and_deny_release_the_waiting_call(live: LiveServ
     second = wait_pending(live, plane)
     denied = drawbridge("approvals", "deny", second.id, "--url", url)
     assert denied.returncode == 0, denied.stderr
-    assert waiting.result(10).kind is SettlementKind.DENY
+    assert waiting.result(scaled(10)).kind is SettlementKind.DENY
 
 
 def test_approvals_watch_asks_and_approves(live: LiveServer, url: str, plane: Plane) -> None:
@@ -175,7 +175,7 @@ def test_approvals_watch_asks_and_approves(live: LiveServer, url: str, plane: Pl
     assert done.returncode == 0, done.stderr
     assert "[a]pprove / [d]eny / [s]kip ?" in done.stdout
     assert f"approved {pending.id}" in done.stdout
-    settlement = waiting.result(10)
+    settlement = waiting.result(scaled(10))
     assert (settlement.kind, settlement.resolved_by) == (SettlementKind.ALLOW, "ana")
 
 

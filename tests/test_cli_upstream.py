@@ -15,8 +15,8 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
-from conftest import scaled
 from approval_support import cli, text_of, trace, wait_pending_on
+from conftest import scaled
 from serve_support import http_client, http_gateway, write_config
 
 pytestmark = pytest.mark.anyio

@@ -148,7 +148,7 @@ def test_wrap_serves_the_console_on_its_control_port(tmp_path: Path) -> None:
     finally:
         assert process.stdin is not None
         process.stdin.close()
-        process.wait(30)
+        process.wait(scaled(30))
 
 
 def test_the_console_command_prints_the_url_and_checks_a_console_answers(tmp_path: Path) -> None:

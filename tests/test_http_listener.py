@@ -13,8 +13,8 @@ import socket
 from pathlib import Path
 
 import anyio
-from conftest import scaled
 import pytest
+from conftest import scaled
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import anyio
-from conftest import eventually_async, scaled
 import pytest
+from conftest import eventually_async, scaled
 
 from drawbridge.policy import Action, PolicyLoadError
 from drawbridge.state.policy_store import PolicyStore, ReloadResult, watch_policies

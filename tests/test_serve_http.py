@@ -195,7 +195,7 @@ def test_one_get_stream_per_session(gateway: Running) -> None:
     assert url is not None
     session = _initialize(url, ALICE).headers["mcp-session-id"]
     headers = {**_auth(ALICE), "accept": "text/event-stream", "mcp-session-id": session}
-    with httpx.Client(timeout=5) as client, client.stream("GET", url, headers=headers) as stream:
+    with httpx.Client(timeout=scaled(5)) as client, client.stream("GET", url, headers=headers) as stream:
         assert stream.status_code == 200
         assert stream.headers["content-type"].startswith("text/event-stream")
         assert client.get(url, headers=headers).status_code == 409
@@ -305,7 +305,7 @@ def test_decisions_over_http_are_in_the_verifiable_trace(gateway: Running) -> No
     assert '"id":"github"' in surfaces and "zz-marker-owner" not in surfaces
     verified = subprocess.run(
         [sys.executable, "-m", "drawbridge", "evidence", "verify-chain", str(trace), "--format", "json"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=scaled(60),
     )
     report = json.loads(verified.stdout)
     # The chain and every signed checkpoint verify; the gateway still runs, so its run is not sealed yet.

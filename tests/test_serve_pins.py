@@ -185,7 +185,7 @@ async def test_a_rug_pull_is_held_back_until_accepted_and_every_step_is_in_the_c
 
     verify = subprocess.run(
         [PYTHON, "-m", "drawbridge", "evidence", "verify-chain", str(tmp_path / "evidence" / "trace.ndjson")],
-        capture_output=True, text=True, env=child_env(), timeout=60,
+        capture_output=True, text=True, env=child_env(), timeout=scaled(60),
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
@@ -239,7 +239,7 @@ async def test_a_pin_store_that_cannot_be_read_holds_every_tool_back(tmp_path: P
 def test_a_state_file_that_cannot_be_opened_stops_the_gateway_before_it_serves(tmp_path: Path) -> None:
     config = _config(tmp_path, _rugpull(tmp_path, HONEST, []))
     (tmp_path / "state.db").write_bytes(b"this is not a database, it was overwritten " * 200)
-    done = subprocess.run(serve_argv(config), capture_output=True, text=True, env=child_env(), timeout=60)
+    done = subprocess.run(serve_argv(config), capture_output=True, text=True, env=child_env(), timeout=scaled(60))
     assert done.returncode == 2, done.stderr
     assert "state.db" in done.stderr and "does not start" in done.stderr
     assert not (tmp_path / "rugpull.pid").exists()  # no upstream was started
