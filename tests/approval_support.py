@@ -7,9 +7,8 @@ the control plane over HTTP, the ``drawbridge`` CLI).
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,10 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import mcp_types as types
-from conftest import PYTHON, SERVERS, child_env, scaled
+from conftest import PYTHON, SERVERS, child_env, eventually_async, scaled
 
 from drawbridge.state.sqlite import to_db_time
 
@@ -107,35 +105,50 @@ class ControlPlane:
         return ["--url", self.url, "--token-file", str(self.token_file)]
 
     async def get(self, path: str, **params: str) -> Any:
-        async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
+        async with httpx.AsyncClient(trust_env=False, timeout=scaled(10)) as http:
             response = await http.get(self.url + path, params=params, headers=self.headers())
         response.raise_for_status()
         return response.json()
 
     async def post(self, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
-        async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
+        async with httpx.AsyncClient(trust_env=False, timeout=scaled(10)) as http:
             return await http.post(self.url + path, json=body or {}, headers=self.headers())
 
     async def pending(self) -> list[dict[str, Any]]:
         return list(await self.get("/approvals", status="pending"))
 
     async def wait_pending(self, count: int = 1, timeout: float = scaled(15.0)) -> list[dict[str, Any]]:
-        """Poll until ``count`` approvals are pending (the gateway is up and the calls are waiting)."""
-        with anyio.fail_after(timeout):
-            while True:
-                try:
-                    listed = await self.pending()
-                except (httpx.HTTPError, OSError):
-                    listed = []
-                if len(listed) >= count:
-                    return listed
-                await anyio.sleep(0.05)
+        """Wait until ``count`` approvals are pending (the gateway is up and the calls are waiting)."""
+
+        async def enough() -> list[dict[str, Any]] | None:
+            listed = await self.pending()
+            return listed if len(listed) >= count else None
+
+        return await eventually_async(enough, timeout, f"{count} pending approval(s)", ignoring=(httpx.HTTPError, OSError))
 
     async def approve(self, approval_id: str, by: str = "op-alice", reason: str = "looks right") -> httpx.Response:
         return await self.post(f"/approvals/{approval_id}/approve", {"resolved_by": by, "reason": reason})
 
     async def deny(self, approval_id: str, by: str = "op-bob", reason: str = "not today") -> httpx.Response:
         return await self.post(f"/approvals/{approval_id}/deny", {"resolved_by": by, "reason": reason})
+
+
+PENDING_SECONDS = scaled(20.0)
+"""How long a test waits for a call to become a pending approval (the gateway decides on its own time)."""
+
+
+async def pending_on(http: httpx.AsyncClient, base: str = "", **params: str) -> list[dict[str, Any]]:
+    """The approvals pending on the control plane ``http`` (or ``base``) talks to."""
+    response = await http.get(f"{base}/approvals", params={"status": "pending", **params})
+    response.raise_for_status()
+    return list(response.json())
+
+
+async def wait_pending_on(
+    http: httpx.AsyncClient, timeout: float = PENDING_SECONDS, base: str = "", **params: str
+) -> list[dict[str, Any]]:
+    """The pending approvals once there is at least one."""
+    return await eventually_async(lambda: pending_on(http, base, **params), timeout, "a pending approval")
 
 
 APPROVAL_ID = re.compile(r"Approval required \(id: ([0-9a-f]{16})\)")

@@ -5,22 +5,23 @@ Nothing here is skipped: a missing server is a failure that says how to install 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import pytest
 from anyio.abc import Process
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from postgres_support import postgres_cluster, postgres_url, state  # noqa: F401  (fixtures: a throwaway PostgreSQL)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -58,10 +59,68 @@ def examples(count: int) -> int:
     return max(10, round(count * EXAMPLES_SCALE))
 
 
+# Below the scale: postgres_support takes its timeouts from it.
+from postgres_support import postgres_cluster, postgres_url, state  # noqa: E402, F401  (fixtures: a throwaway PostgreSQL)
+
 PIPE_SECONDS = scaled(15.0)
 """How long a raw pipe waits for the gateway's next line."""
 EXIT_SECONDS = scaled(8.0)
 """How long a child is given to exit once its stdin is closed."""
+WAIT_SECONDS = scaled(15.0)
+"""How long ``eventually`` waits for a condition (a record, a line, a state) unless told otherwise."""
+POLL_SECONDS = 0.02
+"""The pause between two looks at a condition: short, so a wait ends soon after the event; it is no
+timeout, so it does not scale."""
+
+T = TypeVar("T")
+
+
+def _late(what: str, timeout: float, error: BaseException | None) -> AssertionError:
+    cause = f" (last error: {error!r})" if error is not None else ""
+    return AssertionError(f"{what} did not happen within {timeout:.1f} s{cause}")
+
+
+def eventually(
+    check: Callable[[], T], timeout: float = WAIT_SECONDS, what: str = "the awaited condition",
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> T:
+    """``check()``'s first truthy value, looked at every ``POLL_SECONDS`` until ``timeout``. A test waits
+    on the event itself (a record written, a state reached) rather than on a guess at how long it takes,
+    so it passes on a loaded machine and is quick on a quiet one. ``ignoring`` names errors that mean
+    "not yet" (a listener still starting)."""
+    deadline = time.monotonic() + timeout
+    error: BaseException | None = None
+    while True:
+        try:
+            value = check()
+        except ignoring as caught:
+            value, error = None, caught  # type: ignore[assignment]
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise _late(what, timeout, error)
+        time.sleep(POLL_SECONDS)
+
+
+async def eventually_async(
+    check: Callable[[], T | Awaitable[T]], timeout: float = WAIT_SECONDS, what: str = "the awaited condition",
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> T:
+    """``eventually`` for async tests: ``check`` may be a coroutine function; the loop keeps running."""
+    deadline = time.monotonic() + timeout
+    error: BaseException | None = None
+    while True:
+        try:
+            value = check()
+            if inspect.isawaitable(value):
+                value = await value
+        except ignoring as caught:
+            value, error = None, caught
+        if value:
+            return value  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise _late(what, timeout, error)
+        await anyio.sleep(POLL_SECONDS)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -266,6 +325,27 @@ async def raw_pipe(argv: Sequence[str], env: dict[str, str] | None = None) -> As
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+
+
+def spy_upstream_writes(relay: Any, waiting: list[bytes] | None = None) -> list[bytes]:
+    """What an in-process relay hands the upstream's pipe without waiting, one item per write (whether
+    the pipe took it or not), and in ``waiting`` what it writes waiting for the pipe: a test waits on a
+    line's hand-over instead of guessing its time."""
+    written: list[bytes] = []
+    real, real_send = relay.upstream.send_nowait, relay.upstream.send
+
+    def spy(data: bytes) -> bool:
+        written.append(data)
+        return bool(real(data))
+
+    async def spy_send(data: bytes) -> None:
+        if waiting is not None:
+            waiting.append(data)
+        await real_send(data)
+
+    relay.upstream.send_nowait = spy
+    relay.upstream.send = spy_send
+    return written
 
 
 def wrap_argv(server: Sequence[str], *wrap_args: str) -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
-from conftest import PYTHON, SERVERS
+from conftest import PYTHON, SERVERS, scaled
 from mcp import types
 from playwright.sync_api import Browser, Page
 from serve_support import Running, dump, everything_upstream, http_client, sha256, write_config
@@ -25,11 +25,11 @@ from serve_support import Running, dump, everything_upstream, http_client, sha25
 T = TypeVar("T")
 CHROMIUM = "/usr/bin/chromium"
 """Debian's Chromium (``apt-get install chromium``; scripts/test installs it): no browser download."""
-BROWSER_TIMEOUT_MS = 30_000
+BROWSER_TIMEOUT_MS = round(scaled(30.0) * 1000)
 """How long a page or a selector may take on a loaded machine."""
-CALL_TIMEOUT = 60.0
+CALL_TIMEOUT = scaled(60.0)
 """How long a tools/call waiting for a person may take before the test gives up on it."""
-RECONNECT_TIMEOUT = 30.0
+RECONNECT_TIMEOUT = scaled(30.0)
 """How long the gateway may take to reconnect to a restarted upstream and hold its changed tools back."""
 
 ADMIN = "console-admin-token-7c41"

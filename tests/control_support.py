@@ -13,7 +13,6 @@ import hashlib
 import json
 import socket
 import threading
-import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,7 +21,7 @@ from typing import Any
 
 import uvicorn
 from approval_support import trace_log_appender
-from conftest import scaled
+from conftest import eventually, scaled
 
 from drawbridge.catalogue.fingerprint import compare, tool_fingerprint
 from drawbridge.control import CatalogueItem, ControlServices, RecentCallRing, StorePinService, control_app
@@ -34,6 +33,9 @@ from drawbridge.state.pins import SqlitePinStore, ToolDefinition
 from drawbridge.state.policy_store import PolicyStore
 from drawbridge.state.sqlite import StateDB
 from drawbridge.state.trace_log import TraceLog
+
+SERVER_SECONDS = scaled(10.0)
+"""How long a uvicorn server in the test's loop may take to start or to stop."""
 
 ADMIN_TOKEN = "dbt-admin-7f3c9a1e52b84d06a9e1c3f7b2d5e8a4"
 ADMIN_SHA256 = hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()
@@ -258,13 +260,7 @@ class LiveServer:
         config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
         server = uvicorn.Server(config)
         future = self.submit(server.serve(sockets=[sock]))
-        deadline = time.monotonic() + 10
-        while not server.started:
-            if future.done():
-                future.result()
-            if time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
+        eventually(lambda: server.started or (future.done() and future.result()), SERVER_SECONDS, "uvicorn starting")
         self._servers.append((server, future))
         host, port = sock.getsockname()[:2]
         return f"http://{host}:{port}"
@@ -275,12 +271,12 @@ class LiveServer:
             server.should_exit = True
         for _, future in servers:
             try:
-                future.result(10)
+                future.result(SERVER_SECONDS)
             except Exception:  # noqa: BLE001 -- shutting down
                 pass
 
     def close(self) -> None:
         self.stop_servers()
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
+        self._thread.join(SERVER_SECONDS)
         self.loop.close()

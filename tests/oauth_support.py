@@ -21,6 +21,7 @@ from urllib.parse import unquote
 
 import jwt
 import uvicorn
+from conftest import scaled
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from serve_support import wait_for_port
@@ -30,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-THREAD_STOP_SECONDS: Final = 10.0
+THREAD_STOP_SECONDS: Final = scaled(10.0)
 TOKEN_LIFETIME_SECONDS: Final = 600
 
 

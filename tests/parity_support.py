@@ -58,7 +58,7 @@ TOKEN = "parity-agent-token-8c2f"
 NOTEBOOK = [PYTHON, str(SERVERS / "notebook.py")]
 RUGPULL = [PYTHON, str(SERVERS / "rugpull.py")]
 MAX_MESSAGE_BYTES = 2048
-APPROVAL_TIMEOUT = 10
+APPROVAL_TIMEOUT = round(scaled(10))
 """Seconds a person has to answer, the same in every transport. No scenario waits for it to pass."""
 POLICY_FILE = "parity.yaml"
 POLICY_NAME = "parity"

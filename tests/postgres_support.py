@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Final
 
 import pytest
+from conftest import scaled
 
-START_TIMEOUT: Final = 60
+START_TIMEOUT: Final = scaled(60)
 """Seconds pg_ctl waits for the server to accept connections (a loaded machine is slow)."""
-STOP_TIMEOUT: Final = 60
+STOP_TIMEOUT: Final = scaled(60)
 
 
 def _binary(name: str) -> str:
@@ -66,14 +67,14 @@ class Cluster:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.data_dir.parent} -c fsync=off"
         done = self._run(
             _binary("pg_ctl"), "-D", str(self.data_dir), "-o", options, "-l", str(self.data_dir.parent / "log"),
-            "-w", "-t", str(START_TIMEOUT), "start", timeout=START_TIMEOUT + 10,
+            "-w", "-t", str(round(START_TIMEOUT)), "start", timeout=START_TIMEOUT + 10,
         )
         if done.returncode != 0:
             log = (self.data_dir.parent / "log").read_text(errors="replace")[-2000:]
             pytest.fail(f"PostgreSQL did not start: {done.stderr.strip()}\n{log}")
 
     def stop(self, mode: str = "fast") -> None:
-        self._run(_binary("pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "-t", str(STOP_TIMEOUT), "stop",
+        self._run(_binary("pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "-t", str(round(STOP_TIMEOUT)), "stop",
                   timeout=STOP_TIMEOUT + 10)
 
     def ensure_running(self) -> None:
@@ -103,7 +104,7 @@ def postgres_cluster() -> Iterator[Cluster]:
     cluster = Cluster(data, _free_port(), user)
     done = cluster._run(
         _binary("initdb"), "-D", str(data), "-U", "drawbridge", "--auth=trust", "-E", "UTF8", "--no-sync",
-        timeout=120,
+        timeout=scaled(120),
     )
     if done.returncode != 0:
         shutil.rmtree(root, ignore_errors=True)

@@ -16,15 +16,16 @@ from typing import Any, Final
 
 import anyio
 import httpx
-from conftest import PYTHON, SERVERS
+from approval_support import wait_pending_on
+from conftest import PYTHON, SERVERS, scaled
 from serve_support import Running, http_client, write_config
 
 REPLICA_APPROVAL_SECONDS: Final = 1.0
 """How soon a resolution on one replica must release the call waiting on another (the issue's bound)."""
-PENDING_TIMEOUT: Final = 30.0
+PENDING_TIMEOUT: Final = scaled(30.0)
 """Seconds a test waits for an approval to appear pending (a loaded machine starts processes slowly)."""
-CALL_TIMEOUT: Final = 30.0
-RECOVERY_TIMEOUT: Final = 60.0
+CALL_TIMEOUT: Final = scaled(30.0)
+RECOVERY_TIMEOUT: Final = scaled(60.0)
 """Seconds a replica may take to serve stateful calls again once PostgreSQL is back."""
 
 POLICIES: Final = {
@@ -86,12 +87,6 @@ def approval_id_of(text: str) -> str:
     return match.group(1)
 
 
-async def pending_on(http: httpx.AsyncClient) -> list[dict[str, Any]]:
-    response = await http.get("/approvals", params={"status": "pending"})
-    response.raise_for_status()
-    return list(response.json())
-
-
 async def approve_across(waiting: Running, operator: Running, arguments: dict[str, Any]) -> tuple[str, Any, float]:
     """A call waits for approval on ``waiting`` while ``operator``'s control plane approves it: the
     approval's id, the call's result, and the seconds from the approval to the call's release."""
@@ -108,9 +103,7 @@ async def approve_across(waiting: Running, operator: Running, arguments: dict[st
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(call)
-            with anyio.fail_after(PENDING_TIMEOUT):
-                while not (pending := await pending_on(http)):
-                    await anyio.sleep(0.05)
+            pending = await wait_pending_on(http, PENDING_TIMEOUT)
             approved_at = time.monotonic()
             response = await http.post(f"/approvals/{pending[0]['id']}/approve", json={"resolved_by": "op"})
             assert response.status_code == 200, response.text

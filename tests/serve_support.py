@@ -11,14 +11,13 @@ import re
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conftest import FIXTURES, LEGACY_VERSION, PYTHON, SERVERS, child_env, scaled
+from conftest import FIXTURES, LEGACY_VERSION, PYTHON, SERVERS, child_env, eventually, scaled
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -36,6 +35,9 @@ CONTROL_SECONDS = scaled(30.0)
 STOP_SECONDS = scaled(10.0)
 """How long a stopped gateway is given to exit before it is killed."""
 PORT_SECONDS = scaled(20.0)
+"""How long a listener may take to accept connections."""
+JOIN_SECONDS = scaled(5.0)
+"""How long the thread reading a stopped gateway's stderr is given to finish."""
 
 ALLOW_ALL = {"allow.yaml": "name: allow-all\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"}
 URL_LINE = re.compile(r"serving \d+ upstream\(s\) on (http://\S+/mcp)")
@@ -171,12 +173,12 @@ def http_gateway(config: Path, env: dict[str, str] | None = None, timeout: float
         ready.wait(timeout)
         if running.url is None:
             _stop(process)
-            thread.join(5)
+            thread.join(JOIN_SECONDS)
             raise AssertionError(f"the gateway did not start:\n{running.text()}")
         yield running
     finally:
         _stop(process)
-        thread.join(5)
+        thread.join(JOIN_SECONDS)
 
 
 @contextmanager
@@ -191,17 +193,15 @@ def background(argv: Sequence[str], env: dict[str, str] | None = None) -> Iterat
         yield running
     finally:
         _stop(process)
-        thread.join(5)
+        thread.join(JOIN_SECONDS)
 
 
 def wait_for_port(port: int, timeout: float = PORT_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"nothing listens on port {port}")
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    eventually(listening, timeout, f"a listener on port {port}")
 
 
 @asynccontextmanager

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from approval_support import POLICY, cli, write_policy
-from conftest import GITHUB_LIKE, PYTHON, child_env, wrap_argv
+from conftest import GITHUB_LIKE, PYTHON, child_env, eventually, scaled, wrap_argv
 from serve_support import Running, free_port, http_gateway, wait_for_port, write_config
 
 from drawbridge.gateway.runtime.admin_token import AdminTokenProblem, ensure_admin_token, token_file_for
@@ -50,20 +50,12 @@ def _wrap(argv: list[str], env: dict[str, str]) -> Iterator[Running]:
     finally:
         assert process.stdin is not None
         process.stdin.close()  # the agent leaves: wrap ends
-        process.wait(30)
-        thread.join(5)
+        process.wait(scaled(30))
+        thread.join(scaled(5))
 
 
 def _wait_line(running: object, pattern: re.Pattern[str]) -> re.Match[str]:
-    import time
-
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        found = pattern.search(running.text())  # type: ignore[attr-defined]
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(running.text())  # type: ignore[attr-defined]
+    return eventually(lambda: pattern.search(running.text()), scaled(30), f"a line matching {pattern.pattern}")  # type: ignore[attr-defined]
 
 
 def test_wrap_makes_a_private_token_file_and_needs_it_from_every_caller(tmp_path: Path) -> None:
@@ -90,7 +82,7 @@ def test_wrap_makes_a_private_token_file_and_needs_it_from_every_caller(tmp_path
         by_file = cli("grants", "list", "--url", url, "--token-file", str(token_file), env={"DRAWBRIDGE_ADMIN_TOKEN": ""})
         assert by_file.returncode == 0, by_file.stderr
         none = subprocess.run([PYTHON, "-m", "drawbridge", "approvals", "list", "--url", url], capture_output=True,
-                              text=True, env=env, cwd=tmp_path, timeout=60)
+                              text=True, env=env, cwd=tmp_path, timeout=scaled(60))
         assert none.returncode == 1 and "no admin token found" in none.stderr and "--token-file" in none.stderr
         for result in (by_state, by_file, none):
             assert token not in result.stdout + result.stderr
@@ -110,7 +102,7 @@ def test_a_token_file_others_may_read_stops_the_start_in_one_line(tmp_path: Path
     token_file.write_text("x" * 43 + "\n", encoding="ascii")
     token_file.chmod(0o644)
     result = subprocess.run(_wrap_with_control(tmp_path, free_port()), input="", capture_output=True, text=True,
-                            env=child_env(), timeout=60)
+                            env=child_env(), timeout=scaled(60))
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert any(str(token_file) in line and "mode 0644" in line for line in lines), result.stderr
@@ -146,7 +138,7 @@ def test_serve_keeps_the_control_plane_apart_and_the_cli_finds_it_from_the_confi
         assert {tool["name"] for tool in json.loads(listed.stdout)} >= {"github.list_repos", "github.delete_repo"}
         # Where serve runs, the CLI needs nothing at all: ./drawbridge.admin-token is found.
         here = subprocess.run([PYTHON, "-m", "drawbridge", "grants", "list", "--url", url], capture_output=True,
-                              text=True, env=child_env(env), cwd=tmp_path, timeout=60)
+                              text=True, env=child_env(env), cwd=tmp_path, timeout=scaled(60))
         assert here.returncode == 0, here.stderr
 
 

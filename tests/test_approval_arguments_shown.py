@@ -7,7 +7,6 @@ the ``drawbridge approvals`` command. The expected renderings are written out he
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -19,7 +18,7 @@ import anyio
 import httpx
 import pytest
 from approval_support import ECHO, Person, text_of, unfolded, wrap_flags, write_policy
-from conftest import MODERN, PYTHON, child_env, connect, wrap_params
+from conftest import MODERN, PYTHON, child_env, connect, eventually_async, scaled, wrap_params
 from mcp import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from serve_support import free_port, wait_for_port
@@ -77,20 +76,17 @@ class Operator:
 
     async def get(self, path: str, *, token: str | None = ADMIN_TOKEN, **params: str) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
+        async with httpx.AsyncClient(trust_env=False, timeout=scaled(10)) as http:
             return await http.get(self.url + path, params=params, headers=headers)
 
     async def wait_pending(self) -> dict[str, Any]:
-        with anyio.fail_after(20):
-            while True:
-                with contextlib.suppress(httpx.HTTPError):
-                    listed = (await self.get("/approvals", status="pending")).json()
-                    if listed:
-                        return dict(listed[0])
-                await anyio.sleep(0.05)
+        async def listed() -> list[dict[str, Any]]:
+            return list((await self.get("/approvals", status="pending")).json())
+
+        return dict((await eventually_async(listed, scaled(20), "a pending approval", ignoring=(httpx.HTTPError,)))[0])
 
     async def approve(self, approval_id: str) -> httpx.Response:
-        async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
+        async with httpx.AsyncClient(trust_env=False, timeout=scaled(10)) as http:
             return await http.post(
                 f"{self.url}/approvals/{approval_id}/approve", json={"resolved_by": "op-alice"},
                 headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
@@ -99,7 +95,7 @@ class Operator:
     async def cli(self, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
         argv = [PYTHON, "-m", "drawbridge", "approvals", *args, "--url", self.url]
         return await anyio.to_thread.run_sync(
-            lambda: subprocess.run(argv, capture_output=True, text=True, timeout=60, env=child_env(ADMIN_ENV),
+            lambda: subprocess.run(argv, capture_output=True, text=True, timeout=scaled(60), env=child_env(ADMIN_ENV),
                                    input=stdin)
         )
 

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import pytest
 from approval_support import trace_log_appender
+from conftest import eventually_async, scaled
 from mcp_types import _v2025_11_25 as legacy_wire
 from mcp_types import _v2026_07_28 as modern_wire
 
@@ -124,12 +125,10 @@ async def rig(tmp_path: Path, clock: Clock | None = None, **options: Any) -> Asy
 
 
 async def first_pending(rig_: Rig, *, besides: frozenset[str] = frozenset()) -> Approval:
-    with anyio.fail_after(5):
-        while True:
-            for approval in await rig_.engine.store.list("pending"):
-                if approval.id not in besides:
-                    return approval
-            await anyio.sleep(0.005)
+    async def fresh() -> Approval | None:
+        return next((a for a in await rig_.engine.store.list("pending") if a.id not in besides), None)
+
+    return await eventually_async(fresh, scaled(5), "a pending approval")
 
 
 async def settle_in_background(
@@ -149,11 +148,11 @@ async def test_blocking_call_waits_and_is_released_by_an_approval_from_another_t
     async with rig(tmp_path) as r:
         out: dict[str, Settlement] = {}
         call = make_call()
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled(5)):
             async with anyio.create_task_group() as tg:
                 await settle_in_background(tg, r.engine, call, out, "call")
                 pending = await first_pending(r)
-                await anyio.sleep(0.05)
+                await anyio.sleep(scaled(0.05))
                 assert "call" not in out  # still waiting for the person
                 approved = await r.engine.resolve(
                     pending.id[:6], "approve", "cli:alice", Channel.CLI, "looks fine"
@@ -184,7 +183,7 @@ async def test_blocking_call_waits_and_is_released_by_an_approval_from_another_t
 async def test_blocking_call_denied_through_the_control_plane(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
         out: dict[str, Settlement] = {}
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled(5)):
             async with anyio.create_task_group() as tg:
                 await settle_in_background(tg, r.engine, make_call(), out, "call")
                 pending = await first_pending(r)
@@ -203,7 +202,7 @@ async def test_blocking_call_denied_through_the_control_plane(tmp_path: Path) ->
 async def test_timeout_ends_in_deny_and_is_recorded(tmp_path: Path) -> None:
     clock = Clock()
     async with rig(tmp_path, clock, timeout_seconds=0.2) as r:
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled(5)):
             settled = await r.engine.settle(make_call(), NEEDS_PERSON, elicitation_supported=False)
         assert settled.kind is SettlementKind.DENY
         assert settled.how == "timeout"
@@ -235,7 +234,7 @@ async def test_concurrent_approvals_of_different_calls_are_resolved_independentl
         out: dict[str, Settlement] = {}
         call_a = make_call({"path": "/a", "content": "x"}, request_id=1)
         call_b = make_call({"path": "/b", "content": "y"}, request_id=2)
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled(5)):
             async with anyio.create_task_group() as tg:
                 await settle_in_background(tg, r.engine, call_a, out, "a")
                 first = await first_pending(r)
@@ -245,9 +244,7 @@ async def test_concurrent_approvals_of_different_calls_are_resolved_independentl
                 a = by_digest[expected_digest({"path": "/a", "content": "x"})]
                 b = by_digest[expected_digest({"path": "/b", "content": "y"})]
                 await r.engine.resolve(b.id, "deny", "console:carol", Channel.CONSOLE)
-                with anyio.fail_after(2):
-                    while "b" not in out:
-                        await anyio.sleep(0.005)
+                await eventually_async(lambda: "b" in out, scaled(2), "the denied call's release")
                 assert "a" not in out  # a is still waiting
                 await r.engine.resolve(a.id, "approve", "console:carol", Channel.CONSOLE)
         assert out["a"].kind is SettlementKind.ALLOW and out["a"].approval_id == a.id
@@ -257,7 +254,7 @@ async def test_concurrent_approvals_of_different_calls_are_resolved_independentl
 async def test_a_resolution_written_by_another_process_is_noticed_by_polling(tmp_path: Path) -> None:
     async with rig(tmp_path, poll_seconds=0.05) as r:
         out: dict[str, Settlement] = {}
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled(5)):
             async with anyio.create_task_group() as tg:
                 await settle_in_background(tg, r.engine, make_call(), out, "call")
                 pending = await first_pending(r)
@@ -348,7 +345,7 @@ async def test_a_grant_applies_whatever_the_protocol_era(tmp_path: Path) -> None
         )
         for version in (None, "2025-11-25", "2026-07-28"):
             call = make_call(version=version)
-            with anyio.fail_after(5):
+            with anyio.fail_after(scaled(5)):
                 assert (await r.engine.settle(call, NEEDS_PERSON, elicitation_supported=True)).allowed
 
 
@@ -494,11 +491,12 @@ async def test_an_approval_for_other_arguments_does_not_let_this_call_through(tm
 
 async def test_a_blocked_call_whose_client_gave_up_runs_on_retry_after_approval(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        with anyio.move_on_after(0.1):  # the client times out and cancels
-            await r.engine.settle(make_call(), NEEDS_PERSON, elicitation_supported=False)
-        pending = await first_pending(r)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: r.engine.settle(make_call(), NEEDS_PERSON, elicitation_supported=False))
+            pending = await first_pending(r)
+            tg.cancel_scope.cancel()  # the client times out and cancels
         await r.engine.resolve(pending.id, "approve", "console:erin", Channel.CONSOLE)
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled(5)):
             retried = await r.engine.settle(make_call(), NEEDS_PERSON, elicitation_supported=False)
         assert (retried.kind, retried.approval_id) == (SettlementKind.ALLOW, pending.id)
 
@@ -518,7 +516,7 @@ async def test_elicitation_accept_approves_with_client_strength(tmp_path: Path) 
     seen: list[Mapping[str, Any]] = []
     answer = {"action": "accept", "content": {"decision": "approve"}}
     async with rig(tmp_path, elicit=elicitor(answer, seen)) as r:
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled(5)):
             settled = await r.engine.settle(make_call(version="2025-11-25"), NEEDS_PERSON,
                                             elicitation_supported=True)
         assert settled.kind is SettlementKind.ALLOW
@@ -545,7 +543,7 @@ async def test_elicitation_accept_approves_with_client_strength(tmp_path: Path) 
 )
 async def test_elicitation_without_an_explicit_approve_denies(tmp_path: Path, answer: dict[str, Any]) -> None:
     async with rig(tmp_path, elicit=elicitor(answer, [])) as r:
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled(5)):
             settled = await r.engine.settle(make_call(), NEEDS_PERSON, elicitation_supported=True)
         assert settled.kind is SettlementKind.DENY
         assert settled.channel is Channel.ELICITATION
@@ -560,7 +558,7 @@ async def test_while_the_form_is_open_an_operator_can_approve(tmp_path: Path) ->
 
     async with rig(tmp_path, elicit=slow_elicit) as r:
         out: dict[str, Settlement] = {}
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled(5)):
             async with anyio.create_task_group() as tg:
                 await settle_in_background(tg, r.engine, make_call(), out, "call", elicit_ok=True)
                 pending = await first_pending(r)
@@ -575,11 +573,11 @@ async def test_a_failing_elicitation_leaves_the_other_channels_open(tmp_path: Pa
 
     async with rig(tmp_path, elicit=broken) as r:
         out: dict[str, Settlement] = {}
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled(5)):
             async with anyio.create_task_group() as tg:
                 await settle_in_background(tg, r.engine, make_call(), out, "call", elicit_ok=True)
                 pending = await first_pending(r)
-                await anyio.sleep(0.05)
+                await anyio.sleep(scaled(0.05))
                 assert "call" not in out
                 await r.engine.resolve(pending.id, "approve", "cli:alice", Channel.CLI)
         assert out["call"].allowed

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import eventually_async, scaled
 from pipeline_support import running
 
 from drawbridge.approval.binding import BINDING_DOMAIN, binding_digest
@@ -225,13 +226,12 @@ async def test_a_question_the_client_answers_with_an_error_ends_at_once_when_nob
             async def call() -> None:
                 flights.append(await rig.call(1, "t", {"q": 1}))
 
-            with anyio.fail_after(10):  # far below the 60 s timeout
+            with anyio.fail_after(scaled(10)):  # far below the 60 s timeout
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(call)
-                    while not asked:
-                        await anyio.sleep(0.01)
+                    await eventually_async(lambda: asked, what="the elicitation being asked")
                     if operator_channel:  # the question stays open to the operator, who answers it
-                        await anyio.sleep(0.3)
+                        await anyio.sleep(scaled(0.3))
                         assert not flights
                         requested = [body for kind, body in trace.entries if kind == "approval_requested"]
                         await engine.resolve(requested[0]["approval_id"], "approve", "op", Channel.CONTROL_PLANE)

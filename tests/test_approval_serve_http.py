@@ -11,8 +11,8 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from approval_support import Person, listed, text_of, trace
-from conftest import MODERN
+from approval_support import Person, listed, text_of, trace, wait_pending_on
+from conftest import MODERN, scaled
 from serve_support import GITHUB, http_client, http_gateway, write_config
 
 pytestmark = pytest.mark.anyio
@@ -60,9 +60,7 @@ async def test_operator_approval_and_a_grant_reach_calls_made_over_mcp(tmp_path:
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call)
-                with anyio.fail_after(15):
-                    while not (pending := (await http.get("/approvals", params={"status": "pending"})).json()):
-                        await anyio.sleep(0.05)
+                pending = await wait_pending_on(http)
                 approve = await http.post(f"/approvals/{pending[0]['id']}/approve", json={"resolved_by": "op-hal"})
                 assert approve.status_code == 200
             assert text_of(results[0]) == "deleted acme/rocket"  # type: ignore[arg-type]
@@ -70,7 +68,7 @@ async def test_operator_approval_and_a_grant_reach_calls_made_over_mcp(tmp_path:
             grant = await http.post("/grants", json={"agent": "guest", "tools": "github.add_*", "duration": "1m"})
             assert grant.status_code == 201
             key = {"owner": "acme", "repo": "anvil", "title": "k", "key": "ssh-ed25519 C"}
-            with anyio.fail_after(5):
+            with anyio.fail_after(scaled(5)):
                 lifted = await client.call_tool("github.add_deploy_key", key)
             assert not lifted.is_error and "added" in text_of(lifted)
     kinds = [e["kind"] for e in trace(tmp_path / "evidence") if e["kind"].startswith(("approval_", "grant_"))]

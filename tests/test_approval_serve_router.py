@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 from approval_support import ECHO, write_policy
-from conftest import GITHUB_LIKE, MODERN
+from conftest import GITHUB_LIKE, MODERN, scaled
 
 from drawbridge.config import UpstreamConfig
 from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
@@ -111,7 +111,7 @@ async def served(tmp_path: Path, *, operator_channel: bool = False) -> AsyncIter
         async with anyio.create_task_group() as tg:
             await tg.start(run_approvals, engine)
             await tg.start(gateway.run)
-            await gateway.wait_settled(30)
+            await gateway.wait_settled(scaled(30))
             yield Rig(gateway, engine, records, entries)
             tg.cancel_scope.cancel()
     finally:
@@ -188,7 +188,7 @@ async def test_grants_apply_on_the_mcp_path_and_without_a_channel_approval_is_un
     async with served(tmp_path) as rig:
         session = await legacy_session(rig, Agent(), {})  # no elicitation, no operator channel
         delete = {"name": "github.delete_repo", "arguments": {"owner": "acme", "name": "rocket"}}
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled(5)):
             unavailable = await request(session, "tools/call", delete)
         assert unavailable["result"]["content"][0]["text"].endswith(": approval unavailable")
         assert await repos(session) == ["anvil", "rocket"]

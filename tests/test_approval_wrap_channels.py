@@ -23,7 +23,7 @@ from approval_support import (
     wrap_flags,
     write_policy,
 )
-from conftest import GITHUB_LIKE, connect, wrap_params
+from conftest import GITHUB_LIKE, connect, scaled, wrap_params
 from serve_support import free_port
 
 pytestmark = pytest.mark.anyio
@@ -140,7 +140,7 @@ async def test_an_approval_through_another_channel_runs_a_call_being_asked_in_ba
                 results.append(await client.call_tool("delete_repo", ANVIL))
 
             tg.start_soon(call)
-            with anyio.fail_after(15):
+            with anyio.fail_after(scaled(15)):
                 await asked.wait()
             (waiting,) = await control.wait_pending(1)
             assert (await control.approve(waiting["id"], by="op-dana")).status_code == 200
@@ -155,7 +155,7 @@ async def test_nobody_answers_then_the_timeout_denies(tmp_path: Path) -> None:
     flags = wrap_flags(write_policy(tmp_path), evidence, "--control-port", str(port), "--approval-timeout", "1")
     control = ControlPlane(port, evidence)
     async with connect(wrap_params(GITHUB_LIKE, *flags)) as client:
-        with anyio.fail_after(10):
+        with anyio.fail_after(scaled(10)):
             refused = await client.call_tool("delete_repo", ROCKET)
         assert refused.is_error and "timed out" in text_of(refused)
         assert listed(await client.call_tool("list_repos", {"owner": "acme"})) == ["anvil", "rocket"]
@@ -207,7 +207,7 @@ async def test_a_client_that_answers_the_question_with_an_error_gets_a_refusal_a
         return types.ErrorData(code=-32603, message="nobody can be asked here")
 
     async with connect(wrap_params(GITHUB_LIKE, *flags), elicitation_callback=failing) as client:
-        with anyio.fail_after(20):
+        with anyio.fail_after(scaled(20)):
             refused = await client.call_tool("delete_repo", ROCKET)
         assert refused.is_error and "answered the approval question with an error" in text_of(refused)
         assert listed(await client.call_tool("list_repos", {"owner": "acme"})) == ["anvil", "rocket"]

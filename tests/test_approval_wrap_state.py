@@ -16,8 +16,8 @@ import pytest
 from approval_support import (
     POLICY,
     ControlPlane,
-    approved_by_operator,
     Person,
+    approved_by_operator,
     cli,
     decisions,
     listed,
@@ -26,7 +26,7 @@ from approval_support import (
     wrap_flags,
     write_policy,
 )
-from conftest import GITHUB_LIKE, connect, raw_pipe, wrap_argv, wrap_params
+from conftest import GITHUB_LIKE, connect, raw_pipe, scaled, wrap_argv, wrap_params
 from serve_support import free_port, wait_for_port
 
 pytestmark = pytest.mark.anyio
@@ -132,7 +132,7 @@ async def test_non_blocking_pending_approve_then_the_retry_runs_exactly_once(tmp
     control = ControlPlane(port, evidence)
     arguments = {**ROCKET, "token": "first-secret-value"}
     async with connect(wrap_params(GITHUB_LIKE, *flags)) as client:
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled(5)):
             pending = await client.call_tool("delete_repo", arguments)
         assert pending.is_error
         text = text_of(pending)

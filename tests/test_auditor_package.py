@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import rfc8785
-from conftest import PYTHON, child_env
+from conftest import PYTHON, child_env, scaled
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_der_public_key
 from hypothesis import HealthCheck, given, settings
@@ -33,7 +33,7 @@ VECTORS = Path(__file__).resolve().parent / "vectors" / "bundle"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, timeout=180,
+    return subprocess.run([PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, timeout=scaled(180),
                           env=child_env())
 
 

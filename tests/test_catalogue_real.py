@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import GITHUB_LIKE, PYTHON, ROOT, SLACK_LIKE, child_env
+from conftest import GITHUB_LIKE, PYTHON, ROOT, SLACK_LIKE, child_env, scaled
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -146,7 +146,7 @@ def _servers(tmp: Path) -> dict[str, list[str]]:
 
 async def _list_tools(argv: list[str]) -> list[dict[str, Any]]:
     params = StdioServerParameters(command=argv[0], args=argv[1:], env=child_env())
-    with anyio.fail_after(60):
+    with anyio.fail_after(scaled(60)):
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             result = await session.list_tools()

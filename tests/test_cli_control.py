@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PYTHON, child_env
+from conftest import PYTHON, child_env, eventually, scaled
 from control_support import ADMIN_SHA256, ADMIN_TOKEN, NEEDS_PERSON, LiveServer, Plane, build_plane, make_call
 
 from drawbridge.gateway.pipeline.approvals.settlement import SettlementKind
@@ -50,7 +49,7 @@ def drawbridge(
         env["DRAWBRIDGE_ADMIN_TOKEN"] = token
     done = subprocess.run(
         [PYTHON, "-m", "drawbridge", *args], env=env, input=stdin if stdin is not None else "",
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=scaled(60),
     )
     assert ADMIN_TOKEN not in done.stdout and ADMIN_TOKEN not in done.stderr, "the admin token was printed"
     return done
@@ -63,13 +62,7 @@ def ok_json(*args: str, stdin: str | None = None) -> Any:
 
 
 def wait_pending(live: LiveServer, plane: Plane) -> Any:
-    deadline = time.monotonic() + 10
-    while True:
-        pending = live.call(plane.engine.store.list("pending"))
-        if pending:
-            return pending[0]
-        assert time.monotonic() < deadline, "the call never became a pending approval"
-        time.sleep(0.02)
+    return eventually(lambda: live.call(plane.engine.store.list("pending")), scaled(10), "a pending approval")[0]
 
 
 def test_tools_list_and_decisions(url: str) -> None:
@@ -152,7 +145,7 @@ def test_approvals_list_approve_and_deny_release_the_waiting_call(live: LiveServ
     done = drawbridge("approvals", "approve", pending.short_id, "--by", "marc", "--reason", "ok", "--url", url)
     assert done.returncode == 0, done.stderr
     assert f"approved {pending.id}" in done.stdout
-    settlement = waiting.result(10)
+    settlement = waiting.result(scaled(10))
     assert settlement.kind is SettlementKind.ALLOW
     assert (settlement.resolved_by, str(settlement.channel)) == ("marc", "cli")
 
@@ -168,7 +161,7 @@ def test_approvals_list_approve_and_deny_release_the_waiting_call(live: LiveServ
     second = wait_pending(live, plane)
     denied = drawbridge("approvals", "deny", second.id, "--url", url)
     assert denied.returncode == 0, denied.stderr
-    assert waiting.result(10).kind is SettlementKind.DENY
+    assert waiting.result(scaled(10)).kind is SettlementKind.DENY
 
 
 def test_approvals_watch_asks_and_approves(live: LiveServer, url: str, plane: Plane) -> None:
@@ -182,7 +175,7 @@ def test_approvals_watch_asks_and_approves(live: LiveServer, url: str, plane: Pl
     assert done.returncode == 0, done.stderr
     assert "[a]pprove / [d]eny / [s]kip ?" in done.stdout
     assert f"approved {pending.id}" in done.stdout
-    settlement = waiting.result(10)
+    settlement = waiting.result(scaled(10))
     assert (settlement.kind, settlement.resolved_by) == (SettlementKind.ALLOW, "ana")
 
 

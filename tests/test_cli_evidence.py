@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import scaled
 
 from drawbridge.evidence.chain import ChainHead, entry_line, head_of, make_checkpoint, make_entry
 
@@ -27,7 +28,7 @@ def run(*args: str, stdin: bytes = b"", cwd: Path | None = None) -> subprocess.C
         input=stdin,
         capture_output=True,
         cwd=cwd,
-        timeout=60,
+        timeout=scaled(60),
         env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "PYTHONIOENCODING": "utf-8"},
     )
 
@@ -54,7 +55,7 @@ def jcs(value: Any) -> bytes:
 def test_console_script_and_module_agree() -> None:
     script = Path(sys.executable).parent / "drawbridge"
     assert script.exists(), "the drawbridge console script is installed with the package"
-    by_script = subprocess.run([str(script), "--help"], capture_output=True, timeout=60)
+    by_script = subprocess.run([str(script), "--help"], capture_output=True, timeout=scaled(60))
     by_module = run("--help")
     assert by_script.returncode == by_module.returncode == 0
     assert by_script.stdout == by_module.stdout

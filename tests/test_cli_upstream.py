@@ -15,7 +15,8 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
-from approval_support import cli, text_of, trace
+from approval_support import cli, text_of, trace, wait_pending_on
+from conftest import scaled
 from serve_support import http_client, http_gateway, write_config
 
 pytestmark = pytest.mark.anyio
@@ -169,13 +170,13 @@ async def test_output_is_capped_with_a_marker_and_a_failure_is_a_result(gateway:
 
 async def test_the_timeout_kills_the_whole_process_group(gateway: Any) -> None:
     async with http_client(gateway.url) as client:
-        with anyio.fail_after(30):
+        with anyio.fail_after(scaled(30)):
             slept = await client.call_tool("sleep.run", {"args": ["30"]})
         assert slept.is_error and text_of(slept) == "timed out after 1 seconds; the process group was killed"
         assert _structured(slept)["timed_out"] is True
         # `timeout 60 sleep ...` runs sleep as a child of its own: killing only the program started
         # would leave that sleep running.
-        with anyio.fail_after(30):
+        with anyio.fail_after(scaled(30)):
             nested = await client.call_tool("slow.run", {"args": ["60", "sleep", MARK]})
         assert nested.is_error and "timed out" in text_of(nested)
         assert _processes_with(MARK) == []
@@ -190,9 +191,7 @@ async def _approved(client: Any, http: httpx.AsyncClient, tool: str, arguments: 
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(call)
-        with anyio.fail_after(20):
-            while not (pending := (await http.get("/approvals", params={"status": "pending"})).json()):
-                await anyio.sleep(0.05)
+        pending = await wait_pending_on(http)
         assert [p["tool"] for p in pending] == [tool]
         answer = await http.post(f"/approvals/{pending[0]['id']}/approve", json={"resolved_by": "op"})
         assert answer.status_code == 200

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PYTHON, child_env
+from conftest import PYTHON, child_env, scaled
 from replica_support import KEY_ENV, KEYS, recording_upstream
 
 from drawbridge.config import ConfigError, parse_config
@@ -76,7 +76,7 @@ def test_a_replica_whose_database_is_unreachable_stops_with_one_line(tmp_path: P
     }))
     result = subprocess.run(
         [PYTHON, "-m", "drawbridge", "serve", "--config", str(config), "--stdio"], input="", check=False,
-        capture_output=True, text=True, env=child_env(KEY_ENV), timeout=60,
+        capture_output=True, text=True, env=child_env(KEY_ENV), timeout=scaled(60),
     )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()

@@ -10,13 +10,12 @@ import json
 import os
 import re
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import server_everything_command
+from conftest import eventually, server_everything_command
 from console_support import (
     ADMIN,
     AGENT,
@@ -90,13 +89,11 @@ def _everything_tools() -> set[str]:
 
 
 def _wait_until_held_back(gateway: Gateway, name: str) -> None:
-    deadline = time.monotonic() + RECONNECT_TIMEOUT
-    while time.monotonic() < deadline:
+    def held_back() -> bool:
         held = httpx.get(f"{gateway.base}/tools/pins", headers=AUTH)
-        if held.status_code == 200 and any(row["name"] == name for row in held.json()):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{name} was never held back")
+        return held.status_code == 200 and any(row["name"] == name for row in held.json())
+
+    eventually(held_back, RECONNECT_TIMEOUT, f"{name} being held back")
 
 
 def test_login_is_needed_and_the_credential_never_shows(browser: Browser, gateway: Gateway) -> None:

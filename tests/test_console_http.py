@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 from approval_support import POLICY, write_policy
-from conftest import GITHUB_LIKE, PYTHON, child_env, scaled, wrap_argv
+from conftest import GITHUB_LIKE, PYTHON, child_env, eventually, scaled, wrap_argv
 from console_support import call_tool
 from serve_support import ALLOW_ALL, GITHUB, free_port, http_gateway, sha256, wait_for_port, write_config
 
@@ -24,7 +23,7 @@ from drawbridge.evidence.truth.carrier import SCHEMA as CARRIER_SCHEMA
 ADMIN = "console-http-token-19ae"
 ALICE = "console-http-agent-token-6d20"
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
-CLI_TIMEOUT = 60.0
+CLI_TIMEOUT = scaled(60.0)
 RECORD_WAIT = scaled(20.0)
 """How long a call's trace entry and truth carrier may take to reach their files."""
 TRUTH_ENV = {"DRAWBRIDGE_TDT_HMAC_KEY": "console-truth-key-3b9e", "DRAWBRIDGE_TDT_HMAC_KEY_ID": "console-test"}
@@ -99,13 +98,10 @@ def _carriers(path: Path) -> dict[str, dict[str, object]]:
 
 def _latest_call(client: httpx.Client, tool: str) -> str:
     """The evidence page's newest row for ``tool`` once the trace has it."""
-    deadline = time.monotonic() + RECORD_WAIT
-    while True:
-        rows = re.findall(r'<tr data-seq="\d+">.*?</tr>', client.get("/console/evidence", params={"tool": tool}).text, re.DOTALL)
-        if rows or time.monotonic() > deadline:
-            assert rows, f"no trace entry for {tool} within {RECORD_WAIT} s"
-            return rows[0]
-        time.sleep(0.1)
+    def rows() -> list[str]:
+        return re.findall(r'<tr data-seq="\d+">.*?</tr>', client.get("/console/evidence", params={"tool": tool}).text, re.DOTALL)
+
+    return eventually(rows, RECORD_WAIT, f"a trace entry for {tool}")[0]
 
 
 def test_the_evidence_page_shows_each_calls_truth_carrier_verdict_found_by_its_hash(tmp_path: Path) -> None:
@@ -152,7 +148,7 @@ def test_wrap_serves_the_console_on_its_control_port(tmp_path: Path) -> None:
     finally:
         assert process.stdin is not None
         process.stdin.close()
-        process.wait(30)
+        process.wait(scaled(30))
 
 
 def test_the_console_command_prints_the_url_and_checks_a_console_answers(tmp_path: Path) -> None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from conftest import eventually, scaled
 from control_support import (
     ADMIN_SHA256,
     ADMIN_TOKEN,
@@ -80,7 +80,7 @@ def plane(live: LiveServer, tmp_path: Path) -> Iterator[Plane]:
 def http(live: LiveServer, plane: Plane) -> Iterator[httpx.Client]:
     """An operator's client of the control plane: it presents the admin token."""
     url = live.serve(plane.app(ADMIN_SHA256))
-    with httpx.Client(base_url=url, timeout=10, headers=AUTH) as client:
+    with httpx.Client(base_url=url, timeout=scaled(10), headers=AUTH) as client:
         yield client
 
 
@@ -89,13 +89,11 @@ def by_name(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def wait_pending(http: httpx.Client, count: int = 1) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 10
-    while True:
+    def enough() -> list[dict[str, Any]] | None:
         pending = http.get("/approvals", params={"status": "pending"}).json()
-        if len(pending) >= count:
-            return pending
-        assert time.monotonic() < deadline, "the call never became a pending approval"
-        time.sleep(0.02)
+        return pending if len(pending) >= count else None
+
+    return eventually(enough, scaled(10), f"{count} pending approval(s)")
 
 
 # ------------------------------------------------------------------------------ catalogue, decisions
@@ -358,7 +356,7 @@ def test_approve_over_http_releases_the_waiting_call_exactly_once(
     response = http.post(f"/approvals/{pending['id']}/approve", json={"resolved_by": "marc", "reason": "looks fine"})
     assert response.status_code == 200, response.text
     assert (response.json()["status"], response.json()["id"]) == ("approved", pending["id"])
-    settlement = waiting.result(10)
+    settlement = waiting.result(scaled(10))
     assert settlement.kind is SettlementKind.ALLOW
     assert (settlement.resolved_by, str(settlement.channel)) == ("marc", "control_plane")
 
@@ -380,7 +378,7 @@ def test_deny_over_http_refuses_the_waiting_call(live: LiveServer, http: httpx.C
     assert "channel" in bad.json()["error"]
     response = http.post(f"/approvals/{pending['id'][:6]}/deny", json={"reasoning": "not today", "channel": "cli"})
     assert response.status_code == 200, response.text
-    settlement = waiting.result(10)
+    settlement = waiting.result(scaled(10))
     assert settlement.kind is SettlementKind.DENY
     assert (settlement.resolved_by, str(settlement.channel)) == ("http:127.0.0.1", "cli")
     view = response.json()["approval"]
@@ -460,7 +458,7 @@ def test_grant_refusals_create_nothing(http: httpx.Client, plane: Plane) -> None
 def test_with_a_token_configured_missing_or_wrong_tokens_are_refused(live: LiveServer, plane: Plane) -> None:
     url = live.serve(plane.app(ADMIN_SHA256))
     wrong = "dbt-admin-WRONG-0000000000000000000000"
-    with httpx.Client(base_url=url, timeout=10) as client:
+    with httpx.Client(base_url=url, timeout=scaled(10)) as client:
         for headers in ({}, {"Authorization": f"Bearer {wrong}"}, {"Authorization": f"Basic {ADMIN_TOKEN}"},
                         {"Authorization": "Bearer"}, {"Authorization": ADMIN_TOKEN}):
             response = client.get("/policies", headers=headers)
@@ -502,7 +500,7 @@ async def test_loopback_and_proxy_headers_are_no_substitute_for_the_token(plane:
 
 def test_over_real_uvicorn_a_loopback_request_without_the_token_is_refused(live: LiveServer, plane: Plane) -> None:
     url = live.serve(plane.app(ADMIN_SHA256))
-    with httpx.Client(base_url=url, timeout=10) as client:
+    with httpx.Client(base_url=url, timeout=scaled(10)) as client:
         assert client.get("/policies").status_code == 401
         assert client.get("/policies", headers=AUTH).status_code == 200
         two = [("Authorization", f"Bearer {ADMIN_TOKEN}"), ("Authorization", f"Bearer {ADMIN_TOKEN}")]

@@ -17,7 +17,7 @@ from typing import Any, Final
 import anyio
 import pytest
 from approval_support import text_of, trace
-from conftest import MODERN, ROOT
+from conftest import MODERN, ROOT, scaled
 from replica_support import CALL_TIMEOUT, KEY_ENV, POLICIES, recording_upstream
 from ruamel.yaml import YAML
 from serve_support import free_port, http_client, http_gateway, wait_for_port
@@ -25,7 +25,7 @@ from serve_support import free_port, http_client, http_gateway, wait_for_port
 pytestmark = pytest.mark.anyio
 
 DOC: Final = ROOT / "docs" / "deployment.md"
-PROXY_START_TIMEOUT: Final = 20.0
+PROXY_START_TIMEOUT: Final = scaled(20.0)
 
 
 def _block(language: str, holding: str = "") -> str:
@@ -69,7 +69,7 @@ def _haproxy(tmp_path: Path, proxy: int, ports: dict[str, int]) -> Iterator[subp
         yield process
     finally:
         process.terminate()
-        process.wait(10)
+        process.wait(scaled(10))
 
 
 async def test_two_replicas_behind_the_documented_proxy_keep_each_session_on_its_replica(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PYTHON, child_env
+from conftest import PYTHON, child_env, scaled
 from serve_support import GITHUB, SLACK, write_config
 
 from drawbridge.state.policy_store import PolicyStore
@@ -31,7 +31,7 @@ EXPECTED = {
 def _discover(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [PYTHON, "-m", "drawbridge", "discover", "--config", str(config), "--timeout", "20", *args],
-        capture_output=True, text=True, env=child_env({"COLUMNS": "250"}), timeout=60,
+        capture_output=True, text=True, env=child_env({"COLUMNS": "250"}), timeout=scaled(60),
     )
 
 

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from conftest import PYTHON, child_env
+from conftest import PYTHON, child_env, scaled
 from openapi_support import SPEC, openapi_backend
 from serve_support import GITHUB, write_config
 
@@ -20,7 +20,7 @@ GIT = {"name": "git", "bin": "git", "commands": {"log": {"allowed_args": ["--one
 def _discover(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [PYTHON, "-m", "drawbridge", "discover", "--timeout", "20", *args],
-        capture_output=True, text=True, env=child_env({"COLUMNS": "250"}), timeout=60, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, env=child_env({"COLUMNS": "250"}), timeout=scaled(60), stdin=subprocess.DEVNULL,
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import scaled
 from pipeline_support import running
 
 from drawbridge.catalogue.fingerprint import PinStatus
@@ -190,14 +191,14 @@ async def test_a_call_waits_for_the_check_of_a_catalogue_that_just_changed(db: S
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(call)
-        await anyio.sleep(0.05)
+        await anyio.sleep(scaled(0.05))
         assert floors == []  # waiting
         await pins.check("github")
     assert floors[0].action is PolicyAction.HUMAN_APPROVAL
 
     github.load([tool("list_repos")])
     quick = _pins(db, github, wait=0.01)
-    with anyio.fail_after(2):
+    with anyio.fail_after(scaled(2)):
         floor = await quick.floor_when_checked("github", "list_repos")
     assert floor.action is PolicyAction.DENY and "has not been checked" in floor.reasons[0]
 

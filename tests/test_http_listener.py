@@ -14,13 +14,14 @@ from pathlib import Path
 
 import anyio
 import pytest
+from conftest import scaled
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from drawbridge.gateway.transports.http_listener import bind, serve_http
 
-READY_SECONDS = 10.0
+READY_SECONDS = scaled(10.0)
 """How long the listener may take to start and answer one request."""
 
 

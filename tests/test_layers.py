@@ -11,7 +11,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, scaled
 
 SRC = ROOT / "src" / "drawbridge"
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
@@ -28,7 +28,7 @@ def _lint(root: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(LINT_IMPORTS), str(ROOT / "pyproject.toml"), "--no-cache"],
         cwd=cwd, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=scaled(120),
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from approval_support import text_of
+from approval_support import text_of, wait_pending_on
 from openapi_support import SPEC, openapi_backend
 from serve_support import http_client, http_gateway, write_config
 
@@ -71,9 +71,7 @@ async def test_a_changed_spec_or_entry_is_a_changed_pin(tmp_path: Path) -> None:
 
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(call)
-                    with anyio.fail_after(20):
-                        while not (pending := (await http.get("/approvals", params={"status": "pending"})).json()):
-                            await anyio.sleep(0.05)
+                    pending = await wait_pending_on(http)
                     assert pending[0]["tool"] == "items.get_item"
                     await http.post(f"/approvals/{pending[0]['id']}/deny", json={"resolved_by": "op"})
                 assert calls[0].is_error and "denied" in text_of(calls[0]).lower()

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from conftest import scaled
 
 from drawbridge.config import ConfigError, parse_config
 from drawbridge.config_local import parse_duration, private_address_problem
@@ -126,7 +127,7 @@ def test_the_address_rule() -> None:
 
 def test_the_guard_refuses_names_that_resolve_to_loopback() -> None:
     async def attempt(url: str) -> str:
-        async with http_client(allow_private=False, timeout=5) as client:
+        async with http_client(allow_private=False, timeout=scaled(5)) as client:
             try:
                 await client.get(url)
             except httpx.HTTPError as exc:

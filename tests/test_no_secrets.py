@@ -13,7 +13,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from conftest import GITHUB_LIKE, PYTHON, child_env
+from conftest import GITHUB_LIKE, PYTHON, child_env, scaled
 
 POLICIES = Path(__file__).resolve().parent.parent / "src" / "drawbridge" / "examples" / "policies"
 HMAC_KEY = "tdt-key-PLANTED-1f2e3d4c5b6a"
@@ -67,7 +67,7 @@ def test_planted_secrets_appear_in_no_output(tmp_path: Path) -> None:
         lines.append(line)
     process.stdin.close()
     stderr = process.stderr.read() if process.stderr else ""
-    assert process.wait(timeout=30) == 0, stderr
+    assert process.wait(timeout=scaled(30)) == 0, stderr
     result = subprocess.CompletedProcess(process.args, 0, "".join(lines), stderr)
     answers = [json.loads(line) for line in result.stdout.splitlines()]
     by_id = {a.get("id"): a for a in answers if "id" in a}

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import rfc8785
-from conftest import PYTHON, SERVERS, child_env, connect, wrap_params
+from conftest import PYTHON, SERVERS, child_env, connect, scaled, wrap_params
 
 from drawbridge.evidence.bundle import Producer, verify_bundle, write_bundle
 from drawbridge.evidence.dsse import bundle_statement, export_statement, sign_statement
@@ -47,7 +47,7 @@ def test_a_read_keeps_the_digest_of_the_target_a_write_of_the_same_key_projects(
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, timeout=180,
+    return subprocess.run([PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, timeout=scaled(180),
                           env=child_env())
 
 

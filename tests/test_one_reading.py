@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from conftest import examples
+from conftest import examples, scaled
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from one_reading_support import RECORDING, LineGateway, read_apart, readings, refused_calls_run
@@ -148,7 +148,7 @@ def test_over_http_the_same_lines_are_refused(tmp_path: Path) -> None:
                   "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
     with http_gateway(config) as running:
         assert running.url is not None
-        with httpx.Client(timeout=20) as http:
+        with httpx.Client(timeout=scaled(20)) as http:
             opened = http.post(running.url, json=initialize, headers=headers)
             session = {**headers, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
             http.post(running.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)

@@ -14,6 +14,7 @@ import httpx
 import mcp_types as types
 import pytest
 from approval_support import cli, decisions, text_of
+from conftest import scaled
 from openapi_support import Backend, items_entry, openapi_backend
 from serve_support import http_client, http_gateway, serve_argv, write_config
 
@@ -180,7 +181,7 @@ async def test_a_spec_served_by_url(tmp_path: Path, backend: Backend) -> None:
 
 
 def _start(config: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(serve_argv(config), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return subprocess.run(serve_argv(config), capture_output=True, text=True, timeout=scaled(60), stdin=subprocess.DEVNULL)
 
 
 def test_the_ssrf_guard_refuses_loopback_without_allow_private(tmp_path: Path, backend: Backend) -> None:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-from conftest import scaled
+from conftest import eventually, scaled
 from serve_support import GITHUB, http_client, http_gateway, write_config
 
 from drawbridge.evidence.chain import verify_chain
@@ -35,13 +34,11 @@ def entries(evidence: Path) -> list[dict[str, Any]]:
 
 
 def wait_for_kind(evidence: Path, kind: str, count: int = 1) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + scaled(20)
-    while time.monotonic() < deadline:
+    def enough() -> list[dict[str, Any]] | None:
         found = [entry for entry in entries(evidence) if entry["kind"] == kind]
-        if len(found) >= count:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"no {count} {kind} entries: {[e['kind'] for e in entries(evidence)]}")
+        return found if len(found) >= count else None
+
+    return eventually(enough, scaled(20), f"{count} {kind} entries")
 
 
 def set_digest(policies: Path) -> str:

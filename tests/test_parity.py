@@ -27,9 +27,9 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
-from serve_support import CONTROL_LINE
+from approval_support import pending_on
+from conftest import eventually_async
 from parity_support import (
-    gateway_stderr,
     AGENT,
     MAX_MESSAGE_BYTES,
     NOTEBOOK,
@@ -53,10 +53,12 @@ from parity_support import (
     decision,
     decision_key,
     describe_failure,
+    gateway_stderr,
     incident,
     read_trace,
     session,
 )
+from serve_support import CONTROL_LINE
 
 from drawbridge.evidence.chain import verify_chain
 
@@ -451,11 +453,12 @@ async def deny_as_operator(s: Session, step: Step, answered: anyio.Event) -> Non
     step.notes["pending"] = None
     auth = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(trust_env=False, timeout=TIMEOUT, headers=auth) as http:
-        with anyio.fail_after(TIMEOUT):
-            while not (pending := (await http.get(f"{base}/approvals", params={"status": "pending"})).json()):
-                if answered.is_set():
-                    return
-                await anyio.sleep(0.05)
+        async def pending_or_answered() -> list[dict[str, Any]] | bool:
+            return await pending_on(http, base) or answered.is_set()
+
+        pending = await eventually_async(pending_or_answered, TIMEOUT, "a pending approval or the call's answer")
+        if pending is True:
+            return
         (waiting,) = pending
         step.notes["pending"] = waiting
         answer = {"resolved_by": OPERATOR, "reason": "not reviewed"}

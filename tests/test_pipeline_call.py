@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import eventually_async, scaled
 from pipeline_support import running
 
 from drawbridge.gateway.pipeline.call import CallPipeline, GatewayError, GatewayResult, UpstreamAnswer
@@ -105,7 +106,7 @@ async def test_a_forwarded_call_times_out_and_the_upstream_is_told() -> None:
     recorder = Recorder()
     async with running(pipeline(recorder, call_timeout=0.2), tools={"hang", "echo"}) as rig:
         rig.upstream.hold.add("hang")
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled(5)):
             hung = await rig.call(1, "hang")
             fine = await rig.call(2, "echo")
     assert hung.outcome is Outcome.TIMEOUT and hung.error_code == UPSTREAM_TIMEOUT
@@ -184,9 +185,7 @@ async def test_a_stage_that_raises_while_the_call_waits_refuses_the_call_and_not
     async with running(pipeline(recorder, floors=broken), tools={"echo"}) as rig:
         flight = rig.start(1, "echo")
         assert flight.verdict is None  # it waits in a task of its own
-        with anyio.fail_after(5):
-            while not flight.completed:
-                await anyio.sleep(0.01)
+        await eventually_async(lambda: flight.completed, scaled(5), "the call's completion")
         later = await rig.call(2, "echo")
     assert flight.outcome is Outcome.REFUSED and not flight.forwarded
     assert flight.verdict is not None and flight.verdict.reason == "the decision failed (RuntimeError); failing closed"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from conftest import eventually_async, scaled
 
 from drawbridge.policy import Action, PolicyLoadError
 from drawbridge.state.policy_store import PolicyStore, ReloadResult, watch_policies
@@ -103,12 +104,6 @@ def test_single_file_store(tmp_path: Path) -> None:
     assert store.evaluate("demo-agent", "get_repo").action is Action.DENY
 
 
-async def _wait_for(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(0.01)
-
-
 def test_watcher_reloads_valid_edits_and_reports_invalid_ones(policy_dir: Path) -> None:
     store = PolicyStore.open(policy_dir)
     results: list[ReloadResult] = []
@@ -116,26 +111,26 @@ def test_watcher_reloads_valid_edits_and_reports_invalid_ones(policy_dir: Path) 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: watch_policies(store, interval_ms=10, on_reload=results.append))
-            await anyio.sleep(0.05)
+            await anyio.sleep(scaled(0.05))  # several polls of 10 ms
             assert results == []  # nothing changed, nothing reloaded
 
             write(policy_dir / "demo.yaml", DENY, tick=1)
-            await _wait_for(lambda: store.generation == 1)
+            await eventually_async(lambda: store.generation == 1)
             assert store.evaluate("demo-agent", "get_repo").action is Action.DENY
             assert results[-1].ok and results[-1].generation == 1
 
             kept = store.current
             write(policy_dir / "demo.yaml", BROKEN, tick=2)
-            await _wait_for(lambda: len(results) == 2)
+            await eventually_async(lambda: len(results) == 2)
             assert not results[-1].ok and results[-1].generation == 1
             assert "unknown action 'alow'" in str(results[-1].error)
             assert store.current is kept
-            await anyio.sleep(0.1)
+            await anyio.sleep(scaled(0.1))  # several more polls
             assert len(results) == 2  # a broken state is reported once, not at every poll
 
             write(policy_dir / "extra.yaml", "name: extra\nagent: x\nrules: []\n", tick=3)
             write(policy_dir / "demo.yaml", ALLOW, tick=3)
-            await _wait_for(lambda: store.generation == 2)
+            await eventually_async(lambda: store.generation == 2)
             assert store.evaluate("demo-agent", "get_repo").action is Action.ALLOW
             assert [p.name for p in store.current.policies] == ["demo", "extra", "default"]
             tg.cancel_scope.cancel()

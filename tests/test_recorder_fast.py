@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 import pytest
 import rfc8785
+from conftest import eventually, scaled
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -317,13 +318,10 @@ def test_batch_fsyncs_a_file_within_its_time_bound_without_further_records(
     recorder, synced, sync_fds = _batch_recorder(tmp_path, monkeypatch, batch_seconds=0.2)
     try:
         assert recorder.record_now([_record(0)]) is None  # complete at once: in the kernel
-        deadline = time.monotonic() + 5
-        while sorted(set(synced)) != sorted(sync_fds) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert sorted(set(synced)) == sorted(sync_fds)
+        eventually(lambda: sorted(set(synced)) == sorted(sync_fds), scaled(5), "the timed fsyncs")
         assert recorder._unsynced == [0, 0, 0]
         synced.clear()
-        time.sleep(0.5)
+        time.sleep(scaled(0.5))  # more than two time bounds
         assert synced == []  # nothing unsynced, nothing to do
     finally:
         recorder.close()
@@ -337,14 +335,12 @@ def test_batch_fsyncs_a_file_at_once_in_the_background_when_it_holds_batch_lines
     recorder, synced, sync_fds = _batch_recorder(tmp_path, monkeypatch, batch_seconds=60)
     try:
         assert recorder.record_now([_record(i) for i in range(BATCH_LINES - 1)]) is None
-        time.sleep(0.3)
+        time.sleep(scaled(0.3))
         assert synced == []  # below the count, the time bound (a minute here) rules
         started = time.monotonic()
         assert recorder.record_now([_record(BATCH_LINES - 1)]) is None  # nobody waits for it
-        while sorted(set(synced)) != sorted(sync_fds) and time.monotonic() - started < 5:
-            time.sleep(0.01)
-        assert sorted(set(synced)) == sorted(sync_fds)
-        assert time.monotonic() - started < 5
+        eventually(lambda: sorted(set(synced)) == sorted(sync_fds), scaled(5), "the fsyncs the line count starts")
+        assert time.monotonic() - started < scaled(5)  # long before the minute
         # The fsyncs may start between the last record's trace line and its other lines, which
         # then wait for the next one.
         assert all(count <= 1 for count in recorder._unsynced)
@@ -363,9 +359,7 @@ def test_a_failed_timed_fsync_fails_every_later_record(tmp_path: Path, monkeypat
     monkeypatch.setattr(recorder_module.os, "fsync", broken)
     try:
         assert recorder.record_now([_record(0)]) is None
-        deadline = time.monotonic() + 5
-        while recorder._broken is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+        eventually(lambda: recorder._broken is not None, scaled(5), "the failed fsync noticed")
         with pytest.raises(AppendOnlyError, match="fsync failed: Input/output error"):
             recorder.record_now([_record(1)])
     finally:

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from conftest import CRASHY, GITHUB_LIKE, PYTHON, SERVERS, connect, raw_pipe
+from conftest import CRASHY, GITHUB_LIKE, PYTHON, SERVERS, connect, eventually_async, raw_pipe, scaled
 from mcp.shared.exceptions import MCPError
 
 pytestmark = pytest.mark.anyio
@@ -135,8 +135,9 @@ async def test_duplicate_id_in_flight_is_dropped_and_the_first_answered_once(har
 # ----------------------------------------------------------------------------------- bad upstreams
 
 
-async def test_crash_mid_call_answers_every_pending_request(harness) -> None:
-    relay = harness(CRASHY)
+async def test_crash_mid_call_answers_every_pending_request(harness, tmp_path: Path) -> None:
+    start_log = tmp_path / "start.log"
+    relay = harness(CRASHY, env={"CRASHY_START_LOG": str(start_log)})
     errors: dict[str, MCPError] = {}
     async with connect(relay.params()) as client:
         assert _text(await client.call_tool("echo", {"text": "before"})) == "before"
@@ -148,7 +149,7 @@ async def test_crash_mid_call_answers_every_pending_request(harness) -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(call, "slow", "slow", {"seconds": 30})
-            await anyio.sleep(0.3)
+            await eventually_async(start_log.exists, what="the slow call reaching the upstream")
             tg.start_soon(call, "crash", "crash", {"status": 3})
         for error in errors.values():
             assert error.error.code == -32000
@@ -174,7 +175,7 @@ async def test_hang_times_out_and_the_upstream_is_told(harness, tmp_path: Path) 
         started = time.monotonic()
         with pytest.raises(MCPError) as caught:
             await client.call_tool("slow", {"seconds": 60})
-        assert 0.45 <= time.monotonic() - started < 10
+        assert 0.45 <= time.monotonic() - started < scaled(10)
         assert caught.value.error.code == -32001
         assert caught.value.error.message == "the upstream did not answer tools/call within 0.5 seconds"
         with pytest.raises(MCPError):
@@ -190,13 +191,14 @@ async def test_hang_times_out_and_the_upstream_is_told(harness, tmp_path: Path) 
 
 async def test_cancellation_from_the_agent_is_forwarded(harness, tmp_path: Path) -> None:
     cancel_log = tmp_path / "cancel.log"
-    relay = harness(CRASHY, env={"CRASHY_CANCEL_LOG": str(cancel_log)})
+    start_log = tmp_path / "start.log"
+    relay = harness(CRASHY, env={"CRASHY_CANCEL_LOG": str(cancel_log), "CRASHY_START_LOG": str(start_log)})
     async with connect(relay.params()) as client:
-        with anyio.move_on_after(0.5):
-            await client.call_tool("slow", {"seconds": 30})  # the SDK sends notifications/cancelled
-        with anyio.fail_after(10):
-            while not cancel_log.exists():
-                await anyio.sleep(0.05)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call_tool, "slow", {"seconds": 30})
+            await eventually_async(start_log.exists, what="the slow call reaching the upstream")
+            tg.cancel_scope.cancel()  # the SDK sends notifications/cancelled
+        await eventually_async(cancel_log.exists, what="the upstream seeing the cancellation")
         assert _text(await client.call_tool("echo", {"text": "next"})) == "next"
     assert cancel_log.read_text().startswith("cancelled ")
     assert [(c["tool"], c["outcome"]) for c in relay.calls()] == [("slow", "cancelled"), ("echo", "ok")]
@@ -290,9 +292,7 @@ async def test_gateway_secrets_never_reach_the_upstream(harness) -> None:
 async def test_upstream_exit_before_any_request(harness) -> None:
     relay = harness([PYTHON, "-c", "import sys; sys.exit(5)"])
     async with raw_pipe(relay.argv()) as pipe:
-        with anyio.fail_after(10):
-            while not any(i["kind"] == "upstream_exited" for i in relay.incidents()):
-                await anyio.sleep(0.05)
+        await eventually_async(lambda: any(i["kind"] == "upstream_exited" for i in relay.incidents()), what="the exit's incident")
         response = await pipe.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})
         assert response["error"] == {
             "code": -32000,

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from conftest import ERAS, GITHUB_LIKE, MODERN, PYTHON, child_env, connect, wrap_params
+from conftest import ERAS, GITHUB_LIKE, MODERN, PYTHON, child_env, connect, scaled, wrap_params
 from mcp.shared.exceptions import MCPError
 
 pytestmark = pytest.mark.anyio
@@ -157,7 +157,7 @@ def test_wrap_usage_errors_exit_2() -> None:
         capture_output=True,
         text=True,
         env=child_env(),
-        timeout=30,
+        timeout=scaled(30),
     )
     assert both.returncode == 2
     assert "--policy and --allow-all exclude each other" in both.stderr
@@ -167,7 +167,7 @@ def test_wrap_usage_errors_exit_2() -> None:
         capture_output=True,
         text=True,
         env=child_env(),
-        timeout=30,
+        timeout=scaled(30),
         stdin=subprocess.DEVNULL,
     )
     assert missing.returncode == 2

@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import pytest
 from anyio.abc import ByteSendStream
-from conftest import PYTHON, SERVERS
+from conftest import PYTHON, SERVERS, eventually_async, scaled, spy_upstream_writes
 
 from drawbridge.gateway.pipeline.call import CallPipeline
 from drawbridge.gateway.pipeline.deciders import RECORDING_FAILED
@@ -130,7 +130,7 @@ class Client:
             {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": name, "arguments": arguments or {}}}
         )
 
-    async def recv(self, timeout: float = 10) -> dict[str, Any]:
+    async def recv(self, timeout: float = scaled(10)) -> dict[str, Any]:
         with anyio.fail_after(timeout):
             while b"\n" not in self._buffer:
                 self._buffer += await self.from_gateway.receive()
@@ -162,7 +162,7 @@ async def inline_relay(
             yield client, relay, finished
         finally:
             await client.to_gateway.aclose()
-            with anyio.fail_after(10):
+            with anyio.fail_after(scaled(10)):
                 await finished.wait()
             await client.from_gateway.aclose()
 
@@ -193,9 +193,8 @@ async def test_a_record_that_completes_later_holds_only_its_own_answer() -> None
     recorder.hold["slow"] = anyio.Event()
     async with inline_relay(SCRIPTED, SyncDecider(), recorder, log) as (client, _relay, _done):
         await client.call("slow", "echo", {"a": 1})
-        with anyio.fail_after(10):
-            while ("record", "slow") not in log:  # recorded (its answer held) before the next call
-                await anyio.sleep(0.01)
+        # recorded (its answer held) before the next call
+        await eventually_async(lambda: ("record", "slow") in log, what="the slow call's record")
         await client.call("fast", "echo", {"a": 2})
         first = await client.recv()
         assert first["id"] == "fast"  # served while the other record waits for its fsync
@@ -259,7 +258,8 @@ async def test_a_cancelled_inline_call_is_recorded_and_not_answered() -> None:
     recorder = SyncRecorder(log)
     async with inline_relay(SCRIPTED, SyncDecider(), recorder, log) as (client, _relay, _done):
         await client.call(7, "hang")
-        await anyio.sleep(0.2)
+        await client.call(6, "echo", {"before": 1})
+        assert (await client.recv())["id"] == 6  # sent after 7 and answered: 7 went upstream first
         await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}})
         await client.call(8, "echo", {"after": 1})
         assert (await client.recv())["id"] == 8
@@ -284,13 +284,14 @@ async def test_lines_the_upstream_cannot_take_now_wait_in_a_task_while_the_clien
     recorder = SyncRecorder(log)
     config = RelayConfig(shutdown_grace=0.5)
     async with inline_relay(deaf, SyncDecider(), recorder, log, config) as (client, relay, finished):
+        written = spy_upstream_writes(relay)
         # The first line fills the pipe's buffer past its limit; the second cannot be handed over.
         await client.call(1, "t", {"x": "y" * 2_000_000})
         await client.call(2, "t", {"x": "small"})
-        await anyio.sleep(0.5)
+        await eventually_async(lambda: any(b'"small"' in data for data in written), what="the second line's hand-over")
         assert relay.upstream.send_nowait(b"{}\n") is False
         await client.to_gateway.aclose()
-        with anyio.fail_after(10):
+        with anyio.fail_after(scaled(10)):
             await finished.wait()
         assert relay.upstream.returncode is not None
     calls = _calls(recorder)
@@ -302,26 +303,13 @@ def _call_line(request_id: Any, name: str, arguments: dict[str, Any] | None = No
     return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode() + b"\n"
 
 
-def _spy_upstream_writes(relay: StdioRelay) -> list[bytes]:
-    """What the relay hands the upstream's pipe without waiting, one item per write."""
-    written: list[bytes] = []
-    real = relay.upstream.send_nowait
-
-    def spy(data: bytes) -> bool:
-        written.append(data)
-        return real(data)
-
-    relay.upstream.send_nowait = spy  # type: ignore[method-assign]
-    return written
-
-
 async def test_calls_decided_from_one_read_reach_the_upstream_in_one_write_in_order() -> None:
     log: list[tuple[str, Any]] = []
     recorder = SyncRecorder(log)
     async with inline_relay(SCRIPTED, SyncDecider(), recorder, log) as (client, relay, _done):
         await client.call("first", "echo")  # the gateway lists the server's tools for the first call
         assert (await client.recv())["id"] == "first"
-        written = _spy_upstream_writes(relay)
+        written = spy_upstream_writes(relay)
         await client.to_gateway.send(b"".join(_call_line(i, "echo", {"n": i}) for i in range(5)))
         answers = sorted([(await client.recv())["id"] for _ in range(5)])
     assert answers == [0, 1, 2, 3, 4]
@@ -344,13 +332,19 @@ async def test_a_call_cancelled_in_the_read_that_brought_it_never_reaches_the_up
     assert _calls(recorder)[9].outcome.value == "cancelled"
 
 
-async def test_calls_answered_in_one_read_are_recorded_together_then_answered_in_one_write() -> None:
+async def _arrived(seen: Any, request_id: str) -> None:
+    """Wait until the batched server has read the call ``request_id`` (each call its own read)."""
+    await eventually_async(lambda: seen.exists() and f'"id": "{request_id}"' in seen.read_text(), what=f"call {request_id} upstream")
+
+
+async def test_calls_answered_in_one_read_are_recorded_together_then_answered_in_one_write(tmp_path: Any) -> None:
+    seen = tmp_path / "seen.ndjson"
     log: list[tuple[str, Any]] = []
     recorder = SyncRecorder(log)
-    async with inline_relay(BATCHED, SyncDecider(), recorder, log) as (client, _relay, _done):
+    async with inline_relay([*BATCHED, str(seen)], SyncDecider(), recorder, log) as (client, _relay, _done):
         for request_id, name in (("a", "hold"), ("b", "hold"), ("c", "release")):
             await client.call(request_id, name)
-            await anyio.sleep(0.05)
+            await _arrived(seen, request_id)
         answers = [(await client.recv())["id"] for _ in range(3)]
     assert answers == ["a", "b", "c"]
     assert 3 in recorder.batches
@@ -358,13 +352,14 @@ async def test_calls_answered_in_one_read_are_recorded_together_then_answered_in
     assert tail[:5] == [("record", "a"), ("record", "b"), ("record", "c"), ("write", 3), ("answer", "a")]
 
 
-async def test_a_line_between_answers_read_together_keeps_its_place() -> None:
+async def test_a_line_between_answers_read_together_keeps_its_place(tmp_path: Any) -> None:
+    seen = tmp_path / "seen.ndjson"
     log: list[tuple[str, Any]] = []
     recorder = SyncRecorder(log)
-    async with inline_relay(BATCHED, SyncDecider(), recorder, log) as (client, _relay, _done):
+    async with inline_relay([*BATCHED, str(seen)], SyncDecider(), recorder, log) as (client, _relay, _done):
         for request_id, name in (("a", "hold"), ("b", "hold")):
             await client.call(request_id, name)
-            await anyio.sleep(0.05)
+            await _arrived(seen, request_id)
         await client.call("c", "release", {"notify": True})
         received = [await client.recv() for _ in range(4)]
     assert [m.get("id", m.get("method")) for m in received] == ["a", "notifications/message", "b", "c"]
@@ -381,11 +376,11 @@ async def test_answers_larger_than_the_pipe_never_interleave_with_others() -> No
     async with inline_relay(SCRIPTED, SyncDecider(), recorder, log, spy=False) as (client, relay, _done):
         assert relay._client_send_now is not None  # the route under test
         await client.call("big", "echo", {"blob": big})
-        await anyio.sleep(0.5)  # the upstream loop now waits, mid-answer, for the agent to read
+        await anyio.sleep(scaled(0.5))  # the upstream loop now waits, mid-answer, for the agent to read
         for i in range(10):  # refused by the client loop, which writes while that answer waits
             await client.call(i, "deny_me", {"n": i})
             await client.call(f"e{i}", "echo", {"n": i})
-        await anyio.sleep(0.3)
+        await anyio.sleep(scaled(0.3))  # the refusals are written while the big answer waits
         answers = {}
         for _ in range(21):
             answer = await client.recv()
@@ -430,9 +425,9 @@ async def test_a_write_that_must_wait_keeps_later_lines_behind_it() -> None:
     small = b'{"id":"small"}\n'
     async with anyio.create_task_group() as tg:
         tg.start_soon(relay._to_client, big)
-        await anyio.sleep(0.05)  # half of it is written; the rest waits, holding the lock
+        await eventually_async(lambda: out.data, what="half of the big line")  # the rest waits, holding the lock
         tg.start_soon(relay._to_client, small)
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()
         assert bytes(out.data) == big[: len(big) // 2]  # the small line waits too
         out.release.set()
     assert bytes(out.data) == big + small
@@ -444,9 +439,10 @@ async def test_shutdown_settles_and_records_inline_calls_in_flight() -> None:
     config = RelayConfig(shutdown_grace=0.5)
     async with inline_relay(SCRIPTED, SyncDecider(), recorder, log, config) as (client, _relay, finished):
         await client.call(1, "hang")
-        await anyio.sleep(0.3)
+        await client.call(2, "echo", {"after": 1})
+        assert (await client.recv())["id"] == 2  # sent after 1 and answered: 1 is in flight upstream
         await client.to_gateway.aclose()
-        with anyio.fail_after(10):
+        with anyio.fail_after(scaled(10)):
             await finished.wait()
     call = _calls(recorder)[1]
     assert call.outcome.value == "cancelled" and call.error == "the agent closed the connection before an answer"
@@ -467,9 +463,10 @@ async def test_a_pipe_read_waits_without_spinning_and_a_close_wakes_the_reader()
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader)
-            await anyio.sleep(0.05)
+            await anyio.wait_all_tasks_blocked()  # the reader waits for the pipe
             os.write(write_end, b"one\n")
-            await anyio.sleep(0.05)
+            await eventually_async(lambda: results, what="the first read")
+            await anyio.wait_all_tasks_blocked()
             assert results == [b"one\n"]
             await stream.aclose()
         assert results == [b"one\n", "closed"]
@@ -483,8 +480,8 @@ async def test_a_pipe_read_waits_without_spinning_and_a_close_wakes_the_reader()
         with anyio.move_on_after(0.05):
             await stream.receive()  # registers the descriptor, then gives up
         os.write(write_end, b"later\n")
-        await anyio.sleep(0.05)  # the loop sees it readable once, with nobody waiting, and lets go
-        assert stream._loop is None
+        # the loop sees it readable once, with nobody waiting, and lets go
+        await eventually_async(lambda: stream._loop is None, what="the loop letting go of the descriptor")
         assert await stream.receive() == b"later\n"
     finally:
         await stream.aclose()
@@ -518,7 +515,7 @@ async def test_after_a_short_read_the_next_read_waits_for_data_instead_of_failin
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader)
-            await anyio.sleep(0.05)
+            await anyio.wait_all_tasks_blocked()
             assert len(reads) == 2  # the pipe is empty: no read that could only fail
             os.write(write_end, b"next")
         assert got == [b"next"] and len(reads) == 3
@@ -534,9 +531,8 @@ async def test_lines_written_since_the_last_read_are_taken_without_waiting() -> 
         batches = upstream.line_batches()
         assert await batches.__anext__() == [b"one"]
         assert upstream.more_lines() == []  # nothing yet, and no waiting for it
-        await anyio.sleep(0.45)
-        assert upstream.more_lines() == [b"two"]
-        with anyio.fail_after(5):
+        assert await eventually_async(upstream.more_lines, what="the second line") == [b"two"]
+        with anyio.fail_after(scaled(5)):
             assert [batch async for batch in batches] == []  # then the end of its stdout
     finally:
         await upstream.aclose(grace=0)

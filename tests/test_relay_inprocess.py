@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import CRASHY, PYTHON, SERVERS
+from conftest import CRASHY, PYTHON, SERVERS, eventually_async, scaled, spy_upstream_writes
 
 from drawbridge.gateway.pipeline.call import CallPipeline
 from drawbridge.gateway.pipeline.deciders import RECORDING_FAILED, allow_all
@@ -38,7 +38,7 @@ class Client:
     async def send(self, message: dict[str, Any]) -> None:
         await self.to_gateway.send(json.dumps(message).encode() + b"\n")
 
-    async def recv(self, timeout: float = 10) -> dict[str, Any]:
+    async def recv(self, timeout: float = scaled(10)) -> dict[str, Any]:
         with anyio.fail_after(timeout):
             while b"\n" not in self._buffer:
                 self._buffer += await self.from_gateway.receive()
@@ -76,7 +76,7 @@ async def relay_over_pipes(
             yield client, relay, finished
         finally:
             await client.to_gateway.aclose()
-            with anyio.fail_after(10):
+            with anyio.fail_after(scaled(10)):
                 await finished.wait()
             await client.from_gateway.aclose()
 
@@ -122,15 +122,15 @@ async def test_closing_stdin_forwards_what_the_upstream_says_while_it_exits() ->
         assert (await client.recv())["result"]["protocolVersion"] == "2025-11-25"
         await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         await client.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "hang"}})
-        await anyio.sleep(0.5)
+        assert (await client.call(2, "echo", {"text": "later"}))["id"] == 2  # sent after 1: 1 is upstream
         await client.to_gateway.aclose()
         # The SDK server answers requests in flight when its stdin ends; the answer is relayed.
         answer = await client.recv()
         assert answer["id"] == 1 and "error" in answer
-        with anyio.fail_after(10):
+        with anyio.fail_after(scaled(10)):
             await finished.wait()
         assert relay.upstream.returncode is not None
-    (call,) = [r for r in records if isinstance(r, CallRecord)]
+    (call,) = [r for r in records if isinstance(r, CallRecord) and r.tool == "hang"]
     assert (call.tool, call.outcome.value, call.protocol_version) == ("hang", "upstream_error", "2025-11-25")
 
 
@@ -143,12 +143,12 @@ async def test_closing_stdin_settles_calls_a_stuck_upstream_never_answers() -> N
     config = RelayConfig(shutdown_grace=0.5)
     async with relay_over_pipes(SCRIPTED, record=record, config=config) as (client, relay, finished):
         await client.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "hang"}})
-        await anyio.sleep(0.3)
+        assert (await client.call(2, "echo"))["id"] == 2  # sent after 1 and answered: 1 is upstream
         await client.to_gateway.aclose()
-        with anyio.fail_after(10):
+        with anyio.fail_after(scaled(10)):
             await finished.wait()
         assert relay.upstream.returncode is not None  # the stuck child was killed, not left behind
-    (call,) = [r for r in records if isinstance(r, CallRecord)]
+    (call,) = [r for r in records if isinstance(r, CallRecord) and r.tool == "hang"]
     assert (call.tool, call.outcome.value) == ("hang", "cancelled")
     assert call.error == "the agent closed the connection before an answer"
 
@@ -160,7 +160,7 @@ async def test_an_agent_that_stops_reading_does_not_wedge_shutdown() -> None:
             await client.send(
                 {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": "echo", "arguments": {}}}
             )
-        with anyio.fail_after(10):
+        with anyio.fail_after(scaled(10)):
             await finished.wait()
 
 
@@ -195,13 +195,16 @@ async def test_an_upstream_that_stops_reading_does_not_wedge_shutdown() -> None:
 
     config = RelayConfig(shutdown_grace=0.5)
     async with relay_over_pipes(deaf, record=record, config=config) as (client, relay, finished):
+        listing: list[bytes] = []
+        spy_upstream_writes(relay, listing)
         # Far more than a pipe buffer: the write to the child blocks for good.
         await client.send(
             {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t", "arguments": {"x": "y" * 2_000_000}}}
         )
-        await anyio.sleep(0.5)
+        # The call was read: it set off the gateway's own tools/list, which the child never answers.
+        await eventually_async(lambda: any(b'"tools/list"' in data for data in listing), what="the listing the call sets off")
         await client.to_gateway.aclose()
-        with anyio.fail_after(10):
+        with anyio.fail_after(scaled(10)):
             await finished.wait()
         assert relay.upstream.returncode is not None
     (call,) = [r for r in records if isinstance(r, CallRecord)]
@@ -225,7 +228,7 @@ async def main():
 anyio.run(main)
 """
     result = subprocess.run(
-        [PYTHON, "-c", script], input=b"hello\n", capture_output=True, timeout=30
+        [PYTHON, "-c", script], input=b"hello\n", capture_output=True, timeout=scaled(30)
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == b"echo:hello\nafter, on stdout again\n"

@@ -5,10 +5,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import anyio
 import mcp_types as types
 import pytest
-from conftest import ERAS, GITHUB_LIKE, PYTHON, child_env, connect, wrap_params
+from conftest import ERAS, GITHUB_LIKE, PYTHON, child_env, connect, eventually_async, scaled, wrap_params
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
@@ -87,7 +86,7 @@ def test_a_policy_that_does_not_load_stops_the_gateway(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         env=child_env(),
-        timeout=30,
+        timeout=scaled(30),
         stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 2
@@ -108,14 +107,14 @@ class _GatewayLog:
     def count(self, prefix: str) -> int:
         return sum(line.startswith(prefix) for line in self.lines())
 
-    async def wait_for(self, prefix: str, occurrence: int = 1, timeout: float = 15) -> str:
+    async def wait_for(self, prefix: str, occurrence: int = 1, timeout: float = scaled(15)) -> str:
         """The ``occurrence``-th line starting with ``prefix``, once the gateway has written it."""
-        with anyio.fail_after(timeout):
-            while True:
-                found = [line for line in self.lines() if line.startswith(prefix)]
-                if len(found) >= occurrence:
-                    return found[occurrence - 1]
-                await anyio.sleep(0.05)
+
+        def found() -> str | None:
+            lines = [line for line in self.lines() if line.startswith(prefix)]
+            return lines[occurrence - 1] if len(lines) >= occurrence else None
+
+        return await eventually_async(found, timeout, f"line {occurrence} starting {prefix!r}")
 
 
 RELOADED = "drawbridge: INFO policies reloaded from "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from conftest import PYTHON, SERVERS, child_env
+from conftest import PYTHON, SERVERS, child_env, scaled
 
 SCRIPTED = [PYTHON, str(SERVERS / "scripted.py")]
 
@@ -27,7 +27,7 @@ def test_calls_in_decision_when_input_ends_are_still_forwarded(harness) -> None:
     argv[2:2] = ["--slow-seconds", "0.5"]  # well within the relay's shutdown grace
     result = subprocess.run(
         argv, input="".join(json.dumps(m) + "\n" for m in messages), capture_output=True, text=True,
-        timeout=60, env=child_env(),
+        timeout=scaled(60), env=child_env(),
     )
     answers = {json.loads(line)["id"]: json.loads(line) for line in result.stdout.splitlines()}
     assert set(answers) == {0, 1, 2}, result.stdout + result.stderr
@@ -49,7 +49,7 @@ def test_an_upstream_cannot_answer_a_call_it_was_not_sent(harness) -> None:
     ]
     result = subprocess.run(
         argv, input="".join(json.dumps(m) + "\n" for m in messages), capture_output=True, text=True,
-        timeout=60, env=child_env(),
+        timeout=scaled(60), env=child_env(),
     )
     answers = {json.loads(line)["id"]: json.loads(line) for line in result.stdout.splitlines()}
     assert answers[10]["result"]["content"][0]["text"] == '{"n": 10}', answers

@@ -16,8 +16,9 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from approval_support import text_of, trace
-from conftest import MODERN, PYTHON, SERVERS
+from approval_support import text_of, trace, wait_pending_on
+from conftest import MODERN, PYTHON, SERVERS, eventually_async
+from mcp.shared.exceptions import MCPError
 from postgres_support import Cluster
 from replica_support import (
     CALL_TIMEOUT,
@@ -25,13 +26,11 @@ from replica_support import (
     PENDING_TIMEOUT,
     RECOVERY_TIMEOUT,
     REPLICA_APPROVAL_SECONDS,
-    approve_across,
     approval_id_of,
-    pending_on,
+    approve_across,
     replica_config,
     upstream_calls,
 )
-from mcp.shared.exceptions import MCPError
 from serve_support import http_client, http_gateway
 
 from drawbridge.evidence.chain import verify_chain
@@ -116,9 +115,7 @@ async def test_a_replica_killed_mid_approval_leaves_the_approval_to_the_other(
                             await on_a.call_tool("rec.delete_all", arguments)
 
                     tg.start_soon(doomed_call)
-                    with anyio.fail_after(PENDING_TIMEOUT):
-                        while not (pending := await pending_on(op_b)):
-                            await anyio.sleep(0.05)
+                    pending = await wait_pending_on(op_b, PENDING_TIMEOUT)
                     a.process.kill()  # mid-approval: the call waiting on A dies with it
                     a.process.wait()
                     tg.cancel_scope.cancel()
@@ -131,9 +128,7 @@ async def test_a_replica_killed_mid_approval_leaves_the_approval_to_the_other(
                 # Used once: the same call again waits for a new approval, which the operator denies.
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(on_b.call_tool, "rec.delete_all", arguments)
-                    with anyio.fail_after(PENDING_TIMEOUT):
-                        while not (fresh := await pending_on(op_b)):
-                            await anyio.sleep(0.05)
+                    fresh = await wait_pending_on(op_b, PENDING_TIMEOUT)
                     assert fresh[0]["id"] != pending[0]["id"]
                     denied = await op_b.post(f"/approvals/{fresh[0]['id']}/deny", json={"resolved_by": "op-b"})
                     assert denied.status_code == 200, denied.text
@@ -196,13 +191,14 @@ async def test_postgresql_restarted_under_load_refuses_then_recovers_and_the_cha
                 await anyio.to_thread.run_sync(postgres_cluster.start)
                 approval_ids = []
                 for client in (on_a, on_b):
-                    with anyio.fail_after(RECOVERY_TIMEOUT):
-                        while "Approval required" not in text_of(
-                            again := await client.call_tool("rec.delete_all", {"after": True})
-                        ):
-                            assert "state unavailable" in text_of(again), text_of(again)
-                            await anyio.sleep(0.2)
-                    approval_ids.append(approval_id_of(text_of(again)))
+
+                    async def asked_again(client: Any = client) -> str | None:
+                        again = text_of(await client.call_tool("rec.delete_all", {"after": True}))
+                        assert "Approval required" in again or "state unavailable" in again, again
+                        return again if "Approval required" in again else None
+
+                    again = await eventually_async(asked_again, RECOVERY_TIMEOUT, "the state being available again")
+                    approval_ids.append(approval_id_of(again))
                 assert approval_ids[0] == approval_ids[1]  # the same question, asked once, shared
                 stop.set()
             assert reads > 0 and reads_failed == []
@@ -229,10 +225,11 @@ def _rugpull(root: Path, name: str, extra: list[str]) -> dict[str, Any]:
 
 
 async def _until_ok(client: Any, tool: str, deadline: float) -> Any:
-    with anyio.fail_after(deadline):
-        while (result := await client.call_tool(tool, {})).is_error:
-            await anyio.sleep(0.02)
-    return result
+    async def ran() -> Any:
+        result = await client.call_tool(tool, {})
+        return None if result.is_error else result
+
+    return await eventually_async(ran, deadline, f"{tool} running")
 
 
 async def test_a_pin_accepted_on_one_replica_holds_on_the_other(tmp_path: Path, postgres_url: str) -> None:
@@ -256,17 +253,15 @@ async def test_a_pin_accepted_on_one_replica_holds_on_the_other(tmp_path: Path, 
         async with http_client(b.url) as on_b, httpx.AsyncClient(
             base_url=a.control(), headers=a.control_headers(), trust_env=False
         ) as operator_a:
-            with anyio.fail_after(PENDING_TIMEOUT):  # B sees the new tool, held back by its pin floor
-                while True:
-                    try:
-                        held = await on_b.call_tool("rugpull.exfiltrate", {})
-                        break
-                    except MCPError:  # not in B's catalogue yet: its child is restarting
-                        await anyio.sleep(0.1)
+            # B sees the new tool, held back by its pin floor (an MCPError: not in B's catalogue yet, its
+            # child is restarting).
+            held = await eventually_async(lambda: on_b.call_tool("rugpull.exfiltrate", {}), PENDING_TIMEOUT,
+                                          "the new tool on B", ignoring=(MCPError,))
             assert held.is_error and "exfiltrate" in text_of(held)
-            with anyio.fail_after(PENDING_TIMEOUT):  # A's catalogue has it too before it is accepted
-                while "rugpull.exfiltrate" not in {t["name"] for t in (await operator_a.get("/tools")).json()}:
-                    await anyio.sleep(0.1)
+            async def listed_on_a() -> bool:  # A's catalogue has it too before it is accepted
+                return "rugpull.exfiltrate" in {t["name"] for t in (await operator_a.get("/tools")).json()}
+
+            await eventually_async(listed_on_a, PENDING_TIMEOUT, "the new tool in A's catalogue")
             accepted = await operator_a.post("/tools/pins/accept", json={"server": "rugpull", "by": "op-a"})
             assert accepted.status_code == 200 and accepted.json()["count"] == 1, accepted.text
             accepted_at = time.monotonic()
@@ -328,9 +323,10 @@ async def test_after_postgresql_restarts_an_approval_on_one_replica_still_releas
     with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
         await anyio.to_thread.run_sync(postgres_cluster.stop)
         await anyio.to_thread.run_sync(postgres_cluster.start)
-        with anyio.fail_after(RECOVERY_TIMEOUT):  # each replica listens again, and says so
-            while not all("state notifications resumed" in r.text() for r in (a, b)):
-                await anyio.sleep(0.1)
+        await eventually_async(  # each replica listens again, and says so
+            lambda: all("state notifications resumed" in r.text() for r in (a, b)), RECOVERY_TIMEOUT,
+            "both replicas listening again",
+        )
         _, result, released_after = await approve_across(b, a, {"scope": "after restart"})
     assert text_of(result) == "ran delete_all"
     assert released_after < REPLICA_APPROVAL_SECONDS, released_after

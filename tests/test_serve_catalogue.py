@@ -15,7 +15,7 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
-from conftest import MODERN, connect
+from conftest import MODERN, connect, eventually_async, scaled
 from serve_support import (
     GITHUB,
     SLACK,
@@ -254,14 +254,12 @@ async def test_a_policy_reload_tells_filtered_agents_that_their_tool_list_change
 
     async with connect(stdio_params(config), "legacy", message_handler=on_message) as client:
         assert [tool.name for tool in (await client.list_tools()).tools] == ["github.list_repos"]
-        await anyio.sleep(0.6)
+        await anyio.sleep(scaled(0.6))  # more than one look of the policy watcher
         assert changed == []  # nothing changed, nothing announced
         (tmp_path / "policies" / "all.yaml").write_text(
             reads + "  - tools: ['github.get_*']\n    action: allow\n", encoding="utf-8"
         )
-        with anyio.fail_after(10):
-            while not changed:
-                await anyio.sleep(0.05)
+        await eventually_async(lambda: changed, scaled(10), "tools/list_changed")
         names = sorted(tool.name for tool in (await client.list_tools()).tools)
     assert names == ["github.get_repo", "github.list_repos"]
 
@@ -287,7 +285,7 @@ async def test_a_2026_agent_listening_for_tool_changes_hears_of_a_policy_reload(
             # Honored: tool list changes; not a resource no upstream serves (left out of the ack).
             assert dump(sub.honored) == {"toolsListChanged": True}
             edit_policy()
-            with anyio.fail_after(10):
+            with anyio.fail_after(scaled(10)):
                 event = await sub.__anext__()
             assert type(event).__name__ == "ToolsListChanged"
         return sorted(tool.name for tool in (await client.list_tools()).tools)
@@ -322,13 +320,13 @@ def test_a_listen_post_that_takes_no_event_stream_is_refused_at_once(hiding: Run
     body = {"jsonrpc": "2.0", "id": "sub-1", "method": "subscriptions/listen",
             "params": {"notifications": {"toolsListChanged": True}, "_meta": ENVELOPE}}
     headers = {**_auth(BOB), "mcp-protocol-version": MODERN, "mcp-method": "subscriptions/listen"}
-    refused = httpx.post(hiding.url, json=body, headers={**headers, "accept": "application/json"}, timeout=10)
+    refused = httpx.post(hiding.url, json=body, headers={**headers, "accept": "application/json"}, timeout=scaled(10))
     assert refused.json()["error"]["message"] == (
         "invalid request: subscriptions/listen needs a response stream (Accept: text/event-stream)"
     )
     body["params"]["notifications"] = {"toolsListChanged": "yes"}
     bad = httpx.post(hiding.url, json=body, headers={**headers, "accept": "application/json, text/event-stream"},
-                     timeout=10)
+                     timeout=scaled(10))
     assert bad.json()["error"]["message"] == "invalid params: toolsListChanged must be a boolean"
 
 

@@ -13,7 +13,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from conftest import PYTHON, ROOT, child_env
+from conftest import PYTHON, ROOT, child_env, scaled
 from serve_support import GITHUB, serve_argv, write_config
 
 from drawbridge.config import parse_config
@@ -30,7 +30,7 @@ def _marker_upstream(marker: Path) -> dict[str, object]:
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, env=child_env(env), timeout=60, stdin=subprocess.DEVNULL)
+    return subprocess.run(argv, capture_output=True, text=True, env=child_env(env), timeout=scaled(60), stdin=subprocess.DEVNULL)
 
 
 def test_a_config_error_is_located_and_nothing_starts(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_missing_upstream_credentials_stop_the_start(tmp_path: Path) -> None:
     config = write_config(tmp_path, [_marker_upstream(marker), http])
     env = child_env()
     env.pop("SEARCH_AUTH_FOR_TEST", None)
-    done = subprocess.run(serve_argv(config), capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(serve_argv(config), capture_output=True, text=True, env=env, timeout=scaled(60))
     assert done.returncode == 2
     assert "SEARCH_AUTH_FOR_TEST" in done.stderr and "Authorization" in done.stderr
     assert not marker.exists()

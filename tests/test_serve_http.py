@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import anyio
 import anyio.from_thread
 import httpx
 import pytest
-from conftest import MODERN
+from conftest import MODERN, eventually, scaled
 from serve_support import (
     CRASHY,
     GITHUB,
@@ -196,7 +195,7 @@ def test_one_get_stream_per_session(gateway: Running) -> None:
     assert url is not None
     session = _initialize(url, ALICE).headers["mcp-session-id"]
     headers = {**_auth(ALICE), "accept": "text/event-stream", "mcp-session-id": session}
-    with httpx.Client(timeout=5) as client, client.stream("GET", url, headers=headers) as stream:
+    with httpx.Client(timeout=scaled(5)) as client, client.stream("GET", url, headers=headers) as stream:
         assert stream.status_code == 200
         assert stream.headers["content-type"].startswith("text/event-stream")
         assert client.get(url, headers=headers).status_code == 409
@@ -251,16 +250,12 @@ async def test_concurrent_calls_on_one_http_session_across_upstreams(gateway: Ru
 
 def test_cancellation_over_http_reaches_the_upstream_in_both_eras(tmp_path: Path) -> None:
     log = tmp_path / "cancel.log"
-    crashy = {**CRASHY, "env": {"CRASHY_CANCEL_LOG": str(log)}}
+    start_log = tmp_path / "start.log"
+    crashy = {**CRASHY, "env": {"CRASHY_CANCEL_LOG": str(log), "CRASHY_START_LOG": str(start_log)}}
     config = write_config(tmp_path, [crashy], auth={"anonymous_agent": "anyone"})
 
-    def cancelled_count(expected: int) -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if log.exists() and log.read_text().count("cancelled") >= expected:
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"the upstream saw {log.read_text() if log.exists() else 'no'} cancellation(s)")
+    def count(path: Path, word: str, expected: int) -> None:
+        eventually(lambda: path.exists() and path.read_text().count(word) >= expected, what=f"{expected} {word} call(s) upstream")
 
     slow = {"name": "crashy.slow", "arguments": {"seconds": 30}}
     with http_gateway(config) as running:
@@ -270,26 +265,26 @@ def test_cancellation_over_http_reaches_the_upstream_in_both_eras(tmp_path: Path
         body = {"jsonrpc": "2.0", "id": "m", "method": "tools/call", "params": {"_meta": ENVELOPE, **slow}}
         headers = {"mcp-protocol-version": MODERN, "mcp-method": "tools/call", "mcp-name": "crashy.slow"}
         with pytest.raises(httpx.ReadTimeout):
-            httpx.post(url, content=json.dumps(body), headers={**JSON_HEADERS, **headers}, timeout=httpx.Timeout(5, read=1.0))
-        cancelled_count(1)
+            httpx.post(url, content=json.dumps(body), headers={**JSON_HEADERS, **headers}, timeout=httpx.Timeout(scaled(5), read=scaled(1.0)))
+        count(log, "cancelled", 1)
         # 2025-11-25: notifications/cancelled on the session ends the call; the waiting POST is answered.
         session = _initialize(url, None).headers["mcp-session-id"]
         sid = {"mcp-session-id": session}
-        with httpx.Client(timeout=15) as client:
+        with httpx.Client(timeout=scaled(15)) as client:
             with anyio.from_thread.start_blocking_portal() as portal:
                 future = portal.start_task_soon(
                     _post_async, url, {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": slow}, sid
                 )
-                time.sleep(1.0)
+                count(start_log, "started", 2)  # the second call is under way upstream
                 cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}
                 assert client.post(url, content=json.dumps(cancel), headers={**JSON_HEADERS, **sid}).status_code == 202
-                answered = future.result(timeout=10)
+                answered = future.result(timeout=scaled(10))
         assert answered["error"]["message"] == "the request was cancelled"
-        cancelled_count(2)
+        count(log, "cancelled", 2)
 
 
 async def _post_async(url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-    async with httpx.AsyncClient(timeout=15) as client:
+    async with httpx.AsyncClient(timeout=scaled(15)) as client:
         response = await client.post(url, content=json.dumps(body), headers={**JSON_HEADERS, **headers})
         return response.json()
 
@@ -310,7 +305,7 @@ def test_decisions_over_http_are_in_the_verifiable_trace(gateway: Running) -> No
     assert '"id":"github"' in surfaces and "zz-marker-owner" not in surfaces
     verified = subprocess.run(
         [sys.executable, "-m", "drawbridge", "evidence", "verify-chain", str(trace), "--format", "json"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=scaled(60),
     )
     report = json.loads(verified.stdout)
     # The chain and every signed checkpoint verify; the gateway still runs, so its run is not sealed yet.

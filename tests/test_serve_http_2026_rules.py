@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import LEGACY_VERSION, MODERN, PYTHON, SERVERS
+from conftest import LEGACY_VERSION, MODERN, PYTHON, SERVERS, scaled
 from serve_support import GITHUB, Running, http_gateway, initialize_request, sha256, write_config
 
 TOKEN = "token-of-agent-a"
@@ -44,7 +44,7 @@ def _modern(url: str, method: str, params: dict[str, Any] | None = None, *, vers
         headers["mcp-name"] = params["name"]
     meta = {**ENVELOPE, "io.modelcontextprotocol/protocolVersion": version}
     body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {"_meta": meta, **(params or {})}}
-    return httpx.post(url, headers=headers, content=json.dumps(body), timeout=30)
+    return httpx.post(url, headers=headers, content=json.dumps(body), timeout=scaled(30))
 
 
 @pytest.mark.parametrize("version", ["2099-01-01", "2025-01-01"])
@@ -89,16 +89,16 @@ def test_a_task_augmented_call_is_decided_and_run_as_one_request(gateway: Any) -
     once, the upstream is asked for a plain call (no ``task``), and the answer is the call's result."""
     running, log = gateway
     headers = {"content-type": "application/json", "accept": "application/json", "authorization": f"Bearer {TOKEN}"}
-    opened = httpx.post(running.url, headers=headers, content=json.dumps(initialize_request()), timeout=30)
+    opened = httpx.post(running.url, headers=headers, content=json.dumps(initialize_request()), timeout=scaled(30))
     assert "tasks" not in opened.json()["result"]["capabilities"]
     session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": LEGACY_VERSION}
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
             "params": {"name": "rec.safe_read", "arguments": {}, "task": {"ttl": 60000}}}
-    answer = httpx.post(running.url, headers=session, content=json.dumps(call), timeout=30).json()
+    answer = httpx.post(running.url, headers=session, content=json.dumps(call), timeout=scaled(30)).json()
     assert answer["result"]["content"][0]["text"] == "ran safe_read"
     received = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     calls = [m for m in received if m.get("method") == "tools/call"]
     assert calls and all("task" not in m["params"] for m in calls)
     refused = {**call, "id": 3, "params": {**call["params"], "name": "rec.delete_all"}}
-    policy_refusal = httpx.post(running.url, headers=session, content=json.dumps(refused), timeout=30).json()
+    policy_refusal = httpx.post(running.url, headers=session, content=json.dumps(refused), timeout=scaled(30)).json()
     assert policy_refusal["result"]["isError"] is True  # decided by the policy, not left to a task

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from conftest import MODERN
+from conftest import MODERN, scaled
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -45,7 +45,7 @@ def _port(running: Running) -> int:
 
 def _post(url: str, body: Any, headers: Any) -> httpx.Response:
     """A POST with exactly the headers given (a list of pairs may repeat a header)."""
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=scaled(30)) as client:
         request = client.build_request("POST", url, content=json.dumps(body), headers=httpx.Headers(headers))
         return client.send(request)
 
@@ -223,7 +223,7 @@ def test_two_authorization_headers_are_refused(anonymous: Running) -> None:
     ]
     ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
     assert _post(url, ping, on_session).status_code == 401
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=scaled(30)) as client:
         gone = client.send(client.build_request("DELETE", url, headers=httpx.Headers(on_session)))
     assert gone.status_code == 401
     single = [*base, ("mcp-session-id", session), ("authorization", f"Bearer {ALICE}")]
@@ -245,7 +245,7 @@ async def _initialize_many(url: str, token: str, count: int, workers: int = 8) -
     ids: list[str | None] = [None] * count
     turn = iter(range(count))
     headers = {**JSON_HEADERS, "authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(timeout=60) as client:
+    async with httpx.AsyncClient(timeout=scaled(60)) as client:
 
         async def worker() -> None:
             for i in turn:
@@ -265,7 +265,7 @@ async def _initialize_many(url: str, token: str, count: int, workers: int = 8) -
 def _ping(url: str, token: str, session: str) -> int:
     headers = {**JSON_HEADERS, "authorization": f"Bearer {token}", "mcp-session-id": session}
     return httpx.post(
-        url, content=b'{"jsonrpc":"2.0","id":"p","method":"ping"}', headers=headers, timeout=30
+        url, content=b'{"jsonrpc":"2.0","id":"p","method":"ping"}', headers=headers, timeout=scaled(30)
     ).status_code
 
 
@@ -304,7 +304,7 @@ async def test_at_the_global_limit_a_new_agent_waits_and_no_agent_loses_a_sessio
         alice = await _initialize_many(url, ALICE, 2, workers=1)
         bob = await _initialize_many(url, BOB, 2, workers=1)
         headers = {**JSON_HEADERS, "authorization": f"Bearer {CAROL}"}
-        async with httpx.AsyncClient(timeout=30) as client:
+        async with httpx.AsyncClient(timeout=scaled(30)) as client:
             full = await client.post(url, content=json.dumps({**INITIALIZE, "id": "c1"}), headers=headers)
         assert full.status_code == 503 and full.headers["retry-after"]
         assert full.json()["id"] == "c1" and full.json()["error"]["code"] == -32600
@@ -316,7 +316,7 @@ async def test_at_the_global_limit_a_new_agent_waits_and_no_agent_loses_a_sessio
         assert [_ping(url, ALICE, sid) for sid in (alice[0], alice[1], third[0])] == [200, 404, 200]
         assert [_ping(url, BOB, sid) for sid in bob] == [200, 200]
         # Once Bob ends one of his, Carol gets a session.
-        async with httpx.AsyncClient(timeout=30) as client:
+        async with httpx.AsyncClient(timeout=scaled(30)) as client:
             ended = await client.delete(
                 url, headers={"authorization": f"Bearer {BOB}", "mcp-session-id": bob[0]}
             )

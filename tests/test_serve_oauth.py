@@ -19,7 +19,7 @@ import httpx
 import httpx2
 import jwt
 import pytest
-from conftest import MODERN, SERVERS
+from conftest import MODERN, SERVERS, scaled
 from mcp import Client
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.client.streamable_http import streamable_http_client
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.anyio
 
 STATIC_TOKEN = "static-token-of-the-ops-bot"
 UPSTREAM_SECRET = "upstream-credential-7d1f"
-LOG_WAIT_SECONDS = 20.0
+LOG_WAIT_SECONDS = scaled(20.0)
 """How long a line the gateway logs may take to reach the test (it is read from its stderr by a thread)."""
 CLIENTS = {"agent-a": "secret-a", "reader": "secret-r"}
 SCOPES = {"agent-a": "mcp regional:lookup", "reader": "mcp"}
@@ -112,7 +112,7 @@ def _post(url: str, token: str | None, headers: dict[str, str] | None = None, bo
     payload = body if body is not None else _modern_call("eu", "tea", "eu")[1]
     if headers is None:
         sent.update(_modern_call("eu", "tea", "eu")[0])
-    return httpx.post(url, headers=sent, content=json.dumps(payload), timeout=30)
+    return httpx.post(url, headers=sent, content=json.dumps(payload), timeout=scaled(30))
 
 
 @pytest.mark.parametrize("mode", ["legacy", MODERN])
@@ -123,7 +123,7 @@ async def test_the_sdk_client_signs_in_with_client_credentials_and_calls_a_tool(
         server_url=gateway.url, storage=_Memory(), client_id="agent-a", client_secret="secret-a", issuer=issuer.url
     )
     before = len(recorder.seen)
-    async with httpx2.AsyncClient(auth=provider, timeout=30) as http:
+    async with httpx2.AsyncClient(auth=provider, timeout=scaled(30)) as http:
         async with Client(streamable_http_client(gateway.url, http_client=http), mode=mode, cache=None) as client:
             result = await client.call_tool("regional.lookup", {"region": "eu", "query": "tea"})
     assert not result.is_error, result
@@ -146,7 +146,7 @@ async def test_a_request_without_a_token_is_told_where_the_resource_metadata_is(
     origin = gateway.url.removesuffix("/mcp")
     assert challenge == f'Bearer resource_metadata="{origin}/.well-known/oauth-protected-resource/mcp"'
     for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"):
-        document = httpx.get(origin + path, timeout=30).json()
+        document = httpx.get(origin + path, timeout=scaled(30)).json()
         assert document["resource"] == gateway.url
         assert document["authorization_servers"] == [issuer.url]
         assert document["scopes_supported"] == ["mcp", "regional:lookup"]
@@ -154,9 +154,7 @@ async def test_a_request_without_a_token_is_told_where_the_resource_metadata_is(
 
 def _logged(gateway: Running, fragment: str) -> str:
     """The gateway's log once ``fragment`` is in it (the answer can arrive before the line is read)."""
-    deadline = time.monotonic() + LOG_WAIT_SECONDS
-    while fragment not in gateway.text() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    gateway.wait_until(lambda text: fragment in text, LOG_WAIT_SECONDS)
     return gateway.text()
 
 
@@ -313,5 +311,5 @@ async def test_the_control_plane_keeps_its_own_credential(world: Any) -> None:
     gateway, issuer, _ = world
     token = issuer.mint(aud=gateway.url, scope="mcp regional:lookup")
     control = gateway.control()
-    assert httpx.get(f"{control}/tools", headers={"authorization": f"Bearer {token}"}, timeout=30).status_code == 401
-    assert httpx.get(f"{control}/tools", headers=gateway.control_headers(), timeout=30).status_code == 200
+    assert httpx.get(f"{control}/tools", headers={"authorization": f"Bearer {token}"}, timeout=scaled(30)).status_code == 401
+    assert httpx.get(f"{control}/tools", headers=gateway.control_headers(), timeout=scaled(30)).status_code == 200

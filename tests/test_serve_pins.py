@@ -11,14 +11,13 @@ import os
 import signal
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-from conftest import PYTHON, SERVERS, child_env
+from conftest import PYTHON, SERVERS, child_env, eventually, eventually_async, scaled
 from serve_support import Running, dump, http_client, http_gateway, serve_argv, sha256, write_config
 
 ADMIN = "pins-admin-token-5b1e"
@@ -73,26 +72,19 @@ def _text(result: dict[str, Any]) -> str:
     return " ".join(part.get("text", "") for part in result.get("content", []))
 
 
-async def _pending_approval(base: str, tool: str, timeout: float = 20.0) -> dict[str, Any]:
+async def _pending_approval(base: str, tool: str, timeout: float = scaled(20.0)) -> dict[str, Any]:
     async with httpx.AsyncClient() as http:
-        with anyio.fail_after(timeout):
-            while True:
-                response = await http.get(
-                    f"{base}/approvals", params={"status": "pending", "tool": tool}, headers=AUTH
-                )
-                if response.json():
-                    return dict(response.json()[0])
-                await anyio.sleep(0.05)
+
+        async def pending() -> list[dict[str, Any]]:
+            response = await http.get(f"{base}/approvals", params={"status": "pending", "tool": tool}, headers=AUTH)
+            return list(response.json())
+
+        return dict((await eventually_async(pending, timeout, f"a pending approval of {tool}"))[0])
 
 
-def _wait_for_tool(base: str, name: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        names = {tool["name"] for tool in httpx.get(f"{base}/tools", headers=AUTH).json()}
-        if name in names:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{name} never appeared in the catalogue")
+def _wait_for_tool(base: str, name: str, timeout: float = scaled(20.0)) -> None:
+    eventually(lambda: name in {tool["name"] for tool in httpx.get(f"{base}/tools", headers=AUTH).json()}, timeout,
+               f"{name} in the catalogue")
 
 
 @pytest.mark.anyio
@@ -193,7 +185,7 @@ async def test_a_rug_pull_is_held_back_until_accepted_and_every_step_is_in_the_c
 
     verify = subprocess.run(
         [PYTHON, "-m", "drawbridge", "evidence", "verify-chain", str(tmp_path / "evidence" / "trace.ndjson")],
-        capture_output=True, text=True, env=child_env(), timeout=60,
+        capture_output=True, text=True, env=child_env(), timeout=scaled(60),
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
@@ -247,7 +239,7 @@ async def test_a_pin_store_that_cannot_be_read_holds_every_tool_back(tmp_path: P
 def test_a_state_file_that_cannot_be_opened_stops_the_gateway_before_it_serves(tmp_path: Path) -> None:
     config = _config(tmp_path, _rugpull(tmp_path, HONEST, []))
     (tmp_path / "state.db").write_bytes(b"this is not a database, it was overwritten " * 200)
-    done = subprocess.run(serve_argv(config), capture_output=True, text=True, env=child_env(), timeout=60)
+    done = subprocess.run(serve_argv(config), capture_output=True, text=True, env=child_env(), timeout=scaled(60))
     assert done.returncode == 2, done.stderr
     assert "state.db" in done.stderr and "does not start" in done.stderr
     assert not (tmp_path / "rugpull.pid").exists()  # no upstream was started

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from conftest import PYTHON, SERVERS, connect
+from conftest import PYTHON, SERVERS, connect, eventually_async, scaled
 from mcp.shared.exceptions import MCPError
 from serve_support import GITHUB, dump, stdio_params, write_config
 
@@ -58,17 +58,17 @@ async def test_a_dead_upstream_is_reconnected_with_backoff_and_its_new_catalogue
         repos = dump(await client.call_tool("github.list_repos", {"owner": "acme"}))
         assert repos["structuredContent"] == {"result": ["anvil", "rocket"]}
 
-        with anyio.fail_after(15):
-            while "gen.gen_2" not in (names := await _names(client)):
-                await anyio.sleep(0.05)
+        async def reconnected() -> list[str] | None:
+            names = await _names(client)
+            return names if "gen.gen_2" in names else None
+
+        names = await eventually_async(reconnected, scaled(15), "the new catalogue")
         back_at = time.monotonic()
         assert back_at - crashed_at >= 0.5  # the first retry waits at least half of the 1 s base delay
         assert "gen.gen_1" not in names and "github.list_repos" in names
         assert dump(await client.call_tool("gen.generation", {}))["structuredContent"] == {"result": 2}
         assert dump(await client.call_tool("gen.echo", {"text": "again"}))["content"][0]["text"] == "again"
-        with anyio.fail_after(5):
-            while not changed:
-                await anyio.sleep(0.05)
+        await eventually_async(lambda: changed, scaled(5), "tools/list_changed")
 
 
 async def test_backoff_doubles_from_one_second_with_injected_jitter(tmp_path: Path) -> None:
@@ -80,11 +80,13 @@ async def test_backoff_doubles_from_one_second_with_injected_jitter(tmp_path: Pa
     seen: list[float] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(upstream.run)
-        with anyio.fail_after(20):
-            while len(seen) < 3:
-                if upstream.state is State.RECONNECTING and upstream.next_attempt_in not in (None, *seen[-1:]):
-                    seen.append(upstream.next_attempt_in)  # type: ignore[arg-type]
-                await anyio.sleep(0.01)
+
+        def sample() -> bool:  # each scheduled retry's delay, once
+            if upstream.state is State.RECONNECTING and upstream.next_attempt_in not in (None, *seen[-1:]):
+                seen.append(upstream.next_attempt_in)  # type: ignore[arg-type]
+            return len(seen) >= 3
+
+        await eventually_async(sample, scaled(20), "three scheduled retries")
         await upstream.close()
         tg.cancel_scope.cancel()
     assert seen == [0.5, 1.0, 2.0]  # 1, 2, 4 s scaled by 0.5 + 0.5 * rand() with rand() = 0
@@ -93,7 +95,7 @@ async def test_backoff_doubles_from_one_second_with_injected_jitter(tmp_path: Pa
 
 async def test_an_upstream_command_that_cannot_start_is_a_startup_failure() -> None:
     upstream = UpstreamSession(UpstreamConfig(name="ghost", transport="stdio", command="/nonexistent/server"))
-    with anyio.fail_after(10):
+    with anyio.fail_after(scaled(10)):
         await upstream.run()  # returns: nothing to retry
     assert upstream.state is State.FAILED
     assert "cannot start upstream '/nonexistent/server'" in upstream.unavailable_reason()

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import PYTHON, SERVERS
+from conftest import PYTHON, SERVERS, eventually_async, scaled
 
 from drawbridge.config import UpstreamConfig
 from drawbridge.gateway.pipeline.call import CallPipeline
@@ -58,20 +58,24 @@ class Script:
         return Verdict(Action.ALLOW, "fine", Provenance("test-policy", "p.yaml", 0))
 
 
-def _upstream(name: str, server: str) -> UpstreamSession:
-    return UpstreamSession(UpstreamConfig(name=name, transport="stdio", command=PYTHON, args=(str(SERVERS / server),)))
+def _upstream(name: str, server: str, env: dict[str, str] | None = None) -> UpstreamSession:
+    return UpstreamSession(
+        UpstreamConfig(name=name, transport="stdio", command=PYTHON, args=(str(SERVERS / server),), env=env or {})
+    )
 
 
 @asynccontextmanager
-async def gateway(decide: Any, record: Any, call_timeout: float = 30.0) -> AsyncIterator[tuple[Gateway, DownstreamSession, Collect]]:
+async def gateway(
+    decide: Any, record: Any, call_timeout: float = 30.0, crashy_env: dict[str, str] | None = None
+) -> AsyncIterator[tuple[Gateway, DownstreamSession, Collect]]:
     gw = Gateway(
-        [_upstream("github", "github_like.py"), _upstream("crashy", "crashy.py")],
+        [_upstream("github", "github_like.py"), _upstream("crashy", "crashy.py", crashy_env)],
         pipeline=CallPipeline(policy=decide, guard=EvidenceGuard(record), call_timeout=call_timeout),
         settings=GatewaySettings(call_timeout=call_timeout),
     )
     async with anyio.create_task_group() as tg:
         await tg.start(gw.run)
-        await gw.wait_settled(30)
+        await gw.wait_settled(scaled(30))
         outbound = Collect()
         session = open_session(gw, "agent-7", outbound, transport="test")
         init = await request(session, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})
@@ -169,9 +173,7 @@ async def test_timeouts_and_dead_upstreams_are_answered_and_recorded() -> None:
         assert down["error"]["code"] == -32000 and "crashy" in down["error"]["message"]
         fine = await call(session, "github.list_repos", {"owner": "octo"})
         assert fine["result"]["structuredContent"] == {"result": ["hello"]}
-        with anyio.fail_after(10):
-            while not gw.upstreams["crashy"].ready:
-                await anyio.sleep(0.05)
+        await eventually_async(lambda: gw.upstreams["crashy"].ready, scaled(10), "crashy reconnected")
         back = await call(session, "crashy.echo", {"text": "back"})
         assert back["result"]["content"][0]["text"] == "back"
     outcomes = [(r.tool, r.outcome) for r in records if isinstance(r, CallRecord)]
@@ -187,13 +189,14 @@ async def test_timeouts_and_dead_upstreams_are_answered_and_recorded() -> None:
     assert any(i.kind == "upstream_exited" and "crashy" in i.detail for i in incidents)
 
 
-async def test_cancelled_calls_are_recorded_and_answer_nothing() -> None:
+async def test_cancelled_calls_are_recorded_and_answer_nothing(tmp_path: Any) -> None:
     records: list[RelayEvent] = []
+    started = tmp_path / "started.log"
 
     async def record(event: RelayEvent) -> None:
         records.append(event)
 
-    async with gateway(Script(), record) as (_, session, _):
+    async with gateway(Script(), record, crashy_env={"CRASHY_START_LOG": str(started)}) as (_, session, _):
         message = parse_client_message(
             json.dumps(
                 {"jsonrpc": "2.0", "id": "c", "method": "tools/call", "params": {"name": "crashy.slow", "arguments": {"seconds": 20}}}
@@ -206,7 +209,7 @@ async def test_cancelled_calls_are_recorded_and_answer_nothing() -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
-            await anyio.sleep(0.5)
+            await eventually_async(started.exists, what="the call reaching the upstream")
             cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c"}}
             await session.handle(parse_client_message(json.dumps(cancel).encode()))
     assert result == [None]
@@ -234,7 +237,7 @@ async def test_paged_catalogues_are_followed_and_reloaded_on_list_changed() -> N
     gw = Gateway([_upstream("paged", "paged.py")], pipeline=CallPipeline(policy=Script(), guard=EvidenceGuard(record)))
     async with anyio.create_task_group() as tg:
         await tg.start(gw.run)
-        await gw.wait_settled(30)
+        await gw.wait_settled(scaled(30))
         outbound = Collect()
         session = open_session(gw, "agent-7", outbound, transport="test")
         await request(session, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})
@@ -255,7 +258,7 @@ async def test_list_changed_from_an_upstream_reloads_and_notifies_agents() -> No
     gw = Gateway([_upstream("paged", "paged.py")], pipeline=CallPipeline(policy=Script(), guard=EvidenceGuard(record)))
     async with anyio.create_task_group() as tg:
         await tg.start(gw.run)
-        await gw.wait_settled(30)
+        await gw.wait_settled(scaled(30))
         upstream = gw.upstreams["paged"]
         outbound = Collect()
         session = open_session(gw, "agent-7", outbound, transport="test")
@@ -264,12 +267,9 @@ async def test_list_changed_from_an_upstream_reloads_and_notifies_agents() -> No
         # Make the upstream grow through the gateway's own session (as a control-plane call would).
         grown = await upstream.request("tools/call", {"name": "grow", "arguments": {}})
         assert grown["result"]["content"][0]["text"] == "grow"
-        with anyio.fail_after(10):
-            while "paged.t5" not in gw.tools.names():
-                await anyio.sleep(0.02)
-        with anyio.fail_after(5):
-            while {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"} not in outbound.messages:
-                await anyio.sleep(0.02)
+        await eventually_async(lambda: "paged.t5" in gw.tools.names(), scaled(10), "the grown catalogue")
+        changed = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+        await eventually_async(lambda: changed in outbound.messages, scaled(5), "tools/list_changed")
         listed = (await request(session, "tools/list"))["result"]["tools"]
         assert [tool["name"] for tool in listed] == [f"paged.t{i}" for i in range(6)]
         assert (await call(session, "paged.t5", {}))["result"]["content"][0]["text"] == "t5"

@@ -11,9 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
-from conftest import GITHUB_LIKE, LEGACY_VERSION, SLACK_LIKE, RawPipe, raw_pipe
+from conftest import GITHUB_LIKE, LEGACY_VERSION, SLACK_LIKE, RawPipe, eventually_async, raw_pipe
 from serve_support import CRASHY, GITHUB, SLACK, everything_upstream, serve_argv, write_config
 
 from drawbridge.gateway.upstreams.session import CLIENT_CAPABILITIES
@@ -132,18 +131,17 @@ async def test_many_calls_in_flight_across_upstreams_get_their_own_answers(tmp_p
 
 async def test_cancellation_reaches_the_upstream_and_no_answer_follows(tmp_path: Path) -> None:
     log = tmp_path / "cancel.log"
-    crashy = {**CRASHY, "env": {"CRASHY_CANCEL_LOG": str(log)}}
+    start_log = tmp_path / "start.log"
+    crashy = {**CRASHY, "env": {"CRASHY_CANCEL_LOG": str(log), "CRASHY_START_LOG": str(start_log)}}
     config = write_config(tmp_path, [GITHUB, crashy])
     async with raw_pipe(serve_argv(config, "--stdio")) as pipe:
         await pipe.initialize()
         await pipe.send(
             {"jsonrpc": "2.0", "id": "long", "method": "tools/call", "params": {"name": "crashy.slow", "arguments": {"seconds": 30}}}
         )
-        await anyio.sleep(0.7)  # decided and forwarded
+        await eventually_async(start_log.exists, what="the call being decided and forwarded")
         await pipe.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "long"}})
-        with anyio.fail_after(10):
-            while not log.exists() or "cancelled" not in log.read_text():
-                await anyio.sleep(0.05)
+        await eventually_async(lambda: log.exists() and "cancelled" in log.read_text(), what="the upstream seeing the cancellation")
         # The upstream saw the gateway's own id for the call, not the agent's.
         assert log.read_text().split() == ["cancelled", log.read_text().split()[1]]
         assert log.read_text().split()[1] != "long"

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from conftest import LEGACY_VERSION, MODERN, PYTHON, SERVERS, connect
+from conftest import LEGACY_VERSION, MODERN, PYTHON, SERVERS, connect, eventually_async, scaled
 from serve_support import dump, http_client, http_gateway, sha256, stdio_params, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore:resources/(un)?subscribe is removed")]
@@ -41,12 +41,6 @@ async def _upstream_holds(client: Any, era: str) -> dict[str, Any]:
     assert held["eras"] == [era]
     held["uris"] = held["subscribed"] if era == LEGACY_VERSION else held["listening"]
     return held
-
-
-async def _until(check: Callable[[], Any], timeout: float = 15) -> None:
-    with anyio.fail_after(timeout):
-        while not await check():
-            await anyio.sleep(0.05)
 
 
 def _updates_into(into: list[str]) -> Callable[[Any], Any]:
@@ -93,18 +87,18 @@ async def test_one_agents_unsubscribe_or_departure_never_ends_anothers_updates(t
                     assert held["subscribe"] == 1  # asked once, for both
 
                 await alice.call_tool("notes.touch", {"uri": "note://a"})
-                await _until(_has(to_alice, 1))
-                await _until(_has(to_bob, 1))
+                await eventually_async(_has(to_alice, 1))
+                await eventually_async(_has(to_bob, 1))
                 assert to_alice == to_bob == ["note://a"]
 
                 await alice.unsubscribe_resource("note://a")
                 assert (await _upstream_holds(alice, upstream_era))["uris"] == ["note://a"]  # bob still wants it
                 await bob.call_tool("notes.touch", {"uri": "note://a"})
-                await _until(_has(to_bob, 2))
-                await anyio.sleep(0.3)
+                await eventually_async(_has(to_bob, 2))
+                await anyio.sleep(scaled(0.3))  # alice's would have come with bob's
                 assert to_alice == ["note://a"]
             # Bob is gone without unsubscribing: nobody wants the URI, the upstream is told.
-            await _until(_released(alice, upstream_era))
+            await eventually_async(_released(alice, upstream_era))
 
 
 @ERAS
@@ -117,15 +111,15 @@ async def test_a_2026_agent_listens_for_updates_and_the_upstream_is_released_aft
             assert (await _upstream_holds(client, upstream_era))["uris"] == ["note://b"]
             await client.call_tool("notes.touch", {"uri": "note://a"})  # not asked for: nothing comes
             await client.call_tool("notes.touch", {"uri": "note://b"})
-            with anyio.fail_after(10):
+            with anyio.fail_after(scaled(10)):
                 event = await sub.__anext__()
             assert type(event).__name__ == "ResourceUpdated" and str(event.uri) == "note://b"
             await client.call_tool("notes.grow", {})  # a new tool upstream: the merged list changes
-            with anyio.fail_after(10):
+            with anyio.fail_after(scaled(10)):
                 event = await sub.__anext__()
             assert type(event).__name__ == "ToolsListChanged"
         assert "notes.grown_4" in [tool.name for tool in (await client.list_tools()).tools]
-        await _until(_released(client, upstream_era))
+        await eventually_async(_released(client, upstream_era))
 
 
 @ERAS
@@ -143,11 +137,11 @@ async def test_a_reconnected_upstream_is_subscribed_again(tmp_path: Path, upstre
                 return False
             return held["uris"] == ["note://a"]
 
-        await _until(subscribed_again, timeout=30)
+        await eventually_async(subscribed_again, timeout=scaled(30))
         await client.call_tool("notes.touch", {"uri": "note://a"})
 
         async def updated() -> bool:
             return "note://a" in updates
 
-        await _until(updated)
+        await eventually_async(updated)
         assert [u for u in updates if u != "tools"] == ["note://a"]

@@ -26,8 +26,8 @@ import anyio
 import httpx
 import mcp.types as types
 import pytest
-from approval_support import trace
-from conftest import MODERN, PYTHON, SERVERS, wrap_params
+from approval_support import trace, wait_pending_on
+from conftest import MODERN, PYTHON, SERVERS, scaled, wrap_params
 from mcp.client.extension import NotificationBinding
 from mcp.client.session import ClientSession
 from mcp.client.stdio import stdio_client
@@ -39,7 +39,7 @@ from serve_support import background, free_port, http_gateway, sha256, wait_for_
 
 pytestmark = pytest.mark.anyio
 
-TASK_WAIT_SECONDS = 20.0
+TASK_WAIT_SECONDS = scaled(20.0)
 """The longest a test waits for a task to be created, approved or ended."""
 TOKENS = {"a": "token-of-agent-a", "b": "token-of-agent-b"}
 POLICY = {
@@ -207,9 +207,7 @@ async def test_a_task_call_that_needs_a_person_creates_the_task_only_once_approv
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(call)
-            with anyio.fail_after(TASK_WAIT_SECONDS):
-                while not (pending := (await http.get("/approvals", params={"status": "pending"})).json()):
-                    await anyio.sleep(0.05)
+            pending = await wait_pending_on(http, TASK_WAIT_SECONDS)
             assert created(tmp_path) == []  # waiting for the person: nothing runs upstream
             approve = await http.post(f"/approvals/{pending[0]['id']}/approve", json={"resolved_by": "op-hal"})
             assert approve.status_code == 200

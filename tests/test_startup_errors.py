@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, SERVERS, child_env
+from conftest import PYTHON, SERVERS, child_env, scaled
 from one_reading_support import LineGateway
 
 NOTEBOOK = [PYTHON, str(SERVERS / "notebook.py")]
@@ -20,12 +20,12 @@ NOTEBOOK = [PYTHON, str(SERVERS / "notebook.py")]
 
 def _wrap(evidence: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     argv = [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--evidence-dir", str(evidence), *extra, "--", *NOTEBOOK]
-    return subprocess.run(argv, input="", check=False, capture_output=True, text=True, env=child_env(), timeout=60)
+    return subprocess.run(argv, input="", check=False, capture_output=True, text=True, env=child_env(), timeout=scaled(60))
 
 
 def _serve(config: Path) -> subprocess.CompletedProcess[str]:
     argv = [PYTHON, "-m", "drawbridge", "serve", "--config", str(config), "--stdio"]
-    return subprocess.run(argv, input="", check=False, capture_output=True, text=True, env=child_env(), timeout=60)
+    return subprocess.run(argv, input="", check=False, capture_output=True, text=True, env=child_env(), timeout=scaled(60))
 
 
 def _serve_config(directory: Path, evidence: Path) -> Path:

@@ -14,19 +14,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import anyio
 import grpc
 import httpx
 import pytest
 from approval_support import Person, write_policy
-from conftest import GITHUB_LIKE, connect, wrap_params
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest, ExportLogsServiceResponse
+from conftest import GITHUB_LIKE, connect, eventually_async, scaled, wrap_params
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
 )
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from serve_support import GITHUB, http_gateway, initialize_request, sha256, write_config
 
 from drawbridge.state.signing_keys import read_vkey
@@ -37,7 +42,7 @@ SECRET = "zz-planted-argument-9a8b7c"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
-WAIT = 60.0
+WAIT = scaled(60.0)
 POLICY = """\
 name: telemetry
 agent: "*"
@@ -199,9 +204,8 @@ async def test_a_collector_that_is_down_or_hangs_costs_no_call(tmp_path: Path, c
             # Were the export on the calls' path, each would wait for the collector's 5 s timeout.
             assert elapsed < 15.0, elapsed
             if receiver is not None:
-                with anyio.fail_after(WAIT):  # the batch did try to reach it, from its own thread
-                    while not receiver.bodies:
-                        await anyio.sleep(0.05)
+                # the batch did try to reach it, from its own thread
+                await eventually_async(lambda: receiver.bodies, WAIT, "an export reaching the collector")
     finally:
         hang.set()
         if receiver is not None:
@@ -254,7 +258,7 @@ def test_telemetry_configured_but_not_installed_is_a_one_line_startup_error(tmp_
     env = child_env({"PYTHONPATH": os.pathsep.join([str(tmp_path / "hide"), os.environ.get("PYTHONPATH", "")])})
     argv = [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--otlp-endpoint", "http://127.0.0.1:9",
             "--", PYTHON, str(SERVERS / "notebook.py")]
-    done = subprocess.run(argv, input="", capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(argv, input="", capture_output=True, text=True, env=env, timeout=scaled(60))
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert "telemetry is configured" in lines[0] and "drawbridge[telemetry]" in lines[0]

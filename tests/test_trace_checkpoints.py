@@ -11,23 +11,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PYTHON
+from conftest import PYTHON, scaled
 
 from drawbridge.evidence.chain import split_lines
 from drawbridge.evidence.merkle import MerkleTree, verify_consistency
 from drawbridge.evidence.runs import RUN_END, run_end_body
 from drawbridge.evidence.tlog import Checkpoint, open_checkpoint, sign_checkpoint, trace_leaf
-from drawbridge.gateway.recording.checkpoints import CheckpointSettings, Checkpointer
-from drawbridge.state.checkpoint_files import CHECKPOINT_FILE, CHECKPOINTS_FILE, CheckpointFiles, checkpoint_line
+from drawbridge.gateway.recording.checkpoints import Checkpointer, CheckpointSettings
+from drawbridge.state.checkpoint_files import (
+    CHECKPOINT_FILE,
+    CHECKPOINTS_FILE,
+    CheckpointFiles,
+    checkpoint_line,
+)
 from drawbridge.state.signing_keys import load_keys, open_keys
 from drawbridge.state.trace_log import TraceLog
 
 AT = "2026-12-01T10:00:00.000000Z"
-TIMEOUT = 30.0
+TIMEOUT = scaled(30.0)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, timeout=scaled(120))
 
 
 def verify(evidence: Path, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -100,7 +105,7 @@ def test_checkpoints_come_every_n_lines_and_every_t_seconds(tmp_path: Path) -> N
 
     log.checkpointer.published.append(published)
     log.calls(2)
-    assert not arrived.wait(0.3)  # two lines wait; three are needed
+    assert not arrived.wait(scaled(0.3))  # two lines wait; three are needed
     log.calls(1, start=2)
     assert arrived.wait(TIMEOUT) and signed[0] >= 3
     log.close()

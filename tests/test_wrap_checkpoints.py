@@ -8,11 +8,10 @@ import json
 import subprocess
 from pathlib import Path
 
-import anyio
 import httpx
 import pytest
 from approval_support import ControlPlane, cli, wrap_flags, write_policy
-from conftest import GITHUB_LIKE, PYTHON, SERVERS, child_env, connect, wrap_params
+from conftest import GITHUB_LIKE, PYTHON, SERVERS, child_env, connect, eventually_async, scaled, wrap_params
 from serve_support import free_port
 
 from drawbridge.evidence.chain import split_lines
@@ -31,14 +30,12 @@ async def test_a_wrapped_run_is_signed_served_and_sealed(tmp_path: Path) -> None
     async with connect(wrap_params(GITHUB_LIKE, *flags)) as client:
         for owner in ("acme", "zeta", "acme"):
             await client.call_tool("list_repos", {"owner": owner})
-        with anyio.fail_after(30):
-            while True:
-                try:
-                    async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
-                        response = await http.get(control.url + "/evidence/checkpoint", headers=control.headers())
-                    break
-                except (httpx.HTTPError, OSError):  # not listening yet, or its token file not made yet
-                    await anyio.sleep(0.05)
+        async def checkpoint() -> httpx.Response:
+            async with httpx.AsyncClient(trust_env=False, timeout=scaled(10)) as http:
+                return await http.get(control.url + "/evidence/checkpoint", headers=control.headers())
+
+        # not listening yet, or its token file not made yet
+        response = await eventually_async(checkpoint, scaled(30), "the checkpoint served", ignoring=(httpx.HTTPError, OSError))
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
         held.write_text(response.text)
         await client.call_tool("list_repos", {"owner": "omega"})
@@ -83,7 +80,7 @@ async def test_every_run_of_a_directory_is_signed_by_its_one_origin(tmp_path: Pa
     argv = [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--evidence-dir", str(evidence), "--fsync", "never",
             "--", PYTHON, str(SERVERS / "notebook.py")]
     for _ in range(2):
-        done = subprocess.run(argv, input="", capture_output=True, text=True, env=child_env(), timeout=60)
+        done = subprocess.run(argv, input="", capture_output=True, text=True, env=child_env(), timeout=scaled(60))
         assert done.returncode == 0, done.stderr
     report = json.loads(cli("evidence", "verify-chain", str(evidence / "trace.ndjson"), "--format", "json").stdout)
     assert report["ok"] and [run["state"] for run in report["runs"]] == ["sealed", "sealed"]
@@ -100,7 +97,7 @@ def test_a_key_file_others_may_read_is_a_one_line_startup_error(tmp_path: Path, 
     evidence = tmp_path / "evidence"
     notebook = [PYTHON, str(SERVERS / "notebook.py")]
     wrap = [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--evidence-dir", str(evidence), "--", *notebook]
-    assert subprocess.run(wrap, input="", capture_output=True, text=True, env=child_env(), timeout=60).returncode == 0
+    assert subprocess.run(wrap, input="", capture_output=True, text=True, env=child_env(), timeout=scaled(60)).returncode == 0
     (evidence / "keys" / "attestation.key").chmod(0o644)
     if command == "wrap":
         argv = wrap
@@ -113,7 +110,7 @@ def test_a_key_file_others_may_read_is_a_one_line_startup_error(tmp_path: Path, 
         }))
         argv = [PYTHON, "-m", "drawbridge", "serve", "--config", str(config), "--stdio"]
     before = (evidence / "trace.ndjson").read_bytes()
-    done = subprocess.run(argv, input="", capture_output=True, text=True, env=child_env(), timeout=60)
+    done = subprocess.run(argv, input="", capture_output=True, text=True, env=child_env(), timeout=scaled(60))
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert "attestation.key" in lines[0] and "chmod 600" in lines[0]

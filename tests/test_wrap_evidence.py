@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import GITHUB_LIKE, PYTHON, child_env, connect, wrap_params
+from conftest import GITHUB_LIKE, PYTHON, child_env, connect, scaled, wrap_params
 
 POLICIES = Path(__file__).resolve().parent.parent / "src" / "drawbridge" / "examples" / "policies"
 SECRET = "ghp_wrap_evidence_" + "9" * 30
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, timeout=scaled(60))
 
 
 async def test_live_evidence_verifies_and_holds_no_secret(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ def test_truth_producer_fails_closed_before_spawning(tmp_path: Path, env: dict[s
     result = subprocess.run(
         [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--tool-decision-truth-out", str(tmp_path / "c.ndjson"),
          "--", *_env_dump_server(marker)],
-        capture_output=True, text=True, timeout=60, env={**base, **env}, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=scaled(60), env={**base, **env}, stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 2
     assert message in result.stderr
@@ -109,7 +109,7 @@ def test_unwritable_sink_fails_closed(tmp_path: Path) -> None:
     result = subprocess.run(
         [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--tool-decision-truth-out", str(tmp_path),
          "--", *_env_dump_server(marker)],
-        capture_output=True, text=True, timeout=60, env=child_env(KEY_ENV), stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=scaled(60), env=child_env(KEY_ENV), stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 2 and "sink" in result.stderr
     assert not marker.exists()
@@ -122,7 +122,7 @@ def test_key_never_reaches_the_server(tmp_path: Path, family: str) -> None:
     result = subprocess.run(
         [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--tool-decision-truth-out", str(tmp_path / "c.ndjson"),
          "--", *_env_dump_server(seen)],
-        capture_output=True, text=True, timeout=60, env=child_env(env), stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=scaled(60), env=child_env(env), stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 0, result.stderr
     names = json.loads(seen.read_text())
@@ -132,7 +132,7 @@ def test_key_never_reaches_the_server(tmp_path: Path, family: str) -> None:
 
 def test_demo_command_passes(tmp_path: Path) -> None:
     result = subprocess.run(
-        [PYTHON, "-m", "drawbridge", "demo", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=120,
+        [PYTHON, "-m", "drawbridge", "demo", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=scaled(120),
         env=child_env(),
     )
     assert result.returncode == 0, result.stdout + result.stderr
