@@ -42,7 +42,7 @@ def wait_for_kind(evidence: Path, kind: str, count: int = 1) -> list[dict[str, A
 
 
 def set_digest(policies: Path) -> str:
-    """The policy set's digest as docs/operating.md defines it, from the files' bytes: SHA-256 of the
+    """The policy set's digest as docs/configuration.md defines it, from the files' bytes: SHA-256 of the
     canonical JSON of {file name: sha256 of its text}."""
     files = {p.name: "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(policies.glob("*.yaml"))}
     text = json.dumps(files, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
