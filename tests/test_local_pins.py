@@ -11,6 +11,7 @@ import anyio
 import httpx
 import pytest
 from approval_support import text_of, wait_pending_on
+from conftest import eventually
 from openapi_support import SPEC, openapi_backend
 from serve_support import http_client, http_gateway, write_config
 
@@ -31,8 +32,15 @@ def _write(tmp_path: Path, spec: Path, api: str, git_flags: list[str]) -> Path:
 
 
 def _rows(gateway: Any) -> dict[str, dict[str, Any]]:
-    with httpx.Client(base_url=gateway.control(), trust_env=False, headers=gateway.control_headers()) as http:
-        return {r["name"]: r for r in http.get("/tools/decisions", params={"agent": "guest"}).json()}
+    """The decisions once both catalogues are checked against their pins: until a check completes, its
+    tools show ``new`` (held back), and no tool of this test is new once checked."""
+
+    def checked() -> dict[str, dict[str, Any]] | None:
+        with httpx.Client(base_url=gateway.control(), trust_env=False, headers=gateway.control_headers()) as http:
+            rows = {r["name"]: r for r in http.get("/tools/decisions", params={"agent": "guest"}).json()}
+        return rows if rows and all(row["pin_status"] != "new" for row in rows.values()) else None
+
+    return eventually(checked, what="both catalogues checked against their pins")
 
 
 async def test_a_changed_spec_or_entry_is_a_changed_pin(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import PYTHON, child_env, scaled
+from conftest import PYTHON, child_env, eventually, scaled
 from serve_support import http_gateway, write_config
 
 ALLOW_ALL = {"allow.yaml": "name: allow-all\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"}
@@ -47,8 +47,16 @@ def explain(config: Path, tool: str) -> dict[str, str]:
 
 
 def _rows(gateway: Any) -> dict[str, dict[str, Any]]:
-    with httpx.Client(base_url=gateway.control(), trust_env=False, headers=gateway.control_headers()) as http:
-        return {r["name"]: r for r in http.get("/tools/decisions", params={"agent": "guest"}).json()}
+    """The decisions once both catalogues are checked (until then every tool shows ``new``, held back):
+    each upstream's ``version`` command is unchanged, so it reads ``pinned`` once its check is done."""
+
+    def checked() -> dict[str, dict[str, Any]] | None:
+        with httpx.Client(base_url=gateway.control(), trust_env=False, headers=gateway.control_headers()) as http:
+            rows = {r["name"]: r for r in http.get("/tools/decisions", params={"agent": "guest"}).json()}
+        done = all(rows.get(f"{name}.version", {}).get("pin_status") == "pinned" for name in ("git", "vault"))
+        return rows if done else None
+
+    return eventually(checked, what="both catalogues checked against their pins")
 
 
 def test_explain_computes_dispatcher_and_pin_floors_as_the_running_gateway_applies_them(tmp_path: Path) -> None:
@@ -63,8 +71,8 @@ def test_explain_computes_dispatcher_and_pin_floors_as_the_running_gateway_appli
     assert "default_action is deny" in vault["floor"] and vault["action after floors"].startswith("deny")
     assert not (tmp_path / "state.db").exists(), "explain wrote the state"
 
-    with http_gateway(config):  # the first run pins both catalogues as they are
-        pass
+    with http_gateway(config) as first:  # the first run pins both catalogues as they are
+        assert {row["pin_status"] for row in _rows(first).values()} == {"pinned"}
     changed = _config(tmp_path, ["--oneline", "--stat"], ("log", "version", "status"))
     found = {tool: explain(changed, tool) for tool in ("git.log", "git.status", "git.version", "git.__dispatch")}
     assert "'log' of 'git' is changed" in found["git.log"]["note"]
