@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
 
 from drawbridge.gateway.protocol.eras import MODERN_VERSION, PROTOCOL_VERSION_META_KEY
 from drawbridge.gateway.protocol.hop import downstream_result, gateway_result, outbound_params, progress_token
@@ -61,6 +60,7 @@ from drawbridge.gateway.protocol.methods import (
 from drawbridge.gateway.serve.agents import NoBackChannel, Outbound
 from drawbridge.gateway.serve.hub import Gateway
 from drawbridge.gateway.upstreams.requests import UpstreamLost, UpstreamUnavailable
+from drawbridge.gateway.upstreams.sdk_parts import InboundLadderRejection, classify_inbound_request
 from drawbridge.gateway.upstreams.session import UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")

@@ -41,15 +41,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
-from mcp.shared.inbound import (
-    ERROR_CODE_HTTP_STATUS,
-    HEADER_MISMATCH,
-    MCP_PROTOCOL_VERSION_HEADER,
-    InboundLadderRejection,
-    classify_inbound_request,
-    find_duplicated_routing_header,
-    unsupported_protocol_version_rejection,
-)
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
@@ -84,6 +75,15 @@ from drawbridge.gateway.transports.http_wire import (
     send_status,
     stream_answer,
     stream_mailbox,
+)
+from drawbridge.gateway.upstreams.sdk_parts import (
+    ERROR_CODE_HTTP_STATUS,
+    HEADER_MISMATCH,
+    MCP_PROTOCOL_VERSION_HEADER,
+    InboundLadderRejection,
+    classify_inbound_request,
+    find_duplicated_routing_header,
+    unsupported_protocol_version_rejection,
 )
 
 logger = logging.getLogger("drawbridge.gateway.http")

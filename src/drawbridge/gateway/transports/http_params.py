@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from mcp.shared.inbound import X_MCP_HEADER_KEY, InboundLadderRejection, validate_mcp_param_headers
-
 from drawbridge.gateway.protocol.jsonrpc import Message
 from drawbridge.gateway.protocol.methods import TOOLS_CALL
 from drawbridge.gateway.serve.hub import Gateway
+from drawbridge.gateway.upstreams.sdk_parts import X_MCP_HEADER_KEY, InboundLadderRejection, validate_mcp_param_headers
 
 
 class _Lines(Mapping[str, str]):

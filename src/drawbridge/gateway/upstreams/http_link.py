@@ -24,13 +24,16 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import anyio
-import httpx
 from anyio.abc import TaskGroup, TaskStatus
-from mcp.shared.inbound import (
+
+from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, UPSTREAM_EXITED
+from drawbridge.gateway.protocol.methods import INITIALIZE, TOOLS_CALL
+from drawbridge.gateway.upstreams.requests import Deliver, UpstreamLost, render
+from drawbridge.gateway.upstreams.sdk_parts import (
     NAME_BEARING_METHODS,
     encode_header_value,
     find_invalid_x_mcp_header,
@@ -38,9 +41,8 @@ from mcp.shared.inbound import (
     x_mcp_header_map,
 )
 
-from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, UPSTREAM_EXITED
-from drawbridge.gateway.protocol.methods import INITIALIZE, TOOLS_CALL
-from drawbridge.gateway.upstreams.requests import Deliver, UpstreamLost, render
+if TYPE_CHECKING:
+    import httpx  # imported by the methods that use it: a gateway with no HTTP upstream never loads it
 
 logger = logging.getLogger("drawbridge.gateway.upstream")
 
@@ -144,6 +146,8 @@ class HttpLink:
     # -- lifecycle
 
     async def run(self, deliver: Deliver, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> str:
+        import httpx  # the HTTP client is loaded with the first HTTP upstream
+
         self._deliver = deliver
         timeout = httpx.Timeout(
             connect=HTTP_CONNECT_TIMEOUT_SECONDS, read=None, write=HTTP_WRITE_TIMEOUT_SECONDS, pool=None
@@ -177,6 +181,8 @@ class HttpLink:
         self.die("the gateway closed the connection")
 
     async def _terminate(self, client: httpx.AsyncClient) -> None:
+        import httpx
+
         if self.session_id is None:
             return
         with anyio.move_on_after(2.0, shield=True):
@@ -215,6 +221,8 @@ class HttpLink:
 
     async def _post_message(self, message: Mapping[str, Any]) -> None:
         """A notification or a response: the upstream acknowledges it; there is no answer to wait for."""
+        import httpx
+
         assert self._client is not None
         try:
             response = await self._client.post(self.url, content=render(message), headers=self._headers(message))
@@ -251,6 +259,8 @@ class HttpLink:
                     del self._posts[request_id]
 
     async def _post_request_in_scope(self, message: dict[str, Any]) -> None:
+        import httpx
+
         assert self._client is not None and self._deliver is not None
         request_id = message["id"]
         try:
@@ -322,6 +332,8 @@ class HttpLink:
     # -- the GET stream
 
     async def _get_stream(self) -> None:
+        import httpx
+
         assert self._client is not None and self._deliver is not None
         failures = 0
         while not self._dead.is_set():
