@@ -33,13 +33,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, UPSTREAM_EXITED
 from drawbridge.gateway.protocol.methods import INITIALIZE, TOOLS_CALL
 from drawbridge.gateway.upstreams.requests import Deliver, UpstreamLost, render
-from drawbridge.gateway.upstreams.sdk_parts import (
-    NAME_BEARING_METHODS,
-    encode_header_value,
-    find_invalid_x_mcp_header,
-    mcp_param_headers,
-    x_mcp_header_map,
-)
+from drawbridge.gateway.upstreams.sdk_parts import inbound
 
 if TYPE_CHECKING:
     import httpx  # imported by the methods that use it: a gateway with no HTTP upstream never loads it
@@ -129,15 +123,16 @@ class HttpLink:
         into ``Mcp-Param-*`` headers (their ``x-mcp-header``), computed once per tool list. A tool
         whose annotations are invalid is dropped, as the spec asks of HTTP clients (its calls could
         not carry the headers its server expects)."""
+        ladder = inbound()
         maps: dict[str, dict[tuple[str, ...], str]] = {}
         kept: list[Any] = []
         for tool in tools:
             if isinstance(tool, Mapping) and isinstance(name := tool.get("name"), str):
                 schema = tool.get("inputSchema")
-                if (problem := find_invalid_x_mcp_header(schema)) is not None:
+                if (problem := ladder.find_invalid_x_mcp_header(schema)) is not None:
                     logger.warning("upstream at %s: tool %r is not offered: %s", self.shown_url, name[:100], problem[:200])
                     continue
-                if found := x_mcp_header_map(schema):
+                if found := ladder.x_mcp_header_map(schema):
                     maps[name] = found
             kept.append(tool)
         self._param_maps = maps
@@ -202,13 +197,14 @@ class HttpLink:
             headers["mcp-protocol-version"] = self.protocol_version
         if message is not None and isinstance(method := message.get("method"), str):
             headers["mcp-method"] = method
-            key = NAME_BEARING_METHODS.get(method)
+            ladder = inbound()
+            key = ladder.NAME_BEARING_METHODS.get(method)
             params = message.get("params")
             if key is not None and isinstance(params, Mapping) and isinstance(value := params.get(key), str):
-                headers["mcp-name"] = encode_header_value(value)
+                headers["mcp-name"] = ladder.encode_header_value(value)
                 mirrored = self._param_maps.get(value) if method == TOOLS_CALL else None
                 if mirrored is not None and isinstance(arguments := params.get("arguments"), Mapping):
-                    headers.update(mcp_param_headers(mirrored, arguments))
+                    headers.update(ladder.mcp_param_headers(mirrored, arguments))
         return headers
 
     async def send(self, message: Mapping[str, Any]) -> None:

@@ -5,15 +5,26 @@ ladder, the routing headers and their value codec) and ``mcp/shared/uri_template
 templates). What is skipped is ``mcp/__init__``, which imports the SDK's client and server and,
 through them, OpenTelemetry and more: several MiB a gateway holds for nothing. In a process that has
 imported the SDK package already (one that is also an SDK client), the SDK's own modules are used.
+
+``inbound()`` loads its module on first use: it reads the SDK's types (pydantic models, some 25 MiB),
+which only the 2026-07-28 era and HTTP upstreams need; a gateway whose agents speak the handshake era
+over stdio upstreams never loads them. The names read before the ladder is needed are kept here
+(``MCP_PROTOCOL_VERSION_HEADER``, read by every HTTP request, and ``X_MCP_HEADER_KEY``, read when a
+served tool's schema is first looked at): the SDK's own values, as a test checks.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
 import sys
 from types import ModuleType
+from typing import Final
+
+MCP_PROTOCOL_VERSION_HEADER: Final = "mcp-protocol-version"
+X_MCP_HEADER_KEY: Final = "x-mcp-header"
 
 
 def _load(relative: str) -> ModuleType:
@@ -39,41 +50,18 @@ def _load(relative: str) -> ModuleType:
     return module
 
 
-_inbound = _load("shared.inbound")
-_uri_template = _load("shared.uri_template")
+@functools.cache
+def inbound() -> ModuleType:
+    """``mcp/shared/inbound.py``: ``classify_inbound_request``, ``InboundLadderRejection``,
+    ``ERROR_CODE_HTTP_STATUS``, ``HEADER_MISMATCH``, ``find_duplicated_routing_header``,
+    ``unsupported_protocol_version_rejection``, ``NAME_BEARING_METHODS``, ``encode_header_value``,
+    and the ``Mcp-Param-*`` codec (``find_invalid_x_mcp_header``, ``x_mcp_header_map``,
+    ``mcp_param_headers``, ``validate_mcp_param_headers``)."""
+    return _load("shared.inbound")
 
-ERROR_CODE_HTTP_STATUS = _inbound.ERROR_CODE_HTTP_STATUS
-HEADER_MISMATCH = _inbound.HEADER_MISMATCH
-MCP_PROTOCOL_VERSION_HEADER = _inbound.MCP_PROTOCOL_VERSION_HEADER
-NAME_BEARING_METHODS = _inbound.NAME_BEARING_METHODS
-InboundLadderRejection = _inbound.InboundLadderRejection
-classify_inbound_request = _inbound.classify_inbound_request
-encode_header_value = _inbound.encode_header_value
-find_duplicated_routing_header = _inbound.find_duplicated_routing_header
-unsupported_protocol_version_rejection = _inbound.unsupported_protocol_version_rejection
-X_MCP_HEADER_KEY = _inbound.X_MCP_HEADER_KEY
-find_invalid_x_mcp_header = _inbound.find_invalid_x_mcp_header
-mcp_param_headers = _inbound.mcp_param_headers
-x_mcp_header_map = _inbound.x_mcp_header_map
-validate_mcp_param_headers = _inbound.validate_mcp_param_headers
+
+_uri_template = _load("shared.uri_template")
 InvalidUriTemplate = _uri_template.InvalidUriTemplate
 UriTemplate = _uri_template.UriTemplate
 
-__all__ = [
-    "ERROR_CODE_HTTP_STATUS",
-    "HEADER_MISMATCH",
-    "MCP_PROTOCOL_VERSION_HEADER",
-    "NAME_BEARING_METHODS",
-    "X_MCP_HEADER_KEY",
-    "InboundLadderRejection",
-    "InvalidUriTemplate",
-    "UriTemplate",
-    "classify_inbound_request",
-    "encode_header_value",
-    "find_duplicated_routing_header",
-    "find_invalid_x_mcp_header",
-    "mcp_param_headers",
-    "unsupported_protocol_version_rejection",
-    "validate_mcp_param_headers",
-    "x_mcp_header_map",
-]
+__all__ = ["MCP_PROTOCOL_VERSION_HEADER", "X_MCP_HEADER_KEY", "InvalidUriTemplate", "UriTemplate", "inbound"]
