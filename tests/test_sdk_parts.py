@@ -12,10 +12,12 @@ import subprocess
 
 import mcp.shared.inbound as sdk_inbound
 import mcp.shared.uri_template as sdk_uri_template
-from conftest import PYTHON, child_env
+from conftest import PYTHON, child_env, scaled
 
 from drawbridge.gateway.upstreams import sdk_parts
 
+PROBE_SECONDS = scaled(60.0)
+"""How long the import probe (a fresh interpreter importing serve) may take."""
 PROBE = """
 import json, sys
 import drawbridge.cli.main, drawbridge.cli.serve_cmd, drawbridge.gateway.runtime.serve
@@ -28,7 +30,9 @@ print(json.dumps([before, after]))
 
 
 def test_serve_loads_the_sdk_types_only_when_the_ladder_is_asked_for() -> None:
-    result = subprocess.run([PYTHON, "-c", PROBE], capture_output=True, text=True, env=child_env(), timeout=60, check=True)
+    result = subprocess.run(
+        [PYTHON, "-c", PROBE], capture_output=True, text=True, env=child_env(), timeout=PROBE_SECONDS, check=True
+    )
     before, after = json.loads(result.stdout)
     assert before == []  # no SDK package, no pydantic, no HTTP client, no JSON Schema at start
     assert after == ["mcp_types", "pydantic"]  # the ladder's types, still without the SDK package

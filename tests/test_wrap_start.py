@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
-from conftest import PYTHON, child_env
+from conftest import PYTHON, child_env, eventually, scaled
 from one_reading_support import LineGateway
 
-GONE_SECONDS = 10.0
+GONE_SECONDS = scaled(10.0)
 """How long the stopped server may take to be gone (it is stopped before wrap exits)."""
+WRAP_SECONDS = scaled(60.0)
+"""How long one wrap run, start to exit, may take."""
 SERVER = """
 import json, os, sys
 out = sys.argv[1]
@@ -41,7 +42,9 @@ def _alive(pid: int) -> bool:
 def _wrap(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     report = tmp_path / "server.json"
     argv = [PYTHON, "-m", "drawbridge", "wrap", *options, "--", PYTHON, "-c", SERVER, str(report)]
-    result = subprocess.run(argv, input="", capture_output=True, text=True, env=child_env(), timeout=60, check=False)
+    result = subprocess.run(
+        argv, input="", capture_output=True, text=True, env=child_env(), timeout=WRAP_SECONDS, check=False
+    )
     return result, report
 
 
@@ -49,10 +52,7 @@ def _stopped_unheard(result: subprocess.CompletedProcess[str], report: Path) -> 
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     pid = int(report.with_name(report.name + ".pid").read_text())  # it was started, while the gateway imported
-    deadline = time.monotonic() + GONE_SECONDS
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid), "the server of a gateway that did not start is still running"
+    eventually(lambda: not _alive(pid), GONE_SECONDS, "the end of the server of a gateway that did not start")
     assert json.loads(report.read_text()) == {"heard": ""}
 
 
@@ -80,6 +80,8 @@ def test_a_server_that_starts_is_served(tmp_path: Path) -> None:
     report = tmp_path / "server.json"
     argv = [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--", PYTHON, "-c", SERVER, str(report)]
     line = '{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
-    result = subprocess.run(argv, input=line, capture_output=True, text=True, env=child_env(), timeout=60, check=False)
+    result = subprocess.run(
+        argv, input=line, capture_output=True, text=True, env=child_env(), timeout=WRAP_SECONDS, check=False
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(report.read_text())["heard"].startswith(line)
