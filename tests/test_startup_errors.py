@@ -1,8 +1,9 @@
 """A gateway that cannot start says why in one line and exits 2: no traceback, whatever stops it.
 
 Two gateways on one evidence directory, and a trace that does not verify (a torn last line), are
-refused before the server is spawned; the line names the file and what to do. wrap's default state
-file lives inside its evidence directory, where no serve started beside it can share it.
+refused before the server hears a line (wrap starts it while the gateway imports, and stops it); the
+line names the file and what to do. wrap's default state file lives inside its evidence directory,
+where no serve started beside it can share it.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ paragraph separators) as a JSON escape, so it reads as the same JSON.
 Exit codes shared by the evidence commands live here too, so every command
 means the same thing by them: 0 verified, 1 verification failed, 2 usage
 error or unreadable input.
+
+rich is imported by the functions that draw, not by this module: the gateway commands (wrap, serve)
+import the exit codes and ``InputError`` and never draw a table, and rich weighs several MiB.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
 from drawbridge.canonical import escape_unsafe, sanitize
 
@@ -68,6 +73,8 @@ def emit_json(report: Any) -> None:
 
 def console() -> Console:
     """A stdout console; wide when not a terminal, so that digests are never folded in pipes."""
+    from rich.console import Console
+
     return Console(
         file=sys.stdout,
         width=None if sys.stdout.isatty() else 200,
@@ -78,6 +85,8 @@ def console() -> Console:
 
 def plain(value: Any) -> Text:
     """A cell from data: never markup, control characters replaced."""
+    from rich.text import Text
+
     if value is None:
         return Text("-", style="dim")
     if isinstance(value, bool):
@@ -93,11 +102,16 @@ def display_text(value: str) -> str:
 
 
 def verdict(ok: bool, yes: str = "VERIFIED", no: str = "FAILED") -> Text:
+    from rich.text import Text
+
     return Text(yes, style="bold green") if ok else Text(no, style="bold red")
 
 
 def table(title: str, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> Table:
     """A table whose cells are plain text (see ``plain``)."""
+    from rich.table import Table
+    from rich.text import Text
+
     out = Table(title=title, title_justify="left", show_lines=False)
     for name in columns:
         out.add_column(name, overflow="fold")
@@ -108,6 +122,9 @@ def table(title: str, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> 
 
 def key_values(title: str, pairs: Iterable[tuple[str, Any]]) -> Table:
     """A two-column summary table."""
+    from rich.table import Table
+    from rich.text import Text
+
     out = Table(title=title, title_justify="left", show_header=False)
     out.add_column("field", style="bold")
     out.add_column("value", overflow="fold")

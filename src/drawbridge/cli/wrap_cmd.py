@@ -26,6 +26,13 @@ keeps in ``<state>.admin-token`` beside the state file, whose path it prints). A
 control plane resolves what this one waits for. With no channel at all, a call that needs approval is
 refused at once (after grants and memory).
 
+Start-up order: the server is started as soon as the command line is read, and the gateway imports
+and builds its runtime while the server starts (a few tenths of a second each, which would otherwise
+add up). The server hears nothing before the gateway is up; if the gateway then cannot start (a policy
+that does not load, an evidence directory in use), the server is stopped without having been sent a
+line. What can be seen to fail without the gateway's imports (the truth producer's key or sink) is
+not started early: the gateway reports it as before, and the server is never started.
+
 Exit codes: 0 when the client closed the connection; 2 for a usage error or an upstream command that
 cannot be started (message on stderr; nothing is ever written to stdout but protocol lines).
 """
@@ -36,20 +43,27 @@ import hashlib
 import os
 import socket
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import click
 
 from drawbridge.cli.log_format import configure_logging, log_format_option
 from drawbridge.cli.output import EXIT_INPUT, InputError
-from drawbridge.gateway.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
-from drawbridge.gateway.recording.checkpoints import EVERY_LINES, EVERY_SECONDS, CheckpointSettings
+from drawbridge.gateway.protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
+from drawbridge.gateway.recording.cadence import EVERY_LINES, EVERY_SECONDS
 from drawbridge.gateway.recording.durability import BATCH_LINES, BATCH_SECONDS
-from drawbridge.gateway.recording.telemetry import TelemetrySettings
-from drawbridge.gateway.runtime.assembly import Runtime, StartupProblem
-from drawbridge.gateway.runtime.settings import RuntimeSettings
-from drawbridge.gateway.runtime.wrap import run_wrap
-from drawbridge.gateway.transports.relay_requests import RelayConfig
+from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
+from drawbridge.gateway.recording.truth_key import TruthKeyError, truth_key_from_env
+from drawbridge.gateway.upstreams.child_spawn import EnvPolicy, SpawnedChild, Upstream, UpstreamStartError, spawn_child
+
+if TYPE_CHECKING:
+    from drawbridge.gateway.runtime.assembly import Runtime
+    from drawbridge.gateway.transports.relay_requests import RelayConfig
+
+# Only what the command line needs is imported above: the gateway itself (parser, pipeline, recorder,
+# runtime) is imported in ``command``, after the server has been started.
 
 
 @click.command(
@@ -219,56 +233,78 @@ def command(
     if policy is None and not allow_everything:
         click.echo("drawbridge: no --policy given: every tools/call will be refused", err=True)
     label = server_id or os.path.basename(server_command[0]) or "upstream"
-    telemetry = _telemetry_settings(otlp_endpoint, otlp_protocol, otlp_headers, service_name)
+    header_names = _telemetry_header_names(otlp_endpoint, otlp_headers)
     admin_token = os.environ.pop(ADMIN_TOKEN_ENV, None) or None  # never passed on to the server
-    settings = RuntimeSettings.for_wrap(
-        policy=policy,
-        allow_all=allow_everything,
-        evidence_dir=evidence_dir,
-        truth_out=tool_decision_truth_out,
-        fsync=fsync,
-        state_path=state_path,
-        call_timeout=call_timeout,
-        approval_timeout=approval_timeout,
-        non_blocking=non_blocking_approvals,
-        elicitation=not no_elicitation,
-        approval_memory=approval_memory,
-        control_open=control_port is not None,
-        pin_tools=pin_tools,
-        admin_token_sha256=hashlib.sha256(admin_token.encode("utf-8")).hexdigest() if admin_token else None,
-        server_id=label,
-        checkpoints=CheckpointSettings(checkpoint_every_lines, checkpoint_every_seconds),
-        keys_dir=keys_dir,
-        telemetry=telemetry,
-    )
-    config = RelayConfig(
-        agent=agent,
-        max_message_bytes=max_message_bytes,
-        max_upstream_message_bytes=max_upstream_message_bytes,
-        max_depth=max_depth,
-        server_id=label,
-    )
-    sock: socket.socket | None = None
-    runtime: Runtime | None = None
+    # The gateway's credentials stay its own: the truth producer's key, the collector's headers.
+    env_filter = EnvPolicy(deny_names=frozenset(TRUTH_KEY_NAMES) | frozenset(header_names.values()))
+    server: SpawnedChild | str | None = None
+    if _may_start_early(tool_decision_truth_out):
+        try:
+            server = spawn_child(list(server_command), env_filter=env_filter)
+        except UpstreamStartError as exc:
+            server = str(exc)  # reported once the runtime is up, as it always was
     try:
-        runtime = Runtime.build(settings)
-        if control_port is not None:
-            from drawbridge.gateway.transports.http_listener import bind  # the web stack, only when served
+        # The gateway is imported and built while the server starts.
+        from drawbridge.gateway.recording.checkpoints import CheckpointSettings
+        from drawbridge.gateway.recording.telemetry import TelemetrySettings
+        from drawbridge.gateway.runtime.assembly import Runtime, StartupProblem
+        from drawbridge.gateway.runtime.settings import RuntimeSettings
+        from drawbridge.gateway.transports.relay_requests import RelayConfig
 
-            try:
-                sock = bind("127.0.0.1", control_port)
-            except OSError as exc:
-                raise StartupProblem(f"cannot listen on 127.0.0.1:{control_port}: {exc.strerror or exc}") from exc
-        problem = anyio.run(_serve, runtime, list(server_command), config, sock)
-    except StartupProblem as exc:
-        raise InputError(str(exc)) from None
-    except KeyboardInterrupt:
-        return
+        telemetry = None
+        if otlp_endpoint is not None:
+            telemetry = TelemetrySettings(otlp_endpoint, otlp_protocol, header_names, service_name)
+        settings = RuntimeSettings.for_wrap(
+            policy=policy,
+            allow_all=allow_everything,
+            evidence_dir=evidence_dir,
+            truth_out=tool_decision_truth_out,
+            fsync=fsync,
+            state_path=state_path,
+            call_timeout=call_timeout,
+            approval_timeout=approval_timeout,
+            non_blocking=non_blocking_approvals,
+            elicitation=not no_elicitation,
+            approval_memory=approval_memory,
+            control_open=control_port is not None,
+            pin_tools=pin_tools,
+            admin_token_sha256=hashlib.sha256(admin_token.encode("utf-8")).hexdigest() if admin_token else None,
+            server_id=label,
+            checkpoints=CheckpointSettings(checkpoint_every_lines, checkpoint_every_seconds),
+            keys_dir=keys_dir,
+            telemetry=telemetry,
+        )
+        config = RelayConfig(
+            agent=agent,
+            max_message_bytes=max_message_bytes,
+            max_upstream_message_bytes=max_upstream_message_bytes,
+            max_depth=max_depth,
+            server_id=label,
+        )
+        sock: socket.socket | None = None
+        runtime: Runtime | None = None
+        try:
+            runtime = Runtime.build(settings)
+            if control_port is not None:
+                from drawbridge.gateway.transports.http_listener import bind  # the web stack, only when served
+
+                try:
+                    sock = bind("127.0.0.1", control_port)
+                except OSError as exc:
+                    raise StartupProblem(f"cannot listen on 127.0.0.1:{control_port}: {exc.strerror or exc}") from exc
+            problem = anyio.run(_serve, runtime, Upstream(list(server_command), env_filter, server), config, sock)
+        except StartupProblem as exc:
+            raise InputError(str(exc)) from None
+        except KeyboardInterrupt:
+            return
+        finally:
+            if sock is not None:
+                sock.close()
+            if runtime is not None:
+                runtime.close()
     finally:
-        if sock is not None:
-            sock.close()
-        if runtime is not None:
-            runtime.close()
+        if isinstance(server, SpawnedChild):
+            server.stop()  # the server of a gateway that did not start (the relay stops its own)
     if problem is not None:
         click.echo(f"drawbridge: {problem}", err=True)
         sys.exit(EXIT_INPUT)
@@ -277,13 +313,25 @@ def command(
 ADMIN_TOKEN_ENV = "DRAWBRIDGE_ADMIN_TOKEN"
 
 
-def _telemetry_settings(
-    endpoint: str | None, protocol: str, headers: tuple[str, ...], service_name: str
-) -> TelemetrySettings | None:
+def _may_start_early(truth_out: str | None) -> bool:
+    """False when a check the runtime makes is already seen to fail: the truth producer's key (read from
+    a copy of the environment) or its sink (a directory, or in a directory that does not exist)."""
+    if truth_out is None:
+        return True
+    try:
+        truth_key_from_env(dict(os.environ))
+    except TruthKeyError:
+        return False
+    path = Path(truth_out)
+    return not path.is_dir() and path.parent.is_dir()
+
+
+def _telemetry_header_names(endpoint: str | None, headers: tuple[str, ...]) -> dict[str, str]:
+    """The collector's header names and the variables that hold their values (checked)."""
     if endpoint is None:
         if headers:
             raise click.UsageError("--otlp-header goes with --otlp-endpoint")
-        return None
+        return {}
     if not endpoint.startswith(("http://", "https://")):
         raise click.BadParameter("must be an http:// or https:// URL", param_hint="--otlp-endpoint")
     names: dict[str, str] = {}
@@ -292,13 +340,15 @@ def _telemetry_settings(
         if not separator or not name or not variable.replace("_", "a").isalnum() or variable[0].isdigit():
             raise click.BadParameter(f"{item!r} is not NAME=ENV_VAR", param_hint="--otlp-header")
         names[name] = variable
-    return TelemetrySettings(endpoint, protocol, names, service_name)
+    return names
 
 
-async def _serve(runtime: Runtime, argv: list[str], config: RelayConfig, sock: socket.socket | None) -> str | None:
+async def _serve(runtime: Runtime, server: Upstream, config: RelayConfig, sock: socket.socket | None) -> str | None:
     def ready(host: str, port: int) -> None:
         from drawbridge.gateway.runtime.control import control_url, credential_note
 
         click.echo(f"drawbridge: control plane on {control_url(host, port)} ({credential_note(runtime)})", err=True)
 
-    return await run_wrap(runtime, argv, config, control=sock, on_control_ready=ready)
+    from drawbridge.gateway.runtime.wrap import run_wrap
+
+    return await run_wrap(runtime, server, config, control=sock, on_control_ready=ready)

@@ -18,6 +18,9 @@ than it was checked for. ``check_arguments`` runs the fast ``is_valid`` first
 and only on failure asks for the most relevant error, which it reduces to
 (pointer, keyword). ``format`` is an annotation, as the draft says: it is not
 asserted.
+
+jsonschema and referencing are imported when the first schema is compiled: a policy without
+argument schemas (and a gateway serving it) never loads them, and they weigh about 10 MiB.
 """
 
 from __future__ import annotations
@@ -25,14 +28,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError, best_match
-from jsonschema.validators import extend
-from referencing import Registry
-from referencing.exceptions import Unresolvable
-from referencing.jsonschema import DRAFT202012
 
 from drawbridge.policy.model import ToolSchema
 from drawbridge.policy.regexes import RegexError, check_regex
@@ -47,6 +44,8 @@ MAX_PATTERN_SUBJECT = 4096
 
 
 def _bounded_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    from jsonschema.exceptions import ValidationError
+
     if not validator.is_type(instance, "string"):
         return
     if len(instance) > MAX_PATTERN_SUBJECT:
@@ -55,7 +54,13 @@ def _bounded_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -
         yield ValidationError("does not match the pattern")
 
 
-_Validator = extend(Draft202012Validator, {"pattern": _bounded_pattern})
+@cache
+def _validator_class() -> Any:
+    """Draft 2020-12 with the bounded ``pattern`` keyword (built once, on the first schema)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import extend
+
+    return extend(Draft202012Validator, {"pattern": _bounded_pattern})
 
 
 class SchemaLoadError(ValueError):
@@ -124,6 +129,12 @@ def _walk(node: Any, at: list[Any], root: bool, found: _Found) -> None:
 
 def compile_schema(tool: str, schema: Any, line: int) -> ToolSchema:
     """Check and compile one tool's schema; raise SchemaLoadError with a precise message."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
     if not isinstance(schema, (dict, bool)):
         raise SchemaLoadError("a schema must be a mapping (or true/false)")
     if isinstance(schema, dict) and "$schema" in schema and schema["$schema"] not in (
@@ -146,7 +157,7 @@ def compile_schema(tool: str, schema: Any, line: int) -> ToolSchema:
             except RegexError as exc:
                 raise SchemaLoadError(f"regex at {where} {exc}") from None
         base = schema.get("$id") if isinstance(schema.get("$id"), str) else _BASE_URI
-        registry: Registry[Any] = Registry().with_resource(base, DRAFT202012.create_resource(schema))
+        registry: Any = Registry().with_resource(base, DRAFT202012.create_resource(schema))
         resolver = registry.resolver(base_uri=base)
         for ref, where in found.refs:
             if not ref.startswith("#"):
@@ -157,7 +168,7 @@ def compile_schema(tool: str, schema: Any, line: int) -> ToolSchema:
                 resolver.lookup(ref)
             except Unresolvable:
                 raise SchemaLoadError(f"reference {ref!r} at {where} points nowhere") from None
-    validator = _Validator(schema, registry=Registry())
+    validator = _validator_class()(schema, registry=Registry())
     return ToolSchema(tool, schema, line, _Compiled(validator, found.names_by_regex))
 
 
@@ -184,6 +195,9 @@ def _long_name(node: Any, at: list[Any]) -> list[Any] | None:
 
 def check_arguments(schema: ToolSchema, arguments: Any) -> Violation | None:
     """None when ``arguments`` satisfy the schema, else where and which keyword fails."""
+    from jsonschema.exceptions import best_match
+    from referencing.exceptions import Unresolvable
+
     compiled: _Compiled = schema.validator
     instance = {} if arguments is None else arguments
     if compiled.names_by_regex:

@@ -23,6 +23,8 @@ the committed vectors (7.1); a pattern Python cannot compile is malformed.
 
 Compiled validators are kept by the schema's sorted JSON text (a bounded cache), so equal
 schemas compile once; ``check_args`` takes a per-policy memo of validators by tool as well.
+jsonschema is imported with the first schema compiled (a gateway whose policies declare none never
+loads it).
 """
 
 from __future__ import annotations
@@ -32,17 +34,6 @@ import functools
 import json
 from collections.abc import Mapping
 from typing import Any
-
-import referencing.jsonschema as _specs
-from jsonschema import (
-    Draft4Validator,
-    Draft6Validator,
-    Draft7Validator,
-    Draft201909Validator,
-    Draft202012Validator,
-)
-from jsonschema_specifications import REGISTRY as _META_SCHEMAS
-from referencing import Registry
 
 __all__ = ["ArgsCheck", "check_args"]
 
@@ -60,32 +51,47 @@ class _Malformed(Exception):
     pass
 
 
-_DIALECTS: dict[str, tuple[type, Any]] = {}
-for _cls, _spec, _uris in (
-    (Draft202012Validator, _specs.DRAFT202012, ("https://json-schema.org/draft/2020-12/schema",)),
-    (Draft201909Validator, _specs.DRAFT201909, ("https://json-schema.org/draft/2019-09/schema",)),
-    (Draft7Validator, _specs.DRAFT7, ("https://json-schema.org/draft-07/schema",)),
-    (Draft6Validator, _specs.DRAFT6, ("https://json-schema.org/draft-06/schema",)),
-    (Draft4Validator, _specs.DRAFT4, ("https://json-schema.org/draft-04/schema",)),
-):
-    for _uri in _uris:
-        _DIALECTS[_uri] = (_cls, _spec)
-        _DIALECTS["http://" + _uri.removeprefix("https://")] = (_cls, _spec)
-_FORMATS_ASSERT = (Draft4Validator, Draft6Validator, Draft7Validator)
+@functools.cache
+def _dialects() -> tuple[dict[str, tuple[type, Any]], tuple[type, ...]]:
+    """The validator class and referencing specification of each ``$schema`` URI; the classes whose
+    formats assert."""
+    import referencing.jsonschema as specs
+    from jsonschema import (
+        Draft4Validator,
+        Draft6Validator,
+        Draft7Validator,
+        Draft201909Validator,
+        Draft202012Validator,
+    )
+
+    dialects: dict[str, tuple[type, Any]] = {}
+    for cls, spec, uris in (
+        (Draft202012Validator, specs.DRAFT202012, ("https://json-schema.org/draft/2020-12/schema",)),
+        (Draft201909Validator, specs.DRAFT201909, ("https://json-schema.org/draft/2019-09/schema",)),
+        (Draft7Validator, specs.DRAFT7, ("https://json-schema.org/draft-07/schema",)),
+        (Draft6Validator, specs.DRAFT6, ("https://json-schema.org/draft-06/schema",)),
+        (Draft4Validator, specs.DRAFT4, ("https://json-schema.org/draft-04/schema",)),
+    ):
+        for uri in uris:
+            dialects[uri] = (cls, spec)
+            dialects["http://" + uri.removeprefix("https://")] = (cls, spec)
+    return dialects, (Draft4Validator, Draft6Validator, Draft7Validator)
 
 
 def _dialect(schema: Any) -> tuple[type, Any]:
     if isinstance(schema, dict) and isinstance(schema.get("$schema"), str):
-        found = _DIALECTS.get(schema["$schema"].rstrip("#"))
+        found = _dialects()[0].get(schema["$schema"].rstrip("#"))
         if found is None:
             raise _Malformed("unknown $schema dialect")
         return found
     # A non-string $schema keeps the default dialect and fails the meta-schema check.
-    return _DIALECTS["https://json-schema.org/draft/2020-12/schema"]
+    return _dialects()[0]["https://json-schema.org/draft/2020-12/schema"]
 
 
 def _resolve_every_reference(schema: Any, specification: Any) -> None:
     """Resolve each $ref/$dynamicRef in every subschema, as a compile-time resolver would."""
+    from jsonschema_specifications import REGISTRY as _META_SCHEMAS
+
     root = specification.create_resource(schema)
     stack = [(_META_SCHEMAS.resolver_with_root(root), root)]
     while stack:
@@ -103,12 +109,14 @@ def _resolve_every_reference(schema: Any, specification: Any) -> None:
 @functools.lru_cache(maxsize=512)
 def _compiled(schema_key: str) -> Any:
     """A validator for the schema spelled by ``schema_key``, or ``None`` if it is malformed."""
+    from referencing import Registry
+
     schema = json.loads(schema_key)
     try:
         cls, specification = _dialect(schema)
         cls.check_schema(schema)
         _resolve_every_reference(schema, specification)
-        format_checker = cls.FORMAT_CHECKER if cls in _FORMATS_ASSERT else None
+        format_checker = cls.FORMAT_CHECKER if cls in _dialects()[1] else None
         return cls(schema, registry=Registry(), format_checker=format_checker)
     except Exception:  # any failure to compile is a malformed declaration
         return None

@@ -25,6 +25,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
+from drawbridge.gateway.protocol.limits import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
+from drawbridge.gateway.protocol.limits import (
+    DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES as DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES,
+)
 from drawbridge.gateway.protocol.methods import TOOLS_CALL
 from drawbridge.gateway.protocol.one_reading import (
     DEFAULT_MAX_DEPTH,
@@ -63,8 +67,6 @@ RESULT_WITHHELD: Final = (
     "this gateway refuses further calls until it is restarted with working evidence storage"
 )
 
-DEFAULT_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
-DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES: Final = 64 * 1024 * 1024
 
 RequestId = str | int
 IdKey = tuple[str, str | int]

@@ -24,10 +24,11 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
 
 from drawbridge.evidence.runs import RUN_END, RUN_START, run_end_body, run_start_body
 from drawbridge.evidence.tlog import Checkpoint, sign_checkpoint
+from drawbridge.gateway.recording.cadence import EVERY_LINES as EVERY_LINES
+from drawbridge.gateway.recording.cadence import EVERY_SECONDS as EVERY_SECONDS
 from drawbridge.state.append_only import AppendOnlyError
 from drawbridge.state.checkpoint_files import CheckpointFiles
 from drawbridge.state.signing_keys import EvidenceKeys
@@ -35,8 +36,6 @@ from drawbridge.state.trace_log import TraceLog
 
 logger = logging.getLogger("drawbridge.evidence")
 
-EVERY_LINES: Final = 1000
-EVERY_SECONDS: Final = 10.0
 
 
 @dataclass(frozen=True)

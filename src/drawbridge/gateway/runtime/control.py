@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Mount, Router
+from starlette.types import Receive, Scope, Send
 
 from drawbridge.catalogue.classify import Classification
 from drawbridge.control import (
@@ -183,20 +184,39 @@ def routes(services: ControlServices, runtime: Runtime) -> list[BaseRoute]:
     return list(control_routes(services, admin_token_sha256=_credential(runtime)))
 
 
+class _ConsoleOnFirstRequest:
+    """The console's routes, built with the first request under ``/console``: the console (and with it
+    jinja2 and its templates) is loaded only once a person opens it, not by every gateway that serves
+    a control plane."""
+
+    def __init__(self, build: Callable[[], Mount]) -> None:
+        self._build = build
+        self._router: Router | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._router is None:
+            self._router = Router(routes=self._build().routes)
+        await self._router(scope, receive, send)
+
+
 def app(services: ControlServices, runtime: Runtime) -> Any:
     """The control plane as an app of its own (its own listener, apart from ``/mcp``), with ``/metrics``
     and the web console at ``/console/`` behind the same credential."""
-    from drawbridge.control.console import console_mount  # templates are loaded only when served
-
     digest = _credential(runtime)
     plane = control_app(services, admin_token_sha256=digest)
     plane.router.routes.append(metrics_route(runtime, AdminAuth(digest)))
     evidence = Path(runtime.settings.evidence_dir) if runtime.settings.evidence_dir is not None else None
     trace, surfaces = (None, None) if evidence is None else (evidence / TRACE_FILE, evidence / SURFACE_FILE)
     truth = Path(runtime.settings.truth_out) if runtime.settings.truth_out is not None else None
-    plane.router.routes.append(
-        console_mount(services, admin_token_sha256=digest, trace_path=trace, surface_path=surfaces, truth_path=truth)
-    )
+
+    def console() -> Mount:
+        from drawbridge.control.console import console_mount
+
+        return console_mount(
+            services, admin_token_sha256=digest, trace_path=trace, surface_path=surfaces, truth_path=truth
+        )
+
+    plane.router.routes.append(Mount("/console", app=_ConsoleOnFirstRequest(console)))
     return plane
 
 

@@ -31,9 +31,7 @@ from drawbridge.gateway.runtime.control import CatalogueView, ServedTool, contro
 from drawbridge.gateway.serve.hub import Gateway, GatewaySettings
 from drawbridge.gateway.serve.visible_tools import VisibleTools
 from drawbridge.gateway.upstreams.child_process import EnvPolicy
-from drawbridge.gateway.upstreams.cli_tools.upstream import open_cli
 from drawbridge.gateway.upstreams.local import LocalUpstream, StartError
-from drawbridge.gateway.upstreams.openapi.upstream import open_openapi
 from drawbridge.gateway.upstreams.session import UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
@@ -57,10 +55,17 @@ async def open_local_upstreams(config: GatewayConfig, environ: Mapping[str, str]
     environ = os.environ if environ is None else environ
     opened: list[LocalUpstream] = []
     try:
-        for service in config.openapi:
-            opened.append(await open_openapi(service, environ))
-        for entry in config.cli_tools:
-            opened.append(open_cli(entry, environ, min(30.0, config.call_timeout_seconds)))
+        # Each kind (and what it needs: an HTTP client, JSON Schema) is loaded only when configured.
+        if config.openapi:
+            from drawbridge.gateway.upstreams.openapi.upstream import open_openapi
+
+            for service in config.openapi:
+                opened.append(await open_openapi(service, environ))
+        if config.cli_tools:
+            from drawbridge.gateway.upstreams.cli_tools.upstream import open_cli
+
+            for entry in config.cli_tools:
+                opened.append(open_cli(entry, environ, min(30.0, config.call_timeout_seconds)))
     except BaseException:
         for kind in opened:
             await kind.close()

@@ -4,7 +4,8 @@ Invariant: wrap adds a transport and one upstream, never a second decision path:
 every tools/call to the runtime's pipeline, which resolves it in the server's own catalogue (listed
 by the gateway), raises it to the floors of the runtime's pins (``--pin-tools`` puts that catalogue
 under them, in the same state file and with the same statuses as serve) and records it through the
-runtime's guard. The truth producer's key variables never reach the child.
+runtime's guard. The truth producer's key variables never reach the child (its environment filter,
+set by the command, denies them).
 """
 
 from __future__ import annotations
@@ -14,36 +15,40 @@ from collections.abc import Callable
 
 import anyio
 
-from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
 from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.gateway.transports.process_stdio import process_stdio
 from drawbridge.gateway.transports.relay_requests import RelayConfig
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
 from drawbridge.gateway.transports.wrap_relay import StdioRelay
-from drawbridge.gateway.upstreams.child_process import EnvPolicy, UpstreamProcess, UpstreamStartError
+from drawbridge.gateway.upstreams.child_process import UpstreamProcess
+from drawbridge.gateway.upstreams.child_spawn import Upstream, UpstreamStartError
 
 
 async def run_wrap(
     runtime: Runtime,
-    argv: list[str],
+    server: Upstream,
     config: RelayConfig,
     *,
     control: socket.socket | None = None,
     on_control_ready: Callable[[str, int], None] | None = None,
 ) -> str | None:
     """Serve the agent on this process's stdin and stdout until it closes; returns why the server
-    could not be started, if it could not."""
-    telemetry = runtime.settings.telemetry
-    collector = frozenset(telemetry.headers_env.values()) if telemetry is not None else frozenset()
-    env_filter = EnvPolicy(deny_names=frozenset(TRUTH_KEY_NAMES) | collector)  # the gateway's credentials stay its own
+    could not be started, if it could not. The command may have started the server already, while
+    the runtime was built (``server.started``); else it is started here, once the runtime runs."""
     async with anyio.create_task_group() as tg:
         await tg.start(runtime.run)
         try:
             async with process_stdio() as (client_in, client_out):
+                started = server.started
                 try:
-                    upstream = await UpstreamProcess.spawn(
-                        argv, env_filter=env_filter, max_message_bytes=config.max_upstream_message_bytes
-                    )
+                    if started is None:
+                        upstream = await UpstreamProcess.spawn(
+                            server.argv, env_filter=server.env_filter, max_message_bytes=config.max_upstream_message_bytes
+                        )
+                    elif isinstance(started, str):
+                        return started
+                    else:
+                        upstream = await UpstreamProcess.adopt(started, max_message_bytes=config.max_upstream_message_bytes)
                 except UpstreamStartError as exc:
                     return str(exc)
                 relay = StdioRelay(upstream, client_in, client_out, pipeline=runtime.pipeline, config=config)

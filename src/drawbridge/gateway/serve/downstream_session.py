@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
 
 from drawbridge.gateway.protocol.eras import MODERN_VERSION, PROTOCOL_VERSION_META_KEY
 from drawbridge.gateway.protocol.hop import downstream_result, gateway_result, outbound_params, progress_token
@@ -61,6 +60,7 @@ from drawbridge.gateway.protocol.methods import (
 from drawbridge.gateway.serve.agents import NoBackChannel, Outbound
 from drawbridge.gateway.serve.hub import Gateway
 from drawbridge.gateway.upstreams.requests import UpstreamLost, UpstreamUnavailable
+from drawbridge.gateway.upstreams.sdk_parts import inbound
 from drawbridge.gateway.upstreams.session import UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
@@ -195,8 +195,9 @@ class DownstreamSession:
         meta = params.get("_meta") if isinstance(params, dict) else None
         if self.modern or (isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta):
             if not envelope_checked:
-                verdict = classify_inbound_request(message.body)
-                if isinstance(verdict, InboundLadderRejection):
+                ladder = inbound()
+                verdict = ladder.classify_inbound_request(message.body)
+                if isinstance(verdict, ladder.InboundLadderRejection):
                     return error_response(message.id, verdict.code, verdict.message, verdict.data)
             modern, version = True, MODERN_VERSION
             if self.version is None:

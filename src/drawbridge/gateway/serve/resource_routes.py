@@ -17,9 +17,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
-
 from drawbridge.gateway.protocol.methods import RESOURCE_TEMPLATES_LIST, RESOURCES_LIST
+from drawbridge.gateway.upstreams.sdk_parts import InvalidUriTemplate, UriTemplate
 from drawbridge.gateway.upstreams.session import UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")

@@ -13,7 +13,8 @@ Theory of operation. ``authenticate`` tries the static tokens first (a digest co
 JWT. A verified JWT is remembered by its SHA-256 until it expires (or the key set changes), so the
 per-call cost of a token seen before is a hash and a dict lookup; only a ``kid`` the key set does not
 hold awaits a fetch (``oauth_keys``). A refused credential is logged at WARNING with the reason and
-the peer address, never the token.
+the peer address, never the token. PyJWT and the key store (with its HTTP client) are imported only
+when OAuth is configured: a gateway of static tokens never holds them.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
-import jwt
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -37,7 +37,9 @@ from drawbridge.config_oauth import OAuthConfig
 from drawbridge.gateway.protocol.jsonrpc import Kind, Message
 from drawbridge.gateway.protocol.methods import TOOLS_CALL
 from drawbridge.gateway.transports.http_identity import AUTH_REQUIRED, HttpSettings, identify
-from drawbridge.gateway.transports.oauth_keys import KeyStore, KeysUnavailable
+
+if TYPE_CHECKING:
+    from drawbridge.gateway.transports.oauth_keys import KeyStore
 
 logger = logging.getLogger("drawbridge.gateway.http")
 
@@ -79,7 +81,11 @@ class Authenticator:
         self.settings = settings
         self.oauth = oauth
         self.resource = resource
-        self.keys = KeyStore(oauth) if oauth is not None else None
+        self.keys: KeyStore | None = None
+        if oauth is not None:
+            from drawbridge.gateway.transports.oauth_keys import KeyStore
+
+            self.keys = KeyStore(oauth)
         self._verified: OrderedDict[str, tuple[Identity, int]] = OrderedDict()
         self._metadata_url = metadata_url(resource) if resource is not None else None
 
@@ -174,6 +180,10 @@ class Authenticator:
         return self.insufficient(peer, identity.agent, missing) if missing else None
 
     async def _verify(self, token: str, peer: str) -> Identity | Refusal:
+        import jwt  # loaded with the KeyStore: only OAuth reaches here
+
+        from drawbridge.gateway.transports.oauth_keys import KeysUnavailable
+
         assert self.oauth is not None and self.keys is not None
         digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
         cached = self._verified.get(digest)

@@ -41,15 +41,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
-from mcp.shared.inbound import (
-    ERROR_CODE_HTTP_STATUS,
-    HEADER_MISMATCH,
-    MCP_PROTOCOL_VERSION_HEADER,
-    InboundLadderRejection,
-    classify_inbound_request,
-    find_duplicated_routing_header,
-    unsupported_protocol_version_rejection,
-)
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
@@ -85,6 +76,7 @@ from drawbridge.gateway.transports.http_wire import (
     stream_answer,
     stream_mailbox,
 )
+from drawbridge.gateway.upstreams.sdk_parts import MCP_PROTOCOL_VERSION_HEADER, inbound
 
 logger = logging.getLogger("drawbridge.gateway.http")
 
@@ -288,7 +280,7 @@ class McpEndpoint:
             return
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS and message.method != INITIALIZE:
             # -32022 with the versions served, so a dual-era client can fall back (2026-07-28 versioning)
-            unsupported = unsupported_protocol_version_rejection(version)
+            unsupported = inbound().unsupported_protocol_version_rejection(version)
             assert unsupported is not None
             refusal = error_response(message.id, unsupported.code, unsupported.message, unsupported.data)
             await send_json(send, 400, refusal)
@@ -329,18 +321,21 @@ class McpEndpoint:
         if message.kind is Kind.NOTIFICATION:
             await send_status(send, 202)
             return
-        duplicated = find_duplicated_routing_header(raw_headers(scope))
-        rejection: InboundLadderRejection | None = None
+        ladder = inbound()
+        duplicated = ladder.find_duplicated_routing_header(raw_headers(scope))
+        rejection: Any = None
         if duplicated is not None:
-            rejection = InboundLadderRejection(code=HEADER_MISMATCH, message=f"{duplicated} header appears more than once")
+            rejection = ladder.InboundLadderRejection(
+                code=ladder.HEADER_MISMATCH, message=f"{duplicated} header appears more than once"
+            )
         else:
-            verdict = classify_inbound_request(message.body, headers=dict(headers))
-            if isinstance(verdict, InboundLadderRejection):
+            verdict = ladder.classify_inbound_request(message.body, headers=dict(headers))
+            if isinstance(verdict, ladder.InboundLadderRejection):
                 rejection = verdict
             else:
                 rejection = self.params.rejection(message, raw_headers(scope))
         if rejection is not None:
-            status = ERROR_CODE_HTTP_STATUS.get(rejection.code, 400)
+            status = ladder.ERROR_CODE_HTTP_STATUS.get(rejection.code, 400)
             await send_json(send, status, error_response(message.id, rejection.code, rejection.message, rejection.data))
             return
         outbound = HttpOutbound(unsolicited=False)
@@ -406,7 +401,7 @@ class McpEndpoint:
         status = 200
         if modern and isinstance(response.get("error"), dict):
             code = response["error"].get("code")
-            status = ERROR_CODE_HTTP_STATUS.get(code, 200) if isinstance(code, int) else 200
+            status = inbound().ERROR_CODE_HTTP_STATUS.get(code, 200) if isinstance(code, int) else 200
         await send_json(send, status, response)
 
     async def _watch_disconnect(self, receive: Receive, session: DownstreamSession, request_id: RequestId | None) -> None:

@@ -1,11 +1,12 @@
 """``Mcp-Param-*`` headers of a 2026-07-28 ``tools/call`` at ``/mcp``, checked against its body.
 
-Invariant: a 2026-07-28 ``tools/call`` of a tool whose input schema declares ``x-mcp-header``
-properties reaches the pipeline only when each declared header and its argument agree (present
-together and equal after the ``=?base64?...?=`` decoding, or absent together), and no declared header
-is repeated; otherwise it is answered 400 with ``HEADER_MISMATCH`` (-32020), as the spec asks of any
-server that reads the body. The SDK's codec and validator (``mcp.shared.inbound``) decide; this module
-only finds the schema, so client and gateway read the headers the same way.
+Invariant: a 2026-07-28 ``tools/call`` of a tool whose input schema declares ``x-mcp-header`` properties
+reaches the pipeline only when each declared header and its argument agree (present together and equal
+after the ``=?base64?...?=`` decoding, or absent together), and no declared header is repeated;
+otherwise it is answered 400 with ``HEADER_MISMATCH`` (-32020), as the spec asks of any server that
+reads the body. The SDK's codec and validator (``mcp.shared.inbound``, loaded by ``sdk_parts.inbound()``
+with the first such call) decide; this module only finds the schema, so client and gateway read the
+headers the same way.
 
 Theory of operation. The tool's schema is the served catalogue's; whether it declares any header is
 remembered per catalogue item, so a call of a tool without such properties costs a dict lookup.
@@ -14,13 +15,15 @@ remembered per catalogue item, so a call of a tool without such properties costs
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
-
-from mcp.shared.inbound import X_MCP_HEADER_KEY, InboundLadderRejection, validate_mcp_param_headers
+from typing import TYPE_CHECKING, Any
 
 from drawbridge.gateway.protocol.jsonrpc import Message
 from drawbridge.gateway.protocol.methods import TOOLS_CALL
 from drawbridge.gateway.serve.hub import Gateway
+from drawbridge.gateway.upstreams.sdk_parts import X_MCP_HEADER_KEY, inbound
+
+if TYPE_CHECKING:
+    from mcp.shared.inbound import InboundLadderRejection  # the type only: the module is loaded by ``inbound()``
 
 
 class _Lines(Mapping[str, str]):
@@ -83,7 +86,7 @@ class ParamHeaders:
             self._declared[entry.name] = known
         if not known[1]:
             return None
-        return validate_mcp_param_headers(entry.item.get("inputSchema"), arguments or {}, _Lines(lines))
+        return inbound().validate_mcp_param_headers(entry.item.get("inputSchema"), arguments or {}, _Lines(lines))
 
 
 __all__ = ["ParamHeaders"]

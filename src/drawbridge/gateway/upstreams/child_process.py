@@ -7,14 +7,14 @@ how the child ended. The child's stderr is the gateway's stderr (passed through)
 relayed as log lines that name the upstream (``relay_stderr``).
 
 Theory of operation. ``UpstreamProcess.spawn`` starts the command in its own process group with piped
-stdin and stdout. Writes go through one lock so that lines from concurrent calls never interleave; a
-write to a child that is gone raises ``UpstreamGone``. ``send_nowait`` hands whole lines to the
-pipe's buffer without waiting when nothing is being written and the buffer is below its limit
-(else it writes nothing and the caller uses ``send``): on asyncio the pipe transport buffers a
-write whole and flushes it in the background, so such a line can never be torn. ``lines()`` frames
-stdout with the size limit (``line_batches()``: the lines of one read together). ``aclose()``
-follows the MCP stdio shutdown sequence: close the child's stdin, give it a grace period, then
-SIGTERM the process group, then SIGKILL.
+stdin and stdout (``child_spawn``; ``adopt`` takes over a child started so before the event loop ran).
+Writes go through one lock so that lines from concurrent calls never interleave; a write to a child that
+is gone raises ``UpstreamGone``. ``send_nowait`` hands whole lines to the pipe's buffer without waiting
+when nothing is being written and the buffer is below its limit (else it writes nothing and the caller
+uses ``send``): on asyncio the pipe transport buffers a write whole and flushes it in the background, so
+such a line can never be torn. ``lines()`` frames stdout with the size limit (``line_batches()``: the
+lines of one read together). ``aclose()`` follows the MCP stdio shutdown sequence: close the child's
+stdin, give it a grace period, then SIGTERM the process group, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -24,16 +24,18 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Final
 
 import anyio
-from anyio.abc import Process
 
 from drawbridge.activity_log import activity
 from drawbridge.canonical import sanitize
 from drawbridge.gateway.protocol.jsonrpc import LineFramer, Oversize
+from drawbridge.gateway.upstreams.child_spawn import EnvFilter as EnvFilter
+from drawbridge.gateway.upstreams.child_spawn import EnvPolicy as EnvPolicy
+from drawbridge.gateway.upstreams.child_spawn import SpawnedChild, spawn_child
+from drawbridge.gateway.upstreams.child_spawn import UpstreamStartError as UpstreamStartError
 from drawbridge.gateway.upstreams.pipes import FdReceiveStream
 
 GRACE_SECONDS: Final = 2.0
@@ -41,39 +43,6 @@ KILL_SECONDS: Final = 2.0
 READ_CHUNK: Final = 65536
 STDERR_LINE_CAP: Final = 4096
 """The longest stderr line relayed whole; the rest of a longer one is cut."""
-
-EnvFilter = Callable[[Mapping[str, str]], dict[str, str]]
-"""Takes the gateway's environment, returns the child's."""
-
-
-@dataclass(frozen=True)
-class EnvPolicy:
-    """Which environment variables the upstream inherits.
-
-    By default it inherits everything except the gateway's own variables (an MCP client configures the
-    server's credentials in the environment it launches the gateway with, so they must pass). Names
-    in ``deny_names`` and names starting with a prefix in ``deny_prefixes`` never pass, even when listed
-    in ``allow``. With ``inherit=False`` only ``allow`` passes. ``extra`` is added last (and is itself
-    subject to the deny rules).
-    """
-
-    inherit: bool = True
-    allow: frozenset[str] = frozenset()
-    deny_names: frozenset[str] = frozenset()
-    deny_prefixes: tuple[str, ...] = ("DRAWBRIDGE_",)
-    extra: Mapping[str, str] = field(default_factory=dict)
-
-    def denied(self, name: str) -> bool:
-        return name in self.deny_names or name.startswith(self.deny_prefixes)
-
-    def __call__(self, environ: Mapping[str, str]) -> dict[str, str]:
-        chosen = {
-            name: value
-            for name, value in environ.items()
-            if (self.inherit or name in self.allow) and not self.denied(name)
-        }
-        chosen.update((name, value) for name, value in self.extra.items() if not self.denied(name))
-        return chosen
 
 
 async def _pipe_writer(fd: int) -> asyncio.StreamWriter:
@@ -89,12 +58,6 @@ async def _pipe_writer(fd: int) -> asyncio.StreamWriter:
         pipe.close()
         raise
     return asyncio.StreamWriter(transport, protocol, None, loop)
-
-
-def _close_fds(*fds: int | None) -> None:
-    for fd in fds:
-        if fd is not None:
-            os.close(fd)
 
 
 def relay_stderr(fd: int, label: str) -> None:
@@ -114,13 +77,14 @@ class UpstreamGone(Exception):
     """The child can no longer be written to."""
 
 
-class UpstreamStartError(Exception):
-    """The command could not be started; the message names the command and the OS error."""
-
-
 class UpstreamProcess:
     def __init__(
-        self, process: Process, argv: Sequence[str], max_message_bytes: int, stdin: asyncio.StreamWriter, stdout_fd: int
+        self,
+        process: SpawnedChild,
+        argv: Sequence[str],
+        max_message_bytes: int,
+        stdin: asyncio.StreamWriter,
+        stdout_fd: int,
     ) -> None:
         self._process = process
         self._stdout = FdReceiveStream(stdout_fd)
@@ -144,43 +108,23 @@ class UpstreamProcess:
     ) -> UpstreamProcess:
         """Start the child; with ``stderr_label`` its stderr lines are relayed as the gateway's own
         log lines naming it (``relay_stderr``), else its stderr is the gateway's."""
-        if not argv:
-            raise UpstreamStartError("no upstream command was given")
-        source = os.environ if environ is None else environ
-        env = (env_filter or EnvPolicy())(source)
-        # The child's stdin and stdout are pipes of our own (close-on-exec here; the child gets them
-        # as fds 0 and 1): stdout is read directly, without a transport, so a read takes whatever
-        # the child has written so far; stdin is written through an asyncio transport.
-        stdin_read, stdin_write = os.pipe()
-        stdout_read, stdout_write = os.pipe()
-        stderr_read, stderr_write = os.pipe() if stderr_label is not None else (None, None)
+        child = spawn_child(argv, env_filter=env_filter, cwd=cwd, environ=environ, stderr_pipe=stderr_label is not None)
+        if child.stderr_fd is not None and stderr_label is not None:
+            relay_stderr(child.take_stderr(), stderr_label)
+        return await cls.adopt(child, max_message_bytes=max_message_bytes)
+
+    @classmethod
+    async def adopt(cls, child: SpawnedChild, *, max_message_bytes: int) -> UpstreamProcess:
+        """Take over a started child (``child_spawn``): stdout is read directly, without a transport,
+        so a read takes whatever the child has written so far; stdin is written through an asyncio
+        transport."""
+        stdin_fd, stdout_fd = child.take_pipes()
         try:
-            process = await anyio.open_process(
-                list(argv),
-                stdin=stdin_read,
-                stdout=stdout_write,
-                stderr=stderr_write,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            _close_fds(stdin_write, stdout_read, stderr_read)
-            raise UpstreamStartError(f"cannot start upstream {argv[0]!r}: {exc.strerror or exc}") from exc
+            stdin = await _pipe_writer(stdin_fd)
         except BaseException:
-            _close_fds(stdin_write, stdout_read, stderr_read)
+            os.close(stdout_fd)
             raise
-        finally:
-            # The child holds these ends now: EOF on its stdout comes when it (and what it started) is gone.
-            _close_fds(stdin_read, stdout_write, stderr_write)
-        if stderr_read is not None and stderr_label is not None:
-            relay_stderr(stderr_read, stderr_label)
-        try:
-            stdin = await _pipe_writer(stdin_write)
-        except BaseException:
-            os.close(stdout_read)
-            raise
-        return cls(process, argv, max_message_bytes, stdin, stdout_read)
+        return cls(child, child.popen.args, max_message_bytes, stdin, stdout_fd)
 
     @property
     def pid(self) -> int:

@@ -24,23 +24,19 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import anyio
-import httpx
 from anyio.abc import TaskGroup, TaskStatus
-from mcp.shared.inbound import (
-    NAME_BEARING_METHODS,
-    encode_header_value,
-    find_invalid_x_mcp_header,
-    mcp_param_headers,
-    x_mcp_header_map,
-)
 
 from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, UPSTREAM_EXITED
 from drawbridge.gateway.protocol.methods import INITIALIZE, TOOLS_CALL
 from drawbridge.gateway.upstreams.requests import Deliver, UpstreamLost, render
+from drawbridge.gateway.upstreams.sdk_parts import inbound
+
+if TYPE_CHECKING:
+    import httpx  # imported by the methods that use it: a gateway with no HTTP upstream never loads it
 
 logger = logging.getLogger("drawbridge.gateway.upstream")
 
@@ -127,15 +123,16 @@ class HttpLink:
         into ``Mcp-Param-*`` headers (their ``x-mcp-header``), computed once per tool list. A tool
         whose annotations are invalid is dropped, as the spec asks of HTTP clients (its calls could
         not carry the headers its server expects)."""
+        ladder = inbound()
         maps: dict[str, dict[tuple[str, ...], str]] = {}
         kept: list[Any] = []
         for tool in tools:
             if isinstance(tool, Mapping) and isinstance(name := tool.get("name"), str):
                 schema = tool.get("inputSchema")
-                if (problem := find_invalid_x_mcp_header(schema)) is not None:
+                if (problem := ladder.find_invalid_x_mcp_header(schema)) is not None:
                     logger.warning("upstream at %s: tool %r is not offered: %s", self.shown_url, name[:100], problem[:200])
                     continue
-                if found := x_mcp_header_map(schema):
+                if found := ladder.x_mcp_header_map(schema):
                     maps[name] = found
             kept.append(tool)
         self._param_maps = maps
@@ -144,6 +141,8 @@ class HttpLink:
     # -- lifecycle
 
     async def run(self, deliver: Deliver, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> str:
+        import httpx  # the HTTP client is loaded with the first HTTP upstream
+
         self._deliver = deliver
         timeout = httpx.Timeout(
             connect=HTTP_CONNECT_TIMEOUT_SECONDS, read=None, write=HTTP_WRITE_TIMEOUT_SECONDS, pool=None
@@ -177,6 +176,8 @@ class HttpLink:
         self.die("the gateway closed the connection")
 
     async def _terminate(self, client: httpx.AsyncClient) -> None:
+        import httpx
+
         if self.session_id is None:
             return
         with anyio.move_on_after(2.0, shield=True):
@@ -196,13 +197,14 @@ class HttpLink:
             headers["mcp-protocol-version"] = self.protocol_version
         if message is not None and isinstance(method := message.get("method"), str):
             headers["mcp-method"] = method
-            key = NAME_BEARING_METHODS.get(method)
+            ladder = inbound()
+            key = ladder.NAME_BEARING_METHODS.get(method)
             params = message.get("params")
             if key is not None and isinstance(params, Mapping) and isinstance(value := params.get(key), str):
-                headers["mcp-name"] = encode_header_value(value)
+                headers["mcp-name"] = ladder.encode_header_value(value)
                 mirrored = self._param_maps.get(value) if method == TOOLS_CALL else None
                 if mirrored is not None and isinstance(arguments := params.get("arguments"), Mapping):
-                    headers.update(mcp_param_headers(mirrored, arguments))
+                    headers.update(ladder.mcp_param_headers(mirrored, arguments))
         return headers
 
     async def send(self, message: Mapping[str, Any]) -> None:
@@ -215,6 +217,8 @@ class HttpLink:
 
     async def _post_message(self, message: Mapping[str, Any]) -> None:
         """A notification or a response: the upstream acknowledges it; there is no answer to wait for."""
+        import httpx
+
         assert self._client is not None
         try:
             response = await self._client.post(self.url, content=render(message), headers=self._headers(message))
@@ -251,6 +255,8 @@ class HttpLink:
                     del self._posts[request_id]
 
     async def _post_request_in_scope(self, message: dict[str, Any]) -> None:
+        import httpx
+
         assert self._client is not None and self._deliver is not None
         request_id = message["id"]
         try:
@@ -322,6 +328,8 @@ class HttpLink:
     # -- the GET stream
 
     async def _get_stream(self) -> None:
+        import httpx
+
         assert self._client is not None and self._deliver is not None
         failures = 0
         while not self._dead.is_set():

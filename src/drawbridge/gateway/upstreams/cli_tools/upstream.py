@@ -22,12 +22,13 @@ import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
-
-from jsonschema import Draft202012Validator
+from typing import TYPE_CHECKING, Any, Final
 
 from drawbridge.config import CliCommandConfig, CliToolConfig
 from drawbridge.gateway.upstreams.cli_tools.argv import ArgvRefused, build_invocation
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator  # imported where a schema is compiled: only serve with cli_tools needs it
 from drawbridge.gateway.upstreams.cli_tools.runner import call_result, child_environment, run
 from drawbridge.gateway.upstreams.local import LocalTool, LocalUpstream, NotSent, StartError
 from drawbridge.policy.model import Action
@@ -93,6 +94,8 @@ def open_cli(entry: CliToolConfig, environ: Mapping[str, str], default_timeout: 
     binary = resolve_binary(entry, environ)
     if entry.working_dir is not None and not os.path.isdir(entry.working_dir):
         raise StartError(f"cli tool {entry.name!r}: working_dir {entry.working_dir} is not a directory")
+    from jsonschema import Draft202012Validator
+
     env = child_environment(environ, entry.env)
     default_rule = CliCommandConfig(timeout_seconds=default_timeout)
     tools: list[LocalTool] = []

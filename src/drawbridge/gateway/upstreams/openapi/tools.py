@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+from typing import TYPE_CHECKING, Any
 
 from drawbridge.catalogue.classify import name_words
 from drawbridge.gateway.upstreams.openapi.spec import Operation, Spec
 from drawbridge.policy.globs import compile_glob
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator  # imported where the tools are built: only serve with openapi needs it
 
 READ_ONLY_METHODS = frozenset({"GET", "HEAD"})
 
@@ -82,6 +82,9 @@ def operation_tools(
 ) -> tuple[list[OperationTool], list[str]]:
     """The tools of a spec (only those whose name matches an ``include`` glob, when given), and the
     operations left out with why."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     globs = [compile_glob(pattern) for pattern in include]
     tools: list[OperationTool] = []
     skipped = list(spec.skipped)
