@@ -72,6 +72,18 @@ def test_a_trace_that_does_not_verify_is_one_line_exit_2(tmp_path: Path, second:
     assert trace.read_bytes().startswith(before)  # nothing written to it, nothing cut from it
 
 
+def test_the_error_follows_the_log_format(tmp_path: Path) -> None:
+    evidence = tmp_path / "evidence"
+    assert _wrap(evidence).returncode == 0
+    trace = evidence / "trace.ndjson"
+    trace.write_bytes(trace.read_bytes() + b'{"seq":')
+    text = _one_line_error(_wrap(evidence), "does not verify")
+    assert text.startswith("drawbridge: ")
+    as_json = _wrap(evidence, "--log-format", "json")
+    error = json.loads(_one_line_error(as_json))
+    assert error["level"] == "ERROR" and error["event"] == "startup_failed" and error["message"] == text
+
+
 def test_wraps_default_state_file_is_inside_its_evidence_directory(tmp_path: Path) -> None:
     gateway = LineGateway(tmp_path, extra=("--pin-tools",))  # the pins are written to the state file
     try:

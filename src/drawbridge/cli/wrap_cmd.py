@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING
 import anyio
 import click
 
-from drawbridge.cli.log_format import configure_logging, log_format_option
-from drawbridge.cli.output import EXIT_INPUT, InputError
+from drawbridge.cli.log_format import configure_logging, log_format_option, startup_failed
+from drawbridge.cli.output import EXIT_INPUT
 from drawbridge.gateway.protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
 from drawbridge.gateway.recording.cadence import EVERY_LINES, EVERY_SECONDS
 from drawbridge.gateway.recording.durability import BATCH_LINES, BATCH_SECONDS
@@ -294,7 +294,7 @@ def command(
                     raise StartupProblem(f"cannot listen on 127.0.0.1:{control_port}: {exc.strerror or exc}") from exc
             problem = anyio.run(_serve, runtime, Upstream(list(server_command), env_filter, server), config, sock)
         except StartupProblem as exc:
-            raise InputError(str(exc)) from None
+            problem = str(exc)
         except KeyboardInterrupt:
             return
         finally:
@@ -306,7 +306,7 @@ def command(
         if isinstance(server, SpawnedChild):
             server.stop()  # the server of a gateway that did not start (the relay stops its own)
     if problem is not None:
-        click.echo(f"drawbridge: {problem}", err=True)
+        startup_failed(f"drawbridge: {problem}")
         sys.exit(EXIT_INPUT)
 
 
