@@ -15,7 +15,7 @@ from drawbridge.gateway.pipeline.outcomes import Outcome, outcome_of_response
 from drawbridge.gateway.pipeline.tool_call import ToolCall, parse_tool_call, requested_tool_name
 from drawbridge.gateway.pipeline.verdicts import Action, Provenance, Verdict, refusal_for, refusal_result
 from drawbridge.gateway.protocol.jsonrpc import INVALID_PARAMS, MessageError, parse_client_message
-from drawbridge.gateway.upstreams.child_process import EnvPolicy
+from drawbridge.gateway.upstreams.child_spawn import EnvPolicy
 
 ENVELOPE_KEY = "io.modelcontextprotocol/protocolVersion"
 

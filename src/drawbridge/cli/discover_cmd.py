@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import click
 
-from drawbridge.catalogue.classify import Classification, Source, classify_tool
+from drawbridge.catalogue.classify import Classification, Family, Source, classify_tool
 from drawbridge.catalogue.draft import DraftTool, generate_draft, origin_label
 from drawbridge.cli.log_format import configure_logging
 from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT, console, emit_json, format_option, table
@@ -105,7 +105,7 @@ def classify_catalogue(
     """Namespace and classify ``(server, tools)`` pairs exactly as ``serve`` would serve them; ``local``
     names the upstreams that are OpenAPI services or CLI binaries (their tools' facts classify them)."""
     from drawbridge.catalogue.merged import build_catalogue
-    from drawbridge.gateway.pipeline.floors import route_of
+    from drawbridge.gateway.pipeline.floors import Route
 
     catalogue = build_catalogue(list(sources), "tool")
     tools = []
@@ -115,9 +115,10 @@ def classify_catalogue(
         kind = (local or {}).get(entry.server)
         facts = kind.tool(entry.upstream_name) if kind is not None else None
         if kind is None or facts is None:
+            classified = classify_tool(own)
+            route = Route(entry.server, entry.upstream_name, generic=classified.family is Family.GENERIC)
             tools.append(DiscoveredTool(
-                entry.server, entry.upstream_name, entry.name, classify_tool(own), item=own,
-                route=route_of(entry.server, entry.upstream_name, own),
+                entry.server, entry.upstream_name, entry.name, classified, item=own, route=route,
             ))
             continue
         classification = classify_tool(
@@ -176,7 +177,7 @@ async def discover(
     (``ad_hoc``: the spec of ``--openapi``) without calling them. ``progress`` is told of each
     upstream as it answers (or not)."""
     from drawbridge.gateway.runtime.serve import secret_env_names
-    from drawbridge.gateway.upstreams.child_process import EnvPolicy
+    from drawbridge.gateway.upstreams.child_spawn import EnvPolicy
     from drawbridge.gateway.upstreams.session import UpstreamSession
 
     local, local_unavailable = await _open_local(config, ad_hoc)

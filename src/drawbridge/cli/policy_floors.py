@@ -61,7 +61,11 @@ async def _pinned(config: GatewayConfig, tool: DiscoveredTool) -> tuple[Floor, s
         return held, "pins: unreadable; a running gateway holds every tool of the server back"
     if never:
         return NO_FLOOR, f"pins: {tool.server!r} was never pinned; the first run pins it as it lists now"
-    status = compare({name: pin.fingerprint for name, pin in pins.items()}, [tool.item]).tools[0].status
+    try:
+        status = compare({name: pin.fingerprint for name, pin in pins.items()}, [tool.item]).tools[0].status
+    except ValueError as exc:  # a pin that cannot be read, a definition that cannot be fingerprinted
+        held = Floor(Action.DENY, (f"the tool cannot be checked against its pins ({exc})",))
+        return held, "pins: not comparable; a running gateway holds the tool back"
     return tool_floor(status), f"pins: {tool.upstream_name!r} of {tool.server!r} is {status.value}"
 
 

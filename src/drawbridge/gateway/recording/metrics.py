@@ -51,6 +51,11 @@ HISTOGRAMS: Final = {
     "forward": ("drawbridge_forward_seconds", "From forwarding a decided call to its upstream's answer"),
     "evidence_write": ("drawbridge_evidence_write_seconds", "Writing one batch of records to the evidence files"),
 }
+GAUGES: Final = {
+    "drawbridge_evidence_fsync_lag_seconds": "Age of the oldest evidence line not yet fsynced",
+    "drawbridge_approvals_pending": "Approvals waiting for a person",
+    "drawbridge_evidence_failed": "1 once an evidence write failed (every call is then refused)",
+}
 
 
 class GatewayMetrics:
@@ -127,13 +132,6 @@ class GatewayMetrics:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
         return generate_latest(registry), CONTENT_TYPE_LATEST
-
-
-GAUGES: Final = {
-    "drawbridge_evidence_fsync_lag_seconds": "Age of the oldest evidence line not yet fsynced",
-    "drawbridge_approvals_pending": "Approvals waiting for a person",
-    "drawbridge_evidence_failed": "1 once an evidence write failed (every call is then refused)",
-}
 
 
 __all__ = ["GatewayMetrics", "LATENCY_BUCKETS"]

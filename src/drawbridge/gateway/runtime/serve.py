@@ -30,7 +30,7 @@ from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.gateway.runtime.control import CatalogueView, ServedTool, control_services
 from drawbridge.gateway.serve.hub import Gateway, GatewaySettings
 from drawbridge.gateway.serve.visible_tools import VisibleTools
-from drawbridge.gateway.upstreams.child_process import EnvPolicy
+from drawbridge.gateway.upstreams.child_spawn import EnvPolicy
 from drawbridge.gateway.upstreams.local import LocalUpstream, StartError
 from drawbridge.gateway.upstreams.session import UpstreamSession
 

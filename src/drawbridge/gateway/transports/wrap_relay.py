@@ -93,7 +93,8 @@ from drawbridge.gateway.protocol.methods import (
 )
 from drawbridge.gateway.transports.relay_requests import OwnRequest, Pending, RelayConfig
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
-from drawbridge.gateway.upstreams.child_process import EnvFilter, UpstreamGone, UpstreamProcess
+from drawbridge.gateway.upstreams.child_process import UpstreamGone, UpstreamProcess
+from drawbridge.gateway.upstreams.child_spawn import EnvFilter
 
 logger = logging.getLogger("drawbridge.gateway")
 

@@ -32,10 +32,7 @@ import anyio
 from drawbridge.activity_log import activity
 from drawbridge.canonical import sanitize
 from drawbridge.gateway.protocol.jsonrpc import LineFramer, Oversize
-from drawbridge.gateway.upstreams.child_spawn import EnvFilter as EnvFilter
-from drawbridge.gateway.upstreams.child_spawn import EnvPolicy as EnvPolicy
-from drawbridge.gateway.upstreams.child_spawn import SpawnedChild, spawn_child
-from drawbridge.gateway.upstreams.child_spawn import UpstreamStartError as UpstreamStartError
+from drawbridge.gateway.upstreams.child_spawn import EnvFilter, SpawnedChild, spawn_child
 from drawbridge.gateway.upstreams.pipes import FdReceiveStream
 
 GRACE_SECONDS: Final = 2.0

@@ -60,12 +60,8 @@ from drawbridge.gateway.protocol.methods import (
 )
 from drawbridge.gateway.protocol.modern import envelope, read_discover
 from drawbridge.gateway.protocol.paging import ListingFailed, error_summary, list_all
-from drawbridge.gateway.upstreams.child_process import (
-    EnvFilter,
-    EnvPolicy,
-    UpstreamProcess,
-    UpstreamStartError,
-)
+from drawbridge.gateway.upstreams.child_process import UpstreamProcess
+from drawbridge.gateway.upstreams.child_spawn import EnvFilter, EnvPolicy, UpstreamStartError
 from drawbridge.gateway.upstreams.exchange import Exchange, Link, error_answer
 from drawbridge.gateway.upstreams.http_link import HttpLink, safe_url
 from drawbridge.gateway.upstreams.listen_stream import ListenStream
