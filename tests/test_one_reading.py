@@ -29,7 +29,14 @@ from serve_support import dump, http_client, http_gateway, write_config
 from drawbridge.evidence.chain import verify_chain
 from drawbridge.gateway.pipeline.tool_call import parse_tool_call
 from drawbridge.gateway.protocol.jsonrpc import MessageError, parse_client_message
-from drawbridge.gateway.protocol.one_reading import fold
+from drawbridge.gateway.protocol.one_reading import (
+    CALL_MEMBERS,
+    KEY_FORBIDDEN_CATEGORIES,
+    Ambiguous,
+    check_keys,
+    fold,
+    inexact_member,
+)
 
 MODES = ("wrap", "serve")
 
@@ -344,3 +351,33 @@ def test_fold_is_what_a_case_and_form_insensitive_reader_compares() -> None:
     assert fold("NAME") == fold("name") == fold("\uff4e\uff41\uff4d\uff45")
     assert fold("\u212a") == fold("k") and fold("\u00df") == fold("ss")
     assert fold("name") != fold("names")
+
+
+_KEY_CHARS = st.sampled_from(list("nameNAMEkK_0 -\x00\x1f\x7f") + ["\u212a", "\u00df", "\u00e9", "\u200b", "\uff4e", "\u2028"])
+
+
+_KEYS = ["name", "Name", "NAME", "k", "K", "\u212a", "ss", "SS", "\u00df", "n\u00e9", "ne\u0301", "a\x00", "b\u200b",
+         "requeststate", "requestState", "Arguments", "arguments", "_meta", "_Meta", "x y", "\uff4e\uff41\uff4d\uff45"]
+"""Keys that fold alike, or nearly, or hold a refused character."""
+
+
+def _reference_refuses(keys: list[str]) -> bool:
+    """The rules as stated: a key holding a control, format or separator character, or two keys
+    equal after NFKC and case folding."""
+    if any(unicodedata.category(char) in KEY_FORBIDDEN_CATEGORIES for key in keys for char in key):
+        return True
+    return len({unicodedata.normalize("NFKC", key).casefold() for key in keys}) != len(keys)
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(keys=st.lists(st.one_of(st.sampled_from(_KEYS), st.text(_KEY_CHARS, max_size=4)), max_size=5, unique=True))
+def test_the_key_checks_refuse_exactly_what_the_rules_name(keys: list[str]) -> None:
+    obj = dict.fromkeys(keys, 0)
+    try:
+        check_keys(obj)
+        refused = False
+    except Ambiguous:
+        refused = True
+    assert refused == _reference_refuses(keys)
+    expected = next((k for k in keys if CALL_MEMBERS.get(unicodedata.normalize("NFKC", k).casefold()) not in (None, k)), None)
+    assert inexact_member(obj, CALL_MEMBERS) == expected

@@ -102,6 +102,8 @@ class LineFramer:
         self._discarding = False
 
     def feed(self, data: bytes) -> list[bytes | Oversize]:
+        if not self._buf and not self._discarding:
+            return self._feed_fresh(data)
         out: list[bytes | Oversize] = []
         if self._discarding:
             cut = data.find(b"\n")
@@ -131,6 +133,24 @@ class LineFramer:
             self._discarding = True
         else:
             self._scan_from = len(buf)
+        return out
+
+    def _feed_fresh(self, data: bytes) -> list[bytes | Oversize]:
+        """``feed`` when nothing is held from earlier reads (nearly every read): the same lines, split
+        in one pass."""
+        limit = self._max
+        *lines, rest = data.split(b"\n")
+        out: list[bytes | Oversize] = [
+            Oversize(len(line), limit) if len(line) > limit else line
+            for line in lines
+            if len(line) > limit or line.strip()
+        ]
+        if len(rest) > limit:
+            out.append(Oversize(len(rest), limit))
+            self._discarding = True
+        elif rest:
+            self._buf += rest
+            self._scan_from = len(rest)
         return out
 
     def close(self) -> bytes | None:

@@ -76,12 +76,21 @@ def one_reading_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def check_keys(obj: Mapping[str, Any]) -> None:
-    """``Ambiguous`` when two keys of one object fold alike, or a key holds a control or format character."""
-    if len(obj) > 1:
-        if len({_folded(key) for key in obj}) != len(obj):
-            raise Ambiguous("a JSON object in the message has keys that differ only in case or Unicode form")
-    elif obj:
-        _folded(next(iter(obj)))
+    """``Ambiguous`` when two keys of one object fold alike, or a key holds a control or format character.
+
+    Keys that are all printable ASCII (nearly every key) are checked together: without an upper-case
+    letter each is its own folded form, so distinct keys cannot fold alike."""
+    if not obj:
+        return
+    joined = "".join(obj)
+    if joined.isascii():
+        if not joined.isprintable():
+            raise Ambiguous("a key in the message holds a control character")
+        if len(obj) == 1 or joined.lower() == joined or len({key.lower() for key in obj}) == len(obj):
+            return
+    elif len({_folded(key) for key in obj}) == len(obj) or len(obj) == 1:
+        return
+    raise Ambiguous("a JSON object in the message has keys that differ only in case or Unicode form")
 
 
 def bounded_int(text: str) -> int:
@@ -96,7 +105,7 @@ def inexact_member(obj: Mapping[str, Any], members: Mapping[str, str]) -> str | 
     """A key that a case-insensitive reader would take for one of ``members`` (by folded form)
     without being spelled as it; None when there is none."""
     for key in obj:
-        exact = members.get(fold(key))
+        exact = members.get(key.lower() if key.isascii() else fold(key))
         if exact is not None and exact != key:
             return key
     return None

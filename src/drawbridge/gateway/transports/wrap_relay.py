@@ -535,8 +535,9 @@ class StdioRelay:
         async for batch in self.upstream.line_batches():
             for item in batch:
                 answered += await self._on_upstream_line(item)
-            # Answers that came while these were handled join them (fewer writes per call).
-            while answered and answered < MAX_ANSWERED_TOGETHER:
+            # Answers that came while these were handled join them (fewer writes per call); with
+            # nothing else in flight none can have come, and the read that would find so is saved.
+            while answered and answered < MAX_ANSWERED_TOGETHER and self._inflight:
                 more = self.upstream.more_lines()
                 if not more:
                     break
