@@ -186,29 +186,38 @@ async def test_decisions_see_the_agent_and_the_record_carries_provenance() -> No
     assert call.outcome.value == "ok" and call.action is Action.ALLOW
 
 
+# Lists one tool, then never reads its stdin again.
+DEAF_AFTER_LISTING = """
+import json, sys, time
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "tools/list":
+        tools = [{"name": "t", "inputSchema": {"type": "object"}}]
+        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"tools": tools}}), flush=True)
+        time.sleep(60)
+"""
+
+
 async def test_an_upstream_that_stops_reading_does_not_wedge_shutdown() -> None:
-    deaf = [PYTHON, "-c", "import time; time.sleep(60)"]
     records: list[RelayEvent] = []
 
     async def record(event: RelayEvent) -> None:
         records.append(event)
 
     config = RelayConfig(shutdown_grace=0.5)
-    async with relay_over_pipes(deaf, record=record, config=config) as (client, relay, finished):
-        listing: list[bytes] = []
-        spy_upstream_writes(relay, listing)
-        # Far more than a pipe buffer: the write to the child blocks for good.
+    async with relay_over_pipes([PYTHON, "-c", DEAF_AFTER_LISTING], record=record, config=config) as (client, relay, finished):
+        # Far more than a pipe buffer: once the call is forwarded, its write to the child blocks for good.
         await client.send(
             {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t", "arguments": {"x": "y" * 2_000_000}}}
         )
-        # The call was read: it set off the gateway's own tools/list, which the child never answers.
-        await eventually_async(lambda: any(b'"tools/list"' in data for data in listing), what="the listing the call sets off")
+        transport = relay.upstream._writer.transport
+        await eventually_async(lambda: transport.get_write_buffer_size() > 0, what="the call's write held by the pipe")
         await client.to_gateway.aclose()
         with anyio.fail_after(scaled(10)):
             await finished.wait()
         assert relay.upstream.returncode is not None
     (call,) = [r for r in records if isinstance(r, CallRecord)]
-    assert call.outcome.value == "cancelled"
+    assert call.forwarded and call.outcome.value == "cancelled"
 
 
 def test_process_stdio_keeps_stray_output_off_the_protocol_pipe() -> None:
