@@ -5,9 +5,10 @@ stdio mode (the default) drives ``drawbridge wrap`` over real pipes. The workloa
 of ``@modelcontextprotocol/server-everything`` (installed by scripts/test), or with ``--server raw``
 bench/echo_server.py, a raw JSON-RPC echo whose own cost is close to nothing (the harshest ratio).
 Configurations: ``direct`` (the server alone), ``relay`` (bench/line_relay.py, a bare asyncio line
-relay: the floor for any Python process in between), ``evidence`` (wrap on the allow path with a policy
-file, the hash-chained trace and the surface records: what every run writes) and ``evidence+carriers``
-(the same plus tool-decision truth carriers, opt-in). fsync as given, default ``batch``.
+relay: the floor for any Python process in between), ``decisions`` (wrap on the allow path with a
+policy file and no evidence: what deciding costs alone), ``evidence`` (the same with the hash-chained
+trace and the surface records: what every run writes) and ``evidence+carriers`` (the same plus
+tool-decision truth carriers, opt-in). fsync as given, default ``batch``.
 
 Each session measures: back-to-back sequential calls (p50/p99), calls spaced ``--spacing-ms`` apart as
 an agent spaces them, calls per second with ``--inflight`` outstanding, the CPU the process under test
@@ -56,7 +57,7 @@ SERVERS = {
 }
 WARM_UP = 300
 """Calls made before anything is measured (caches filled, code paths warm)."""
-CONFIGS = ("direct", "relay", "evidence", "evidence+carriers")
+CONFIGS = ("direct", "relay", "decisions", "evidence", "evidence+carriers")
 COMPARED = " (compared)"
 """The suffix of a configuration run from the ``--compare`` tree."""
 
@@ -123,8 +124,9 @@ def _gateway(tmp: Path, config: str, fsync: str, echo: list[str]) -> list[str]:
     policy = tmp / "policies"
     policy.mkdir(exist_ok=True)
     (policy / "bench.yaml").write_text('name: bench\nagent: "*"\nrules:\n  - tools: ["echo"]\n    action: allow\n')
-    argv = [sys.executable, "-m", "drawbridge", "wrap", "--policy", str(policy), "--agent", "bench",
-            "--evidence-dir", str(tmp / "evidence"), "--fsync", fsync]
+    argv = [sys.executable, "-m", "drawbridge", "wrap", "--policy", str(policy), "--agent", "bench"]
+    if config.removesuffix(COMPARED) != "decisions":
+        argv += ["--evidence-dir", str(tmp / "evidence"), "--fsync", fsync]
     if config.removesuffix(COMPARED) == "evidence+carriers":
         argv += ["--tool-decision-truth-out", str(tmp / "carriers.ndjson")]
     return [*argv, "--", *echo]
