@@ -33,7 +33,7 @@ class PublicBytes(Protocol):
     def public_bytes_raw(self) -> bytes: ...
 
 
-class SigningKey(Protocol):
+class SignatureKey(Protocol):
     """What signs a note: a ``SeedKey`` or ``cryptography``'s ``Ed25519PrivateKey``."""
 
     def sign(self, data: bytes) -> bytes: ...
@@ -119,7 +119,7 @@ __all__ = [
     "PublicBytes",
     "RawPublicKey",
     "SeedKey",
-    "SigningKey",
+    "SignatureKey",
     "pkcs8_pem",
     "seed_of_pkcs8_pem",
     "spki_der_of",

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from drawbridge.canonical import RUST_WHITESPACE
-from drawbridge.evidence.ed25519_seed import SeedKey, SigningKey
+from drawbridge.evidence.ed25519_seed import SeedKey, SignatureKey
 
 ALG_ED25519: Final = 0x01
 SIGNATURE_PREFIX: Final = "\u2014 "
@@ -90,7 +90,7 @@ class NoteSigner:
     """An Ed25519 private key and the name it signs as (never rendered: see the module docstring)."""
 
     name: str
-    key: SigningKey = field(repr=False)
+    key: SignatureKey = field(repr=False)
 
     def __post_init__(self) -> None:
         if not is_valid_key_name(self.name):
