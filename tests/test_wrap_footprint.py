@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 from conftest import FIXTURES, PYTHON, child_env, scaled
+from serve_support import initialize_request
 from test_serve_footprint import RUN_GATEWAY
 
 from drawbridge.evidence.tlog import open_checkpoint
@@ -31,9 +32,7 @@ def _run(tmp_path: Path, modules: Path) -> list[dict[str, object]]:
     server = [PYTHON, str(FIXTURES / "servers" / "echo_params.py")]
     argv = [PYTHON, "-c", RUN_GATEWAY, str(modules), "wrap", "--policy", str(tmp_path / "policies"),
             "--agent", "footprint", "--evidence-dir", str(tmp_path / "ev"), "--", *server]
-    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                  "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
-    lines = [initialize, {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+    lines = [initialize_request(), {"jsonrpc": "2.0", "method": "notifications/initialized"}]
     lines += [{"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"name": "echo", "arguments": {"n": n}}}
               for n in range(2, 12)]
     done = subprocess.run(argv, input="".join(json.dumps(line) + "\n" for line in lines), capture_output=True,

@@ -31,7 +31,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from drawbridge.evidence.ed25519_seed import SEED_BYTES, SeedKey, pkcs8_pem, seed_of_pkcs8_pem, spki_der_of, spki_pem
+from drawbridge.evidence.ed25519_seed import (
+    SEED_BYTES,
+    SeedKey,
+    pkcs8_pem,
+    seed_of_pkcs8_pem,
+    spki_der_of,
+    spki_pem,
+)
 from drawbridge.evidence.signed_note import NoteError, NoteSigner, NoteVerifier, parse_vkey
 from drawbridge.evidence.tlog import DEFAULT_ORIGIN_DOMAIN, is_valid_origin
 
@@ -154,7 +161,8 @@ def _create(directory: Path, origin: str) -> None:
     signer = NoteSigner(origin, SeedKey(checkpoint))
     _write_new(directory / CHECKPOINT_KEY, pkcs8_pem(checkpoint), KEY_MODE)
     _write_new(directory / ATTESTATION_KEY, pkcs8_pem(attestation), KEY_MODE)
-    _write_new(directory / ATTESTATION_PUB, spki_pem(SeedKey(attestation).public_key().public_bytes_raw()), 0o644)
+    attestation_public = SeedKey(attestation).public_key().public_bytes_raw()
+    _write_new(directory / ATTESTATION_PUB, spki_pem(attestation_public), 0o644)
     _write_new(directory / CHECKPOINT_VKEY, (signer.verifier.vkey + "\n").encode("ascii"), 0o644)
     for name in (None, CHECKPOINT_KEY):
         fd = os.open(directory if name is None else directory / name, os.O_RDONLY | os.O_CLOEXEC)
