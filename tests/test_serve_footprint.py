@@ -6,8 +6,9 @@ Each gateway is a real ``drawbridge`` process that writes the names of its loade
 (serve is stopped with SIGTERM, as an operator stops it; wrap sees the end of its stdin). The ``mcp``
 SDK and its pydantic types come with the 2026-07-28 era or an HTTP upstream (``sdk_parts.inbound``),
 PyJWT and the HTTP client with OAuth, psycopg with PostgreSQL state, jinja2 with the first console
-page, prometheus_client with the first scrape, the web stack with a control plane: each import left at
-the top of a module the gateway loads would put it back here.
+page, prometheus_client with the first scrape, the web stack with a control plane, cryptography with
+verifying or exporting evidence (checkpoints are signed through libsodium): each import left at the
+top of a module the gateway loads would put it back here.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from serve_support import GITHUB, START_SECONDS, background, initialize_request,
 
 TOKEN = "footprint-token"
 JSON_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
-NOT_LOADED = {"mcp", "mcp_types", "pydantic", "jwt", "httpx", "psycopg", "psycopg_pool", "jinja2"}
+NOT_LOADED = {"mcp", "mcp_types", "pydantic", "jwt", "httpx", "psycopg", "psycopg_pool", "jinja2", "cryptography"}
 WRAP_NOT_LOADED = NOT_LOADED | {"prometheus_client", "starlette", "uvicorn"}
 RUN_GATEWAY = """
 import atexit, runpy, sys

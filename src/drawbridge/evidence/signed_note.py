@@ -11,6 +11,9 @@ Key encodings (C2SP signed-note, and Go's): the verifier key ``<name>+<8 hex key
 public key)>``, printed for auditors to pin; Go's signer key ``PRIVATE+KEY+<name>+<hash>+<base64(0x01
 || seed)>`` is read (for interoperability and the package documentation's example) but never written:
 drawbridge keeps its private keys as PKCS#8 PEM files, outside every record.
+
+Signing goes through ``drawbridge.evidence.ed25519_seed`` (libsodium: a gateway signs all run long);
+verifying imports ``cryptography`` the first time a signature is checked.
 """
 
 from __future__ import annotations
@@ -22,11 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
 from drawbridge.canonical import RUST_WHITESPACE
+from drawbridge.evidence.ed25519_seed import SeedKey, SignatureKey
 
 ALG_ED25519: Final = 0x01
 SIGNATURE_PREFIX: Final = "\u2014 "
@@ -61,10 +61,6 @@ def key_hash(name: str, encoded_public_key: bytes) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
-def _raw_public(key: Ed25519PublicKey) -> bytes:
-    return key.public_bytes(Encoding.Raw, PublicFormat.Raw)
-
-
 @dataclass(frozen=True)
 class NoteVerifier:
     """A known Ed25519 key: the name its signature lines carry, its key hash, the key."""
@@ -74,6 +70,9 @@ class NoteVerifier:
     public_key: bytes
 
     def verify(self, message: bytes, signature: bytes) -> bool:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         try:
             Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, message)
         except (InvalidSignature, ValueError):
@@ -91,7 +90,7 @@ class NoteSigner:
     """An Ed25519 private key and the name it signs as (never rendered: see the module docstring)."""
 
     name: str
-    key: Ed25519PrivateKey = field(repr=False)
+    key: SignatureKey = field(repr=False)
 
     def __post_init__(self) -> None:
         if not is_valid_key_name(self.name):
@@ -99,7 +98,7 @@ class NoteSigner:
 
     @property
     def verifier(self) -> NoteVerifier:
-        public = _raw_public(self.key.public_key())
+        public = self.key.public_key().public_bytes_raw()
         return NoteVerifier(self.name, key_hash(self.name, bytes([ALG_ED25519]) + public), public)
 
 
@@ -137,7 +136,7 @@ def parse_skey(skey: str) -> NoteSigner:
     key = _b64(parts[4], "the signer key's key")
     if len(key) != 33 or key[0] != ALG_ED25519:
         raise NoteError("the signer key is not an Ed25519 seed")
-    signer = NoteSigner(name, Ed25519PrivateKey.from_private_bytes(key[1:]))
+    signer = NoteSigner(name, SeedKey(key[1:]))
     if int(hash_hex, 16) != signer.verifier.key_hash:
         raise NoteError("the signer key's hash does not match its name and key")
     return signer

@@ -13,6 +13,11 @@ Files in the keys directory (default ``<evidence_dir>/keys``), made together at 
   origin (default ``drawbridge.local/<128-bit random hex>``): print it, pin it elsewhere;
 - ``attestation.key``: PKCS#8 PEM (the format of Assay's key files), signs DSSE envelopes;
 - ``attestation.pub.pem``: its SubjectPublicKeyInfo PEM.
+
+A gateway makes and reads its keys without ``cryptography`` (``drawbridge.evidence.ed25519_seed``: the
+PEM it writes is the one ``cryptography`` writes, byte for byte); a key file in any other PKCS#8 form,
+and every public-key object handed out (``attestation``, ``read_public_pem``), goes through
+``cryptography`` as before, imported when first needed.
 """
 
 from __future__ import annotations
@@ -22,21 +27,23 @@ import os
 import secrets
 import stat
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import (
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    PublicFormat,
-    load_pem_private_key,
-    load_pem_public_key,
+from drawbridge.evidence.ed25519_seed import (
+    SEED_BYTES,
+    SeedKey,
+    pkcs8_pem,
+    seed_of_pkcs8_pem,
+    spki_der_of,
+    spki_pem,
 )
-
 from drawbridge.evidence.signed_note import NoteError, NoteSigner, NoteVerifier, parse_vkey
 from drawbridge.evidence.tlog import DEFAULT_ORIGIN_DOMAIN, is_valid_origin
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 KEYS_DIR: Final = "keys"
 CHECKPOINT_KEY: Final = "checkpoint.key"
@@ -56,19 +63,23 @@ def default_origin() -> str:
 
 
 def spki_der(key: Ed25519PublicKey) -> bytes:
-    return key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    return spki_der_of(key.public_bytes_raw())
 
 
 def dsse_keyid(key: Ed25519PublicKey) -> str:
     """Assay's DSSE key id: ``sha256:`` + hex SHA-256 of the SubjectPublicKeyInfo DER."""
-    return "sha256:" + hashlib.sha256(spki_der(key)).hexdigest()
+    return _keyid(spki_der(key))
+
+
+def _keyid(der: bytes) -> str:
+    return "sha256:" + hashlib.sha256(der).hexdigest()
 
 
 @dataclass(frozen=True)
 class EvidenceKeys:
     directory: Path
     checkpoint: NoteSigner = field(repr=False)
-    attestation: Ed25519PrivateKey = field(repr=False)
+    attestation_seed: SeedKey = field(repr=False)
 
     @property
     def origin(self) -> str:
@@ -78,17 +89,20 @@ class EvidenceKeys:
     def verifier(self) -> NoteVerifier:
         return self.checkpoint.verifier
 
+    @cached_property
+    def attestation(self) -> Ed25519PrivateKey:
+        """The attestation key as ``cryptography``'s key, for DSSE (exports only: imported then)."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        return Ed25519PrivateKey.from_private_bytes(self.attestation_seed.private_bytes_raw())
+
     @property
     def attestation_public_pem(self) -> bytes:
-        return self.attestation.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+        return spki_pem(self.attestation_seed.public_key().public_bytes_raw())
 
     @property
     def attestation_keyid(self) -> str:
-        return dsse_keyid(self.attestation.public_key())
-
-
-def _private_pem(key: Ed25519PrivateKey) -> bytes:
-    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+        return _keyid(spki_der_of(self.attestation_seed.public_key().public_bytes_raw()))
 
 
 def _write_new(path: Path, data: bytes, mode: int) -> None:
@@ -108,7 +122,7 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
         temporary.unlink()
 
 
-def _read_private(path: Path) -> Ed25519PrivateKey:
+def _read_private(path: Path) -> SeedKey:
     try:
         info = os.stat(path)
     except OSError as exc:
@@ -121,20 +135,34 @@ def _read_private(path: Path) -> Ed25519PrivateKey:
             f"it must be {KEY_MODE:04o} (chmod 600)"
         )
     try:
-        key = load_pem_private_key(path.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError):
+        data = path.read_bytes()
+    except OSError:
+        raise KeyFileError(f"the key file {path} is not an unencrypted PKCS#8 PEM private key") from None
+    seed = seed_of_pkcs8_pem(data)
+    return SeedKey(seed if seed is not None else _seed_of_other_pem(path, data))
+
+
+def _seed_of_other_pem(path: Path, data: bytes) -> bytes:
+    """A key file in another form than the one drawbridge writes, read (or refused) by ``cryptography``."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    try:
+        key = load_pem_private_key(data, password=None)
+    except (ValueError, TypeError):
         raise KeyFileError(f"the key file {path} is not an unencrypted PKCS#8 PEM private key") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise KeyFileError(f"the key file {path} does not hold an Ed25519 key")
-    return key
+    return key.private_bytes_raw()
 
 
 def _create(directory: Path, origin: str) -> None:
-    checkpoint, attestation = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
-    signer = NoteSigner(origin, checkpoint)
-    _write_new(directory / CHECKPOINT_KEY, _private_pem(checkpoint), KEY_MODE)
-    _write_new(directory / ATTESTATION_KEY, _private_pem(attestation), KEY_MODE)
-    _write_new(directory / ATTESTATION_PUB, EvidenceKeys(directory, signer, attestation).attestation_public_pem, 0o644)
+    checkpoint, attestation = secrets.token_bytes(SEED_BYTES), secrets.token_bytes(SEED_BYTES)
+    signer = NoteSigner(origin, SeedKey(checkpoint))
+    _write_new(directory / CHECKPOINT_KEY, pkcs8_pem(checkpoint), KEY_MODE)
+    _write_new(directory / ATTESTATION_KEY, pkcs8_pem(attestation), KEY_MODE)
+    attestation_public = SeedKey(attestation).public_key().public_bytes_raw()
+    _write_new(directory / ATTESTATION_PUB, spki_pem(attestation_public), 0o644)
     _write_new(directory / CHECKPOINT_VKEY, (signer.verifier.vkey + "\n").encode("ascii"), 0o644)
     for name in (None, CHECKPOINT_KEY):
         fd = os.open(directory if name is None else directory / name, os.O_RDONLY | os.O_CLOEXEC)
@@ -192,6 +220,9 @@ def read_vkey(path: str | os.PathLike[str]) -> NoteVerifier:
 
 
 def read_public_pem(path: str | os.PathLike[str]) -> Ed25519PublicKey:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
     try:
         key = load_pem_public_key(Path(path).read_bytes())
     except (OSError, ValueError) as exc:

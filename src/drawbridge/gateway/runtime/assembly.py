@@ -28,8 +28,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,14 +216,15 @@ def open_state(path: str | None) -> tuple[StateDB, str | None]:
     """The state database (created if missing) and the temporary folder holding it, if it is one."""
     temp_dir = None
     if path is None:
+        import tempfile  # only a gateway without a state path or evidence folder keeps its state there
+
         temp_dir = tempfile.mkdtemp(prefix="drawbridge-")
         path = str(Path(temp_dir) / STATE_FILE)
     try:
         Path(path).absolute().parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         return StateDB.open(path), temp_dir
     except (OSError, StateError) as exc:
-        if temp_dir is not None:
-            shutil.rmtree(temp_dir, ignore_errors=True)
+        _remove_temporary(temp_dir)
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise StartupProblem(f"cannot open the state database {path}: {reason}; the gateway does not start without it") from None
 
@@ -415,7 +414,13 @@ def _close(
         close()
     if state_db is not None:
         state_db.close()
+    _remove_temporary(temp_dir)
+
+
+def _remove_temporary(temp_dir: str | None) -> None:
     if temp_dir is not None:
+        import shutil  # with tempfile: bz2 and lzma come with it, which a gateway has no other use for
+
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
