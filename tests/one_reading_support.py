@@ -6,7 +6,7 @@ parsers would.
 ``safe_read`` (and ``two_readings``) and nothing else. ``readings`` gives the (method, id, tool) a line
 means to Python's reader
 and to a Go-like one: keys matched ignoring case and Unicode form, the last match winning, a key cut
-at its first NUL.
+at its first NUL. ``numbers_apart`` reads its numbers as JavaScript does (each the nearest double).
 """
 
 from __future__ import annotations
@@ -60,9 +60,23 @@ def readings(line: bytes) -> list[tuple[Any, Any, Any]]:
     return found
 
 
+def _js_number(text: str) -> float | int:
+    """An integer as JavaScript (and Go into an interface) reads it: the nearest double."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
+def numbers_apart(line: bytes) -> bool:
+    """Whether a reader that holds numbers as doubles reads another number somewhere in the line."""
+    try:
+        return json.loads(line) != json.loads(line, parse_int=_js_number)
+    except (ValueError, RecursionError, OverflowError):
+        return False
+
+
 def read_apart(lines: list[bytes]) -> list[bytes]:
-    """The lines the two readers take for different messages."""
-    return [line for line in lines if len(set(readings(line))) > 1]
+    """The lines the readers take for different messages, or for other numbers."""
+    return [line for line in lines if len(set(readings(line))) > 1 or numbers_apart(line)]
 
 
 def refused_calls_run(lines: list[bytes]) -> list[bytes]:

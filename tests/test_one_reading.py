@@ -61,12 +61,15 @@ HOSTILE = {
     "Arguments alone": b'{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"@safe_read","Arguments":{"all":true}}}',
     "exact repeat": b'{"jsonrpc":"2.0","id":16,"method":"tools/call","params":{"name":"@safe_read","name":"delete_all"}}',
     "Method alone": b'{"jsonrpc":"2.0","id":17,"Method":"tools/call","params":{"name":"delete_all"}}',
+    # A JavaScript or Go server reads 2**53 + 1 as 2**53: a rule would judge one number, the tool run another.
+    "integer beyond a double": b'{"jsonrpc":"2.0","id":18,"method":"tools/call","params":{"name":"@safe_read","arguments":{"n":9007199254740993}}}',
 }
 # What each is answered with: the code, and the id when the gateway can still name the request.
 EXPECTED = {
     "Name alone": (-32602, 14),
     "Arguments alone": (-32602, 15),
     "exact repeat": (-32700, None),
+    "integer beyond a double": (-32700, None),
 }
 
 
@@ -115,7 +118,7 @@ def test_a_line_two_parsers_read_apart_is_refused_and_never_forwarded(gateway: L
     line = _line(HOSTILE[case], gateway.prefix)
     answers = gateway.hostile(line)
     code, request_id = EXPECTED.get(case, (-32600, None))
-    assert [(a.get("id"), a["error"]["code"]) for a in answers] == [(request_id, code)], answers
+    assert [(a.get("id"), a.get("error", {}).get("code")) for a in answers] == [(request_id, code)], answers
     assert "delete_all" not in json.dumps(answers)  # a refusal names the rule, never the content
     _check_upstream(gateway)
     incidents = [e for e in gateway.trace() if e["kind"] == "relay_incident" and e["body"]["code"] == code]
@@ -227,7 +230,8 @@ def test_the_depth_limit_is_a_setting_and_a_record_that_cannot_be_built_refuses_
 
 KEYS = ["name", "Name", "NAME", "\uff4e\uff41\uff4d\uff45", "name\x00", "arguments", "Arguments", "path", "PATH",
         "k", "\u212a", "_meta", "_META", "a\u200b", "x", "\u00df", "ss", "\u0130", "i\u0307"]
-NUMBERS = ["1e400", "-1e400", "9" * 400, "1" + "0" * 309, "1.5", "-0", "1E2", "123456789012345678901234567890"]
+NUMBERS = ["1e400", "-1e400", "9" * 400, "1" + "0" * 309, "1.5", "-0", "1E2", "123456789012345678901234567890",
+           "9007199254740993", "-9007199254740993", "9007199254740992", "1152921504606846976", "18446744073709551615"]
 SURROGATES = ['"\\ud800"', '"a\\udfffb"', '"\\udbff\\udbff"']
 
 

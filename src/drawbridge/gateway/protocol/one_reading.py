@@ -12,7 +12,8 @@ give up. Here every such message is refused before anything is decided:
 * the members the gateway reads (the JSON-RPC envelope; ``name``, ``arguments``, ``_meta`` and the
   retry fields of tools/call ``params``) are spelled exactly: ``"Method"`` or ``"Arguments"`` beside
   them, or instead of them, is refused, since a case-insensitive reader would take it for the member;
-* numbers: integers and decimals within an IEEE-754 double (what evidence can render canonically);
+* numbers: integers a double holds exactly, and decimals within a double's range (what every reader
+  reads as the same number, and evidence renders canonically);
 * nesting: at most ``max_depth`` levels of arrays and objects (default 64).
 
 A refusal names the rule, never the content. Theory of operation: the object hook and the number
@@ -32,7 +33,8 @@ DEFAULT_MAX_DEPTH: Final = 64
 ENVELOPE_MEMBERS: Final = {m.casefold(): m for m in ("jsonrpc", "id", "method", "params", "result", "error")}
 CALL_MEMBERS: Final = {m.casefold(): m for m in ("name", "arguments", "_meta", "requestState", "inputResponses")}
 """The members of tools/call ``params`` the gateway decides on or takes out, by their folded form."""
-_LARGEST_DOUBLE: Final = 1.7976931348623157e308
+_EXACT_INTEGERS: Final = 2**53
+"""Every integer up to this magnitude has a double of its own."""
 KEY_FORBIDDEN_CATEGORIES: Final = FORBIDDEN_NAME_CATEGORIES - {"Cs"}
 """What a key may not hold. A lone surrogate is refused later, by the reading of a tools/call, which can
 still name the request (it has no other reading: no text encoding holds it)."""
@@ -94,10 +96,18 @@ def check_keys(obj: Mapping[str, Any]) -> None:
 
 
 def bounded_int(text: str) -> int:
-    """The integer hook: within a double's range, as canonical evidence renders integers."""
+    """The integer hook: an integer a double holds exactly. Beyond 2**53 most integers have no double
+    (``9007199254740993``): JavaScript and Go read them as the nearest one, a different number from
+    the one a rule here would judge, so they are refused; one a double holds (``2**60``) reads alike
+    everywhere. Up to 15 digits an integer is below 2**53, and nothing more is asked of it."""
     value = int(text)
-    if len(text) > 300 and abs(value) > _LARGEST_DOUBLE:
-        raise NumberTooLarge("a number is too large for a double")
+    if len(text) > 15 and abs(value) > _EXACT_INTEGERS:
+        try:
+            exact = float(value) == value
+        except OverflowError:
+            exact = False
+        if not exact:
+            raise NumberTooLarge("an integer no double holds exactly (beyond 2**53, JSON readers differ on it)")
     return value
 
 
