@@ -142,3 +142,27 @@ def test_watcher_rejects_a_bad_interval(policy_dir: Path) -> None:
     store = PolicyStore.open(policy_dir)
     with pytest.raises(ValueError):
         anyio.run(lambda: watch_policies(store, interval_ms=0))
+
+
+def test_a_policy_file_whose_link_is_broken_fails_the_load_and_the_reload_keeps_the_previous_set(
+    policy_dir: Path, tmp_path: Path
+) -> None:
+    """A stricter policy held through a symbolic link (as a Kubernetes ConfigMap mounts its files) must
+    not vanish when the link's target does: its rules would be dropped and a broader policy decide."""
+    real = tmp_path / "real"
+    real.mkdir()
+    write(real / "strict.yaml", "name: strict\nagent: demo-agent\nrules:\n  - tools: [get_repo]\n    action: deny\n")
+    (policy_dir / "demo.yaml").unlink()
+    write(policy_dir / "broad.yaml", "name: broad\nagent: '*'\nrules:\n  - tools: [get_repo]\n    action: allow\n")
+    (policy_dir / "strict.yaml").symlink_to(real / "strict.yaml")
+    store = PolicyStore.open(policy_dir)
+    assert store.evaluate("demo-agent", "get_repo").action is Action.DENY
+    before = store.current
+    (real / "strict.yaml").rename(real / "moved.yaml")
+    error = store.reload()
+    assert isinstance(error, PolicyLoadError)
+    assert (error.file, error.problem) == (str(policy_dir / "strict.yaml"), "file does not exist")
+    assert store.current is before
+    assert store.evaluate("demo-agent", "get_repo").action is Action.DENY
+    with pytest.raises(PolicyLoadError, match=r"strict\.yaml: file does not exist$"):
+        PolicyStore.open(policy_dir)

@@ -6,7 +6,9 @@ handle exactly one error type.
 
 Theory of operation. A ``policy_dir`` holds one policy per ``*.yaml`` (or
 ``*.yml``) file directly inside it. Hidden files (``.name``), other suffixes
-(``*.bak`` backups, ``*~`` editor copies) and subdirectories are ignored.
+(``*.bak`` backups, ``*~`` editor copies) and subdirectories are ignored; a symbolic link with a
+policy file's name is always read, so one whose target is missing is a load error, never a policy
+silently left out (a hot reload then keeps the previous set).
 Files are read as UTF-8 (a leading BOM is dropped) and handed to the pure
 loader in ``policy.load``; ``source_file`` is the file's name, as the control
 plane and console use it to find the file again.
@@ -44,7 +46,9 @@ def policy_file_names(directory: Path) -> list[str]:
     for entry in entries:
         if is_policy_file_name(entry.name):
             try:
-                if entry.is_file():
+                # A link is the operator's file wherever it points: one whose target is gone (or is not
+                # a file) is read, and reported, rather than skipped, which would drop its rules.
+                if entry.is_file() or entry.is_symlink():
                     names.append(entry.name)
             except OSError:
                 names.append(entry.name)  # let read_source report it
