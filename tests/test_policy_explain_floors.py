@@ -67,6 +67,8 @@ def test_explain_computes_dispatcher_and_pin_floors_as_the_running_gateway_appli
     dispatch = explain(config, "git.__dispatch")
     assert "CLI dispatcher" in dispatch["floor"]
     assert dispatch["action after floors"] == "human_approval (raised by the floor)"
+    assert dispatch["approver after floors"].startswith("operator")  # a floor's question is a person's
+    assert "approver after floors" not in before
     vault = explain(config, "vault.__dispatch")
     assert "default_action is deny" in vault["floor"] and vault["action after floors"].startswith("deny")
     assert not (tmp_path / "state.db").exists(), "explain wrote the state"
@@ -77,6 +79,7 @@ def test_explain_computes_dispatcher_and_pin_floors_as_the_running_gateway_appli
     found = {tool: explain(changed, tool) for tool in ("git.log", "git.status", "git.version", "git.__dispatch")}
     assert "'log' of 'git' is changed" in found["git.log"]["note"]
     assert "pin status changed" in found["git.log"]["floor"]
+    assert found["git.log"]["approver after floors"].startswith("operator")
     assert "pin status new" in found["git.status"]["floor"]
     assert found["git.version"]["floors"] == "none" and "is pinned" in found["git.version"]["note"]
     # The dispatcher's definition names the declared commands: it changed too, and both floors hold.

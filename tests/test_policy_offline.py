@@ -77,6 +77,29 @@ def test_explain_names_the_rule_the_gateway_would_apply(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "not JSON" in bad.stderr
 
 
+def test_explain_refuses_the_arguments_the_gateway_would_refuse_before_any_rule(tmp_path: Path) -> None:
+    """Rule 4 denies owner "evil"; a call the gateway would never decide must not be explained as if it
+    ran: not an object, a repeated key (which readers take first or last), keys that fold alike, a number
+    no double holds exactly, a depth past the limit."""
+    policies = str(_policies(tmp_path))
+    refused = {
+        "[1]": "must be a JSON object",
+        '{"owner":"evil","owner":"ok"}': "repeats a key",
+        '{"owner":"evil","OWNER":"ok"}': "differ only in case",
+        '{"owner":"ok","n":9007199254740993}': "no double holds exactly",
+        '{"owner":"ok","n":' + "[" * 70 + "]" * 70 + "}": "deeper than 64 levels",
+        '{"owner":NaN}': "NaN",
+    }
+    for args, problem in refused.items():
+        result = drawbridge("policy", "explain", "--policy", policies, "--agent", "c", "--args", args, "github.get_repo")
+        assert result.returncode == 2, (args, result.stdout)
+        assert "refuses such a call before any rule" in result.stderr and problem in result.stderr, (args, result.stderr)
+        assert "action:" not in result.stdout
+    decided = drawbridge("policy", "explain", "--policy", policies, "--agent", "c", "--args", '{"owner":"evil"}',
+                         "github.get_repo")
+    assert decided.returncode == 0 and "action: human_approval" in decided.stdout, decided.stderr
+
+
 def test_policy_test_passes_and_fails_on_its_tables(tmp_path: Path) -> None:
     _policies(tmp_path)
     good = tmp_path / "good.yaml"

@@ -24,7 +24,7 @@ from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT
 from drawbridge.config import ConfigError, GatewayConfig, load_config
 from drawbridge.policy.lint import Finding, dead_rules, shadowed_rules
 from drawbridge.policy.load import PolicyLoadError, parse_yaml
-from drawbridge.policy.model import PolicySet
+from drawbridge.policy.model import Action, PolicySet
 from drawbridge.state.policy_store import PolicyStore
 
 CATALOGUE_TIMEOUT_SECONDS = 30.0
@@ -113,13 +113,32 @@ def check(policy: str | None, config_path: str | None, timeout: float) -> None:
     click.echo(f"{len(store.current.policies)} policies, {rules} rules{catalogue}: {len(findings)} warning(s)")
 
 
-def _arguments(text: str | None) -> Any:
+def _arguments(text: str | None, tool: str) -> Any:
+    """The arguments as the gateway reads them: the call is built as an agent would send it and read by
+    the gateway's own reader, so what it would refuse before any rule (a repeated key, a number no double
+    holds, arguments that are not an object) is refused here too, never explained as if it ran."""
+    from drawbridge.gateway.pipeline.tool_call import parse_tool_call
+    from drawbridge.gateway.protocol.jsonrpc import LineRefusal, MessageError, read_client_line
+
     if text is None:
         return {}
     try:
-        return json.loads(text)
+        json.loads(text)  # one JSON value, its syntax errors placed in the text as given
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON: {exc.msg} at character {exc.pos}", param_hint="--args") from None
+    except (ValueError, RecursionError):
+        pass  # what the gateway's reader refuses, it says why below
+    head = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool}})[:-2]
+    line = f'{head},"arguments":{text}}}}}'.encode("utf-8", "surrogatepass")
+    message = read_client_line(line)
+    if isinstance(message, LineRefusal):
+        problem = message.detail
+    else:
+        try:
+            return parse_tool_call(message, "explain", None).arguments
+        except MessageError as exc:
+            problem = exc.message
+    raise click.BadParameter(f"the gateway refuses such a call before any rule: {problem}", param_hint="--args")
 
 
 @click.command(name="explain")
@@ -147,7 +166,7 @@ def explain(
 
     config = _config(config_path)
     store = _store(policy, config)
-    arguments = _arguments(args_json)
+    arguments = _arguments(args_json, tool)
     decision = store.evaluate(agent, tool, arguments)
     rule = f"{decision.source_file}:{decision.rule_index} (line {decision.line})" if decision.rule_index is not None else "-"
     click.echo(f"action: {decision.action.value}")
@@ -178,6 +197,10 @@ def explain(
     floored = apply_floor(found.floor, decision.action)
     raised = " (raised by the floor)" if floored.by_floor else ""
     click.echo(f"action after floors: {floored.action.value}{raised}")
+    if floored.action is Action.HUMAN_APPROVAL and found.floor.action is Action.HUMAN_APPROVAL:
+        # The gateway's floor stage makes such a question a person's (``pipeline.floors``), whatever the rule said.
+        click.echo("approver after floors: operator (a floor's question: never the client's answer, no grant "
+                   "or approval memory lifts it)")
 
 
 def _cases(path: Path) -> tuple[Path | None, list[dict[str, Any]]]:
