@@ -348,6 +348,25 @@ def test_bundle_fields_the_package_promises_are_bound_even_re_signed(
     assert not {"export_attestation", "bundle_integrity", "bundle_attestation"} & set(failed), failed
 
 
+@pytest.mark.parametrize("field", ["run_id", "origin", "bundle_id", "tree_size", "covers"])
+def test_the_export_statements_predicate_is_checked_against_the_package(exported: tuple[Path, Path], field: str) -> None:
+    """The predicate an auditor reads ({run_id, origin, bundle_id, tree_size, covers}) is the package's own,
+    even when the operator signs a statement of their choosing."""
+    from drawbridge.evidence.dsse import export_statement
+    from drawbridge.state.signing_keys import load_keys
+
+    evidence, package = exported
+    files = _files(package)
+    statement = json.loads(base64.b64decode(json.loads(files["export.intoto.json"])["payload"]))
+    wrong = {"run_id": "run-0-00000000", "origin": "elsewhere.example/gw", "bundle_id": "sha256:" + "0" * 64,
+             "tree_size": statement["predicate"]["tree_size"] + 1, "covers": {"first_index": 0, "last_index": 0}}
+    rest = {name: data for name, data in files.items() if name != "export.intoto.json"}
+    envelope = sign_statement(export_statement(rest, {**statement["predicate"], field: wrong[field]}),
+                              load_keys(evidence / "keys").attestation)
+    failed = _failed(_verify({**rest, "export.intoto.json": envelope}, evidence))
+    assert set(failed) == {"bundle_checkpoint"} and "predicate" in failed["bundle_checkpoint"], failed
+
+
 def test_reordered_bundle_records_are_reported_out_of_order(exported: tuple[Path, Path]) -> None:
     evidence, package = exported
     files = _files(package)

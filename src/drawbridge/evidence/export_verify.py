@@ -6,7 +6,8 @@ its DSSE attestation names, with those digests; the bundle passes Assay's integr
 attestation (ADR-044); carriers and recipe rows cohere; no side effect is recorded above what its
 evidence supports; the trace's chain, its signed checkpoint (which covers every line) and every
 checkpoint held elsewhere agree; the run is sealed; the bundle's checkpoint event is exactly the
-package's checkpoint (its fields recomputed from the note) and covers the run; every bundle event is
+package's checkpoint (its fields recomputed from the note) and covers the run, as the export
+statement's predicate says; every bundle event is
 named by the run's trace lines and every record they name is in the bundle, in order, each at the
 time (``at``) of the trace line that names it and with the source of the log's origin; every
 tlog-proof verifies. Changing any byte of any file fails
@@ -110,6 +111,7 @@ def verify_export(
 ) -> dict[str, Any]:
     """The verify-export report of a package given as ``{relative path: bytes}`` (module docstring)."""
     checks = _Checks()
+    predicate: list[Any] = []  # the export statement's predicate, once its envelope verifies
 
     def attested() -> str:
         envelope = files[EXPORT_ATTESTATION]
@@ -120,6 +122,7 @@ def verify_export(
             raise ValueError("the export statement's key id is not the trusted key's")
         if statement.get("predicateType") != EXPORT_PREDICATE:
             raise ValueError(f"the export statement's predicate type is not {EXPORT_PREDICATE}")
+        predicate.append(statement.get("predicate"))
         subjects = statement.get("subject")
         if not isinstance(subjects, list):
             raise ValueError("the export statement has no subjects")
@@ -187,7 +190,7 @@ def verify_export(
         return f"{len(decisions)} decisions, {report['promoted']} verified through {len(records)} audit record(s)"
 
     checks.run("side_effects", side_effects)
-    _trace_checks(files, checks, events, bundle, vkey, known)
+    _trace_checks(files, checks, events, bundle, vkey, known, predicate[0] if predicate else None)
     claims = list(CLAIMS_NOT_MADE) + ([] if keys_pinned else ["signer_identity"])
     ok = all(row["ok"] for row in checks.rows)
     run_id = bundle.manifest["run_id"] if bundle is not None else None
@@ -202,6 +205,7 @@ def _trace_checks(
     bundle: VerifiedBundle | None,
     vkey: NoteVerifier,
     known: Sequence[HeldCheckpoint],
+    predicate: Any,
 ) -> None:
     lines = split_lines(files.get(TRACE, b""))
     latest = HeldCheckpoint(CHECKPOINT, files[CHECKPOINT].decode("utf-8", "replace")) if CHECKPOINT in files else None
@@ -263,6 +267,11 @@ def _trace_checks(
                              "tree_size, root_hash, note, covers, and nothing else)")
         if events[-1].get("source") != source_of(signed_tree.origin):
             raise ValueError(f"the checkpoint event's source is not {source_of(signed_tree.origin)}")
+        stated = {"run_id": run.run_id, "origin": signed_tree.origin, "bundle_id": bundle.manifest["bundle_id"],
+                  "tree_size": signed_tree.size, "covers": expected["covers"]} if bundle is not None else None
+        if predicate is not None and predicate != stated:
+            raise ValueError("the export statement's predicate is not this package's {run_id, origin, bundle_id, "
+                             "tree_size, covers}")
         return f"covers lines {run.start_index}..{run.last_index} of a tree of {signed_tree.size}"
 
     checks.run("bundle_checkpoint", checkpoint_event)
