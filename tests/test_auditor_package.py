@@ -251,25 +251,169 @@ def test_a_record_left_out_and_everything_re_signed_fails_the_trace_binding(expo
     bundle and the package again. The trace still names them: the binding fails."""
     evidence, package = exported
     files = _files(package)
-    verified = verify_bundle(files["bundle.tar.gz"])
-    kept = [e for e in verified.events if not (e["type"] == "assay.tool_decision_surface.v0"
+    kept = [e for e in _events(files) if not (e["type"] == "assay.tool_decision_surface.v0"
                                                and e["data"]["observed_tool_decisions"][0]["decision"]["effect"] == "deny")]
-    renumbered = []
-    for seq, event in enumerate(kept):
-        renumbered.append({**event, "assayseq": seq, "id": f"{event['assayrunid']}:{seq}"})
+    report = _verify(_re_signed(files, kept, evidence), evidence)
+    failed = {check["id"] for check in report["checks"] if not check["ok"]}
+    assert "trace_binding" in failed and "export_attestation" not in failed and "bundle_integrity" not in failed
+
+
+def _re_signed(files: dict[str, bytes], events: list[dict[str, Any]], evidence: Path,
+               audit: dict[str, bytes] | None = None) -> dict[str, bytes]:
+    """What the operator, who holds the attestation key, can do: a bundle of other events (renumbered, each
+    content hash recomputed), other audit imports, and both DSSE envelopes signed again."""
+    from drawbridge.evidence.bundle import content_hash
     from drawbridge.evidence.dsse import bundle_statement, export_statement
     from drawbridge.state.signing_keys import load_keys
 
+    verified = verify_bundle(files["bundle.tar.gz"])
+    renumbered = [{**event, "assayseq": seq, "id": f"{event['assayrunid']}:{seq}",
+                   "assaycontenthash": content_hash(event["type"], event["data"])} for seq, event in enumerate(events)]
     keys = load_keys(evidence / "keys")
     bundle = write_bundle(renumbered, Producer(**verified.manifest["producer"]))
-    forged = {**files, "bundle.tar.gz": bundle.archive,
-              "bundle.tar.gz.intoto.json": sign_statement(bundle_statement(bundle.archive), keys.attestation)}
+    forged = {name: data for name, data in files.items() if not (audit is not None and name.startswith("audit-import/"))}
+    forged.update({f"audit-import/{name}": data for name, data in (audit or {}).items()})
+    forged.update({"bundle.tar.gz": bundle.archive,
+                   "bundle.tar.gz.intoto.json": sign_statement(bundle_statement(bundle.archive), keys.attestation)})
     del forged["export.intoto.json"]
     statement = json.loads(base64.b64decode(json.loads(files["export.intoto.json"])["payload"]))
-    forged["export.intoto.json"] = sign_statement(export_statement(forged, statement["predicate"]), keys.attestation)
-    report = _verify(forged, evidence)
-    failed = {check["id"] for check in report["checks"] if not check["ok"]}
-    assert "trace_binding" in failed and "export_attestation" not in failed and "bundle_integrity" not in failed
+    predicate = {**statement["predicate"], "bundle_id": bundle.run_root}
+    forged["export.intoto.json"] = sign_statement(export_statement(forged, predicate), keys.attestation)
+    return forged
+
+
+def _failed(report: dict[str, Any]) -> dict[str, str]:
+    return {check["id"]: check["detail"] for check in report["checks"] if not check["ok"]}
+
+
+def _events(files: dict[str, bytes]) -> list[dict[str, Any]]:
+    return [dict(event) for event in verify_bundle(files["bundle.tar.gz"]).events]
+
+
+def _cli_verify(package: Path, evidence: Path) -> tuple[int, dict[str, Any]]:
+    done = cli("evidence", "verify-export", str(package), "--vkey", str(evidence / "keys" / "checkpoint.vkey"),
+               "--attestation-key", str(evidence / "keys" / "attestation.pub.pem"),
+               "--known-checkpoint", str(evidence / "checkpoint"), "--format", "json")
+    return done.returncode, json.loads(done.stdout)
+
+
+def _written(tmp_path: Path, files: dict[str, bytes]) -> Path:
+    package = tmp_path / "forged"
+    for name, data in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_bytes(data)
+    return package
+
+
+def _edit_time(events: list[dict[str, Any]]) -> str:
+    events[0]["time"] = "2020-01-01T00:00:00Z"
+    return "trace_binding"
+
+
+def _edit_source(events: list[dict[str, Any]]) -> str:
+    for event in events:
+        event["source"] = "urn:drawbridge:gateway:elsewhere.example/gw"
+    return "trace_binding"
+
+
+def _zero_root(events: list[dict[str, Any]]) -> str:
+    events[-1]["data"] = {**events[-1]["data"], "root_hash": base64.b64encode(bytes(32)).decode()}
+    return "bundle_checkpoint"
+
+
+def _bogus_schema(events: list[dict[str, Any]]) -> str:
+    events[-1]["data"] = {**events[-1]["data"], "schema": "bogus"}
+    return "bundle_checkpoint"
+
+
+def _extra_field(events: list[dict[str, Any]]) -> str:
+    events[-1]["data"] = {**events[-1]["data"], "witness": "none"}
+    return "bundle_checkpoint"
+
+
+@pytest.mark.parametrize("edit", [_edit_time, _edit_source, _zero_root, _bogus_schema, _extra_field])
+def test_bundle_fields_the_package_promises_are_bound_even_re_signed(
+    tmp_path: Path, exported: tuple[Path, Path], edit: Any
+) -> None:
+    """auditor-package.md: time = the trace entry's at, source = urn:drawbridge:gateway:<origin>, and the
+    checkpoint event {schema, origin, tree_size, root_hash, note, covers}. Each edited, the bundle and the
+    package re-signed with the evidence directory's own attestation key: verify-export still fails."""
+    evidence, package = exported
+    files = _files(package)
+    events = _events(files)
+    check = edit(events)
+    code, report = _cli_verify(_written(tmp_path, _re_signed(files, events, evidence)), evidence)
+    failed = _failed(report)
+    assert code == 1 and check in failed, report["checks"]
+    assert not {"export_attestation", "bundle_integrity", "bundle_attestation"} & set(failed), failed
+
+
+@pytest.mark.parametrize("field", ["run_id", "origin", "bundle_id", "tree_size", "covers"])
+def test_the_export_statements_predicate_is_checked_against_the_package(exported: tuple[Path, Path], field: str) -> None:
+    """The predicate an auditor reads ({run_id, origin, bundle_id, tree_size, covers}) is the package's own,
+    even when the operator signs a statement of their choosing."""
+    from drawbridge.evidence.dsse import export_statement
+    from drawbridge.state.signing_keys import load_keys
+
+    evidence, package = exported
+    files = _files(package)
+    statement = json.loads(base64.b64decode(json.loads(files["export.intoto.json"])["payload"]))
+    wrong = {"run_id": "run-0-00000000", "origin": "elsewhere.example/gw", "bundle_id": "sha256:" + "0" * 64,
+             "tree_size": statement["predicate"]["tree_size"] + 1, "covers": {"first_index": 0, "last_index": 0}}
+    rest = {name: data for name, data in files.items() if name != "export.intoto.json"}
+    envelope = sign_statement(export_statement(rest, {**statement["predicate"], field: wrong[field]}),
+                              load_keys(evidence / "keys").attestation)
+    failed = _failed(_verify({**rest, "export.intoto.json": envelope}, evidence))
+    assert set(failed) == {"bundle_checkpoint"} and "predicate" in failed["bundle_checkpoint"], failed
+
+
+def test_reordered_bundle_records_are_reported_out_of_order(exported: tuple[Path, Path]) -> None:
+    evidence, package = exported
+    files = _files(package)
+    events = _events(files)
+    events[0], events[2] = events[2], events[0]  # two surface records swapped
+    failed = _failed(_verify(_re_signed(files, events, evidence), evidence))
+    assert "out of order" in failed["trace_binding"] and "0 bundle event(s)" not in failed["trace_binding"]
+
+
+def test_an_inconsistent_audit_record_in_a_package_is_named(exported: tuple[Path, Path]) -> None:
+    evidence, package = exported
+    files = _files(package)
+    record = {**_audit_record(), "binding_digest": "sha256:" + "0" * 64}
+    forged = _re_signed(files, _events(files), evidence, {"github-audit-1.json": json.dumps(record).encode()})
+    detail = _failed(_verify(forged, evidence))["side_effects"]
+    assert "audit-import/github-audit-1.json" in detail and "record_inconsistent" in detail, detail
+    assert "recorded above their evidence" not in detail
+
+
+BAD_IMPORTS = {
+    "typo.json": b'{"schema": "assay.provider_audit_record.v0",',
+    "inconsistent.json": json.dumps({**_audit_record(), "binding_digest": "sha256:" + "0" * 64}).encode(),
+    "other.json": b'{"schema": "something.else.v0"}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_IMPORTS))
+def test_export_refuses_an_audit_import_its_verify_export_would_reject(
+    tmp_path: Path, exported: tuple[Path, Path], name: str
+) -> None:
+    evidence, package = exported
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    (audit / "github-audit-1.json").write_text(json.dumps(_audit_record()))
+    (audit / name).write_bytes(BAD_IMPORTS[name])
+    done = cli("evidence", "export", "--evidence-dir", str(evidence), "--carriers", str(evidence / "carriers.ndjson"),
+               "--audit-import", str(audit), "--out", str(tmp_path / "p"))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert str(audit / name) in lines[0] and not (tmp_path / "p").exists()
+    reason = {"typo.json": "is not JSON", "inconsistent.json": "record_inconsistent",
+              "other.json": "is not an audit record"}[name]
+    assert reason in lines[0], lines[0]
+    # The same file in a package (re-signed by the operator) fails verify-export for the same reason.
+    files = _files(package)
+    forged = _re_signed(files, _events(files), evidence, {name: BAD_IMPORTS[name]})
+    assert reason in _failed(_verify(forged, evidence))["side_effects"]
 
 
 def test_export_refuses_a_cut_trace_and_an_unsealed_run_does_not_verify(tmp_path: Path, exported: tuple[Path, Path]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,8 @@ def run(*args: str, stdin: bytes = b"", cwd: Path | None = None) -> subprocess.C
         capture_output=True,
         cwd=cwd,
         timeout=scaled(60),
-        env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "PYTHONIOENCODING": "utf-8"},
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "PYTHONIOENCODING": "utf-8",
+             **{name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ}},  # the code under test
     )
 
 
@@ -332,7 +334,6 @@ def test_side_effects_promoted_by_matching_record_from_directory(tmp_path: Path)
     audit.mkdir()
     write_json(audit / "b-other-artifact.json", {"schema": "something.else.v0"})
     write_json(audit / "a-match.json", audit_record("prod-repo", "rec-1"))
-    (audit / "c-broken.json").write_text("{nope")
     (audit / "notes.txt").write_text("not read")
     result = run("evidence", "verify-side-effects", str(surf), "--audit-import", str(audit), "--format", "json")
     assert result.returncode == 0, err(result)
@@ -343,14 +344,28 @@ def test_side_effects_promoted_by_matching_record_from_directory(tmp_path: Path)
     assert call["subject_digest"] == sha(jcs(subject("prod-repo")))
     assert [r["status"] for r in report["audit_records"]] == ["matched"]
     skipped = {Path(s["source"]).name: s["reason"] for s in report["audit_imports_skipped"]}
-    assert set(skipped) == {"b-other-artifact.json", "c-broken.json"}
-    assert skipped["c-broken.json"] == "not valid JSON"
+    assert set(skipped) == {"b-other-artifact.json"}
 
     table = run("evidence", "verify-side-effects", str(surf), "--audit-import", str(audit))
     assert table.returncode == 0
     text = out(table)
     assert "asserted" in text and "verified" in text and "VERIFIED" in text
     assert "rec-1" in text and "b-other-artifact.json" in text and "notes.txt" not in text
+
+
+def test_side_effects_an_audit_file_that_is_not_json_fails_naming_it(tmp_path: Path) -> None:
+    """As verify-export fails it in a package: a .json import that is not JSON is never a quiet skip
+    (it could be the record that vouches for a call)."""
+    surf = write_json(tmp_path / "surface.json", surface(decision("prod-repo", ASSERTED)))
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    write_json(audit / "a-match.json", audit_record("prod-repo", "rec-1"))
+    (audit / "c-broken.json").write_text("{nope")
+    for output in ("json", "table"):
+        result = run("evidence", "verify-side-effects", str(surf), "--audit-import", str(audit), "--format", output)
+        lines = err(result).strip().splitlines()
+        assert result.returncode == 2 and result.stdout == b"" and len(lines) == 1, err(result)
+        assert str(audit / "c-broken.json") in lines[0] and "is not JSON" in lines[0] and "Traceback" not in lines[0]
 
 
 def test_side_effects_inconsistent_record_is_exit_1_with_reason(tmp_path: Path) -> None:

@@ -287,3 +287,70 @@ def test_keys_are_made_once_0600_and_printed_without_their_private_halves(tmp_pa
         assert body not in done.stdout and "PRIVATE" not in done.stdout
     assert first.checkpoint.key.private_bytes_raw() != first.attestation.private_bytes_raw()
     assert repr(first) == f"EvidenceKeys(directory={tmp_path / 'keys'!r})"
+
+
+def _history_run(evidence: Path) -> list[str]:
+    """A sealed run with a checkpoint after each few calls: a history of several lines."""
+    log = Log(evidence)
+    log.checkpointer.begin_run("run-test-1", {"name": "drawbridge", "version": "test"})
+    for start in (0, 2, 4):
+        log.calls(2, start=start)
+        log.checkpointer.checkpoint_now()
+    log.checkpointer.end_run()
+    log.close()
+    return (evidence / CHECKPOINTS_FILE).read_text().splitlines(keepends=True)
+
+
+@pytest.mark.parametrize("edit", ["tree_size", "swap", "repeat", "delete_first_and_swap"])
+def test_an_edited_checkpoint_history_fails(tmp_path: Path, edit: str) -> None:
+    """A line's tree_size is not signed: it must be the size its note signs; and the log signs in
+    increasing sizes, so lines moved or repeated are found (docs: every checkpoint, in order)."""
+    evidence = tmp_path / "ev"
+    history = _history_run(evidence)
+    assert [json.loads(line)["tree_size"] for line in history] == [3, 5, 7, 8]
+    assert verify(evidence)[0] == 0
+    if edit == "tree_size":
+        history[1] = history[1].replace('"tree_size":5', '"tree_size":6')
+    elif edit == "swap":
+        history[0], history[1] = history[1], history[0]
+    elif edit == "repeat":
+        history.insert(2, history[1])
+    else:
+        history = [history[2], history[1], history[3]]
+    (evidence / CHECKPOINTS_FILE).write_text("".join(history))
+    code, report = verify(evidence)
+    assert code == 1 and report["status"] == "failed" and "checkpoint_history" in codes(report), report["problems"]
+    message = next(p["message"] for p in report["problems"] if p["code"] == "checkpoint_history")
+    assert "checkpoints.ndjson line " in message
+    if edit == "tree_size":
+        assert "states tree_size 6 but its note signs 5" in message
+    else:
+        assert "not in the order they were signed" in message
+
+
+def test_an_edited_checkpoint_history_is_not_exported(tmp_path: Path) -> None:
+    evidence = tmp_path / "ev"
+    history = _history_run(evidence)
+    (evidence / CHECKPOINTS_FILE).write_text("".join([history[0].replace('"tree_size":3', '"tree_size":9'), *history[1:]]))
+    done = cli("evidence", "export", "--evidence-dir", str(evidence), "--out", str(tmp_path / "package"))
+    assert done.returncode == 1 and "states tree_size 9 but its note signs 3" in done.stderr, done.stderr
+    assert not (tmp_path / "package").exists()
+
+
+def test_a_trace_its_checkpoint_does_not_match_is_reported_as_such(tmp_path: Path) -> None:
+    """One byte flipped in a sealed trace: the chain and the checkpoint's root fail; the lines are not also
+    said to come after the last checkpoint, nor the run to lack a covering one: a checkpoint exists and
+    does not match."""
+    evidence = tmp_path / "ev"
+    sealed_run(evidence)
+    trace = evidence / "trace.ndjson"
+    data = bytearray(trace.read_bytes())
+    data[data.index(b'"t3"') + 2] ^= 0x01
+    trace.write_bytes(bytes(data))
+    code, report = verify(evidence)
+    assert code == 1 and report["status"] == "failed"
+    assert codes(report) == {"chain", "checkpoint_root_mismatch", "incomplete_run"}, report["problems"]
+    messages = " ".join(p["message"] for p in report["problems"])
+    assert "come after the last signed checkpoint" not in messages
+    assert "no signed checkpoint covers its run_end" not in messages
+    assert "the signed checkpoint does not match the trace" in messages

@@ -115,3 +115,76 @@ def test_a_key_file_others_may_read_is_a_one_line_startup_error(tmp_path: Path, 
     assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert "attestation.key" in lines[0] and "chmod 600" in lines[0]
     assert (evidence / "trace.ndjson").read_bytes() == before  # no run opened, nothing written
+
+
+def _gateway_argv(tmp_path: Path, command: str, evidence: Path, keys_dir: Path | None) -> list[str]:
+    notebook = [PYTHON, str(SERVERS / "notebook.py")]
+    if command == "wrap":
+        keys = ["--keys-dir", str(keys_dir)] if keys_dir is not None else []
+        return [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--evidence-dir", str(evidence), *keys, "--", *notebook]
+    (tmp_path / "policies").mkdir(exist_ok=True)
+    config = tmp_path / "drawbridge.yaml"
+    settings: dict[str, object] = {
+        "upstreams": [{"name": "nb", "transport": "stdio", "command": notebook[0], "args": notebook[1:]}],
+        "policy_dir": "./policies", "evidence_dir": str(evidence), "state_path": str(tmp_path / "state.db"),
+    }
+    if keys_dir is not None:
+        settings["checkpoints"] = {"keys_dir": str(keys_dir)}
+    config.write_text(json.dumps(settings))
+    return [PYTHON, "-m", "drawbridge", "serve", "--config", str(config), "--stdio"]
+
+
+def _refused(argv: list[str], evidence: Path) -> str:
+    before = (evidence / "trace.ndjson").read_bytes()
+    done = subprocess.run(argv, input="", capture_output=True, text=True, env=child_env(), timeout=scaled(60))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert (evidence / "trace.ndjson").read_bytes() == before  # no run opened under the other keys
+    return lines[0]
+
+
+def _first_run(evidence: Path) -> str:
+    wrap = [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--evidence-dir", str(evidence), "--",
+            PYTHON, str(SERVERS / "notebook.py")]
+    assert subprocess.run(wrap, input="", capture_output=True, text=True, env=child_env(), timeout=scaled(60)).returncode == 0
+    return read_vkey(evidence / "keys" / "checkpoint.vkey").name
+
+
+@pytest.mark.parametrize("command", ["wrap", "serve"])
+def test_keys_of_another_origin_on_an_existing_trace_are_a_one_line_startup_error(tmp_path: Path, command: str) -> None:
+    """A log keeps its origin: keys made elsewhere (another origin) would sign the same trace as a second
+    log, which no key verifies whole. The gateway refuses to start, naming both origins."""
+    evidence = tmp_path / "evidence"
+    origin = _first_run(evidence)
+    other = tmp_path / "other"
+    assert cli("evidence", "keys", "--init", "--keys-dir", str(other)).returncode == 0
+    other_origin = read_vkey(other / "checkpoint.vkey").name
+    line = _refused(_gateway_argv(tmp_path, command, evidence, other), evidence)
+    assert repr(origin) in line and repr(other_origin) in line and "keeps its origin" in line, line
+    assert "PRIVATE" not in line
+    # An empty keys directory would get keys of a new origin: refused before any key is made.
+    line = _refused(_gateway_argv(tmp_path, command, evidence, tmp_path / "empty"), evidence)
+    assert repr(origin) in line and "holds no keys" in line and not (tmp_path / "empty" / "checkpoint.key").exists()
+    # The trace's own keys still start it, and the whole log verifies under them.
+    argv = _gateway_argv(tmp_path, command, evidence, evidence / "keys")
+    assert subprocess.run(argv, input="", capture_output=True, text=True, env=child_env(), timeout=scaled(60)).returncode == 0
+    report = json.loads(cli("evidence", "verify-chain", str(evidence / "trace.ndjson"), "--format", "json").stdout)
+    assert report["ok"] and len(report["runs"]) == 2
+
+
+@pytest.mark.parametrize("command", ["wrap", "serve", "export"])
+def test_an_attestation_key_that_is_not_its_public_files_is_refused(tmp_path: Path, command: str) -> None:
+    """attestation.pub.pem is what auditors pin: an attestation.key swapped beside it would sign exports no
+    pinned key verifies. Checked at load, as checkpoint.key is against checkpoint.vkey."""
+    evidence = tmp_path / "evidence"
+    _first_run(evidence)
+    other = tmp_path / "other"
+    assert cli("evidence", "keys", "--init", "--keys-dir", str(other)).returncode == 0
+    (evidence / "keys" / "attestation.key").write_bytes((other / "attestation.key").read_bytes())
+    if command == "export":
+        done = cli("evidence", "export", "--evidence-dir", str(evidence), "--out", str(tmp_path / "package"))
+        assert done.returncode == 2 and not (tmp_path / "package").exists(), done.stderr
+        line = done.stderr.strip()
+    else:
+        line = _refused(_gateway_argv(tmp_path, command, evidence, None), evidence)
+    assert "attestation.pub.pem is not the public key of" in line and "attestation.key" in line, line

@@ -32,7 +32,6 @@ from drawbridge.cli.evidence_io import _finish, _label, read_bytes
 from drawbridge.cli.output import (
     InputError,
     console,
-    display_text,
     emit_json,
     format_option,
     key_values,
@@ -263,19 +262,6 @@ def _audit_files(path: str) -> Iterator[Path]:
         raise InputError(f"{path}: no such file or directory")
 
 
-def _describe_binding(binding: Any) -> str:
-    if not isinstance(binding, dict):
-        return "-"
-    outcome = str(binding.get("outcome", "?"))
-    if "reason" in binding:
-        return f"{outcome}: {binding['reason']}"
-    if outcome == "record_inconsistent":
-        return f"{outcome}: binding_digest is not the digest of the record's own subject"
-    if outcome == "binds_different_call":
-        return f"{outcome}: the record describes another call"
-    return outcome
-
-
 def _rank(level: Any) -> int:
     return SIDE_EFFECT_LEVELS.index(level) if level in SIDE_EFFECT_LEVELS else -1
 
@@ -307,12 +293,15 @@ def verify_side_effects_cmd(
     every call re-derives to asserted.
 
     Exit codes: 0 verified, 1 verification failed, 2 usage error or unreadable input
-    (an unreadable surface document or audit file; an audit file that is not JSON
-    is listed as skipped, as other non-record files are).
+    (an unreadable surface document or audit file, or an audit file that is not JSON:
+    it fails, as verify-export fails it in a package, never passes as skipped).
     """
     from drawbridge.evidence.side_effect_verify import (
+        AuditImportError,
         SurfaceFormatError,
+        describe_rejection,
         load_audit_records,
+        parse_audit_file,
         verify_side_effects,
     )
 
@@ -320,17 +309,14 @@ def verify_side_effects_cmd(
         raise click.UsageError("extra arguments after SURFACE_JSON: audit records go after --audit-import")
     surface_doc = read_surface(read_bytes(surface_json), _label(surface_json))
     items: list[tuple[str, Any]] = []
-    unparsable: list[dict[str, str]] = []
     for path in (*audit_imports, *more_imports):
         for file in _audit_files(path):
             try:
-                items.append((str(file), parse_json(read_bytes(str(file)))))
-            except CanonicalizationError:
-                # As in Assay: a file that is not JSON is not a record. It is listed, never silent;
-                # skipping it can only leave a call at a lower level, never raise one.
-                unparsable.append({"source": display_text(str(file)), "reason": "not valid JSON"})
+                items.append((str(file), parse_audit_file(str(file), read_bytes(str(file)))))
+            except AuditImportError as exc:
+                raise InputError(f"{exc}: an audit import is an assay.provider_audit_record.v0 JSON file") from None
     records, skipped = load_audit_records(items)
-    skipped = sorted([*unparsable, *skipped], key=lambda item: item["source"])
+    skipped = sorted(skipped, key=lambda item: item["source"])
     try:
         report = verify_side_effects(surface_doc, records, bundle=_label(surface_json))
     except SurfaceFormatError as exc:
@@ -370,7 +356,7 @@ def verify_side_effects_cmd(
                 call.get("asserted"),
                 before if before is not None else "(none recorded)",
                 verdict(not overclaimed, str(after), f"{after} (recorded {before})"),
-                _describe_binding(call.get("binding")),
+                describe_rejection(call.get("binding")),
             )
         )
     columns = ("#", "tool", "asserted", "level before", "level after", "binding")
@@ -378,10 +364,10 @@ def verify_side_effects_cmd(
     record_rows = []
     for record in report["audit_records"]:
         if record.get("status") == "rejected":  # its own check failed: that is the reason, for every call
-            reasons = [_describe_binding(record.get("check"))]
+            reasons = [describe_rejection(record.get("check"))]
         else:
             reasons = [
-                f"call {r.get('call')}: {_describe_binding(r.get('binding'))}"
+                f"call {r.get('call')}: {describe_rejection(r.get('binding'))}"
                 for r in record.get("rejections", [])
             ]
         status = str(record.get("status"))

@@ -43,6 +43,7 @@ def export_cmd(
     or unreadable input.
     """
     from drawbridge.evidence.export_package import ExportError, ExportUsageError
+    from drawbridge.evidence.side_effect_verify import AuditImportError, package_audit_record
     from drawbridge.state.auditor_package import build_package, check_out_dir, write_package
     from drawbridge.state.checkpoint_files import CheckpointFileError
     from drawbridge.state.signing_keys import KeyFileError
@@ -58,9 +59,14 @@ def export_cmd(
             if file.name in {name for name, _ in imported}:
                 raise InputError(f"two audit records are named {file.name}")
             try:
-                imported.append((file.name, file.read_bytes()))
+                data = file.read_bytes()
             except OSError as exc:
                 raise InputError(f"{file}: cannot read: {exc.strerror}") from None
+            try:
+                package_audit_record(str(file), data)  # a package holds nothing its verify-export would reject
+            except AuditImportError as exc:
+                raise InputError(f"{exc}: nothing is exported") from None
+            imported.append((file.name, data))
     try:
         files, summary = build_package(evidence_dir, run_id=run_id, carriers_file=carriers, audit_imports=imported,
                                        keys_dir=keys_dir)

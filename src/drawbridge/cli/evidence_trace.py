@@ -91,7 +91,7 @@ def audit_inputs(
             stored = parse_checkpoint_lines(read_bytes(label), label)
         except CheckpointFileError as exc:
             raise InputError(str(exc)) from None
-        history = [HeldCheckpoint(f"{label} line {item.line}", item.note) for item in stored]
+        history = [HeldCheckpoint(f"{label} line {item.line}", item.note, item.tree_size) for item in stored]
     return verifier, vkey_source, latest, history
 
 

@@ -5,9 +5,12 @@ Invariant: the report is ``ok`` only when every check holds: the package's files
 its DSSE attestation names, with those digests; the bundle passes Assay's integrity rules and its own
 attestation (ADR-044); carriers and recipe rows cohere; no side effect is recorded above what its
 evidence supports; the trace's chain, its signed checkpoint (which covers every line) and every
-checkpoint held elsewhere agree; the run is sealed; the bundle's checkpoint event is the package's
-checkpoint and covers the run; every bundle event is named by the run's trace lines and every record
-they name is in the bundle, in order; every tlog-proof verifies. Changing any byte of any file fails
+checkpoint held elsewhere agree; the run is sealed; the bundle's checkpoint event is exactly the
+package's checkpoint (its fields recomputed from the note) and covers the run, as the export
+statement's predicate says; every bundle event is
+named by the run's trace lines and every record they name is in the bundle, in order, each at the
+time (``at``) of the trace line that names it and with the source of the log's origin; every
+tlog-proof verifies. Changing any byte of any file fails
 at least one check.
 
 Keys: the checkpoint verifier key and the attestation key are the auditor's (pinned out of band)
@@ -18,13 +21,14 @@ with itself (``signer_identity`` is then listed among the claims not made).
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from drawbridge.canonical import CanonicalizationError, parse_json
-from drawbridge.evidence.bundle import BundleError, VerifiedBundle, verify_bundle
+from drawbridge.evidence.bundle import BundleError, VerifiedBundle, autosi_time, verify_bundle
 from drawbridge.evidence.chain import split_lines
 from drawbridge.evidence.dsse import (
     EXPORT_PREDICATE,
@@ -33,10 +37,22 @@ from drawbridge.evidence.dsse import (
     open_envelope,
     verify_bundle_attestation,
 )
-from drawbridge.evidence.export_package import CHECKPOINT_EVENT, NAMED_TYPES, RECIPE_ROW_TYPE, named_records
+from drawbridge.evidence.export_package import (
+    CHECKPOINT_EVENT,
+    NAMED_TYPES,
+    RECIPE_ROW_TYPE,
+    checkpoint_event_data,
+    named_records,
+    source_of,
+)
 from drawbridge.evidence.observed_read import confirmations, is_confirmation
 from drawbridge.evidence.runs import runs_of
-from drawbridge.evidence.side_effect_verify import SurfaceFormatError, load_audit_records, verify_side_effects
+from drawbridge.evidence.side_effect_verify import (
+    SurfaceFormatError,
+    describe_rejection,
+    package_audit_record,
+    verify_side_effects,
+)
 from drawbridge.evidence.signed_note import NoteVerifier
 from drawbridge.evidence.tlog import CheckpointError, open_checkpoint, parse_tlog_proof, verify_tlog_proof
 from drawbridge.evidence.trace_audit import HeldCheckpoint, audit_trace
@@ -95,6 +111,7 @@ def verify_export(
 ) -> dict[str, Any]:
     """The verify-export report of a package given as ``{relative path: bytes}`` (module docstring)."""
     checks = _Checks()
+    predicate: list[Any] = []  # the export statement's predicate, once its envelope verifies
 
     def attested() -> str:
         envelope = files[EXPORT_ATTESTATION]
@@ -105,6 +122,7 @@ def verify_export(
             raise ValueError("the export statement's key id is not the trusted key's")
         if statement.get("predicateType") != EXPORT_PREDICATE:
             raise ValueError(f"the export statement's predicate type is not {EXPORT_PREDICATE}")
+        predicate.append(statement.get("predicate"))
         subjects = statement.get("subject")
         if not isinstance(subjects, list):
             raise ValueError("the export statement has no subjects")
@@ -157,18 +175,22 @@ def verify_export(
     def side_effects() -> str:
         decisions = [d for e in by_type.get(SURFACE_SCHEMA, []) for d in e["data"].get("observed_tool_decisions", [])]
         document = {"schema": SURFACE_SCHEMA, "observed_tool_decisions": decisions, "non_claims": []}
-        items = [(name, _json(data, name)) for name, data in sorted(files.items()) if name.startswith(AUDIT_IMPORT)]
-        records, _skipped = load_audit_records(items)
+        records = [(name, package_audit_record(name, data)) for name, data in sorted(files.items())
+                   if name.startswith(AUDIT_IMPORT)]
         try:
             report = verify_side_effects(document, records, bundle=BUNDLE)
         except SurfaceFormatError as exc:
             raise ValueError(str(exc)) from None
         if not report["ok"]:
-            raise ValueError(f"{report['levels_not_reproduced']} side effect(s) recorded above their evidence")
+            reasons = [f"{row['source']}: {describe_rejection(row['check'])}" for row in report["audit_records"]
+                       if row["status"] == "rejected"]
+            if report["levels_not_reproduced"]:
+                reasons.append(f"{report['levels_not_reproduced']} side effect(s) recorded above their evidence")
+            raise ValueError("; ".join(reasons))
         return f"{len(decisions)} decisions, {report['promoted']} verified through {len(records)} audit record(s)"
 
     checks.run("side_effects", side_effects)
-    _trace_checks(files, checks, events, bundle, vkey, known)
+    _trace_checks(files, checks, events, bundle, vkey, known, predicate[0] if predicate else None)
     claims = list(CLAIMS_NOT_MADE) + ([] if keys_pinned else ["signer_identity"])
     ok = all(row["ok"] for row in checks.rows)
     run_id = bundle.manifest["run_id"] if bundle is not None else None
@@ -183,6 +205,7 @@ def _trace_checks(
     bundle: VerifiedBundle | None,
     vkey: NoteVerifier,
     known: Sequence[HeldCheckpoint],
+    predicate: Any,
 ) -> None:
     lines = split_lines(files.get(TRACE, b""))
     latest = HeldCheckpoint(CHECKPOINT, files[CHECKPOINT].decode("utf-8", "replace")) if CHECKPOINT in files else None
@@ -195,10 +218,11 @@ def _trace_checks(
             except (CanonicalizationError, UnicodeDecodeError):
                 value = None
             note = value.get("note") if isinstance(value, dict) else None
-            if not isinstance(note, str) or set(value) != {"tree_size", "note"}:
+            size = value.get("tree_size") if isinstance(value, dict) else None
+            if not isinstance(note, str) or set(value) != {"tree_size", "note"} or type(size) is not int:
                 unreadable.append(f"{CHECKPOINTS} line {number} is not {{tree_size, note}}")
                 continue
-            history.append(HeldCheckpoint(f"{CHECKPOINTS} line {number}", note))
+            history.append(HeldCheckpoint(f"{CHECKPOINTS} line {number}", note, size))
     audit = audit_trace(lines, vkey, latest, history, known)
     codes: dict[str, list[str]] = {}
     for problem in audit.problems:
@@ -209,7 +233,8 @@ def _trace_checks(
 
     chain = failing("chain")
     checks.add("trace_chain", not chain, "; ".join(chain) or f"{audit.chain['entries']} entries, hash-linked")
-    signed = failing("checkpoint_signature", "checkpoint_root_mismatch", "cut_tail", "not_covered") + unreadable
+    signed = failing("checkpoint_signature", "checkpoint_root_mismatch", "checkpoint_history", "cut_tail",
+                     "not_covered") + unreadable
     if latest is None:
         signed.append("the package has no trace/checkpoint")
     checks.add("checkpoint", not signed, "; ".join(signed) or f"signed by {vkey.name} over all {audit.lines} lines")
@@ -235,8 +260,18 @@ def _trace_checks(
         signed_tree = open_checkpoint(data["note"], vkey)
         if run is None or data.get("covers") != {"first_index": run.start_index, "last_index": run.last_index}:
             raise ValueError("the bundle's checkpoint does not cover the run's lines in the trace")
-        if (data.get("origin"), data.get("tree_size")) != (signed_tree.origin, signed_tree.size):
-            raise ValueError("the checkpoint event's origin or size is not its note's")
+        expected = checkpoint_event_data(signed_tree, latest.note, run)
+        if data != expected:
+            differ = sorted(key for key in set(data) | set(expected) if data.get(key) != expected.get(key))
+            raise ValueError(f"the checkpoint event is not its note's checkpoint: {differ} differ (schema, origin, "
+                             "tree_size, root_hash, note, covers, and nothing else)")
+        if events[-1].get("source") != source_of(signed_tree.origin):
+            raise ValueError(f"the checkpoint event's source is not {source_of(signed_tree.origin)}")
+        stated = {"run_id": run.run_id, "origin": signed_tree.origin, "bundle_id": bundle.manifest["bundle_id"],
+                  "tree_size": signed_tree.size, "covers": expected["covers"]} if bundle is not None else None
+        if predicate is not None and predicate != stated:
+            raise ValueError("the export statement's predicate is not this package's {run_id, origin, bundle_id, "
+                             "tree_size, covers}")
         return f"covers lines {run.start_index}..{run.last_index} of a tree of {signed_tree.size}"
 
     checks.run("bundle_checkpoint", checkpoint_event)
@@ -245,18 +280,33 @@ def _trace_checks(
         if run is None:
             raise ValueError("no run to bind")
         complete = [line for line in lines if line.endswith(b"\n")]
-        named = [(kind, digest) for _index, _at, kind, digest in named_records(complete, run)]
-        bundled = [(e["type"], e["assaycontenthash"]) for e in events
-                   if e["type"] in NAMED_TYPES and not is_confirmation(e["data"])]
+        records = named_records(complete, run)
+        named = [(kind, digest) for _index, _at, kind, digest in records]
+        recorded = [e for e in events if e["type"] in NAMED_TYPES and not is_confirmation(e["data"])]
+        bundled = [(e["type"], e["assaycontenthash"]) for e in recorded]
         if named != bundled:
-            unbundled = len([n for n in named if n not in bundled])
-            unnamed = len([b for b in bundled if b not in named])
-            raise ValueError(f"{unnamed} bundle event(s) no trace line names; {unbundled} named record(s) not in the "
-                             "bundle (or out of order)")
+            unbundled, unnamed = Counter(named) - Counter(bundled), Counter(bundled) - Counter(named)
+            if unbundled or unnamed:
+                raise ValueError(f"{unnamed.total()} bundle event(s) no trace line names; {unbundled.total()} named "
+                                 "record(s) not in the bundle")
+            first = next(i for i, (n, b) in enumerate(zip(named, bundled, strict=True)) if n != b)
+            raise ValueError(f"the bundle's records are out of order: its record {first} is not the one the trace "
+                             f"names there (line {records[first][0]})")
         others = {e["type"] for e in events if e["type"] not in NAMED_TYPES} - {RECIPE_ROW_TYPE, CHECKPOINT_EVENT}
         if others:
             raise ValueError(f"the bundle holds events of unknown types {sorted(others)}")
-        return f"{len(named)} records: each named by one trace line of the run, in order, and bundled"
+        for (index, at, _kind, _digest), event in zip(records, recorded, strict=True):
+            if event.get("time") != autosi_time(at):
+                raise ValueError(f"bundle event {event.get('assayseq')}: its time is not the `at` of trace line {index}")
+        carrier_times = [e.get("time") for e in recorded if e["type"] == CARRIER_SCHEMA]
+        row_times = [e.get("time") for e in events if e["type"] == RECIPE_ROW_TYPE]
+        if any(row != carrier for row, carrier in zip(row_times, carrier_times, strict=False)):
+            raise ValueError("a recipe row's time is not its carrier's")
+        source = source_of(vkey.name)
+        foreign = [e.get("assayseq") for e in events if e.get("source") != source]
+        if foreign:
+            raise ValueError(f"bundle event(s) {foreign[:5]} do not have the source {source}")
+        return f"{len(named)} records: each named by one trace line of the run, in order, at its time, and bundled"
 
     checks.run("trace_binding", binding)
 
@@ -267,8 +317,12 @@ def _trace_checks(
         named = [(index, kind) for index, _at, kind, _digest in named_records(complete, run)]
         recorded = [e for e in events if e["type"] in NAMED_TYPES and not is_confirmation(e["data"])]
         writes = [(index, e["data"]) for (index, kind), e in zip(named, recorded, strict=False) if kind == SURFACE_SCHEMA]
-        expected = [record for _at, record in confirmations(complete, run, writes)]
-        found = [e["data"] for e in events if e["type"] == SURFACE_SCHEMA and is_confirmation(e["data"])]
+        made = confirmations(complete, run, writes)
+        expected = [record for _at, record in made]
+        bundled = [e for e in events if e["type"] == SURFACE_SCHEMA and is_confirmation(e["data"])]
+        found = [e["data"] for e in bundled]
+        if found == expected and [e.get("time") for e in bundled] != [autosi_time(at) for at, _record in made]:
+            raise ValueError("an observed_confirmed record's time is not the `at` of the read that confirms it")
         if found != expected:
             raise ValueError(f"the bundle's {len(found)} observed_confirmed record(s) are not the {len(expected)} the "
                              "trace's later reads of the same targets make (a later, allowed, successful read)")

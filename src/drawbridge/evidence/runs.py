@@ -99,4 +99,17 @@ def runs_of(lines: Iterable[bytes]) -> list[Run]:
     return runs
 
 
-__all__ = ["RUN_END", "RUN_START", "Run", "is_valid_run_id", "run_end_body", "run_start_body", "runs_of"]
+def origins_of(lines: Iterable[bytes]) -> list[str]:
+    """The origins the trace's runs name in their ``run_start`` entries, each once, in order: the
+    origin a log keeps (a gateway refuses keys of another)."""
+    origins: list[str] = []
+    for index, line in enumerate(lines):
+        marked = _marked(index, line)
+        if marked is not None and marked[0] == RUN_START:
+            origin = marked[1].get("origin")
+            if isinstance(origin, str) and origin not in origins:
+                origins.append(origin)
+    return origins
+
+
+__all__ = ["RUN_END", "RUN_START", "Run", "is_valid_run_id", "origins_of", "run_end_body", "run_start_body", "runs_of"]

@@ -3,7 +3,10 @@
 Invariant: the report never claims more than the weakest evidence supports: each asserting call
 takes at most one bound audit record (one record never vouches for two calls), every imported
 record is reported with why it did or did not bind, and the claim gate (``CLAIM_GATE``) caps what a
-consumer may claim at each level.
+consumer may claim at each level. An imported audit file that is not JSON is never read as "no
+record": it fails the verification (``AuditImportError``), in ``verify-side-effects``,
+``export`` and ``verify-export`` alike; an auditor package holds only records consistent in
+themselves (``package_audit_record``).
 
 Theory of operation (evidence-formats.md 3):
 
@@ -32,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from drawbridge.canonical import CanonicalizationError, parse_json
 from drawbridge.evidence import vocabulary as v
 from drawbridge.evidence.audit_binding import (
     AuditBinding,
@@ -94,6 +98,46 @@ def weakest_occurrence_ceiling(decisions: Iterable[tuple[str, str | None]]) -> d
 
 class SurfaceFormatError(ValueError):
     """A surface document the verifier cannot read without guessing."""
+
+
+class AuditImportError(ValueError):
+    """An imported audit file that cannot be taken as evidence; the message names the file."""
+
+
+def parse_audit_file(label: str, data: bytes) -> Any:
+    """The JSON of one imported audit file. A file that is not JSON fails closed: skipping it could hide
+    a record an auditor meant to import, and a package could not be checked again from it."""
+    try:
+        return parse_json(data)
+    except (CanonicalizationError, UnicodeDecodeError):
+        raise AuditImportError(f"{record_text(label)} is not JSON") from None
+
+
+def package_audit_record(label: str, data: bytes) -> dict[str, Any]:
+    """One file of an auditor package's ``audit-import/``: an ``assay.provider_audit_record.v0`` whose
+    ``binding_digest`` is the digest of its own subject (what ``export`` writes, and nothing else)."""
+    value = parse_audit_file(label, data)
+    kept, skipped = load_audit_records([(label, value)])
+    if skipped:
+        raise AuditImportError(f"{skipped[0]['source']} is not an audit record: {skipped[0]['reason']}")
+    check = check_record_consistency(kept[0][1])
+    if not isinstance(check, str):
+        raise AuditImportError(f"{record_text(label)}: {describe_rejection(check.to_json())}")
+    return kept[0][1]
+
+
+def describe_rejection(binding: Any) -> str:
+    """A binding outcome of a report, in words (its ``reason`` when it has one)."""
+    if not isinstance(binding, dict):
+        return "-"
+    outcome = str(binding.get("outcome", "?"))
+    if "reason" in binding:
+        return f"{outcome}: {binding['reason']}"
+    if outcome == "record_inconsistent":
+        return f"{outcome}: binding_digest is not the digest of the record's own subject"
+    if outcome == "binds_different_call":
+        return f"{outcome}: the record describes another call"
+    return outcome
 
 
 def load_audit_records(

@@ -2,10 +2,14 @@
 
 Invariant: the verdict is ``verified`` only when the chain verifies, the log's latest signed
 checkpoint verifies under the pinned key, its root is the root of the trace's lines, it covers every
-line, every run in the trace is sealed (``runs``), and every checkpoint held elsewhere is a prefix of
-the signed log by an RFC 6962 consistency proof. Anything that shows tampering is ``failed``
-(``cut_tail``, ``rollback``, a signature or root that does not match, a broken chain); lines no
-signature covers or a run without its end and final checkpoint are ``incomplete``. Neither is clean.
+line, every run in the trace is sealed (``runs``), every line of the log's history
+(``checkpoints.ndjson``) states the size its note signs and comes after the line before it (sizes
+increase), and every checkpoint held elsewhere is a prefix of the signed log by an RFC 6962
+consistency proof. Anything that shows tampering is ``failed`` (``cut_tail``, ``rollback``, a
+signature or root that does not match, a history line that disagrees with its note or is out of
+order, a broken chain); lines no signature covers or a run without its end and final checkpoint are
+``incomplete``. Neither is clean. When the latest checkpoint does not match the trace, that is the
+finding: its lines and runs are not reported again as merely uncovered.
 
 Theory of operation. ``audit_trace`` takes the trace's bytes split into lines, the pinned verifier
 key, the log's own checkpoints (the latest, and its history from ``checkpoints.ndjson``) and those an
@@ -32,7 +36,7 @@ from drawbridge.evidence.tlog import Checkpoint, CheckpointError, open_checkpoin
 
 REPORT_SCHEMA: Final = "drawbridge.trace_audit.report.v0"
 FAILING: Final = frozenset(
-    {"chain", "checkpoint_signature", "checkpoint_root_mismatch", "cut_tail", "rollback"}
+    {"chain", "checkpoint_signature", "checkpoint_root_mismatch", "checkpoint_history", "cut_tail", "rollback"}
 )
 """Problem codes that show tampering (``failed``); the others leave the trace ``incomplete``."""
 CLAIMS_NOT_MADE: Final = (
@@ -48,10 +52,12 @@ def b64(value: bytes) -> str:
 
 @dataclass(frozen=True)
 class HeldCheckpoint:
-    """A signed checkpoint to check, and where it came from (a file name, ``checkpoints.ndjson line 3``)."""
+    """A signed checkpoint to check, and where it came from (a file name, ``checkpoints.ndjson line 3``);
+    ``tree_size`` is the size a line of ``checkpoints.ndjson`` states beside its note (unsigned: checked)."""
 
     source: str
     note: str
+    tree_size: int | None = None
 
 
 @dataclass
@@ -172,6 +178,33 @@ def _known(
     row.update(finding="consistent", ok=True)
 
 
+def _history(history: Sequence[HeldCheckpoint], verifier: NoteVerifier, tree: MerkleTree, audit: TraceAudit) -> None:
+    """Each checkpoint of the log's history against the lines, its line's stated size against the size
+    its note signs, and the order: the log signs in increasing sizes, so a line whose size does not
+    exceed the one before was moved, repeated or edited."""
+    previous: Checkpoint | None = None
+    for held in history:
+        checkpoint = _open(held, verifier, audit)
+        if checkpoint is None:
+            continue
+        _against_lines(checkpoint, held.source, tree, audit)
+        if held.tree_size is not None and held.tree_size != checkpoint.size:
+            audit.problem(
+                "checkpoint_history",
+                f"{held.source} states tree_size {held.tree_size} but its note signs {checkpoint.size}: the line "
+                "was edited",
+                source=held.source,
+            )
+        if previous is not None and checkpoint.size <= previous.size:
+            audit.problem(
+                "checkpoint_history",
+                f"{held.source} (size {checkpoint.size}) comes after a checkpoint of size {previous.size}: the "
+                "checkpoints are not in the order they were signed (lines moved or repeated)",
+                source=held.source,
+            )
+        previous = checkpoint
+
+
 def audit_trace(
     lines: Sequence[bytes],
     verifier: NoteVerifier | None,
@@ -190,6 +223,7 @@ def audit_trace(
         audit.problem("chain", f"{problem.code} at line {problem.line}: {problem.message}", line=problem.line)
     tree = MerkleTree([trace_leaf(line) for line in complete])
     signed_size = 0
+    mismatched = False  # the latest checkpoint verifies but the trace does not hold what it signs
     latest_checkpoint: Checkpoint | None = None
     if (latest is not None or history or known) and verifier is None:
         audit.problem("checkpoint_signature", "no verifier key: the checkpoints cannot be checked")
@@ -206,16 +240,15 @@ def audit_trace(
             }
             if _against_lines(latest_checkpoint, latest.source if latest else "checkpoint", tree, audit):
                 signed_size = latest_checkpoint.size
-        for held in history:
-            checkpoint = _open(held, verifier, audit)
-            if checkpoint is not None:
-                _against_lines(checkpoint, held.source, tree, audit)
+            else:
+                mismatched = True
+        _history(history, verifier, tree, audit)
         for held in known:
             _known(held, verifier, latest_checkpoint, tree, audit)
     if latest_checkpoint is None and not any(p["code"] == "checkpoint_signature" for p in audit.problems):
         if latest is None and verifier is not None:
             audit.problem("not_covered", "no signed checkpoint: no line is covered by a signature")
-    if signed_size < tree.size and latest_checkpoint is not None:
+    if signed_size < tree.size and latest_checkpoint is not None and not mismatched:
         audit.problem(
             "not_covered",
             f"lines {signed_size}..{tree.size - 1} come after the last signed checkpoint: no signature covers them",
@@ -229,7 +262,9 @@ def audit_trace(
              "run_end": run.end_index, "state": "sealed" if sealed else "incomplete"}
         )
         if not sealed:
-            why = "it has no run_end entry" if run.end_index is None else "no signed checkpoint covers its run_end"
+            why = ("it has no run_end entry" if run.end_index is None
+                   else "the signed checkpoint does not match the trace" if mismatched
+                   else "no signed checkpoint covers its run_end")
             audit.problem(
                 "incomplete_run",
                 f"run {run.run_id} (lines {run.start_index}..{run.last_index}) is incomplete, crashed or cut: {why}",

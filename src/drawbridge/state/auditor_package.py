@@ -1,7 +1,8 @@
 """The auditor package: one run's evidence, written to a directory an auditor can take away.
 
 Invariant: a package is written only from an evidence directory whose trace verifies against its own
-signed checkpoints (a cut or rewritten trace is refused, never re-signed), into a directory that is
+signed checkpoints (a cut or rewritten trace, or a checkpoint history edited or out of order, is
+refused, never re-signed), with keys whose public files are their own, into a directory that is
 new or empty; it holds public material only (no private key, no raw argument), and every file is
 named with its SHA-256 in ``export.intoto.json``, a DSSE envelope signed by the attestation key.
 
@@ -133,7 +134,7 @@ def build_package(
     history_path = evidence / CHECKPOINTS_FILE
     stored = parse_checkpoint_lines(_read(history_path, "the checkpoint log"), str(history_path)) \
         if history_path.exists() else []
-    held = [HeldCheckpoint(f"{CHECKPOINTS_FILE} line {s.line}", s.note) for s in stored]
+    held = [HeldCheckpoint(f"{CHECKPOINTS_FILE} line {s.line}", s.note, s.tree_size) for s in stored]
     audit = audit_trace(lines, keys.verifier, HeldCheckpoint(CHECKPOINT_FILE, latest) if latest else None, held)
     if audit.status == "failed":
         problems = "; ".join(p["message"] for p in audit.problems)
@@ -162,6 +163,7 @@ def build_package(
         "keys/checkpoint.vkey": (keys.verifier.vkey + "\n").encode("ascii"),
         "keys/attestation.pub.pem": keys.attestation_public_pem,
     }
+    # Each stored tree_size was checked against the size its note signs, in order, by audit_trace above.
     history = [checkpoint_line(s.tree_size, s.note) for s in stored if s.tree_size <= checkpoint.size]
     if not stored or stored[-1].note != note:
         history.append(checkpoint_line(checkpoint.size, note))

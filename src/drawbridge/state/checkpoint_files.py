@@ -7,7 +7,11 @@ before ``write`` returns, after the trace lines they cover (the caller syncs the
 power loss never leaves a checkpoint that signs lines the trace lost.
 
 Line format of ``checkpoints.ndjson``: ``{"tree_size":N,"note":"<signed note>"}`` (values in RFC 8785
-form, fields in this order).
+form, fields in this order); ``tree_size`` is the size the note signs, and the lines come in
+increasing size (``trace_audit`` checks both: the line's own field is not signed).
+
+The origin a log was signed under (``log_origins``) is read from the latest checkpoint's first line
+and from the trace's ``run_start`` entries: a gateway refuses keys of another origin.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from drawbridge.canonical import CanonicalizationError, canonical_bytes, parse_json
+from drawbridge.evidence.runs import origins_of
 from drawbridge.state.append_only import AppendOnlyFile
 
 CHECKPOINT_FILE: Final = "checkpoint"
@@ -103,6 +108,25 @@ def parse_checkpoint_lines(data: bytes, label: str) -> list[StoredCheckpoint]:
     return out
 
 
+def log_origins(directory: str | os.PathLike[str], trace_path: str | os.PathLike[str]) -> list[str]:
+    """The origins the log in ``directory`` was signed under: its latest checkpoint's (the note's first
+    line, as written; the signature is the verifier's business) and those its trace's runs name."""
+    origins: list[str] = []
+    try:
+        note = (Path(directory) / CHECKPOINT_FILE).read_bytes()
+    except FileNotFoundError:
+        note = b""
+    first = note.split(b"\n", 1)[0].decode("utf-8", "replace")
+    if first:
+        origins.append(first)
+    try:
+        with open(trace_path, "rb") as trace:
+            origins += [origin for origin in origins_of(trace) if origin not in origins]
+    except FileNotFoundError:
+        pass
+    return origins
+
+
 __all__ = [
     "CHECKPOINTS_FILE",
     "CHECKPOINT_FILE",
@@ -110,6 +134,7 @@ __all__ = [
     "CheckpointFiles",
     "StoredCheckpoint",
     "checkpoint_line",
+    "log_origins",
     "parse_checkpoint_lines",
     "replace_file",
 ]

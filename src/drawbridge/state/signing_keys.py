@@ -4,7 +4,9 @@ Invariant: a private key exists only in its PKCS#8 PEM file, mode 0600, in a dir
 0700, and in the memory of the process that loaded it; no record, log line, error message or export
 holds it (``repr`` hides it, and every error names the file, never its content). A key file that
 group or others may read is refused, as ssh refuses one. The two keys are never the same (C2SP: a
-key is not reused across signature types).
+key is not reused across signature types), and each public file is the public half of its private
+key (a swapped key file is refused when the keys are loaded). A log keeps its origin: keys that sign
+as another origin than the one the existing trace was signed under are refused (``open_keys``).
 
 Files in the keys directory (default ``<evidence_dir>/keys``), made together at first start:
 
@@ -26,6 +28,7 @@ import hashlib
 import os
 import secrets
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -182,18 +185,54 @@ def load_keys(directory: str | os.PathLike[str]) -> EvidenceKeys:
     attestation = _read_private(path / ATTESTATION_KEY)
     if attestation.private_bytes_raw() == signer.key.private_bytes_raw():
         raise KeyFileError(f"{path / ATTESTATION_KEY} is the checkpoint key: the two keys must differ")
+    _check_public_half(path / ATTESTATION_PUB, attestation, path / ATTESTATION_KEY)
     return EvidenceKeys(path, signer, attestation)
 
 
-def open_keys(directory: str | os.PathLike[str], origin: str | None = None) -> EvidenceKeys:
+def _check_public_half(public_path: Path, private: SeedKey, private_path: Path) -> None:
+    """The published public key must be the private key's own: an attestation an auditor checks with
+    ``attestation.pub.pem`` is signed by ``attestation.key``, never by a key swapped in beside it. The file
+    drawbridge writes is compared byte for byte (no ``cryptography`` needed); another PEM form is read."""
+    public = private.public_key().public_bytes_raw()
+    try:
+        data = public_path.read_bytes()
+    except OSError as exc:
+        raise KeyFileError(f"cannot read the public key {public_path}: {exc.strerror}") from None
+    if data != spki_pem(public) and read_public_pem(public_path).public_bytes_raw() != public:
+        raise KeyFileError(f"{public_path} is not the public key of {private_path}")
+
+
+def refuse_other_origin(keys_dir: Path, keys_origin: str | None, log_origins: Sequence[str]) -> None:
+    """A log keeps its origin: keys (or keys about to be made, ``keys_origin`` None) that would sign the
+    trace as another origin than the one it was signed under are refused, naming both origins."""
+    for log_origin in log_origins:
+        if keys_origin is None:
+            raise KeyFileError(
+                f"{keys_dir} holds no keys, but the trace was signed as origin {log_origin!r}: a log keeps its "
+                "origin (give that log's keys directory, or another evidence directory for a new log)"
+            )
+        if log_origin != keys_origin:
+            raise KeyFileError(
+                f"the keys in {keys_dir} sign as origin {keys_origin!r}, but the trace was signed as origin "
+                f"{log_origin!r}: a log keeps its origin (give that log's keys directory, or another evidence "
+                "directory for a new log)"
+            )
+
+
+def open_keys(
+    directory: str | os.PathLike[str], origin: str | None = None, log_origins: Sequence[str] = ()
+) -> EvidenceKeys:
     """The keys of ``directory``, made there (with ``origin``, else a random one) when it holds none.
-    A configured ``origin`` other than the keys' own is refused: a log's origin does not change."""
+    A log's origin does not change: a configured ``origin`` other than the keys' own is refused, and so
+    are keys (or none, to be made) signing as another origin than ``log_origins``, the origins the
+    existing trace was signed under (``checkpoint_files.log_origins``)."""
     path = Path(directory)
     if origin is not None and not is_valid_origin(origin):
         raise KeyFileError(f"the origin {origin!r} is not a key name (printable ASCII, no spaces, no '+')")
     try:
         path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
         if not (path / CHECKPOINT_KEY).exists() and not (path / CHECKPOINT_VKEY).exists():
+            refuse_other_origin(path, None, log_origins)
             _create(path, origin or default_origin())
     except OSError as exc:
         raise KeyFileError(f"cannot make the keys in {path}: {exc.strerror or exc}") from None
@@ -203,6 +242,7 @@ def open_keys(directory: str | os.PathLike[str], origin: str | None = None) -> E
             f"the keys in {path} sign as origin {keys.origin!r}, not {origin!r}: a log keeps its origin "
             "(give the keys' own origin, or another keys directory for a new log)"
         )
+    refuse_other_origin(path, keys.origin, log_origins)
     return keys
 
 
@@ -220,6 +260,7 @@ def read_vkey(path: str | os.PathLike[str]) -> NoteVerifier:
 
 
 def read_public_pem(path: str | os.PathLike[str]) -> Ed25519PublicKey:
+    """An Ed25519 SubjectPublicKeyInfo PEM file, through ``cryptography``."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
@@ -247,5 +288,6 @@ __all__ = [
     "open_keys",
     "read_public_pem",
     "read_vkey",
+    "refuse_other_origin",
     "spki_der",
 ]
