@@ -21,6 +21,8 @@ from drawbridge.catalogue import (
     generate_draft,
     origin_label,
 )
+from drawbridge.catalogue.draft import NOT_SERVED_NOTE
+from drawbridge.catalogue.names import tool_name_problem
 from drawbridge.policy import Action, evaluate, load_policy_text
 
 DISPATCH = {
@@ -178,15 +180,15 @@ def test_hostile_names_cannot_add_rules_or_comments() -> None:
     text = generate_draft(tools)
     assert text.isascii()
     body = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    assert sum(1 for line in body if line.startswith("  - tools:")) == len(tools) + 1
+    # The names the gateway never serves (a control, format or separator character) get no rule, since
+    # the loader refuses such a glob; a comment says so, and the final deny covers them.
+    assert sum(1 for line in body if line.startswith("  - tools:")) == 2 + 1
+    assert text.count(NOT_SERVED_NOTE) == 5
     policies = load_policy_text(text, "draft.yaml")
-    assert evaluate(policies, "a", hostile, {}).action is Action.HUMAN_APPROVAL
     assert evaluate(policies, "a", "caf\u00e9.get_menu", {}).action is Action.ALLOW
     assert evaluate(policies, "a", "\U0001f600.get", {}).action is Action.ALLOW
-    assert evaluate(policies, "a", "line\u2028sep.get", {}).action is Action.ALLOW
-    assert evaluate(policies, "a", "nel\x85.get", {}).action is Action.ALLOW
-    assert evaluate(policies, "a", "nul\x00.get", {}).action is Action.ALLOW
-    assert evaluate(policies, "a", "lone\ud800.get", {}).action is Action.ALLOW
+    for never_served in (hostile, "line\u2028sep.get", "nel\x85.get", "nul\x00.get", "lone\ud800.get"):
+        assert evaluate(policies, "a", never_served, {}).action is Action.DENY
     assert evaluate(policies, "a", "x", {}).action is Action.DENY
 
 
@@ -221,6 +223,8 @@ def test_any_catalogue_drafts_a_policy_that_decides_each_tool_as_drafted(
     for tool in tools:
         plain = not any(char in "*?[\\" for char in tool.name)
         expected = Action.ALLOW if tool.classification.is_named_read and plain else Action.HUMAN_APPROVAL
+        if tool_name_problem(tool.name) is not None:
+            expected = Action.DENY  # never served, so not drafted: the final deny
         assert evaluate(policies, "agent", tool.name, {}).action is expected
     assume(stranger not in {t.name for t in tools} and stranger not in {escape_glob(t.name) for t in tools})
     assert evaluate(policies, "agent", stranger, {}).action is Action.DENY

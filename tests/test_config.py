@@ -138,11 +138,11 @@ def test_approval_section_defaults_and_every_key(tmp_path):
         ("{timeout_seconds: 0}", "positive"),
         ("{timeout_seconds: .inf}", "finite"),
         ("{timeout_seconds: .nan}", "positive"),
-        ("{non_blocking: 'yes'}", "approval.non_blocking must be bool"),
-        ("{elicitation: 1}", "approval.elicitation must be bool"),
+        ("{non_blocking: 'yes'}", "approval.non_blocking must be true or false"),
+        ("{elicitation: 1}", "approval.elicitation must be true or false"),
         ("{channel: queue}", "unknown key 'channel' in approval"),
         ("{memory: {min_approvals: 0}}", "at least 1"),
-        ("{memory: {min_approvals: 2.5}}", "approval.memory.min_approvals must be int"),
+        ("{memory: {min_approvals: 2.5}}", "approval.memory.min_approvals must be an integer"),
         ("{memory: {min_approvals: true}}", "must be a number, not a boolean"),
         ("{memory: {url: 'http://mem7'}}", "unknown key 'url' in approval.memory"),
         ("{memory: [3]}", "approval.memory must be a mapping"),
@@ -220,7 +220,7 @@ def test_session_limits_default_and_are_checked(tmp_path):
         (", max_sessions_per_agent: 65, max_sessions: 64", "limits.max_sessions must be at least limits.max_sessions_per_agent (65)"),
         (", max_sessions: 10", "limits.max_sessions must be at least limits.max_sessions_per_agent (64)"),
         (", max_sessions: true", "must be a number, not a boolean"),
-        (", max_sessions_per_agent: 2.5", "limits.max_sessions_per_agent must be int"),
+        (", max_sessions_per_agent: 2.5", "limits.max_sessions_per_agent must be an integer"),
     ):
         with pytest.raises(ConfigError) as info:
             parse_config(BASE.replace(limits, limits + extra), path, ENV)

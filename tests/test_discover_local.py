@@ -86,4 +86,32 @@ def test_an_ad_hoc_spec_by_file_or_by_url(tmp_path: Path) -> None:
         assert "openapi.create_item" in _by_name(json.loads(fetched.stdout))
     # A spec whose server is relative needs a backend: the upstream is named as unavailable.
     no_backend = _discover("--openapi", str(SPEC), "--format", "json")
-    assert no_backend.returncode == 1 and "set backend_url" in no_backend.stderr
+    assert no_backend.returncode == 1 and "give --backend" in no_backend.stderr and "backend_url" not in no_backend.stderr
+
+
+def test_an_ad_hoc_backend_refused_by_the_ssrf_guard_advises_the_flag() -> None:
+    refused = _discover("--openapi", str(SPEC), "--backend", "http://127.0.0.1:9")
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr
+    assert "--backend is refused by the SSRF guard (127.0.0.1 is a loopback address)" in lines[0]
+    assert lines[0].endswith("give --allow-private to allow it") and "allow_private" not in lines[0]
+    allowed = _discover("--openapi", str(SPEC), "--backend", "http://127.0.0.1:9", "--allow-private", "--format", "json")
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_the_draft_agent_glob_is_checked_before_anything_starts(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    upstream = {"name": "m", "transport": "stdio", "command": PYTHON,
+                "args": ["-c", f"open({str(marker)!r}, 'w').close()"]}
+    config = tmp_path / "drawbridge.yaml"
+    config.write_text(json.dumps({"upstreams": [upstream], "policy_dir": "."}), encoding="utf-8")
+    for agent, problem in (("", "empty glob"), ("a[", "unterminated"), ("a\u200bb", "control or format character")):
+        result = _discover("--config", str(config), "--generate-policy", "--agent", agent)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+        assert lines[0].startswith("drawbridge: --agent ") and problem in lines[0], lines[0]
+        assert result.stdout == "" and not marker.exists()
+    drafted = _discover("--config", str(config), "--generate-policy", "--agent", "claude-*")
+    # A good glob goes on: the upstream starts (and, answering nothing, is named as unavailable).
+    assert drafted.returncode == 1 and marker.exists(), drafted.stderr
+    assert "agent: \"claude-*\"" in drafted.stdout

@@ -163,7 +163,16 @@ def test_top_level_not_a_mapping() -> None:
 
 def test_too_deep_nesting() -> None:
     body = "name: p\nagent: a\nrules: []\nschemas:\n  t: " + "[" * 500 + "]" * 500 + "\n"
-    expect(body, None, r"^the file nests too deeply$")
+    expect(body, 5, r"^the file nests too deeply \(more than 64 levels of lists and mappings\)$")
+
+
+def test_tool_globs_refuse_control_and_format_characters_as_names_do() -> None:
+    for escaped, char in (("\\u0000", "\x00"), ("\\u200b", "\u200b"), ("\\n", "\n"), ("\\t", "\t")):
+        body = with_rule(f'- tools: [ok, "a{escaped}b"]\n  action: allow\n')
+        err = expect(body, 4, r"^bad glob 'a\\.*b' in `tools`: contains a control or format character \(U\+")
+        assert char not in str(err)
+    expect('name: "p\\u200b"\nagent: a\nrules: []\n', 1, r"^`name` contains a control or format character$")
+    expect('name: p\nagent: "a\\u0000"\nrules: []\n', 2, r"^`agent` contains a control or format character$")
 
 
 def test_non_json_values() -> None:

@@ -121,3 +121,35 @@ def test_policy_test_passes_and_fails_on_its_tables(tmp_path: Path) -> None:
     assert "3 passed, 2 failed" in failing.stdout
     assert "expected deny, got human_approval (rule 2 of team.yaml" in failing.stdout
     assert "expected rule 2, decided by rule 0" in failing.stdout
+
+
+def _table(directory: Path, name: str, body: str) -> Path:
+    path = directory / name
+    path.write_text("policy: ./policies\n" + body, encoding="utf-8")
+    return path
+
+
+def test_policy_test_refuses_a_table_that_would_not_test_what_it_says(tmp_path: Path) -> None:
+    _policies(tmp_path)
+    case = "cases:\n  - {agent: claude, tool: github.list_repos, expect: allow"
+    refused = {
+        # `args` instead of `arguments` would be evaluated with {} and pass.
+        "args": (case + ", args: {owner: evil}}\n", 3, "unknown key 'args' in case 1"),
+        "rule_file": ("rule_file: ./rules.yaml\n" + case + "}\n", 2, "unknown key 'rule_file' in the table"),
+        "list_arguments": (case + ", arguments: [1]}\n", 3, "`arguments` in case 1 must be an object"),
+        "string_rule": (case + ', rule: "0"}\n', 3, "`rule` in case 1 must be a rule index (an integer from 0)"),
+        "date": (case + ", arguments: {when: 2024-01-01}}\n", 3, "a value of YAML type date is not plain JSON"),
+        "no_cases": ("cases: []\n", 2, "`cases` is empty: a table that tests nothing would always pass"),
+        "bad_expect": (case.replace("expect: allow", "expect: allowed") + "}\n", 3, "unknown action 'allowed'"),
+        "tagged": ("cases:\n  - !case {agent: claude, tool: t, expect: deny}\n", 3, 'custom tag "!case"'),
+    }
+    for name, (body, line, problem) in refused.items():
+        table = _table(tmp_path, f"{name}.yaml", body)
+        result = drawbridge("policy", "test", str(table))
+        assert result.returncode == 1, (name, result.stdout, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"Error: {table}:{line}: {problem}"), (name, result.stderr)
+        assert "passed" not in result.stdout, (name, result.stdout)
+    good = _table(tmp_path, "good.yaml", case + ", rule: 0, arguments: {owner: evil}}\n")
+    passing = drawbridge("policy", "test", str(good))
+    assert passing.returncode == 0 and "1 passed, 0 failed" in passing.stdout, passing.stdout + passing.stderr

@@ -6,10 +6,11 @@ the right type and range, and nothing secret is stored in the file itself:
 bearer tokens are given either as the SHA-256 of the token (``token_sha256``)
 or as the name of an environment variable that holds it (``token_env``).
 
-Theory of operation: the YAML is parsed with ruamel's round-trip loader, which
-keeps line numbers; a small table of field specs per section drives validation,
-so the accepted keys are readable in one place and the error messages are
-uniform. Relative paths are resolved against the config file's directory.
+Theory of operation: the YAML is read by ``policy.strict_yaml`` (ruamel's round-trip
+loader, which keeps line numbers; the same strict reading as policy files: no duplicate key, no
+custom tag, plain JSON values, bounded depth and alias expansion); a small table of field specs per
+section drives validation, so the accepted keys are readable in one place and the error messages
+are uniform. Relative paths are resolved against the config file's directory.
 
 Three kinds of upstream share one namespace (their ``name`` prefixes tool names, so
 it is unique across all three): MCP servers (``upstreams``), OpenAPI services
@@ -28,11 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedSeq
-from ruamel.yaml.error import YAMLError
 
 from drawbridge.config_local import (
+    ALLOW_PRIVATE_ADVICE,
     CliCommandConfig,
     CliToolConfig,
     OpenApiConfig,
@@ -52,6 +52,7 @@ from drawbridge.config_reader import Reader as _Reader
 from drawbridge.config_reader import resolve_path as _resolve
 from drawbridge.config_reader import str_list as _str_list
 from drawbridge.config_reader import str_map as _str_map
+from drawbridge.policy.strict_yaml import YamlProblem, read_yaml
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 UPSTREAM_PROTOCOLS: tuple[str, ...] = ("2025-11-25", "2026-07-28")
@@ -205,10 +206,9 @@ _TOP_KEYS = {
 def _top(text: str, source_file: str) -> _Reader:
     """The top-level mapping of a configuration text, its keys checked."""
     try:
-        root = YAML(typ="rt").load(text)
-    except YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(source_file, mark.line + 1 if mark else None, f"invalid YAML: {exc}") from None
+        root = read_yaml(text)
+    except YamlProblem as exc:
+        raise ConfigError(source_file, exc.line, exc.problem) from None
     if root is None:
         raise ConfigError(source_file, None, "the configuration is empty")
     top = _Reader(source_file, root, "config")
@@ -466,6 +466,7 @@ def load_config(
 
 
 __all__ = [
+    "ALLOW_PRIVATE_ADVICE",
     "USES_ALL",
     "FSYNC_MODES",
     "UPSTREAM_PROTOCOLS",

@@ -138,6 +138,11 @@ def _timeout(reader: Reader, key: str, default: float, limit: float) -> float:
     return seconds
 
 
+ALLOW_PRIVATE_ADVICE = "set allow_private: true to allow it"
+"""What a refusal by the SSRF guard advises for an ``openapi:`` entry (``discover --openapi`` says
+its flag instead)."""
+
+
 def _http_url(reader: Reader, key: str, owner: str, allow_private: bool) -> str | None:
     url = reader.get(key, str)
     if url is None:
@@ -153,7 +158,7 @@ def _http_url(reader: Reader, key: str, owner: str, allow_private: bool) -> str 
     problem = private_address_problem(host or "")
     if problem is not None and not allow_private:
         raise reader.fail(
-            key, f"{owner}: {key} is refused by the SSRF guard ({problem}); set allow_private: true to allow it"
+            key, f"{owner}: {key} is refused by the SSRF guard ({problem}); {ALLOW_PRIVATE_ADVICE}"
         )
     return url
 
@@ -265,6 +270,7 @@ def parse_cli_tool(file: str, node: Any, index: int, base: Path, call_timeout: f
 
 
 __all__ = [
+    "ALLOW_PRIVATE_ADVICE",
     "CLI_DEFAULT_ACTIONS",
     "CLI_DEFAULT_MAX_OUTPUT_BYTES",
     "CLI_DEFAULT_TIMEOUT_SECONDS",

@@ -17,6 +17,13 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """What the configuration accepts as an environment variable's name."""
 
 
+_KIND_NAMES: dict[type, str] = {
+    str: "a string", int: "an integer", float: "a number", bool: "true or false",
+    CommentedSeq: "a list", list: "a list", CommentedMap: "a mapping", dict: "a mapping",
+}
+"""What a message calls each type a key may be asked for (never ruamel's class names)."""
+
+
 class ConfigError(ValueError):
     """A configuration problem, located as ``file:line: problem``."""
 
@@ -65,8 +72,9 @@ class Reader:
         if isinstance(value, bool) and kind in (int, float):
             raise self.fail(key, f"{self.where}.{key} must be a number, not a boolean")
         if not isinstance(value, kind):
-            name = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-            raise self.fail(key, f"{self.where}.{key} must be {name}")
+            kinds = kind if isinstance(kind, tuple) else (kind,)
+            names = dict.fromkeys(_KIND_NAMES.get(k, k.__name__) for k in kinds)
+            raise self.fail(key, f"{self.where}.{key} must be {' or '.join(names)}")
         return value
 
     def child(self, key: str) -> Reader | None:

@@ -12,6 +12,10 @@ reads come first, then the rest, each in catalogue order. A header comment opens
 rules of one kind (``reads through a named tool`` / ``writes, generic tools, or no signal``).
 Since every rule names one tool, the order changes nothing but readability.
 
+A name the gateway never decides on (``catalogue.names.tool_name_problem``: a control or format
+character, edge whitespace; ``discover`` does not list such tools) gets no rule, since the loader
+refuses such a glob in ``tools``: a comment says why and the final deny covers it.
+
 Tool names are written as YAML double-quoted strings in which every character outside printable
 ASCII is escaped, and glob metacharacters (``* ? [ \\``) are escaped with ``\\`` so that a rule
 matches its tool literally. The policy engine also matches a pattern equal to the value, so an
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from drawbridge.catalogue.classify import Classification, Source
+from drawbridge.catalogue.names import tool_name_problem
 from drawbridge.policy.globs import GLOB_METACHARACTERS, escape_glob
 from drawbridge.policy.model import Action
 from drawbridge.policy.yaml_text import comment_text, quoted
@@ -74,6 +79,9 @@ class _Rule:
     tool: DraftTool
     action: Action
     glob_note: bool
+
+
+NOT_SERVED_NOTE: Final = "not drafted: the gateway never serves this name"
 
 
 def _rule(tool: DraftTool) -> _Rule:
@@ -130,6 +138,11 @@ def generate_draft(
                 lines.append(f"  # {prefix}{kind}")
             note = f"; {GLOB_NOTE}" if rule.glob_note else ""
             summary = comment_text(rule.tool.classification.summary())
+            problem = tool_name_problem(rule.tool.name)
+            if problem is not None:
+                shown = comment_text(_shown_name(rule.tool.name))
+                lines.append(f"  #   {shown} {NOT_SERVED_NOTE} ({problem})")
+                continue
             lines.append(f"  #   {comment_text(_shown_name(rule.tool.name))} {summary}{note}")
             lines.append(f"  - tools: [{quoted(escape_glob(rule.tool.name))}]")
             lines.append(f"    action: {rule.action.value}")

@@ -4,7 +4,9 @@ Invariant: a name the gateway decides on, advertises or routes reads the same to
 and an upstream. Controls, format characters (zero-width joiners, bidi overrides), surrogates,
 line and paragraph separators, edge whitespace, the empty name and names longer than
 ``MAX_TOOL_NAME_CHARS`` are refused wherever a name enters: a tools/call's ``params.name`` and every
-item an upstream lists. Problems are described without quoting the name.
+item an upstream lists; a policy's ``tools`` glob holding a character of those categories is a load
+error (``FORBIDDEN_NAME_CATEGORIES`` lives in ``policy.globs`` for that). Problems are described
+without quoting the name.
 
 Namespacing. Upstream names (``[A-Za-z0-9_-]+``, enforced by the configuration) hold no dot, so
 ``<server>.<name>`` splits unambiguously at its first dot even when the upstream's own name has dots.
@@ -15,11 +17,10 @@ from __future__ import annotations
 import unicodedata
 from typing import Final
 
+from drawbridge.policy.globs import FORBIDDEN_NAME_CATEGORIES
+
 MAX_TOOL_NAME_CHARS: Final = 1024
 SEPARATOR: Final = "."
-FORBIDDEN_NAME_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-"""Unicode categories a name may not contain: each can make a name that looks like one tool to a
-human or a glob and like another to the upstream."""
 
 
 def tool_name_problem(name: str) -> str | None:

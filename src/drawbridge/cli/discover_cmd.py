@@ -41,6 +41,7 @@ from drawbridge.catalogue.draft import DraftTool, generate_draft, origin_label
 from drawbridge.cli.log_format import configure_logging
 from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT, console, emit_json, format_option, table
 from drawbridge.config import (
+    ALLOW_PRIVATE_ADVICE,
     CliToolConfig,
     ConfigError,
     GatewayConfig,
@@ -48,6 +49,8 @@ from drawbridge.config import (
     load_config,
     parse_config,
 )
+from drawbridge.policy.globs import GlobError
+from drawbridge.policy.load import agent_glob
 
 if TYPE_CHECKING:
     from drawbridge.gateway.pipeline.floors import Route
@@ -163,7 +166,7 @@ async def _open_local(
         try:
             opened += await open_local_upstreams(one)
         except StartError as exc:
-            unavailable.append(str(exc))
+            unavailable.append(_in_flags(str(exc)) if entry is ad_hoc else str(exc))
     return opened, unavailable
 
 
@@ -270,6 +273,11 @@ def command(
         raise click.UsageError("give --config FILE, --openapi FILE|URL, or both")
     if backend is not None and openapi is None:
         raise click.UsageError("--backend goes with --openapi")
+    try:
+        agent_glob(agent)  # the loader's own rule for `agent`: a draft that would not load is never written
+    except GlobError as exc:
+        click.echo(f"drawbridge: --agent {agent!r} is not an agent glob a policy accepts: {exc}", err=True)
+        sys.exit(EXIT_INPUT)
     config = None
     if config_path is not None:
         try:
@@ -324,9 +332,20 @@ def _ad_hoc(spec: str, backend: str | None, allow_private: bool) -> OpenApiConfi
     try:
         config = parse_config(json.dumps({"openapi": [entry], "policy_dir": "."}), "--openapi")
     except ConfigError as exc:
-        click.echo(str(exc).removeprefix("--openapi:1: ").replace("openapi 'openapi': ", "--openapi: "), err=True)
+        problem = str(exc).removeprefix("--openapi:1: ").replace("openapi 'openapi': ", "--openapi: ")
+        click.echo(_in_flags(problem), err=True)
         sys.exit(EXIT_INPUT)
     return config.openapi[0]
+
+
+def _in_flags(problem: str) -> str:
+    """A problem with the ``--openapi`` spec, advising the command line's flags, not the keys of an
+    ``openapi:`` entry the user never wrote."""
+    return (
+        problem.replace(ALLOW_PRIVATE_ADVICE, "give --allow-private to allow it")
+        .replace("set backend_url", "give --backend")
+        .replace("backend_url is refused", "--backend is refused")
+    )
 
 
 __all__ = ["AD_HOC_NAME", "DiscoveredTool", "Discovery", "classify_catalogue", "command", "discover"]

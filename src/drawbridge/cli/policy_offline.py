@@ -23,8 +23,10 @@ import click
 from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT
 from drawbridge.config import ConfigError, GatewayConfig, load_config
 from drawbridge.policy.lint import Finding, dead_rules, shadowed_rules
-from drawbridge.policy.load import PolicyLoadError, parse_yaml
+from drawbridge.policy.expectations import Case, Table, TableError, read_table
+from drawbridge.policy.load import PolicyLoadError
 from drawbridge.policy.model import Action, PolicySet
+from drawbridge.state.policy_files import missing_policy_problem
 from drawbridge.state.policy_store import PolicyStore
 
 CATALOGUE_TIMEOUT_SECONDS = 30.0
@@ -46,7 +48,7 @@ def _store(policy: str | None, config: GatewayConfig | None) -> PolicyStore:
     if path is None:
         raise click.UsageError("give --policy DIR|FILE, or --config FILE naming policy_dir or policy_file")
     if not Path(path).exists():
-        click.echo(f"drawbridge: policy directory does not exist: {path}", err=True)
+        click.echo(f"drawbridge: {missing_policy_problem(Path(path))}: {path}", err=True)
         sys.exit(EXIT_FAILED)
     try:
         return PolicyStore.open(path)
@@ -203,16 +205,14 @@ def explain(
                    "or approval memory lifts it)")
 
 
-def _cases(path: Path) -> tuple[Path | None, list[dict[str, Any]]]:
-    """A table file: ``policy`` (relative to the file) and ``cases`` (agent, tool, arguments, expect)."""
+def _table(path: Path) -> Table:
+    """A table file, read strictly (``policy.expectations``); one that does not read is exit 1."""
     try:
-        document = json.loads(json.dumps(parse_yaml(path.read_text(encoding="utf-8"), str(path))))
-    except (OSError, UnicodeDecodeError, PolicyLoadError, TypeError, ValueError) as exc:
+        return read_table(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError) as exc:
         raise click.ClickException(f"{path}: cannot read the table: {exc}") from None
-    if not isinstance(document, dict) or not isinstance(document.get("cases"), list):
-        raise click.ClickException(f"{path}: a table is a mapping with a 'cases' list")
-    policy = document.get("policy")
-    return (path.parent / str(policy) if policy is not None else None), list(document["cases"])
+    except TableError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @click.command(name="test")
@@ -227,32 +227,34 @@ def test(policy: str | None, files: tuple[Path, ...]) -> None:
       cases:
         - {agent: claude, tool: git.git_status, expect: allow}
         - {agent: claude, tool: git.git_push, arguments: {force: true}, expect: deny, rule: 2}
+
+    A table is read as strictly as a policy: an unknown key, a case without agent, tool or expect,
+    arguments that are not an object, a rule that is not an integer, or no case at all is exit 1.
     """
     failed = passed = 0
     for path in files:
-        own, cases = _cases(path)
-        store = _store(policy or (str(own) if own is not None else None), None)
-        for number, case in enumerate(cases, start=1):
+        table = _table(path)
+        own = str(path.parent / table.policy) if table.policy is not None else None
+        store = _store(policy or own, None)
+        for number, case in enumerate(table.cases, start=1):
             problem = _check_case(store, case)
             if problem is None:
                 passed += 1
             else:
                 failed += 1
-                click.echo(f"FAIL {path}: case {number} ({case.get('agent')} {case.get('tool')}): {problem}")
+                click.echo(f"FAIL {path}:{case.line}: case {number} ({case.agent} {case.tool}): {problem}")
     click.echo(f"{passed} passed, {failed} failed")
     if failed:
         sys.exit(EXIT_FAILED)
 
 
-def _check_case(store: PolicyStore, case: Any) -> str | None:
-    if not isinstance(case, dict) or not all(isinstance(case.get(k), str) for k in ("agent", "tool", "expect")):
-        return "a case needs agent, tool and expect (strings)"
-    decision = store.evaluate(case["agent"], case["tool"], case.get("arguments", {}))
-    if decision.action.value != case["expect"]:
+def _check_case(store: PolicyStore, case: Case) -> str | None:
+    decision = store.evaluate(case.agent, case.tool, case.arguments)
+    if decision.action is not case.expect:
         where = f"rule {decision.rule_index} of {decision.source_file}" if decision.rule_index is not None else "no rule"
-        return f"expected {case['expect']}, got {decision.action.value} ({where}: {decision.reason})"
-    if "rule" in case and case["rule"] != decision.rule_index:
-        return f"expected rule {case['rule']}, decided by rule {decision.rule_index}"
+        return f"expected {case.expect.value}, got {decision.action.value} ({where}: {decision.reason})"
+    if case.rule is not None and case.rule != decision.rule_index:
+        return f"expected rule {case.rule}, decided by rule {decision.rule_index}"
     return None
 
 

@@ -1,6 +1,8 @@
 """The native policy engine: model, strict loading, evaluation, argument schemas, provenance.
 
-Pure core: ``model``, ``globs``, ``conditions``, ``regexes``, ``schemas``, ``load``, ``evaluate``,
+Pure core: ``model``, ``globs``, ``conditions``, ``regexes``, ``schemas``, ``strict_yaml`` (the one
+strict YAML reading, which the configuration shares), ``load``, ``expectations`` (tables of
+``policy test``), ``evaluate``,
 ``edit`` (per-tool edit plans, reading the file's layout in ``edit_layout`` and splicing its lines in
 ``edit_splice``), ``declared`` and ``assay`` (the Assay-format conversion). Reading
 the files, hot reload and applying edits are the shell's (``drawbridge.state.policy_files``,

@@ -3,7 +3,9 @@
 Invariant: a glob is checked and compiled exactly once, when the policy is
 loaded; matching a name never parses a pattern or compiles a regex, and a
 malformed pattern is a load error, never a pattern that silently matches
-nothing (mesh7 treats it as "no match").
+nothing (mesh7 treats it as "no match"). A rule's ``tools`` glob holds no character a tool name
+may not hold (``FORBIDDEN_NAME_CATEGORIES``, ``compile_tool_glob``): it could match no name the
+gateway decides on.
 
 Theory of operation. mesh7 matches with Go's ``path/filepath.Match`` plus two
 extras (gateway-behaviour.md 2.1):
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import enum
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -175,6 +178,25 @@ def compile_glob(pattern: str) -> Glob:
         # Only escapes: still one literal name.
         return Glob(pattern, GlobKind.EXACT, prefix, None, prefix)
     return Glob(pattern, GlobKind.PARTIAL, prefix, re.compile(source, re.DOTALL))
+
+
+FORBIDDEN_NAME_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""Unicode categories a tool name may not contain (``catalogue.names`` refuses them wherever a name
+enters the gateway): each can make a name that looks like one tool to a human or a glob and like
+another to the upstream."""
+
+
+def compile_tool_glob(pattern: str) -> Glob:
+    """A rule's glob on tool names: well formed, and without a character of
+    ``FORBIDDEN_NAME_CATEGORIES`` (a NUL, a line break, a zero-width space): no name the gateway
+    decides on holds one, so such a pattern would only hide what it says."""
+    if isinstance(pattern, str):
+        for position, char in enumerate(pattern):
+            if unicodedata.category(char) in FORBIDDEN_NAME_CATEGORIES:
+                raise GlobError(
+                    f"contains a control or format character (U+{ord(char):04X} at index {position})"
+                )
+    return compile_glob(pattern)
 
 
 GLOB_METACHARACTERS: Final = frozenset("*?[\\")

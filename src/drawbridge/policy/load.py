@@ -7,8 +7,10 @@ Schema compiles, and every value is plain JSON. Anything else raises
 Nothing is guessed, defaulted or skipped with a warning.
 
 Theory of operation. This module is pure: it takes text (the shell in
-``state.policy_files`` reads the files) and parses it with ruamel.yaml's round-trip
-loader, which keeps the line of every key and item. Each level is checked
+``state.policy_files`` reads the files) and reads it with ``strict_yaml`` (ruamel.yaml's
+round-trip loader, which keeps the line of every key and item; duplicate keys, custom tags, values
+that are not plain JSON and text that nests or expands past its bounds are refused there, one reading
+shared with the configuration and the tables of ``policy test``). Each level is checked
 against a table of allowed keys, then compiled through ``globs``,
 ``conditions`` and ``schemas``. ``load_policies`` loads several files (one
 policy each), sorted by file name, refuses duplicate policy names, and orders
@@ -24,16 +26,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from drawbridge.policy.conditions import ConditionError, compile_condition
 from drawbridge.policy.errors import PolicyLoadError
-from drawbridge.policy.globs import GlobError, compile_glob
+from drawbridge.policy.globs import Glob, GlobError, compile_glob, compile_tool_glob
 from drawbridge.policy.model import Action, Approver, Condition, Policy, PolicySet, Rule, ToolSchema
 from drawbridge.policy.schemas import SchemaLoadError, compile_schema
+from drawbridge.policy.strict_yaml import YamlProblem, read_yaml
+from drawbridge.policy.strict_yaml import item_line as _item_line
+from drawbridge.policy.strict_yaml import key_line as _key_line
+from drawbridge.policy.strict_yaml import node_line as _line
+from drawbridge.policy.strict_yaml import value_line as _value_line
 
 POLICY_KEYS = ("name", "agent", "description", "rules", "schemas")
 RULE_KEYS = ("tools", "action", "when", "approval", "memory_key")
@@ -98,47 +103,12 @@ class _Ctx:
 
 
 def parse_yaml(text: str, file: str) -> Any:
-    """Round-trip parse (line numbers kept); YAML errors become PolicyLoadError."""
-    yaml = YAML(typ="rt")
+    """The strict reading (``strict_yaml``: lines kept, values plain JSON, bounded); its problems
+    become PolicyLoadError."""
     try:
-        return yaml.load(text)
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or exc.context or "malformed YAML"
-        if exc.context and exc.problem and "single document" in exc.context:
-            problem = "more than one YAML document: a policy file holds exactly one policy"
-        raise PolicyLoadError(file, line, f"invalid YAML: {problem}") from None
-    except YAMLError as exc:  # pragma: no cover - unmarked errors are rare
-        raise PolicyLoadError(file, None, f"invalid YAML: {exc}") from None
-
-
-def _key_line(node: CommentedMap, key: Any) -> int:
-    try:
-        return int(node.lc.key(key)[0]) + 1
-    except (KeyError, TypeError, AttributeError):
-        return _line(node)
-
-
-def _value_line(node: CommentedMap, key: Any) -> int:
-    try:
-        return int(node.lc.value(key)[0]) + 1
-    except (KeyError, TypeError, AttributeError):
-        return _key_line(node, key)
-
-
-def _item_line(node: CommentedSeq, index: int, default: int) -> int:
-    try:
-        return int(node.lc.item(index)[0]) + 1
-    except (KeyError, TypeError, AttributeError, IndexError):
-        return default
-
-
-def _line(node: Any, default: int = 1) -> int:
-    lc = getattr(node, "lc", None)
-    if lc is None or lc.line is None:
-        return default
-    return int(lc.line) + 1
+        return read_yaml(text)
+    except YamlProblem as exc:
+        raise PolicyLoadError(file, exc.line, exc.problem) from None
 
 
 def to_json(node: Any, ctx: _Ctx, line: int) -> Any:
@@ -175,6 +145,11 @@ def to_json(node: Any, ctx: _Ctx, line: int) -> Any:
     raise ctx.fail(line, f"a value of YAML type {type(node).__name__} is not plain JSON")
 
 
+def json_value(node: Any, file: str, line: int) -> Any:
+    """``to_json`` for a reader of other files of the same format (the tables of ``policy test``)."""
+    return to_json(node, _Ctx(file), line)
+
+
 def _check_keys(node: CommentedMap, allowed: tuple[str, ...], what: str, ctx: _Ctx) -> None:
     for key in node:
         if not isinstance(key, str):
@@ -198,7 +173,7 @@ def _string(value: Any, what: str, line: int, ctx: _Ctx) -> str:
         raise ctx.fail(line, f"{what} must be a non-empty string")
     text = str(value)
     if not text.isprintable():
-        raise ctx.fail(line, f"{what} contains a control character")
+        raise ctx.fail(line, f"{what} contains a control or format character")
     return text
 
 
@@ -252,7 +227,7 @@ def _rule(node: Any, index: int, line: int, ctx: _Ctx) -> Rule:
         if not isinstance(text, str):
             raise ctx.fail(item_line, "each entry of `tools` must be a string (a glob)")
         try:
-            patterns.append(compile_glob(str(text)))
+            patterns.append(compile_tool_glob(str(text)))
         except GlobError as exc:
             raise ctx.fail(item_line, f"bad glob {str(text)!r} in `tools`: {exc}") from None
     action_text = _require(node, "action", f"rule {index}", ctx)
@@ -326,6 +301,14 @@ def _schemas(node: Any, line: int, ctx: _Ctx) -> dict[str, ToolSchema]:
     return out
 
 
+def agent_glob(text: str) -> Glob:
+    """A policy's ``agent`` glob (also ``discover --agent``, so that a draft it writes loads): not
+    empty, printable as ``name`` is, well formed."""
+    if text and not text.isprintable():
+        raise GlobError("contains a control or format character")
+    return compile_glob(text)
+
+
 def _native(root: CommentedMap, source: PolicySource, ctx: _Ctx) -> Policy:
     _check_keys(root, POLICY_KEYS, "policy", ctx)
     name = _string(_require(root, "name", "policy", ctx), "`name`", _value_line(root, "name"), ctx)
@@ -333,7 +316,7 @@ def _native(root: CommentedMap, source: PolicySource, ctx: _Ctx) -> Policy:
     agent_line = _value_line(root, "agent")
     agent_text = _string(agent_text, "`agent`", agent_line, ctx)
     try:
-        agent = compile_glob(agent_text)
+        agent = agent_glob(agent_text)
     except GlobError as exc:
         raise ctx.fail(agent_line, f"bad agent glob {agent_text!r}: {exc}") from None
     description = None

@@ -97,8 +97,16 @@ def read_policy_path(path: Path | str) -> list[PolicySource]:
     """The sources of a directory or a single file, whichever ``path`` is (as ``load_policy_path``)."""
     p = Path(path)
     if not p.exists():
-        raise PolicyLoadError(str(p), None, "policy directory does not exist")
+        raise PolicyLoadError(str(p), None, missing_policy_problem(p))
     return read_policy_dir(p) if p.is_dir() else [read_source(p)]
+
+
+def missing_policy_problem(path: Path) -> str:
+    """What a policy path that does not exist is called: one named ``*.yaml`` or ``*.yml`` was meant as
+    a policy file (``policy_file``, ``--policy FILE``), any other as a policy directory."""
+    if path.name.endswith(POLICY_SUFFIXES):
+        return "policy file does not exist"
+    return "policy directory does not exist"
 
 
 def policy_set_digest(sources: list[PolicySource]) -> tuple[str, dict[str, str]]:

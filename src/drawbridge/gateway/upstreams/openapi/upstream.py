@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from drawbridge.config import OpenApiConfig
+from drawbridge.config import ALLOW_PRIVATE_ADVICE, OpenApiConfig
 from drawbridge.gateway.upstreams.local import LocalTool, LocalUpstream, StartError
 from drawbridge.gateway.upstreams.openapi.calls import call_operation
 from drawbridge.gateway.upstreams.openapi.spec import (
@@ -45,7 +45,7 @@ async def fetch_spec(url: str, *, allow_private: bool, timeout: float) -> tuple[
         except httpx.HTTPError as exc:
             refused = refusal(exc)
             if refused is not None:
-                raise SpecError(f"{refused} (fetching the spec; set allow_private: true to allow it)") from None
+                raise SpecError(f"{refused} (fetching the spec; {ALLOW_PRIVATE_ADVICE})") from None
             raise SpecError(f"cannot fetch {url}: {exc or type(exc).__name__}") from None
     try:
         text = data.decode("utf-8")
@@ -77,7 +77,7 @@ async def backend_of(config: OpenApiConfig, spec: Spec) -> str:
         if problem is not None:
             raise StartError(
                 f"openapi {config.name!r}: the backend is refused by the SSRF guard ({problem}); "
-                "set allow_private: true to allow it"
+                + ALLOW_PRIVATE_ADVICE
             )
     return backend
 

@@ -1,0 +1,275 @@
+"""The one strict reading of YAML text: policy files, tables of expected decisions, the configuration.
+
+Invariant: ``read_yaml`` returns ruamel's round-trip tree (``CommentedMap``, ``CommentedSeq``,
+scalars; lines kept for every key and item) only when every value in it is plain JSON (strings,
+numbers, booleans, null, lists, mappings) and the text is bounded: at most ``MAX_DEPTH`` levels of
+lists and mappings and at most ``MAX_VALUES`` values once each alias is counted as a copy of its
+anchor. Anything else raises ``YamlProblem(line, problem)``: one line, located where the text shows
+it, never quoting a value (a value may be a secret). Each caller turns it into its own error
+(``PolicyLoadError``, ``ConfigError``), both shown as ``file:line: problem``.
+
+Refused: malformed YAML; more than one document; duplicate keys (the key is named, its values are
+not); custom tags (``!foo``, ``!<tag:...>``, ``!`` and tags of another namespace) on a scalar, a list
+or a mapping, the document's root included; YAML types that are not JSON (``date``, ``timestamp``,
+``!!binary``, ``!!set``, ``!!omap``, ``!!pairs``); a core tag on a node it does not fit (``!!str
+{...}``); a value that does not read as its core tag says (``!!int abc``); recursive aliases; and
+text past the two bounds. The core tags of JSON values (``!!str``, ``!!int``, ``!!float``, ``!!bool``,
+``!!null``, ``!!map``, ``!!seq``) are kept: ``!!str 5`` is the string ``"5"`` (ruamel's
+``TaggedScalar``).
+
+Theory of operation. The text is read twice. First as a stream of parser events, which ruamel
+produces without recursion, so any depth is safe to look at: depth, the expanded count (each
+anchored node's size is remembered, each alias adds it), recursive aliases, tags and documents are
+checked there, before anything is built. Then it is loaded with a round-trip constructor that names a
+duplicate key by its key alone and checks the type of every scalar it builds; the composer and
+the constructor recurse, which the depth bound makes safe, and the count bound keeps every walk of
+the result (to JSON, a schema's compilation) short even through aliases.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedKeyMap, CommentedKeySeq, CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.constructor import RoundTripConstructor
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import (
+    AliasEvent,
+    CollectionEndEvent,
+    CollectionStartEvent,
+    DocumentStartEvent,
+    Event,
+    MappingStartEvent,
+    NodeEvent,
+    ScalarEvent,
+)
+from ruamel.yaml.nodes import ScalarNode
+
+MAX_DEPTH = 64
+"""Levels of lists and mappings a document may nest (an alias counts as the levels of its anchor)."""
+MAX_VALUES = 100_000
+"""Values a document may hold, each alias counted as a copy of its anchor (an alias bomb expands)."""
+
+_CORE = "tag:yaml.org,2002:"
+_FITTING = {
+    "scalar": frozenset({"str", "int", "float", "bool", "null"}),
+    "list": frozenset({"seq"}),
+    "mapping": frozenset({"map"}),
+}
+_NOT_JSON_TAGS = frozenset({"binary", "timestamp", "set", "omap", "pairs"})
+_SHOWN_CHARS = 80
+
+
+class YamlProblem(Exception):
+    """Text that is not strict YAML of plain JSON values: ``line`` (1-based, or None) and a one-line
+    ``problem`` that names no value. Not a ``ValueError``, so that no caller mistakes it for its own."""
+
+    def __init__(self, line: int | None, problem: str) -> None:
+        self.line = line
+        self.problem = problem
+        super().__init__(f"{line}: {problem}")
+
+
+def _tag_shown(tag: str) -> str:
+    text = "!!" + tag[len(_CORE):] if tag.startswith(_CORE) else tag
+    return json.dumps(text[:_SHOWN_CHARS])
+
+
+def _kind(event: Event) -> str:
+    if isinstance(event, ScalarEvent):
+        return "scalar"
+    return "mapping" if isinstance(event, MappingStartEvent) else "list"
+
+
+def _check_tag(event: NodeEvent, line: int) -> None:
+    tag = event.tag
+    if tag is None:
+        return
+    tag = str(getattr(tag, "value", tag))
+    kind = _kind(event)
+    if tag.startswith(_CORE):
+        name = tag[len(_CORE):]
+        if name in _FITTING[kind]:
+            return
+        if name in _NOT_JSON_TAGS:
+            raise YamlProblem(line, f"a value of YAML type {name} is not plain JSON")
+        if any(name in names for names in _FITTING.values()):
+            raise YamlProblem(line, f"the tag {_tag_shown(tag)} does not fit a {kind}")
+    raise YamlProblem(line, f"custom tag {_tag_shown(tag)}: custom tags are errors (values are plain JSON)")
+
+
+@dataclass(slots=True)
+class _Open:
+    """A list or mapping whose end the event pass has not reached yet."""
+
+    anchor: str | None
+    values_before: int
+    depth_before: int
+    deepest: int
+    """The deepest level reached inside it so far (aliases count their anchor's levels)."""
+
+
+class _Bounds:
+    """The event pass: depth, expanded size, recursive aliases, tags and documents."""
+
+    def __init__(self) -> None:
+        self.values = 0
+        self.open: list[_Open] = []
+        self.sizes: dict[str, tuple[int, int]] = {}  # anchor -> (values, levels of lists and mappings)
+        self.documents = 0
+
+    def add(self, values: int, levels: int, line: int) -> None:
+        self.values += values
+        if self.values > MAX_VALUES:
+            raise YamlProblem(
+                line, f"the file holds more than {MAX_VALUES:,} values, counting each alias as a copy "
+                "of its anchor (anchors and aliases that expand this far are refused)",
+            )
+        depth = len(self.open) + levels
+        if depth > MAX_DEPTH:
+            raise YamlProblem(
+                line, f"the file nests too deeply (more than {MAX_DEPTH} levels of lists and mappings)"
+            )
+        if self.open:
+            self.open[-1].deepest = max(self.open[-1].deepest, depth)
+
+    def event(self, event: Event) -> None:
+        line = event.start_mark.line + 1
+        if isinstance(event, DocumentStartEvent):
+            self.documents += 1
+            if self.documents > 1:
+                raise YamlProblem(
+                    line, "invalid YAML: more than one YAML document (a file holds exactly one)"
+                )
+        elif isinstance(event, AliasEvent):
+            if any(frame.anchor == event.anchor for frame in self.open):
+                raise YamlProblem(line, f"a recursive alias: *{event.anchor} is inside its own anchor")
+            values, levels = self.sizes.get(event.anchor, (1, 0))
+            self.add(values, levels, line)
+        elif isinstance(event, ScalarEvent):
+            _check_tag(event, line)
+            self.add(1, 0, line)
+            if event.anchor is not None:
+                self.sizes[event.anchor] = (1, 0)
+        elif isinstance(event, CollectionStartEvent):
+            _check_tag(event, line)
+            depth = len(self.open)
+            self.add(1, 1, line)
+            self.open.append(_Open(event.anchor, self.values - 1, depth, depth + 1))
+        elif isinstance(event, CollectionEndEvent):
+            done = self.open.pop()
+            if done.anchor is not None:
+                self.sizes[done.anchor] = (self.values - done.values_before, done.deepest - done.depth_before)
+            if self.open:
+                self.open[-1].deepest = max(self.open[-1].deepest, done.deepest)
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, TaggedScalar):
+        tag = str(getattr(value.tag, "value", value.tag))
+        return tag[len(_CORE):] if tag.startswith(_CORE) else "tagged"
+    if isinstance(value, datetime.datetime):
+        return "timestamp"
+    if isinstance(value, datetime.date):
+        return "date"
+    if isinstance(value, (bytes, bytearray)):
+        return "binary"
+    return type(value).__name__
+
+
+def _key_shown(key: Any) -> str:
+    text = key if isinstance(key, str) else str(key)
+    shown = json.dumps(text[:_SHOWN_CHARS])
+    return shown if len(text) <= _SHOWN_CHARS else shown[:-1] + '..."'
+
+
+class _Constructor(RoundTripConstructor):
+    """Round-trip construction that names a duplicate key by the key alone (ruamel's own error quotes
+    both values) and refuses a scalar that is not plain JSON where it stands."""
+
+    def check_mapping_key(self, node: Any, key_node: Any, mapping: Any, key: Any, value: Any) -> bool:
+        line = key_node.start_mark.line + 1
+        if isinstance(key, (CommentedKeySeq, CommentedKeyMap)):
+            raise YamlProblem(line, "a mapping key that is a list or a mapping is not plain JSON")
+        if key in mapping:
+            raise YamlProblem(line, f"invalid YAML: duplicate key {_key_shown(key)}")
+        return True
+
+    def construct_non_recursive_object(self, node: Any, tag: str | None = None) -> Any:
+        line = node.start_mark.line + 1
+        try:
+            data = super().construct_non_recursive_object(node, tag)
+        except (YamlProblem, YAMLError):
+            raise
+        except (ValueError, KeyError, TypeError, OverflowError):  # ``!!int abc``: ruamel's int() fails
+            shown = _tag_shown(str(getattr(node.tag, "value", node.tag)))
+            problem = f"invalid YAML: the value does not read as its tag {shown} says"
+            raise YamlProblem(line, problem) from None
+        if isinstance(node, ScalarNode) and not (data is None or isinstance(data, (str, int, float))):
+            tag = str(getattr(data.tag, "value", data.tag)) if isinstance(data, TaggedScalar) else None
+            if tag != _CORE + "str":
+                raise YamlProblem(line, f"a value of YAML type {_type_name(data)} is not plain JSON")
+        return data
+
+
+def key_line(node: CommentedMap, key: Any) -> int:
+    """The 1-based line of ``key`` in a mapping of the tree (the mapping's own when the key has none:
+    a key merged in with ``<<``)."""
+    try:
+        return int(node.lc.key(key)[0]) + 1
+    except (KeyError, TypeError, AttributeError):
+        return node_line(node)
+
+
+def value_line(node: CommentedMap, key: Any) -> int:
+    """The 1-based line where the value of ``key`` starts."""
+    try:
+        return int(node.lc.value(key)[0]) + 1
+    except (KeyError, TypeError, AttributeError):
+        return key_line(node, key)
+
+
+def item_line(node: CommentedSeq, index: int, default: int) -> int:
+    """The 1-based line of a list's item ``index`` (``default`` when it has none)."""
+    try:
+        return int(node.lc.item(index)[0]) + 1
+    except (KeyError, TypeError, AttributeError, IndexError):
+        return default
+
+
+def node_line(node: Any, default: int = 1) -> int:
+    """The 1-based line where a list or a mapping starts (``default`` for a plain value)."""
+    lc = getattr(node, "lc", None)
+    if lc is None or lc.line is None:
+        return default
+    return int(lc.line) + 1
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:200]
+
+
+def read_yaml(text: str) -> Any:
+    """The round-trip tree of ``text`` (None when it holds no document), or ``YamlProblem``."""
+    yaml = YAML(typ="rt")
+    yaml.Constructor = _Constructor
+    try:
+        bounds = _Bounds()
+        for event in yaml.parse(text):
+            bounds.event(event)
+        return yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = _one_line(str(exc.problem or exc.context or "malformed YAML"))
+        raise YamlProblem(mark.line + 1 if mark is not None else None, f"invalid YAML: {problem}") from None
+    except YAMLError as exc:
+        raise YamlProblem(None, f"invalid YAML: {_one_line(str(exc)) or type(exc).__name__}") from None
+
+
+__all__ = [
+    "MAX_DEPTH", "MAX_VALUES", "YamlProblem", "item_line", "key_line", "node_line", "read_yaml", "value_line",
+]
