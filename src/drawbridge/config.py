@@ -41,13 +41,14 @@ from drawbridge.config_local import (
     private_address_problem,
 )
 from drawbridge.config_evidence import checkpoints_section, telemetry_section
+from drawbridge.config_headers import header_map
 from drawbridge.config_rates import RateLimits, rate_limits_section
 from drawbridge.config_state import SharedState, state_section
 from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
 from drawbridge.config_hosts import is_loopback_address, split_authority
 from drawbridge.config_oauth import OAuthConfig, oauth_section
 from drawbridge.config_secrets import USES_ALL, token_digest
-from drawbridge.config_reader import ENV_NAME, ConfigError
+from drawbridge.config_reader import ConfigError
 from drawbridge.config_reader import Reader as _Reader
 from drawbridge.config_reader import resolve_path as _resolve
 from drawbridge.config_reader import str_list as _str_list
@@ -189,7 +190,7 @@ def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
         if reader.get("command", str) is not None:
             raise reader.fail("command", f"upstream {name!r}: a streamable_http upstream takes url, not command")
         return UpstreamConfig(
-            name=name, transport=transport, url=url, headers_env=_str_map(reader, "headers_env", ENV_NAME),
+            name=name, transport=transport, url=url, headers_env=header_map(reader, "headers_env"),
             protocol=protocol,
         )
     raise reader.fail("transport", f"upstream {name!r}: unknown transport {transport!r} (stdio or streamable_http)")
