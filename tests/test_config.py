@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 
@@ -289,3 +290,14 @@ def test_a_telemetry_header_value_that_cannot_be_sent_is_refused_without_showing
     with pytest.raises(ConfigError, match="environment variable OTEL_AUTH, which is not a valid header value") as info:
         parse_config(text, str(tmp_path / "drawbridge.yaml"), {**ENV, "OTEL_AUTH": value})
     assert "Bearer" not in str(info.value) and "telemetry header Authorization" in str(info.value)
+
+
+@pytest.mark.parametrize("agent", ["bad agent!", "guest\nadmin", ""])
+def test_the_anonymous_agent_is_an_agent_id_like_any_other(tmp_path, agent):
+    path = str(tmp_path / "drawbridge.yaml")
+    quoted = json.dumps(agent)  # a YAML double-quoted scalar
+    text = BASE.replace("auth:\n", f"auth:\n  anonymous_agent: {quoted}\n")
+    with pytest.raises(ConfigError, match=r"auth.anonymous_agent .* has characters outside \[A-Za-z0-9._:@/-\]") as info:
+        parse_config(text, path, ENV)
+    assert info.value.line == 15
+    assert parse_config(BASE.replace("auth:\n", "auth:\n  anonymous_agent: ci.bot@example/x-1\n"), path, ENV).anonymous_agent == "ci.bot@example/x-1"

@@ -221,6 +221,10 @@ def test_anonymous_agent_only_when_no_token_is_presented(tmp_path: Path) -> None
         assert call("slack.list_channels")["isError"] is False
         assert call("github.delete_repo")["isError"] is True  # guest's policy does not allow it
         assert _initialize(url, "wrong-token").status_code == 401  # a wrong token is not anonymous
+        # A header presented empty (blank on the wire: HTTP strips its whitespace) is a credential refused.
+        refused = _initialize(url, None, authorization="")
+        assert refused.status_code == 401 and "mcp-session-id" not in refused.headers
+        assert refused.json()["error"]["code"] == -32600
         assert _initialize(url, ALICE).status_code == 200
 
 

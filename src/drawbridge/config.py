@@ -196,6 +196,15 @@ def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
     raise reader.fail("transport", f"upstream {name!r}: unknown transport {transport!r} (stdio or streamable_http)")
 
 
+def _agent_id(reader: _Reader, key: str, *, required: bool = False) -> str | None:
+    """An agent id the file names (a token's agent, the anonymous agent): one rule for every agent id,
+    which the logs, the trace and the policies' ``agent`` patterns all carry."""
+    agent = reader.get(key, str, required=required)
+    if agent is not None and not _AGENT_RE.fullmatch(agent):
+        raise reader.fail(key, f"{reader.where}.{key} {agent!r} has characters outside [A-Za-z0-9._:@/-]")
+    return agent
+
+
 _TOP_KEYS = {
     "upstreams", "policy_dir", "policy_file", "evidence_dir", "state_path", "fsync", "listen", "control",
     "auth", "limits", "tool_decision_truth", "pin_tools", "hide_denied_tools", "approval", "openapi", "cli_tools",
@@ -285,9 +294,7 @@ def parse_config(
         for i, node in enumerate(auth.get("agents", CommentedSeq, default=[])):
             entry = _Reader(source_file, node, f"auth.agents[{i}]")
             entry.check_keys({"agent", "token_sha256", "token_env"})
-            agent = entry.get("agent", str, required=True)
-            if not _AGENT_RE.fullmatch(agent):
-                raise entry.fail("agent", f"auth.agents[{i}].agent {agent!r} has characters outside [A-Za-z0-9._:@/-]")
+            agent = _agent_id(entry, "agent", required=True)
             digest = token_digest(entry, env, f"auth.agents[{i}]", "agents" in uses)
             if digest is None:
                 raise entry.fail(None, f"auth.agents[{i}]: give token_sha256 or token_env")
@@ -296,7 +303,7 @@ def parse_config(
             agents.append(AgentToken(agent=agent, token_sha256=digest))
         if len({a.token_sha256 for a in agents}) != len(agents):
             raise auth.fail("agents", "two agents share one bearer token")
-        anonymous = auth.get("anonymous_agent", str)
+        anonymous = _agent_id(auth, "anonymous_agent")
         oauth = oauth_section(auth, anonymous, host)
 
     max_bytes, timeout, max_depth = 4 * 1024 * 1024, 120.0, 64
