@@ -1,7 +1,9 @@
 """Reading a control-plane request: its JSON body, its fields, its query, its caller.
 
 Invariant: a handler sees only input that passed these readers: a body of at most
-``MAX_BODY_BYTES`` that is one JSON object (strict parsing, ``canonical.parse_json``) with no field
+``MAX_BODY_BYTES`` that is one JSON object, read as ``/mcp`` reads an agent's message
+(``gateway.protocol.one_reading``: no key repeated or equal to another but for case, no NaN, no
+number beyond a double, no nesting past 64 levels, UTF-8 only) with no field
 the handler does not name, text fields that are strings of bounded length, query parameters given
 at most once. Anything else is a ``Problem`` (400, or 413 for a body too large) whose message
 quotes a name from the request only through ``shown`` (sanitized, capped), never a value.
@@ -19,8 +21,9 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
-from drawbridge.canonical import CanonicalizationError, parse_json, sanitize
+from drawbridge.canonical import sanitize
 from drawbridge.control.problems import Problem
+from drawbridge.gateway.protocol.jsonrpc import MessageError, parse_one_reading
 
 MAX_BODY_BYTES: Final = 64 * 1024
 MAX_NAME_CHARS: Final = 1024
@@ -49,9 +52,10 @@ async def json_body(request: Request, *, required: bool = True) -> dict[str, Any
             raise Problem(400, "a JSON object body is required")
         return {}
     try:
-        value = parse_json(bytes(body))
-    except (CanonicalizationError, UnicodeDecodeError):
-        raise Problem(400, "the request body is not valid JSON") from None
+        value = parse_one_reading(bytes(body))
+    except MessageError as exc:
+        # The rule broken, as /mcp names it (a repeated key, keys equal but for case, ...), never the content.
+        raise Problem(400, f"the request body is not valid JSON: {exc.message.partition(': ')[2]}") from None
     if not isinstance(value, dict):
         raise Problem(400, "the request body must be a JSON object")
     return value

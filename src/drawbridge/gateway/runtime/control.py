@@ -203,7 +203,7 @@ def app(services: ControlServices, runtime: Runtime) -> Any:
     """The control plane as an app of its own (its own listener, apart from ``/mcp``), with ``/metrics``
     and the web console at ``/console/`` behind the same credential."""
     digest = _credential(runtime)
-    plane = control_app(services, admin_token_sha256=digest)
+    plane = control_app(services, admin_token_sha256=digest, open_mounts=("/console",))
     plane.router.routes.append(metrics_route(runtime, AdminAuth(digest)))
     evidence = Path(runtime.settings.evidence_dir) if runtime.settings.evidence_dir is not None else None
     trace, surfaces = (None, None) if evidence is None else (evidence / TRACE_FILE, evidence / SURFACE_FILE)
