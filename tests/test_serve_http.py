@@ -143,7 +143,11 @@ def test_bad_bodies_get_http_and_json_rpc_errors(gateway: Running) -> None:
     # The gateway is still serving.
     ping = _post(url, ALICE, {"jsonrpc": "2.0", "id": 4, "method": "ping"}, **{"mcp-session-id": session})
     assert ping.json() == {"jsonrpc": "2.0", "id": 4, "result": {}}
-    assert httpx.put(url, headers=_auth(ALICE)).status_code == 405
+    for method in ("PUT", "PATCH", "OPTIONS"):  # refused with the -32600 body errors.md promises
+        wrong_method = httpx.request(method, url, headers=_auth(ALICE))
+        assert (wrong_method.status_code, wrong_method.headers["allow"]) == (405, "GET, POST, DELETE")
+        assert wrong_method.json() == {"jsonrpc": "2.0", "id": None, "error": {
+            "code": -32600, "message": "method not allowed: /mcp takes POST, GET and DELETE"}}
 
 
 @pytest.mark.anyio

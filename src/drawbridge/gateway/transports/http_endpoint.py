@@ -121,7 +121,10 @@ class McpEndpoint:
         headers = headers_of(scope)
         method = scope["method"]
         if method not in ("POST", "GET", "DELETE"):
-            await send_status(send, 405, [("allow", "GET, POST, DELETE")])
+            await send_error(
+                send, 405, INVALID_REQUEST, "method not allowed: /mcp takes POST, GET and DELETE",
+                extra=[("allow", "GET, POST, DELETE")],
+            )
             return
         authorization = header_values(scope, "authorization")
         if len(authorization) > 1:
