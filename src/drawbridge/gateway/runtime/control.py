@@ -29,6 +29,7 @@ from drawbridge.control import (
 )
 from drawbridge.control.auth import AdminAuth
 from drawbridge.gateway.pipeline.pins import CataloguePins
+from drawbridge.gateway.protocol.jsonrpc import MessageError, parse_one_reading
 from drawbridge.gateway.recording.recorder import SURFACE_FILE, TRACE_FILE
 from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.gateway.runtime.operating import metrics_route
@@ -145,11 +146,21 @@ def control_services(
         catalogue=catalogue,
         approvals=runtime.engine,
         trace_append=runtime.guard.append,
+        read_json=read_control_body,
         pins=pin_service,
         recent_calls=runtime.recent_calls(),
         checkpoint=checkpoint,
         upstreams=upstreams,
     )
+
+
+def read_control_body(body: bytes) -> Any:
+    """A control-plane body read as an agent's message is (``parse_one_reading``): ``ValueError``
+    naming the rule broken, never the content."""
+    try:
+        return parse_one_reading(body)
+    except MessageError as exc:
+        raise ValueError(exc.message.partition(": ")[2]) from None
 
 
 def control_url(host: str, port: int) -> str:
@@ -228,6 +239,7 @@ __all__ = [
     "app",
     "control_services",
     "control_url",
+    "read_control_body",
     "credential_note",
     "routes",
     "served_by",
