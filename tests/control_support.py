@@ -29,6 +29,7 @@ from drawbridge.evidence.chain import verify_chain
 from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import Action, Provenance, Verdict
+from drawbridge.gateway.runtime.control import read_control_body
 from drawbridge.state.pins import SqlitePinStore, ToolDefinition
 from drawbridge.state.policy_store import PolicyStore
 from drawbridge.state.sqlite import StateDB
@@ -231,6 +232,7 @@ async def build_plane(root: Path) -> Plane:
         catalogue=catalogue,
         approvals=engine,
         trace_append=append,
+        read_json=read_control_body,
         pins=StorePinService(pin_store, lambda: list(CURRENT)),
         recent_calls=recent,
     )

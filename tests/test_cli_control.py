@@ -164,6 +164,25 @@ def test_approvals_list_approve_and_deny_release_the_waiting_call(live: LiveServ
     assert waiting.result(scaled(10)).kind is SettlementKind.DENY
 
 
+def test_approvals_list_and_show_keep_a_resolved_by_or_reason_on_its_own_line(
+    live: LiveServer, url: str, plane: Plane
+) -> None:
+    waiting = live.submit(plane.engine.settle(make_call(), NEEDS_PERSON, elicitation_supported=False))
+    pending = wait_pending(live, plane)
+    by, reason = "marc\n| fake | row |\tx", "ok\nFORGED reason line\x1b[2J"
+    done = drawbridge("approvals", "approve", pending.short_id, "--by", by, "--reason", reason, "--url", url)
+    assert done.returncode == 0, done.stderr
+    assert waiting.result(scaled(10)).resolved_by == by  # recorded as given; only the display escapes it
+    listed = drawbridge("approvals", "list", "--status", "approved", "--url", url)
+    shown = drawbridge("approvals", "show", pending.short_id, "--url", url)
+    for printed in (listed, shown):
+        assert printed.returncode == 0, printed.stderr
+        assert "marc\ufffd| fake | row |\ufffdx" in printed.stdout, printed.stdout
+        assert not any(line.lstrip("│| ").startswith(("| fake", "fake")) for line in printed.stdout.splitlines())
+        assert "\x1b" not in printed.stdout and "\t" not in printed.stdout
+    assert "ok\ufffdFORGED reason line\ufffd[2J" in shown.stdout, shown.stdout
+
+
 def test_approvals_watch_asks_and_approves(live: LiveServer, url: str, plane: Plane) -> None:
     waiting = live.submit(plane.engine.settle(make_call(), NEEDS_PERSON, elicitation_supported=False))
     pending = wait_pending(live, plane)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 
@@ -268,3 +269,35 @@ def test_telemetry_section(tmp_path):
         parse_config(BASE + "telemetry: {endpoint: 'collector:4317'}\n", str(tmp_path / "drawbridge.yaml"), ENV)
     with pytest.raises(ConfigError, match="http/protobuf or grpc"):
         parse_config(BASE + "telemetry: {endpoint: 'http://c:4318', protocol: thrift}\n", str(tmp_path / "d.yaml"), ENV)
+
+
+@pytest.mark.parametrize("name", ["Bad Header", "X-Token\\r\\nX-Injected", "X:Y", "", "Caf\\u00e9"])
+def test_a_header_name_that_is_not_an_http_token_is_refused_where_it_is_written(tmp_path, name):
+    path = str(tmp_path / "drawbridge.yaml")
+    quoted = f'"{name}"'
+    upstream = BASE.replace("headers_env: {Authorization: TIME_AUTH}", f"headers_env:\n      {quoted}: TIME_AUTH")
+    openapi = BASE + f"openapi:\n  - name: pets\n    file: pets.yaml\n    headers:\n      {quoted}: PETS_KEY\n"
+    telemetry = BASE + f"telemetry:\n  endpoint: 'http://127.0.0.1:4318'\n  headers_env:\n    {quoted}: OTEL_AUTH\n"
+    for text in (upstream, openapi, telemetry):
+        with pytest.raises(ConfigError, match="is not an HTTP header name") as info:
+            parse_config(text, path, {**ENV, "OTEL_AUTH": "Bearer x"})
+        assert info.value.line == next(i for i, row in enumerate(text.splitlines(), 1) if quoted in row)
+
+
+@pytest.mark.parametrize("value", ["Bearer x\r\nX-Injected: 1", "Bearer x\x00", "Bearer \x7f", "Bearer x ", "Bearer \u00e9"])
+def test_a_telemetry_header_value_that_cannot_be_sent_is_refused_without_showing_it(tmp_path, value):
+    text = BASE + "telemetry: {endpoint: 'http://127.0.0.1:4318', headers_env: {Authorization: OTEL_AUTH}}\n"
+    with pytest.raises(ConfigError, match="environment variable OTEL_AUTH, which is not a valid header value") as info:
+        parse_config(text, str(tmp_path / "drawbridge.yaml"), {**ENV, "OTEL_AUTH": value})
+    assert "Bearer" not in str(info.value) and "telemetry header Authorization" in str(info.value)
+
+
+@pytest.mark.parametrize("agent", ["bad agent!", "guest\nadmin", ""])
+def test_the_anonymous_agent_is_an_agent_id_like_any_other(tmp_path, agent):
+    path = str(tmp_path / "drawbridge.yaml")
+    quoted = json.dumps(agent)  # a YAML double-quoted scalar
+    text = BASE.replace("auth:\n", f"auth:\n  anonymous_agent: {quoted}\n")
+    with pytest.raises(ConfigError, match=r"auth.anonymous_agent .* has characters outside \[A-Za-z0-9._:@/-\]") as info:
+        parse_config(text, path, ENV)
+    assert info.value.line == 15
+    assert parse_config(BASE.replace("auth:\n", "auth:\n  anonymous_agent: ci.bot@example/x-1\n"), path, ENV).anonymous_agent == "ci.bot@example/x-1"

@@ -58,6 +58,9 @@ ROUTES = [
     ("POST", "/grants"),
     ("DELETE", "/grants/0123456789abcdef"),
     ("PATCH", "/tools"),  # a method no route serves: refused before anything says so
+    ("GET", "/no/such/route"),  # a path no route serves: refused too, so routes cannot be probed
+    ("POST", "/approvals/0123456789abcdef/approve/again"),
+    ("GET", "/metrics/../admin"),
 ]
 
 
@@ -353,6 +356,14 @@ def test_approve_over_http_releases_the_waiting_call_exactly_once(
     assert detail["recent_calls"] == [{"tool": "github.get_repo", "action": "allow"}]
     assert not waiting.done()
 
+    # A key given twice is read one way by one parser and another way by the next: refused, as at /mcp.
+    for body in (b'{"resolved_by": "eve", "resolved_by": "marc"}', b'{"resolved_by": "marc", "Resolved_By": "eve"}'):
+        twice = http.post(f"/approvals/{pending['id']}/approve", content=body, headers={"content-type": "application/json"})
+        assert twice.status_code == 400, twice.text
+        assert twice.json()["error"].startswith("the request body is not valid JSON: a JSON object in the message ")
+        assert "eve" not in twice.text and "marc" not in twice.text
+    assert not waiting.done() and plane.entries("approval_resolved") == []
+
     response = http.post(f"/approvals/{pending['id']}/approve", json={"resolved_by": "marc", "reason": "looks fine"})
     assert response.status_code == 200, response.text
     assert (response.json()["status"], response.json()["id"]) == ("approved", pending["id"])
@@ -393,6 +404,12 @@ APPROVAL_REFUSALS: list[tuple[str, str, int, str]] = [
     ("GET", "/approvals?status=bogus", 400, "status must be one of"),
     ("GET", "/approvals?limit=0", 400, "limit"),
     ("GET", "/approvals?tool=%5B", 400, "glob"),
+    ("GET", "/approvals?foo=1", 400, 'unknown query parameter(s) "foo"; allowed: status, tool, agent, limit'),
+    ("GET", "/approvals?status=pending&Status=all", 400, 'unknown query parameter(s) "Status"'),
+    ("GET", "/approvals/0123456789abcdef?verbose=1", 400, 'unknown query parameter(s) "verbose"; allowed: none'),
+    ("GET", "/grants?all=true&mine=1", 400, 'unknown query parameter(s) "mine"; allowed: all'),
+    ("GET", "/tools?agent=claude", 400, 'unknown query parameter(s) "agent"'),
+    ("DELETE", "/grants/0123456789abcdef?by=marc&force=1", 400, 'unknown query parameter(s) "force"; allowed: by'),
 ]
 
 
@@ -448,6 +465,10 @@ def test_grant_refusals_create_nothing(http: httpx.Client, plane: Plane) -> None
         response = http.post("/grants", json=body)
         assert response.status_code == status, (body, response.text)
         assert words in response.json()["error"], body
+    twice = b'{"agent": "claude", "tools": "github.*", "duration": "24h", "duration": "1m"}'
+    response = http.post("/grants", content=twice, headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert response.json() == {"error": "the request body is not valid JSON: a JSON object in the message repeats a key"}
     assert http.get("/grants", params={"all": "true"}).json() == []
     assert plane.entries("grant_created") == []
 
@@ -496,6 +517,17 @@ async def test_loopback_and_proxy_headers_are_no_substitute_for_the_token(plane:
             forwarded = {"X-Forwarded-For": "127.0.0.1", "Forwarded": "for=127.0.0.1"}
             assert (await client.get("/policies", headers=forwarded)).status_code == 401, host
             assert (await client.get("/policies", headers=AUTH)).status_code == 200, host
+
+
+def test_a_path_no_route_serves_is_404_only_behind_the_token(live: LiveServer, plane: Plane) -> None:
+    url = live.serve(plane.app(ADMIN_SHA256))
+    with httpx.Client(base_url=url, timeout=scaled(10)) as client:
+        for path in ("/no/such/route", "/approval", "/tools/pins/accept/x"):
+            refused = client.get(path)
+            assert (refused.status_code, refused.json()) == (401, ADMIN_REQUIRED), path
+            assert refused.headers["www-authenticate"].startswith("Bearer")
+            found = client.get(path, headers=AUTH)
+            assert found.status_code == 404 and "no control-plane route" in found.json()["error"], path
 
 
 def test_over_real_uvicorn_a_loopback_request_without_the_token_is_refused(live: LiveServer, plane: Plane) -> None:

@@ -129,6 +129,18 @@ def test_a_refused_login_is_a_warning_that_never_echoes_the_token(gateway: Runni
     assert WRONG not in gateway.text()
 
 
+def test_a_request_without_or_with_an_empty_credential_is_a_warning_too(gateway: Running) -> None:
+    assert gateway.url is not None
+    before = len(fields_of(gateway.text(), "login_refused"))
+    assert httpx.post(gateway.url, json={}).status_code == 401
+    assert httpx.post(gateway.url, json={}, headers={"authorization": ""}).status_code == 401
+    lines = wait_for(gateway, "login_refused", before + 2)[before:]
+    assert [(line["listener"], line["problem"]) for line in lines] == [("mcp", "missing"), ("mcp", "not_bearer")]
+    # Static tokens: each refused login is a WARNING (under OAuth a request with none is an INFO line).
+    refusals = [line for line in gateway.text().splitlines() if "login_refused" in line][before:]
+    assert len(refusals) == 2 and all(line.startswith("drawbridge: WARNING login_refused") for line in refusals), refusals
+
+
 def test_healthz_and_readyz_need_no_credential_and_say_only_status(gateway: Running) -> None:
     base = _base(gateway)
     assert httpx.get(base + "/healthz").json() == {"status": "alive"}

@@ -13,6 +13,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import PYTHON, ROOT, child_env, scaled
 from serve_support import GITHUB, serve_argv, write_config
 
@@ -104,12 +105,59 @@ def test_a_listener_beyond_loopback_without_allowed_hosts_stops_the_start(tmp_pa
     assert not (tmp_path / "evidence").exists()
 
 
+def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The startup error: exit 2, one line, no traceback."""
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    return done.stderr.strip()
+
+
 def test_an_upstream_command_that_does_not_exist_stops_the_start(tmp_path: Path) -> None:
     missing = {"name": "ghost", "transport": "stdio", "command": str(tmp_path / "no-such-server")}
     config = write_config(tmp_path, [GITHUB, missing])
-    done = _run(serve_argv(config, "--stdio"))
-    assert done.returncode == 2
-    assert "upstream 'ghost' could not be started" in done.stderr
+    line = _one_line(_run(serve_argv(config, "--stdio")))
+    assert "upstream 'ghost' could not be started" in line and "No such file or directory" in line
+
+
+def test_a_missing_working_directory_is_named_not_the_command(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    config = write_config(tmp_path, [{**_marker_upstream(marker), "cwd": "./nope"}])
+    line = _one_line(_run(serve_argv(config)))
+    assert line == (
+        f"drawbridge: upstream 'marker' could not be started: cannot start upstream {PYTHON!r}: "
+        f"working directory {tmp_path / 'nope'} does not exist"
+    )
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", ["Bad Header", "X-Token\r\nX-Injected", "X-T\u00f6ken"])
+def test_an_upstream_header_name_that_is_not_an_http_token_stops_the_start(tmp_path: Path, name: str) -> None:
+    marker = tmp_path / "started"
+    http = {"name": "search", "transport": "streamable_http", "url": "http://127.0.0.1:9/mcp",
+            "headers_env": {name: "HOME"}}
+    config = write_config(tmp_path, [_marker_upstream(marker), http])
+    line = next(i for i, text in enumerate(config.read_text().splitlines(), 1) if '"HOME"' in text)
+    text = _one_line(_run(serve_argv(config)))
+    assert text.startswith(f"{config}:{line}: upstreams[1].headers_env: ") and "is not an HTTP header name" in text
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("value", ["Bearer s3cr3t\r\nX-Injected: 1", "Bearer s3cr3t\n", "Bearer s3cr3t\u007f", "Bearer\u0007s3cr3t"])
+def test_an_upstream_header_value_that_cannot_be_sent_stops_the_start_unshown(tmp_path: Path, value: str) -> None:
+    marker = tmp_path / "started"
+    http = {"name": "search", "transport": "streamable_http", "url": "http://127.0.0.1:9/mcp",
+            "headers_env": {"Authorization": "SEARCH_AUTH_FOR_TEST"}}
+    config = write_config(tmp_path, [_marker_upstream(marker), http])
+    env = child_env({"SEARCH_AUTH_FOR_TEST": value})
+    done = subprocess.run(serve_argv(config), capture_output=True, text=True, env=env, timeout=scaled(60))
+    text = _one_line(done)
+    assert text == (
+        f"{config}: upstream 'search': header Authorization takes the value of environment variable "
+        "SEARCH_AUTH_FOR_TEST, which is not a valid header value (it holds a control character such as CR, LF "
+        "or NUL, a non-ASCII character, or leading or trailing whitespace)"
+    )
+    assert "s3cr3t" not in done.stderr and "Bearer" not in done.stderr
+    assert not marker.exists()
 
 
 def test_agent_goes_with_stdio(tmp_path: Path) -> None:

@@ -143,7 +143,11 @@ def test_bad_bodies_get_http_and_json_rpc_errors(gateway: Running) -> None:
     # The gateway is still serving.
     ping = _post(url, ALICE, {"jsonrpc": "2.0", "id": 4, "method": "ping"}, **{"mcp-session-id": session})
     assert ping.json() == {"jsonrpc": "2.0", "id": 4, "result": {}}
-    assert httpx.put(url, headers=_auth(ALICE)).status_code == 405
+    for method in ("PUT", "PATCH", "OPTIONS"):  # refused with the -32600 body errors.md promises
+        wrong_method = httpx.request(method, url, headers=_auth(ALICE))
+        assert (wrong_method.status_code, wrong_method.headers["allow"]) == (405, "GET, POST, DELETE")
+        assert wrong_method.json() == {"jsonrpc": "2.0", "id": None, "error": {
+            "code": -32600, "message": "method not allowed: /mcp takes POST, GET and DELETE"}}
 
 
 @pytest.mark.anyio
@@ -221,6 +225,10 @@ def test_anonymous_agent_only_when_no_token_is_presented(tmp_path: Path) -> None
         assert call("slack.list_channels")["isError"] is False
         assert call("github.delete_repo")["isError"] is True  # guest's policy does not allow it
         assert _initialize(url, "wrong-token").status_code == 401  # a wrong token is not anonymous
+        # A header presented empty (blank on the wire: HTTP strips its whitespace) is a credential refused.
+        refused = _initialize(url, None, authorization="")
+        assert refused.status_code == 401 and "mcp-session-id" not in refused.headers
+        assert refused.json()["error"]["code"] == -32600
         assert _initialize(url, ALICE).status_code == 200
 
 

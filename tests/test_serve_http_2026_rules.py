@@ -58,6 +58,25 @@ def test_an_unsupported_protocol_version_gets_32022_naming_the_versions_served(g
 
 
 @pytest.mark.parametrize(
+    "versions", [(), (MODERN, MODERN), (MODERN, LEGACY_VERSION), (LEGACY_VERSION, MODERN), (LEGACY_VERSION,)]
+)
+def test_a_2026_body_is_held_to_the_routing_header_rules_whatever_order_its_headers_come_in(
+    gateway: Any, versions: tuple[str, ...]
+) -> None:
+    """MCP-Protocol-Version missing, repeated (the 2026 value first or last) or not matching the body:
+    -32020 each time, never the 2025 era's 'send initialize first'."""
+    running, _ = gateway
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {"_meta": ENVELOPE}}
+    headers = [("content-type", "application/json"), ("accept", "application/json"),
+               ("authorization", f"Bearer {TOKEN}"), ("mcp-method", "tools/list"),
+               *(("mcp-protocol-version", version) for version in versions)]
+    response = httpx.post(running.url, headers=headers, content=json.dumps(body), timeout=scaled(30))
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == -32020, response.text
+    assert response.json()["id"] == 7 and "mcp-session-id" not in response.headers
+
+
+@pytest.mark.parametrize(
     ("method", "params", "cacheable"),
     [
         ("server/discover", None, True),

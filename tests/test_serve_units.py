@@ -210,7 +210,7 @@ def test_bearer_tokens_map_to_agents_by_their_sha256() -> None:
     assert identify(None, settings) is None
     anonymous = HttpSettings(agents=settings.agents, anonymous_agent="guest")
     assert identify(None, anonymous) == "guest"
-    assert identify("", anonymous) == "guest"
+    assert identify("", anonymous) is None and identify("  ", anonymous) is None  # presented, so refused
     assert identify("Bearer wrong", anonymous) is None  # a wrong token is refused, not made anonymous
 
 

@@ -41,13 +41,14 @@ from drawbridge.config_local import (
     private_address_problem,
 )
 from drawbridge.config_evidence import checkpoints_section, telemetry_section
+from drawbridge.config_headers import header_map
 from drawbridge.config_rates import RateLimits, rate_limits_section
 from drawbridge.config_state import SharedState, state_section
 from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
 from drawbridge.config_hosts import is_loopback_address, split_authority
 from drawbridge.config_oauth import OAuthConfig, oauth_section
 from drawbridge.config_secrets import USES_ALL, token_digest
-from drawbridge.config_reader import ENV_NAME, ConfigError
+from drawbridge.config_reader import ConfigError
 from drawbridge.config_reader import Reader as _Reader
 from drawbridge.config_reader import resolve_path as _resolve
 from drawbridge.config_reader import str_list as _str_list
@@ -190,10 +191,19 @@ def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
         if reader.get("command", str) is not None:
             raise reader.fail("command", f"upstream {name!r}: a streamable_http upstream takes url, not command")
         return UpstreamConfig(
-            name=name, transport=transport, url=url, headers_env=_str_map(reader, "headers_env", ENV_NAME),
+            name=name, transport=transport, url=url, headers_env=header_map(reader, "headers_env"),
             protocol=protocol,
         )
     raise reader.fail("transport", f"upstream {name!r}: unknown transport {transport!r} (stdio or streamable_http)")
+
+
+def _agent_id(reader: _Reader, key: str, *, required: bool = False) -> str | None:
+    """An agent id the file names (a token's agent, the anonymous agent): one rule for every agent id,
+    which the logs, the trace and the policies' ``agent`` patterns all carry."""
+    agent = reader.get(key, str, required=required)
+    if agent is not None and not _AGENT_RE.fullmatch(agent):
+        raise reader.fail(key, f"{reader.where}.{key} {agent!r} has characters outside [A-Za-z0-9._:@/-]")
+    return agent
 
 
 _TOP_KEYS = {
@@ -284,9 +294,7 @@ def parse_config(
         for i, node in enumerate(auth.get("agents", CommentedSeq, default=[])):
             entry = _Reader(source_file, node, f"auth.agents[{i}]")
             entry.check_keys({"agent", "token_sha256", "token_env"})
-            agent = entry.get("agent", str, required=True)
-            if not _AGENT_RE.fullmatch(agent):
-                raise entry.fail("agent", f"auth.agents[{i}].agent {agent!r} has characters outside [A-Za-z0-9._:@/-]")
+            agent = _agent_id(entry, "agent", required=True)
             digest = token_digest(entry, env, f"auth.agents[{i}]", "agents" in uses)
             if digest is None:
                 raise entry.fail(None, f"auth.agents[{i}]: give token_sha256 or token_env")
@@ -295,7 +303,7 @@ def parse_config(
             agents.append(AgentToken(agent=agent, token_sha256=digest))
         if len({a.token_sha256 for a in agents}) != len(agents):
             raise auth.fail("agents", "two agents share one bearer token")
-        anonymous = auth.get("anonymous_agent", str)
+        anonymous = _agent_id(auth, "anonymous_agent")
         oauth = oauth_section(auth, anonymous, host)
 
     max_bytes, timeout, max_depth = 4 * 1024 * 1024, 120.0, 64

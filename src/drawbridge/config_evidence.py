@@ -12,7 +12,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from drawbridge.config_reader import ENV_NAME, Reader, resolve_path, str_map
+from drawbridge.config_headers import header_map, header_value_problem
+from drawbridge.config_reader import Reader, resolve_path
 
 _ORIGIN_RE = re.compile(r"[!-*,-~]{1,255}")
 """A checkpoint origin: printable ASCII, no space, no '+' (a C2SP key name)."""
@@ -49,11 +50,13 @@ def telemetry_section(top: Reader, env: Mapping[str, str]) -> tuple[str | None, 
         otlp_protocol = telemetry.get("protocol", str, default=otlp_protocol)
         if otlp_protocol not in ("http/protobuf", "grpc"):
             raise telemetry.fail("protocol", f"telemetry.protocol must be http/protobuf or grpc, not {otlp_protocol!r}")
-        otlp_headers = str_map(telemetry, "headers_env", ENV_NAME)
+        otlp_headers = header_map(telemetry, "headers_env")
         for header, env_name in otlp_headers.items():
             if not env.get(env_name):
                 raise telemetry.fail("headers_env", f"telemetry header {header} needs environment variable {env_name}, "
                                      "which is missing or empty")
+            if (problem := header_value_problem(header, env_name, env[env_name])) is not None:
+                raise telemetry.fail("headers_env", f"telemetry {problem}")
         service_name = telemetry.get("service_name", str, default=service_name)
     return otlp_endpoint, otlp_protocol, otlp_headers, service_name
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drawbridge.config_reader import ENV_NAME, ConfigError, Reader, named_entry, resolve_path, str_list, str_map
+from drawbridge.config_headers import header_map
+from drawbridge.config_reader import ConfigError, Reader, named_entry, resolve_path, str_list, str_map
 from drawbridge.policy.globs import GlobError, compile_glob
 
 _COMMAND_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -187,7 +188,7 @@ def parse_openapi(file: str, node: Any, index: int, base: Path, call_timeout: fl
         file=resolve_path(base, spec_file),
         url=url,
         backend_url=_http_url(reader, "backend_url", owner, allow_private),
-        headers_env=str_map(reader, "headers", ENV_NAME),
+        headers_env=header_map(reader, "headers"),
         timeout_seconds=_timeout(reader, "timeout", min(OPENAPI_DEFAULT_TIMEOUT_SECONDS, call_timeout), call_timeout),
         operations=operations,
         allow_private=allow_private,

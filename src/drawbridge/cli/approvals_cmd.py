@@ -27,7 +27,7 @@ from rich.text import Text
 
 from drawbridge.approval.shown_arguments import argument_lines
 from drawbridge.cli.control_client import Control, ControlError, control_options, default_person, segment
-from drawbridge.cli.output import console, display_text, emit_json, key_values, table
+from drawbridge.cli.output import cell_text, console, display_text, emit_json, key_values, table
 
 STATUSES = ("pending", "approved", "denied", "expired", "all")
 ARGUMENTS_ENDED = "not shown once an approval has ended (the gateway lets go of them)"
@@ -64,7 +64,7 @@ def _age(created_at: Any) -> str:
 
 def _status(value: Any) -> Text:
     style = {"approved": "green", "denied": "red", "expired": "dim", "pending": "yellow"}.get(str(value), "")
-    return Text(str(value), style=style)
+    return Text(cell_text(str(value)), style=style)
 
 
 @command.command(name="list")
@@ -111,7 +111,7 @@ def _show(view: dict[str, Any]) -> None:
     ]
     if findings:
         warning = "arguments look like injected instructions: " + ", ".join(map(str, findings))
-        pairs.append(("WARNING", Text(display_text(warning), style="bold red")))
+        pairs.append(("WARNING", Text(cell_text(warning), style="bold red")))
     if view.get("status") != "pending":
         pairs += [("resolved by", view.get("resolved_by")), ("channel", view.get("channel")),
                   ("resolution", view.get("resolution_reason"))]

@@ -3,9 +3,10 @@
 Invariant: text that came from an input file (tool names, record ids, reasons
 copied from imported records) or from a call (argument values) reaches the
 terminal only as plain text (``rich.text.Text``, or ``click.echo`` of
-``display_text``) with control characters replaced, never as console markup: a
-hostile value like ``[red]`` or an escape sequence prints as itself, not as
-formatting. JSON output writes every character that could steer a
+``display_text``) with control characters replaced (in a table cell line feeds
+and tabs too, so that no value reads as a row of its own), never as console
+markup: a hostile value like ``[red]`` or an escape sequence prints as itself,
+not as formatting. JSON output writes every character that could steer a
 terminal (controls, C1 included, bidi and other format characters, line and
 paragraph separators) as a JSON escape, so it reads as the same JSON.
 
@@ -38,6 +39,9 @@ from drawbridge.canonical import escape_unsafe, sanitize
 _DISPLAY_UNSAFE = str.maketrans(
     {c: "\ufffd" for c in "\r\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"}
 )
+
+# In a table cell a line feed (or a tab) would start what reads as another row.
+_CELL_UNSAFE = str.maketrans({"\n": "\ufffd", "\t": "\ufffd"})
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -83,8 +87,8 @@ def console() -> Console:
     )
 
 
-def plain(value: Any) -> Text:
-    """A cell from data: never markup, control characters replaced."""
+def plain(value: Any, *, cell: bool = False) -> Text:
+    """Text from data: never markup, control characters replaced (in a ``cell``, LF and TAB too)."""
     from rich.text import Text
 
     if value is None:
@@ -93,12 +97,18 @@ def plain(value: Any) -> Text:
         return Text("yes" if value else "no")
     if isinstance(value, (dict, list)):
         value = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return Text(display_text(str(value)))
+    return Text((cell_text if cell else display_text)(str(value)))
 
 
 def display_text(value: str) -> str:
     """Text safe to show on a terminal: Cc controls (but TAB, LF), CR and bidi overrides -> U+FFFD."""
     return sanitize(value).translate(_DISPLAY_UNSAFE)
+
+
+def cell_text(value: str) -> str:
+    """Text for one table cell: as ``display_text``, and LF and TAB -> U+FFFD too, so that a value
+    cannot break its cell into lines that read as rows of their own."""
+    return display_text(value).translate(_CELL_UNSAFE)
 
 
 def verdict(ok: bool, yes: str = "VERIFIED", no: str = "FAILED") -> Text:
@@ -116,7 +126,7 @@ def table(title: str, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> 
     for name in columns:
         out.add_column(name, overflow="fold")
     for row in rows:
-        out.add_row(*(cell if isinstance(cell, Text) else plain(cell) for cell in row))
+        out.add_row(*(cell if isinstance(cell, Text) else plain(cell, cell=True) for cell in row))
     return out
 
 
@@ -129,5 +139,5 @@ def key_values(title: str, pairs: Iterable[tuple[str, Any]]) -> Table:
     out.add_column("field", style="bold")
     out.add_column("value", overflow="fold")
     for key, value in pairs:
-        out.add_row(key, value if isinstance(value, Text) else plain(value))
+        out.add_row(key, value if isinstance(value, Text) else plain(value, cell=True))
     return out

@@ -37,6 +37,7 @@ from drawbridge.cli.log_format import configure_logging, log_format_option, star
 from drawbridge.cli.output import EXIT_INPUT
 from drawbridge.cli.serve_summary import print_stopping, print_summary
 from drawbridge.config import USES_ALL, ConfigError, GatewayConfig, load_config
+from drawbridge.config_headers import header_value_problem
 from drawbridge.gateway.runtime import control
 from drawbridge.gateway.runtime.assembly import Runtime, StartupProblem
 from drawbridge.gateway.runtime.serve import ServeParts, StartError, build_serve, open_local_upstreams
@@ -55,11 +56,14 @@ def preflight(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
     problems: list[str] = []
     for upstream in (*config.upstreams, *config.openapi):
         for header, env_name in upstream.headers_env.items():
-            if not environ.get(env_name):
+            value = environ.get(env_name)
+            if not value:
                 problems.append(
                     f"{config.source_file}: upstream {upstream.name!r}: header {header} needs environment "
                     f"variable {env_name}, which is missing or empty"
                 )
+            elif (problem := header_value_problem(header, env_name, value)) is not None:
+                problems.append(f"{config.source_file}: upstream {upstream.name!r}: {problem}")
     return problems
 
 

@@ -120,7 +120,7 @@ class ApprovalHandlers:
         return await self._resolve(request, ApprovalStatus.DENIED)
 
     async def _resolve(self, request: Request, decision: ApprovalStatus) -> Response:
-        body = await json_body(request, required=False)
+        body = await json_body(request, self.services.read_json, required=False)
         check_keys(body, ("resolved_by", "reason", "reasoning", "channel"))
         resolved_by = text_field(body, "resolved_by", required=False) or caller(request)
         reason = text_field(body, "reason", required=False)
@@ -158,7 +158,7 @@ class ApprovalHandlers:
 
     async def create_grant(self, request: Request) -> Response:
         """``POST /grants`` with ``{"agent": GLOB, "tools": GLOB, "duration": "30m"}`` (and ``by``)."""
-        body = await json_body(request)
+        body = await json_body(request, self.services.read_json)
         check_keys(body, ("agent", "tools", "duration", "by"))
         agent = text_field(body, "agent", required=True)
         if isinstance(body.get("tools"), list):

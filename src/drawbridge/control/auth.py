@@ -101,8 +101,29 @@ class AdminAuth:
         return guarded
 
 
+class AuthFirst:
+    """ASGI middleware: the admin check before routing, for every path outside ``open_mounts``, so a
+    path that does not exist answers a caller without the token as a real route does (401), and the
+    routes cannot be told apart unauthenticated."""
+
+    def __init__(self, app: Any, *, auth: AdminAuth, open_mounts: tuple[str, ...] = ()) -> None:
+        self.app, self.auth, self.open_mounts = app, auth, open_mounts
+
+    def _open(self, path: str) -> bool:
+        return any(path == mount or path.startswith(mount + "/") for mount in self.open_mounts)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not self._open(scope.get("path", "")):
+            refusal = self.auth.check(scope)
+            if refusal is not None:
+                await refusal.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 __all__ = [
     "ADMIN_REQUIRED",
     "AdminAuth",
+    "AuthFirst",
     "Refusal",
 ]

@@ -102,7 +102,7 @@ class CatalogueHandlers:
     async def edit_policy(self, request: Request) -> Response:
         """``PUT /policies/{agent}/tools/{tool}`` with ``{"action": ..., "by": ...}``."""
         agent, tool = _edit_target(request)
-        body = await json_body(request)
+        body = await json_body(request, self.services.read_json)
         check_keys(body, ("action", "by"))
         action = text_field(body, "action", required=True)
         by = text_field(body, "by", required=True)
@@ -149,7 +149,7 @@ class CatalogueHandlers:
     async def accept_pins(self, request: Request) -> Response:
         """``POST /tools/pins/accept`` with ``{"server": S}`` or ``{"tools": [...]}`` (and ``by``)."""
         service = self._pins()
-        body = await json_body(request)
+        body = await json_body(request, self.services.read_json)
         check_keys(body, ("server", "tools", "by"))
         server = text_field(body, "server", required=False)
         tools = body.get("tools")

@@ -1,7 +1,10 @@
 """Reading a control-plane request: its JSON body, its fields, its query, its caller.
 
 Invariant: a handler sees only input that passed these readers: a body of at most
-``MAX_BODY_BYTES`` that is one JSON object (strict parsing, ``canonical.parse_json``) with no field
+``MAX_BODY_BYTES`` that is one JSON object, read as ``/mcp`` reads an agent's message
+(``ControlServices.read_json``, the gateway's ``one_reading`` rules: no key repeated or equal to
+another but for case, no NaN, no number beyond a double, no nesting past 64 levels, UTF-8 only)
+with no field
 the handler does not name, text fields that are strings of bounded length, query parameters given
 at most once. Anything else is a ``Problem`` (400, or 413 for a body too large) whose message
 quotes a name from the request only through ``shown`` (sanitized, capped), never a value.
@@ -19,8 +22,9 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
-from drawbridge.canonical import CanonicalizationError, parse_json, sanitize
+from drawbridge.canonical import sanitize
 from drawbridge.control.problems import Problem
+from drawbridge.control.services import JsonReader
 
 MAX_BODY_BYTES: Final = 64 * 1024
 MAX_NAME_CHARS: Final = 1024
@@ -34,8 +38,9 @@ def shown(value: object, limit: int = 120) -> str:
     return json.dumps(safe, ensure_ascii=False)
 
 
-async def json_body(request: Request, *, required: bool = True) -> dict[str, Any]:
-    """The request body as a JSON object (``{}`` when empty and not ``required``)."""
+async def json_body(request: Request, read: JsonReader, *, required: bool = True) -> dict[str, Any]:
+    """The request body as a JSON object (``{}`` when empty and not ``required``), read by ``read``
+    (``ControlServices.read_json``)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise Problem(413, f"request body larger than {MAX_BODY_BYTES} bytes")
@@ -49,9 +54,10 @@ async def json_body(request: Request, *, required: bool = True) -> dict[str, Any
             raise Problem(400, "a JSON object body is required")
         return {}
     try:
-        value = parse_json(bytes(body))
-    except (CanonicalizationError, UnicodeDecodeError):
-        raise Problem(400, "the request body is not valid JSON") from None
+        value = read(bytes(body))
+    except ValueError as exc:
+        # The rule broken, as /mcp names it (a repeated key, keys equal but for case, ...), never the content.
+        raise Problem(400, f"the request body is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise Problem(400, "the request body must be a JSON object")
     return value

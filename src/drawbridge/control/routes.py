@@ -20,24 +20,28 @@ reads its input (``inputs``), calls one service, records what changed in the tra
 grant service) and renders the result. A change that cannot be recorded is not left in force where
 it can be undone: a policy edit is rolled back from its ``.bak`` and the reload path. The route
 table gives each path one endpoint for every method, so the admin check runs before a wrong method
-is answered.
+is answered, and names the query parameters each method reads: any other is refused (400). The app
+checks the token again before routing, so a path that does not exist answers 401, not 404, to a
+caller without it: the routes cannot be probed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from drawbridge.canonical import sanitize
 from drawbridge.control.approval_handlers import ApprovalHandlers
-from drawbridge.control.auth import AdminAuth
+from drawbridge.control.auth import AdminAuth, AuthFirst
 from drawbridge.control.catalogue_handlers import CatalogueHandlers
 from drawbridge.control.evidence_handlers import EvidenceHandlers
+from drawbridge.control.inputs import shown
 from drawbridge.control.problems import Endpoint, error_response, handled
 from drawbridge.control.services import ControlServices
 
@@ -51,18 +55,29 @@ class ControlPlane(CatalogueHandlers, ApprovalHandlers, EvidenceHandlers):
         self.services = services
 
 
-def _by_method(handlers: Mapping[str, Endpoint]) -> Endpoint:
-    """One endpoint per path: a method the path does not serve is 405, answered after the admin check."""
+Handler = tuple[Endpoint, *tuple[str, ...]]
+"""A method's handler, then the query parameters it reads (any other is refused, 400)."""
+
+
+def _by_method(handlers: Mapping[str, Handler]) -> Endpoint:
+    """One endpoint per path: a method the path does not serve is 405, a query parameter its handler
+    does not read is 400, both answered after the admin check."""
     allowed = ", ".join(sorted(set(handlers) | ({"HEAD"} if "GET" in handlers else set())))
 
     async def dispatch(request: Request) -> Response:
         method = "GET" if request.method == "HEAD" else request.method
-        handler = handlers.get(method)
-        if handler is None:
+        if method not in handlers:
             return JSONResponse(
                 {"error": f"method {request.method} is not allowed here; allowed: {allowed}"},
                 status_code=405,
                 headers={"Allow": allowed},
+            )
+        handler, *params = handlers[method]
+        unknown = sorted(set(request.query_params) - set(params))
+        if unknown:
+            names = ", ".join(shown(name, 40) for name in unknown[:5])
+            return error_response(
+                400, f"unknown query parameter(s) {names}; allowed: {', '.join(params) or 'none'}"
             )
         return await handler(request)
 
@@ -77,31 +92,35 @@ def control_routes(services: ControlServices, *, admin_token_sha256: str) -> lis
     """
     auth = AdminAuth(admin_token_sha256)
     plane = ControlPlane(services)
-    table: dict[str, dict[str, Endpoint]] = {
-        "/tools": {"GET": plane.tools},
-        "/tools/decisions": {"GET": plane.decisions},
-        "/tools/pins": {"GET": plane.pins},
-        "/tools/pins/accept": {"POST": plane.accept_pins},
-        "/policies": {"GET": plane.policies},
-        "/policies/{target:path}": {"PUT": plane.edit_policy},
-        "/approvals": {"GET": plane.approvals},
-        "/approvals/{id}": {"GET": plane.approval},
-        "/approvals/{id}/approve": {"POST": plane.approve},
-        "/approvals/{id}/deny": {"POST": plane.deny},
-        "/grants": {"GET": plane.grants, "POST": plane.create_grant},
-        "/grants/{id}": {"DELETE": plane.revoke_grant},
-        "/evidence/checkpoint": {"GET": plane.checkpoint},
+    table: dict[str, dict[str, Handler]] = {
+        "/tools": {"GET": (plane.tools,)},
+        "/tools/decisions": {"GET": (plane.decisions, "agent")},
+        "/tools/pins": {"GET": (plane.pins,)},
+        "/tools/pins/accept": {"POST": (plane.accept_pins,)},
+        "/policies": {"GET": (plane.policies,)},
+        "/policies/{target:path}": {"PUT": (plane.edit_policy,)},
+        "/approvals": {"GET": (plane.approvals, "status", "tool", "agent", "limit")},
+        "/approvals/{id}": {"GET": (plane.approval,)},
+        "/approvals/{id}/approve": {"POST": (plane.approve,)},
+        "/approvals/{id}/deny": {"POST": (plane.deny,)},
+        "/grants": {"GET": (plane.grants, "all"), "POST": (plane.create_grant,)},
+        "/grants/{id}": {"DELETE": (plane.revoke_grant, "by")},
+        "/evidence/checkpoint": {"GET": (plane.checkpoint,)},
     }
     routes = []
     for path, handlers in table.items():
-        endpoint = _by_method({m: handled(h) for m, h in handlers.items()})
-        name = "control:" + "+".join(h.__name__ for h in handlers.values())
+        endpoint = _by_method({m: (handled(h), *params) for m, (h, *params) in handlers.items()})
+        name = "control:" + "+".join(h.__name__ for h, *_ in handlers.values())
         routes.append(Route(path, auth.guard(endpoint), methods=list(ALL_METHODS), name=name))
     return routes
 
 
-def control_app(services: ControlServices, *, admin_token_sha256: str) -> Starlette:
-    """The control plane as an app of its own, on a listener apart from ``/mcp``."""
+def control_app(
+    services: ControlServices, *, admin_token_sha256: str, open_mounts: Sequence[str] = ()
+) -> Starlette:
+    """The control plane as an app of its own, on a listener apart from ``/mcp``. Every request is
+    checked before it is routed (``AuthFirst``), so an unknown path is 404 only to a caller with the
+    token; ``open_mounts`` (the web console, which has a login page and sessions of its own) are not."""
 
     async def not_found(request: Request, exc: Exception) -> Response:
         shown = sanitize(request.url.path)[:200]
@@ -112,6 +131,7 @@ def control_app(services: ControlServices, *, admin_token_sha256: str) -> Starle
     return Starlette(
         routes=control_routes(services, admin_token_sha256=admin_token_sha256),
         exception_handlers={404: not_found},
+        middleware=[Middleware(AuthFirst, auth=AdminAuth(admin_token_sha256), open_mounts=tuple(open_mounts))],
     )
 
 

@@ -20,6 +20,10 @@ Theory of operation. ``ControlServices`` bundles:
   ``grant_service`` creates, lists and revokes grants.
 * ``trace_append(kind, body)``: appends one entry to the gateway's hash-chained trace (async);
   ``mesh.policy_edit`` and ``mesh.pin_accept`` are written through it.
+* ``read_json(body)``: the one strict reading of a request body the gateway holds agents' messages
+  to (``gateway.protocol.jsonrpc.parse_one_reading``: a repeated key, keys equal but for case, ...
+  refused); it raises ``ValueError`` naming the rule broken, never the content. The control plane
+  imports nothing of the gateway's, so the gateway hands it in.
 * ``pins``: a ``PinService`` (None when ``pin_tools`` is off). ``StorePinService`` implements it on
   the SQLite pin store: held-back tools are the observed tools whose fingerprint differs from the
   accepted one; accepting pins what was observed and returns one ``PinAcceptance`` per change.
@@ -54,6 +58,8 @@ TraceAppend = Callable[[str, Mapping[str, Any]], Awaitable[Any]]
 """Append one trace-chain entry ``(kind, body)``; returns the entry written (a dict with ``seq``)."""
 RecentCalls = Callable[[str, int], Awaitable[Sequence[Mapping[str, Any]]]]
 Clock = Callable[[], datetime]
+JsonReader = Callable[[bytes], Any]
+"""A request body's JSON value; ``ValueError`` naming the rule broken when it has no one reading."""
 
 
 def utc_clock() -> datetime:
@@ -312,6 +318,7 @@ class ControlServices:
     catalogue: CatalogueProvider
     approvals: ApprovalDesk
     trace_append: TraceAppend
+    read_json: JsonReader
     pins: PinService | None = None
     recent_calls: RecentCalls | None = None
     clock: Clock = field(default=utc_clock)
@@ -329,6 +336,7 @@ __all__ = [
     "CatalogueProvider",
     "ControlServices",
     "HeldBackTool",
+    "JsonReader",
     "PinService",
     "RecentCallRing",
     "RecentCalls",

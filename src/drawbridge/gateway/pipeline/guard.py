@@ -110,8 +110,12 @@ class EvidenceGuard:
             if rest is not None:
                 await rest
 
-    async def incident(self, kind: str, direction: str, detail: str, code: int | None = None) -> None:
-        logger.warning("%s (%s): %s", kind, direction, detail)
+    async def incident(
+        self, kind: str, direction: str, detail: str, code: int | None = None, *, log: bool = True
+    ) -> None:
+        """Record an incident, and log it at WARNING unless ``log`` is false (its caller reports it)."""
+        if log:
+            logger.warning("%s (%s): %s", kind, direction, detail)
         await self.record(RelayIncident(kind, direction, detail, code))
 
     async def append(self, kind: str, body: Mapping[str, Any]) -> Any:

@@ -32,6 +32,21 @@ def envelope_version(meta: Any) -> str | None:
     return None
 
 
+def message_version(body: Any) -> str | None:
+    """The version a message's own envelope names (``params._meta``), if any."""
+    params = body.get("params") if isinstance(body, dict) else None
+    return envelope_version(params.get("_meta")) if isinstance(params, dict) else None
+
+
+def http_era_is_modern(body: Any, header_versions: list[str]) -> bool:
+    """Whether a message POSTed over HTTP belongs to 2026-07-28: its envelope names that era, or any
+    ``MCP-Protocol-Version`` it came with does. The body decides first, and no header's position
+    counts, so a routing header missing, repeated or contradicting the body is checked by the
+    2026-07-28 rules (-32020) whatever order the headers came in; it is never taken for a 2025-era
+    message without a session."""
+    return is_modern(message_version(body)) or any(is_modern(version) for version in header_versions)
+
+
 def negotiate_version(requested: Any) -> str:
     """The handshake version to answer ``initialize`` with: the client's if it is one we speak, else ours."""
     if isinstance(requested, str) and requested in HANDSHAKE_PROTOCOL_VERSIONS:
@@ -47,6 +62,8 @@ __all__ = [
     "PROTOCOL_VERSION_META_KEY",
     "RESERVED_PREFIX",
     "envelope_version",
+    "http_era_is_modern",
     "is_modern",
+    "message_version",
     "negotiate_version",
 ]

@@ -296,18 +296,24 @@ def _classify(line: bytes, body: Any, *, strict: bool) -> Message:
     )
 
 
-def parse_client_message(line: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> Message:
-    """Parse a line from the agent, strictly (``one_reading``). Raises ``MessageError`` with the code
-    to answer with."""
+def parse_one_reading(data: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+    """Any JSON a client sends (an agent's message, a control-plane body), read by the ``one_reading``
+    rules. Raises ``MessageError`` naming the rule broken (never the content) and the code to answer with."""
     try:
-        body = _decode(line, _STRICT_DECODER)
+        body = _decode(data, _STRICT_DECODER)
     except _TooDeep:
         problem: str | None = too_deep(max_depth)
     else:
-        problem = nesting_problem(line, body, max_depth)
+        problem = nesting_problem(data, body, max_depth)
     if problem is not None:
         raise MessageError(INVALID_REQUEST, f"invalid request: {problem}")
-    return _classify(line, body, strict=True)
+    return body
+
+
+def parse_client_message(line: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> Message:
+    """Parse a line from the agent, strictly (``one_reading``). Raises ``MessageError`` with the code
+    to answer with."""
+    return _classify(line, parse_one_reading(line, max_depth), strict=True)
 
 
 def parse_upstream_message(line: bytes) -> Message:

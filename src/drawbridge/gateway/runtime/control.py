@@ -29,6 +29,7 @@ from drawbridge.control import (
 )
 from drawbridge.control.auth import AdminAuth
 from drawbridge.gateway.pipeline.pins import CataloguePins
+from drawbridge.gateway.protocol.jsonrpc import MessageError, parse_one_reading
 from drawbridge.gateway.recording.recorder import SURFACE_FILE, TRACE_FILE
 from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.gateway.runtime.operating import metrics_route
@@ -145,11 +146,21 @@ def control_services(
         catalogue=catalogue,
         approvals=runtime.engine,
         trace_append=runtime.guard.append,
+        read_json=read_control_body,
         pins=pin_service,
         recent_calls=runtime.recent_calls(),
         checkpoint=checkpoint,
         upstreams=upstreams,
     )
+
+
+def read_control_body(body: bytes) -> Any:
+    """A control-plane body read as an agent's message is (``parse_one_reading``): ``ValueError``
+    naming the rule broken, never the content."""
+    try:
+        return parse_one_reading(body)
+    except MessageError as exc:
+        raise ValueError(exc.message.partition(": ")[2]) from None
 
 
 def control_url(host: str, port: int) -> str:
@@ -203,7 +214,7 @@ def app(services: ControlServices, runtime: Runtime) -> Any:
     """The control plane as an app of its own (its own listener, apart from ``/mcp``), with ``/metrics``
     and the web console at ``/console/`` behind the same credential."""
     digest = _credential(runtime)
-    plane = control_app(services, admin_token_sha256=digest)
+    plane = control_app(services, admin_token_sha256=digest, open_mounts=("/console",))
     plane.router.routes.append(metrics_route(runtime, AdminAuth(digest)))
     evidence = Path(runtime.settings.evidence_dir) if runtime.settings.evidence_dir is not None else None
     trace, surfaces = (None, None) if evidence is None else (evidence / TRACE_FILE, evidence / SURFACE_FILE)
@@ -228,6 +239,7 @@ __all__ = [
     "app",
     "control_services",
     "control_url",
+    "read_control_body",
     "credential_note",
     "routes",
     "served_by",

@@ -276,7 +276,10 @@ class Gateway:
 
     async def upstream_state(self, upstream: UpstreamSession) -> None:
         if upstream.state in (State.RECONNECTING, State.FAILED):
-            await self.incident("upstream_exited", "upstream", upstream.unavailable_reason())
+            # A first start that failed stops serve, which says why in its one startup line: recorded, not logged.
+            await self.incident(
+                "upstream_exited", "upstream", upstream.unavailable_reason(), log=upstream.state is not State.FAILED
+            )
         elif upstream.state is State.READY and upstream.generation > 1 and self._tasks is not None:
             # A new connection knows no subscription: ask again for what is still wanted.
             self._tasks.start_soon(self.subscriptions.resubscribe, upstream)
@@ -460,5 +463,5 @@ class Gateway:
     async def upstream_dropped(self, upstream: UpstreamSession, detail: str) -> None:
         await self.incident("upstream_garbage", "upstream", f"a line from upstream {upstream.name!r} was dropped: {detail}")
 
-    async def incident(self, kind: str, direction: str, detail: str, code: int | None = None) -> None:
-        await self.guard.incident(kind, direction, detail, code)
+    async def incident(self, kind: str, direction: str, detail: str, code: int | None = None, *, log: bool = True) -> None:
+        await self.guard.incident(kind, direction, detail, code, log=log)

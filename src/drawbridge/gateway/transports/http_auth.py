@@ -13,7 +13,7 @@ Theory of operation. ``authenticate`` tries the static tokens first (a digest co
 JWT. A verified JWT is remembered by its SHA-256 until it expires (or the key set changes), so the
 per-call cost of a token seen before is a hash and a dict lookup; only a ``kid`` the key set does not
 hold awaits a fetch (``oauth_keys``). A refused credential is logged at WARNING with the reason and
-the peer address, never the token. PyJWT and the key store (with its HTTP client) are imported only
+the peer address, never the token (a request with none at all under OAuth, at INFO). PyJWT and the key store (with its HTTP client) are imported only
 when OAuth is configured: a gateway of static tokens never holds them.
 """
 
@@ -133,10 +133,10 @@ class Authenticator:
     def refuse(
         self, peer: str, reason: str, error: str | None = "invalid_token", problem: str = "invalid_token"
     ) -> Refusal:
-        """A 401, and its ``login_refused`` activity line: at WARNING for a presented credential that
-        fails, at INFO for a request with none (how every OAuth client starts, to be told where to sign
-        in). The line says what was wrong, never the token."""
-        level = logging.WARNING if error else logging.INFO
+        """A 401, and its ``login_refused`` activity line: at WARNING for every refusal, except a request
+        with no credential under OAuth, at INFO (how every OAuth client starts, to be told where to
+        sign in; docs/configuration.md, ``auth.oauth``). The line says what was wrong, never the token."""
+        level = logging.INFO if error is None and self.oauth is not None else logging.WARNING
         login_refused("mcp", problem, peer, level=level, reason=reason)
         if self.oauth is None:
             return Refusal(401, AUTH_REQUIRED, "Bearer")
@@ -148,8 +148,10 @@ class Authenticator:
         agent = identify(authorization, self.settings)
         if agent is not None:
             return Identity(agent)
-        if authorization is None or not authorization.strip():
+        if authorization is None:
             return self.refuse(peer, "no credential presented", error=None, problem="missing")
+        if not authorization.strip():
+            return self.refuse(peer, "the Authorization header is empty", problem="not_bearer")
         scheme, _, token = authorization.strip().partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:

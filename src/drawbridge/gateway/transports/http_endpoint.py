@@ -11,7 +11,9 @@ client (fixation defence). One agent's sessions never end another's: an agent ho
 gateway holds ``max_sessions`` an agent with none of its own is refused (503), never given room.
 
 Theory of operation. ``POST /mcp`` reads at most ``max_message_bytes`` (413 beyond, with a JSON-RPC
-error), parses one JSON-RPC message strictly and picks the era from ``MCP-Protocol-Version``:
+error), parses one JSON-RPC message strictly and picks the era (``eras.http_era_is_modern``): 2026-07-28
+when the body's envelope names it or any ``MCP-Protocol-Version`` sent does, whatever the headers'
+order, so that a routing header missing, repeated or not matching the body is answered -32020:
 
 * 2025-11-25 and earlier (sessions): ``initialize`` creates a session and answers with its
   ``Mcp-Session-Id``; every other message needs a known session (400 without the header, 404 for an
@@ -45,7 +47,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from drawbridge.gateway.protocol.eras import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from drawbridge.gateway.protocol.eras import HANDSHAKE_PROTOCOL_VERSIONS, http_era_is_modern
 from drawbridge.gateway.protocol.jsonrpc import (
     INVALID_REQUEST,
     Kind,
@@ -121,7 +123,10 @@ class McpEndpoint:
         headers = headers_of(scope)
         method = scope["method"]
         if method not in ("POST", "GET", "DELETE"):
-            await send_status(send, 405, [("allow", "GET, POST, DELETE")])
+            await send_error(
+                send, 405, INVALID_REQUEST, "method not allowed: /mcp takes POST, GET and DELETE",
+                extra=[("allow", "GET, POST, DELETE")],
+            )
             return
         authorization = header_values(scope, "authorization")
         if len(authorization) > 1:
@@ -274,10 +279,10 @@ class McpEndpoint:
                 extra=[("www-authenticate", refusal.challenge)],
             )
             return
-        version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
-        if version in MODERN_PROTOCOL_VERSIONS:
+        if http_era_is_modern(message.body, header_values(scope, MCP_PROTOCOL_VERSION_HEADER)):
             await self._post_modern(scope, receive, send, headers, agent, message)
             return
+        version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS and message.method != INITIALIZE:
             # -32022 with the versions served, so a dual-era client can fall back (2026-07-28 versioning)
             unsupported = inbound().unsupported_protocol_version_rejection(version)
@@ -414,7 +419,7 @@ class McpEndpoint:
     # -- GET and DELETE
 
     async def _get(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], agent: str) -> None:
-        if headers.get(MCP_PROTOCOL_VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS:
+        if http_era_is_modern(None, header_values(scope, MCP_PROTOCOL_VERSION_HEADER)):
             await send_error(
                 send, 405, INVALID_REQUEST, "method not allowed: 2026-07-28 has no GET stream", extra=[("allow", "POST")]
             )

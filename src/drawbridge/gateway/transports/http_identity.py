@@ -57,10 +57,12 @@ class HttpSettings:
 def identify(authorization: str | None, settings: HttpSettings) -> str | None:
     """The agent id for the one ``Authorization`` header value, or None (401).
 
+    Only a request with no ``Authorization`` header at all is the anonymous agent's: an empty or blank
+    one is a credential presented and refused, like any other that names no agent.
     Every configured digest is compared, whichever matches, so timing says nothing about which agent
     a token belongs to or how close a guess came.
     """
-    if authorization is None or not authorization.strip():
+    if authorization is None:
         return settings.anonymous_agent
     scheme, _, token = authorization.strip().partition(" ")
     token = token.strip()

@@ -175,7 +175,7 @@ def spawn_child(
         )
     except OSError as exc:
         _close_fds(stdin_write, stdout_read, stderr_read)
-        raise UpstreamStartError(f"cannot start upstream {argv[0]!r}: {exc.strerror or exc}") from exc
+        raise UpstreamStartError(_start_failure(argv[0], cwd, exc)) from exc
     except BaseException:
         _close_fds(stdin_write, stdout_read, stderr_read)
         raise
@@ -183,6 +183,16 @@ def spawn_child(
         # The child holds these ends now: EOF on its stdout comes when it (and what it started) is gone.
         _close_fds(stdin_read, stdout_write, stderr_write)
     return SpawnedChild(popen, stdin_write, stdout_read, stderr_read)
+
+
+def _start_failure(command: str, cwd: str | None, exc: OSError) -> str:
+    """Why the child did not start, blaming what failed: the child's working directory (the OS error
+    then names it, and the same errno would otherwise read as a missing program) or the command."""
+    if cwd is not None and exc.filename == cwd:
+        if isinstance(exc, FileNotFoundError):
+            return f"cannot start upstream {command!r}: working directory {cwd} does not exist"
+        return f"cannot start upstream {command!r}: working directory {cwd}: {exc.strerror or exc}"
+    return f"cannot start upstream {command!r}: {exc.strerror or exc}"
 
 
 __all__ = ["EnvFilter", "EnvPolicy", "SpawnedChild", "Upstream", "UpstreamStartError", "spawn_child"]

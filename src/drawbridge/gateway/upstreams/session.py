@@ -226,7 +226,8 @@ class UpstreamSession:
                     if not self._settled.is_set():
                         self.start_error = str(exc)
                         self.state = State.FAILED
-                        logger.error("upstream %r: %s", self.name, exc)
+                        # Not logged: whoever started it (serve, discover) reports ``start_error`` once.
+                        logger.debug("upstream %r: %s", self.name, exc)
                         self._settled.set()
                         await self._tell_state()
                         return
