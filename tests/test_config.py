@@ -73,6 +73,9 @@ def test_full_example_loads(tmp_path):
         (lambda t: t.replace("policy_dir: ./policies\n", ""), None, "set policy_dir"),
         (lambda t: t.replace("max_message_bytes: 2048", "max_message_bytes: 10"), 21, "at least 1024"),
         (lambda t: t.replace("url: http://127", "url: ftp://127"), 9, "http:// or https://"),
+        (lambda t: t.replace("url: http://127.0.0.1:9000/mcp", 'url: "http://[::1/mcp"'), 9, "not a valid URL"),
+        (lambda t: t.replace("url: http://127.0.0.1:9000/mcp", "url: http://127.0.0.1:90x/mcp"), 9, "not a valid URL"),
+        (lambda t: t.replace("url: http://127.0.0.1:9000/mcp", "url: http:///mcp"), 9, "names no host"),
         (lambda t: t.replace('protocol: "2026-07-28"', 'protocol: "2024-11-05"'), 11, "not one the gateway speaks"),
     ],
 )
