@@ -348,5 +348,7 @@ async def test_with_stdio_the_control_plane_has_its_own_listener_when_control_is
             assert tools.status_code == 200
             assert sorted(t["name"] for t in tools.json()) == listed
             assert (await http.get("/tools")).status_code == 401
-            assert (await http.post("/mcp", json={})).status_code == 404  # no agents over HTTP here
+            # No agents over HTTP here: /mcp is no route of the control plane (401 first without the token).
+            assert (await http.post("/mcp", json={}, headers=_auth(ADMIN))).status_code == 404
+            assert (await http.post("/mcp", json={})).status_code == 401
     assert "github.list_repos" in listed

@@ -48,7 +48,7 @@ from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
 from drawbridge.config_hosts import is_loopback_address, split_authority
 from drawbridge.config_oauth import OAuthConfig, oauth_section
 from drawbridge.config_secrets import USES_ALL, token_digest
-from drawbridge.config_reader import ConfigError
+from drawbridge.config_reader import ConfigError, url_problem
 from drawbridge.config_reader import Reader as _Reader
 from drawbridge.config_reader import resolve_path as _resolve
 from drawbridge.config_reader import str_list as _str_list
@@ -188,7 +188,7 @@ def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
         url = reader.get("url", str, required=True)
         if not re.match(r"https?://", url):
             raise reader.fail("url", f"upstream {name!r}: url must start with http:// or https://")
-        if (problem := _url_problem(url)) is not None:
+        if (problem := url_problem(url)) is not None:
             raise reader.fail("url", f"upstream {name!r}: url {problem}")
         if reader.get("command", str) is not None:
             raise reader.fail("command", f"upstream {name!r}: a streamable_http upstream takes url, not command")
@@ -206,18 +206,6 @@ def _agent_id(reader: _Reader, key: str, *, required: bool = False) -> str | Non
     if agent is not None and not _AGENT_RE.fullmatch(agent):
         raise reader.fail(key, f"{reader.where}.{key} {agent!r} has characters outside [A-Za-z0-9._:@/-]")
     return agent
-
-
-def _url_problem(url: str) -> str | None:
-    """Why an upstream's URL cannot be connected to, found at load rather than on every reconnect."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        host, _port = parts.hostname, parts.port
-    except ValueError as exc:  # an unclosed IPv6 bracket, a port that is not a number
-        return f"is not a valid URL ({exc})"
-    return None if host else "names no host"
 
 
 _TOP_KEYS = {

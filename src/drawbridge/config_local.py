@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from drawbridge.config_headers import header_map
-from drawbridge.config_reader import ConfigError, Reader, named_entry, resolve_path, str_list, str_map
+from drawbridge.config_reader import ConfigError, Reader, named_entry, resolve_path, str_list, str_map, url_problem
 from drawbridge.policy.globs import GlobError, compile_glob
 
 _COMMAND_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -150,13 +150,11 @@ def _http_url(reader: Reader, key: str, owner: str, allow_private: bool) -> str 
         return None
     if not re.match(r"https?://[^/?#]", url):
         raise reader.fail(key, f"{owner}: {key} must be an http:// or https:// URL with a host")
+    if (invalid := url_problem(url)) is not None:
+        raise reader.fail(key, f"{owner}: {key} {invalid}")
     from urllib.parse import urlsplit
 
-    try:
-        host = urlsplit(url).hostname
-    except ValueError as exc:
-        raise reader.fail(key, f"{owner}: {key} is not a valid URL ({exc})") from None
-    problem = private_address_problem(host or "")
+    problem = private_address_problem(urlsplit(url).hostname or "")
     if problem is not None and not allow_private:
         raise reader.fail(
             key, f"{owner}: {key} is refused by the SSRF guard ({problem}); {ALLOW_PRIVATE_ADVICE}"

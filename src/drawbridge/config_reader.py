@@ -83,6 +83,19 @@ class Reader:
         return Reader(self.file, self.node[key], f"{self.where}.{key}" if self.where != "config" else key)
 
 
+def url_problem(url: str) -> str | None:
+    """Why a URL cannot be connected to (an unclosed IPv6 bracket, a port that is not a number, no
+    host), found when the configuration is read rather than at every attempt; None when it can."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host, _port = parts.hostname, parts.port
+    except ValueError as exc:
+        return f"is not a valid URL ({exc})"
+    return None if host else "names no host"
+
+
 def str_list(reader: Reader, key: str) -> tuple[str, ...]:
     value = reader.get(key, object, default=[])
     if not isinstance(value, (CommentedSeq, list)) or not all(isinstance(item, str) for item in value):
