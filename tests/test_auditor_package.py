@@ -367,6 +367,22 @@ def test_the_export_statements_predicate_is_checked_against_the_package(exported
     assert set(failed) == {"bundle_checkpoint"} and "predicate" in failed["bundle_checkpoint"], failed
 
 
+def test_an_export_statement_that_states_no_predicate_fails(exported: tuple[Path, Path]) -> None:
+    """A statement signed without its predicate states nothing of this package: it fails, never skips the check."""
+    from drawbridge.evidence.dsse import export_statement
+    from drawbridge.state.signing_keys import load_keys
+
+    evidence, package = exported
+    files = _files(package)
+    statement = json.loads(base64.b64decode(json.loads(files["export.intoto.json"])["payload"]))
+    rest = {name: data for name, data in files.items() if name != "export.intoto.json"}
+    bare = export_statement(rest, statement["predicate"])
+    del bare["predicate"]
+    envelope = sign_statement(bare, load_keys(evidence / "keys").attestation)
+    failed = _failed(_verify({**rest, "export.intoto.json": envelope}, evidence))
+    assert set(failed) == {"bundle_checkpoint"} and "predicate" in failed["bundle_checkpoint"], failed
+
+
 def test_reordered_bundle_records_are_reported_out_of_order(exported: tuple[Path, Path]) -> None:
     evidence, package = exported
     files = _files(package)

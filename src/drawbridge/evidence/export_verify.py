@@ -190,7 +190,7 @@ def verify_export(
         return f"{len(decisions)} decisions, {report['promoted']} verified through {len(records)} audit record(s)"
 
     checks.run("side_effects", side_effects)
-    _trace_checks(files, checks, events, bundle, vkey, known, predicate[0] if predicate else None)
+    _trace_checks(files, checks, events, bundle, vkey, known, predicate)
     claims = list(CLAIMS_NOT_MADE) + ([] if keys_pinned else ["signer_identity"])
     ok = all(row["ok"] for row in checks.rows)
     run_id = bundle.manifest["run_id"] if bundle is not None else None
@@ -205,8 +205,11 @@ def _trace_checks(
     bundle: VerifiedBundle | None,
     vkey: NoteVerifier,
     known: Sequence[HeldCheckpoint],
-    predicate: Any,
+    predicate: Sequence[Any],
 ) -> None:
+    """``predicate``: the export statement's predicate once its envelope verified (empty when it did not,
+    which fails the attestation check on its own); a statement that states none is no statement of this
+    package."""
     lines = split_lines(files.get(TRACE, b""))
     latest = HeldCheckpoint(CHECKPOINT, files[CHECKPOINT].decode("utf-8", "replace")) if CHECKPOINT in files else None
     history: list[HeldCheckpoint] = []
@@ -269,7 +272,7 @@ def _trace_checks(
             raise ValueError(f"the checkpoint event's source is not {source_of(signed_tree.origin)}")
         stated = {"run_id": run.run_id, "origin": signed_tree.origin, "bundle_id": bundle.manifest["bundle_id"],
                   "tree_size": signed_tree.size, "covers": expected["covers"]} if bundle is not None else None
-        if predicate is not None and predicate != stated:
+        if predicate and predicate[0] != stated:
             raise ValueError("the export statement's predicate is not this package's {run_id, origin, bundle_id, "
                              "tree_size, covers}")
         return f"covers lines {run.start_index}..{run.last_index} of a tree of {signed_tree.size}"

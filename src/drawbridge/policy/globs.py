@@ -190,12 +190,9 @@ def compile_tool_glob(pattern: str) -> Glob:
     """A rule's glob on tool names: well formed, and without a character of
     ``FORBIDDEN_NAME_CATEGORIES`` (a NUL, a line break, a zero-width space): no name the gateway
     decides on holds one, so such a pattern would only hide what it says."""
-    if isinstance(pattern, str):
-        for position, char in enumerate(pattern):
-            if unicodedata.category(char) in FORBIDDEN_NAME_CATEGORIES:
-                raise GlobError(
-                    f"contains a control or format character (U+{ord(char):04X} at index {position})"
-                )
+    for position, char in enumerate(pattern):
+        if unicodedata.category(char) in FORBIDDEN_NAME_CATEGORIES:
+            raise GlobError(f"contains a control or format character (U+{ord(char):04X} at index {position})")
     return compile_glob(pattern)
 
 
