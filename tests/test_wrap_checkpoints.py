@@ -172,6 +172,28 @@ def test_keys_of_another_origin_on_an_existing_trace_are_a_one_line_startup_erro
     assert report["ok"] and len(report["runs"]) == 2
 
 
+@pytest.mark.parametrize("command", ["wrap", "serve"])
+def test_another_key_pair_of_the_same_origin_is_a_one_line_startup_error(tmp_path: Path, command: str) -> None:
+    """A log keeps its keys: a second key pair made with the log's own origin would sign checkpoints no
+    pinned key verifies, and the log would never verify whole again. Told by the key hash of the latest
+    checkpoint's signature: refused before a run is opened, naming both key hashes."""
+    evidence = tmp_path / "evidence"
+    origin = _first_run(evidence)
+    own_hash = read_vkey(evidence / "keys" / "checkpoint.vkey").key_hash
+    other = tmp_path / "other"
+    assert cli("evidence", "keys", "--init", "--keys-dir", str(other), "--origin", origin).returncode == 0
+    other_key = read_vkey(other / "checkpoint.vkey")
+    assert other_key.name == origin and other_key.key_hash != own_hash
+    line = _refused(_gateway_argv(tmp_path, command, evidence, other), evidence)
+    assert f"{own_hash:08x}" in line and f"{other_key.key_hash:08x}" in line and "keeps its keys" in line, line
+    assert "PRIVATE" not in line
+    # The log's own keys still start it, and the whole log verifies under them.
+    argv = _gateway_argv(tmp_path, command, evidence, evidence / "keys")
+    assert subprocess.run(argv, input="", capture_output=True, text=True, env=child_env(), timeout=scaled(60)).returncode == 0
+    report = json.loads(cli("evidence", "verify-chain", str(evidence / "trace.ndjson"), "--format", "json").stdout)
+    assert report["ok"] and len(report["runs"]) == 2
+
+
 @pytest.mark.parametrize("command", ["wrap", "serve", "export"])
 def test_an_attestation_key_that_is_not_its_public_files_is_refused(tmp_path: Path, command: str) -> None:
     """attestation.pub.pem is what auditors pin: an attestation.key swapped beside it would sign exports no

@@ -184,8 +184,9 @@ class OpenedNote:
     unverified: tuple[NoteSignature, ...]
 
 
-def open_note(message: bytes | str, known: Iterable[NoteVerifier]) -> OpenedNote:
-    """The note's text once a known key's signature verifies (module docstring for every rule)."""
+def _split(message: bytes | str) -> tuple[bytes, list[tuple[NoteSignature, bytes]]]:
+    """The note's text and its signature lines (each with its raw key hash and signature), read by
+    the format rules alone: nothing is verified here."""
     if isinstance(message, str):
         try:
             data = message.encode("utf-8")
@@ -205,16 +206,10 @@ def open_note(message: bytes | str, known: Iterable[NoteVerifier]) -> OpenedNote
     text, block = data[: split + 1], data[split + 2 :]
     if not block or not block.endswith(b"\n"):
         raise MalformedNote("the note's signature block does not end with a newline")
-    keys: dict[tuple[str, int], list[NoteVerifier]] = {}
-    for verifier in known:
-        keys.setdefault((verifier.name, verifier.key_hash), []).append(verifier)
-    verified: list[NoteSignature] = []
-    unverified: list[NoteSignature] = []
-    seen: set[tuple[str, int]] = set()
-    seen_unverified: set[str] = set()
     lines = block[:-1].decode("utf-8").split("\n")
     if len(lines) > MAX_SIGNATURES:
         raise MalformedNote(f"the note has more than {MAX_SIGNATURES} signatures")
+    signatures: list[tuple[NoteSignature, bytes]] = []
     for line in lines:
         if not line.startswith(SIGNATURE_PREFIX):
             raise MalformedNote("a signature line does not start with an em dash and a space")
@@ -226,12 +221,32 @@ def open_note(message: bytes | str, known: Iterable[NoteVerifier]) -> OpenedNote
             raise MalformedNote("a signature is not standard base64") from None
         if not is_valid_key_name(name) or not encoded or len(raw) < 5:
             raise MalformedNote("a signature line is not <name> <base64 signature>")
-        hash_value = int.from_bytes(raw[:4], "big")
-        signature = NoteSignature(name, hash_value, encoded)
+        signatures.append((NoteSignature(name, int.from_bytes(raw[:4], "big"), encoded), raw))
+    return text, signatures
+
+
+def note_signatures(message: bytes | str) -> tuple[NoteSignature, ...]:
+    """Who signed the note, by name and key hash, as its lines say (no signature is verified: for
+    telling which key a note claims, e.g. whether a log's keys are still the ones that signed it)."""
+    return tuple(signature for signature, _raw in _split(message)[1])
+
+
+def open_note(message: bytes | str, known: Iterable[NoteVerifier]) -> OpenedNote:
+    """The note's text once a known key's signature verifies (module docstring for every rule)."""
+    text, signatures = _split(message)
+    keys: dict[tuple[str, int], list[NoteVerifier]] = {}
+    for verifier in known:
+        keys.setdefault((verifier.name, verifier.key_hash), []).append(verifier)
+    verified: list[NoteSignature] = []
+    unverified: list[NoteSignature] = []
+    seen: set[tuple[str, int]] = set()
+    seen_unverified: set[tuple[str, str]] = set()
+    for signature, raw in signatures:
+        name, hash_value = signature.name, signature.key_hash
         candidates = keys.get((name, hash_value))
         if candidates is None:
-            if body not in seen_unverified:
-                seen_unverified.add(body)
+            if (name, signature.base64) not in seen_unverified:
+                seen_unverified.add((name, signature.base64))
                 unverified.append(signature)
             continue
         if len(candidates) > 1:
@@ -259,6 +274,7 @@ __all__ = [
     "UnverifiedNote",
     "is_valid_key_name",
     "key_hash",
+    "note_signatures",
     "open_note",
     "parse_skey",
     "parse_vkey",

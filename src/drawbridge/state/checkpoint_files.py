@@ -11,7 +11,8 @@ form, fields in this order); ``tree_size`` is the size the note signs, and the l
 increasing size (``trace_audit`` checks both: the line's own field is not signed).
 
 The origin a log was signed under (``log_origins``) is read from the latest checkpoint's first line
-and from the trace's ``run_start`` entries: a gateway refuses keys of another origin.
+and from the trace's ``run_start`` entries: a gateway refuses keys of another origin, and keys whose
+key hash is not the one that signed the latest checkpoint (``latest_note``).
 """
 
 from __future__ import annotations
@@ -108,14 +109,18 @@ def parse_checkpoint_lines(data: bytes, label: str) -> list[StoredCheckpoint]:
     return out
 
 
-def log_origins(directory: str | os.PathLike[str], trace_path: str | os.PathLike[str]) -> list[str]:
-    """The origins the log in ``directory`` was signed under: its latest checkpoint's (the note's first
-    line, as written; the signature is the verifier's business) and those its trace's runs name."""
-    origins: list[str] = []
+def latest_note(directory: str | os.PathLike[str]) -> bytes:
+    """The latest signed checkpoint of the log in ``directory`` as written (empty when there is none)."""
     try:
-        note = (Path(directory) / CHECKPOINT_FILE).read_bytes()
+        return (Path(directory) / CHECKPOINT_FILE).read_bytes()
     except FileNotFoundError:
-        note = b""
+        return b""
+
+
+def log_origins(note: bytes, trace_path: str | os.PathLike[str]) -> list[str]:
+    """The origins a log was signed under: its latest checkpoint's (``note``'s first line, as written;
+    the signature is the verifier's business) and those its trace's runs name."""
+    origins: list[str] = []
     first = note.split(b"\n", 1)[0].decode("utf-8", "replace")
     if first:
         origins.append(first)
@@ -134,6 +139,7 @@ __all__ = [
     "CheckpointFiles",
     "StoredCheckpoint",
     "checkpoint_line",
+    "latest_note",
     "log_origins",
     "parse_checkpoint_lines",
     "replace_file",

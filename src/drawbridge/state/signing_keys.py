@@ -42,7 +42,7 @@ from drawbridge.evidence.ed25519_seed import (
     spki_der_of,
     spki_pem,
 )
-from drawbridge.evidence.signed_note import NoteError, NoteSigner, NoteVerifier, parse_vkey
+from drawbridge.evidence.signed_note import NoteError, NoteSigner, NoteVerifier, note_signatures, parse_vkey
 from drawbridge.evidence.tlog import DEFAULT_ORIGIN_DOMAIN, is_valid_origin
 
 if TYPE_CHECKING:
@@ -219,13 +219,38 @@ def refuse_other_origin(keys_dir: Path, keys_origin: str | None, log_origins: Se
             )
 
 
+def refuse_other_key(keys_dir: Path, keys: EvidenceKeys, latest_note: bytes) -> None:
+    """A log keeps its keys: a checkpoint key of the log's origin that is not the one which signed the
+    latest checkpoint (another key pair, made with the same ``origin``) would sign a log no single key
+    verifies. Told by the key hash the note's signature line names; a note that cannot be read is left
+    to the verifier, which reports it."""
+    if not latest_note:
+        return
+    try:
+        signatures = note_signatures(latest_note)
+    except NoteError:
+        return
+    ours = [signature for signature in signatures if signature.name == keys.origin]
+    if ours and all(signature.key_hash != keys.verifier.key_hash for signature in ours):
+        raise KeyFileError(
+            f"the checkpoint key in {keys_dir} (key hash {keys.verifier.key_hash:08x}) is not the one that "
+            f"signed the trace's latest checkpoint as origin {keys.origin!r} (key hash "
+            f"{ours[0].key_hash:08x}): a log keeps its keys (give that log's keys directory, or another "
+            "evidence directory for a new log)"
+        )
+
+
 def open_keys(
-    directory: str | os.PathLike[str], origin: str | None = None, log_origins: Sequence[str] = ()
+    directory: str | os.PathLike[str],
+    origin: str | None = None,
+    log_origins: Sequence[str] = (),
+    latest_note: bytes = b"",
 ) -> EvidenceKeys:
     """The keys of ``directory``, made there (with ``origin``, else a random one) when it holds none.
     A log's origin does not change: a configured ``origin`` other than the keys' own is refused, and so
     are keys (or none, to be made) signing as another origin than ``log_origins``, the origins the
-    existing trace was signed under (``checkpoint_files.log_origins``)."""
+    existing trace was signed under (``checkpoint_files.log_origins``), and keys of the log's origin
+    whose key hash is not the one that signed ``latest_note``, its latest checkpoint."""
     path = Path(directory)
     if origin is not None and not is_valid_origin(origin):
         raise KeyFileError(f"the origin {origin!r} is not a key name (printable ASCII, no spaces, no '+')")
@@ -243,6 +268,7 @@ def open_keys(
             "(give the keys' own origin, or another keys directory for a new log)"
         )
     refuse_other_origin(path, keys.origin, log_origins)
+    refuse_other_key(path, keys, latest_note)
     return keys
 
 
@@ -288,6 +314,7 @@ __all__ = [
     "open_keys",
     "read_public_pem",
     "read_vkey",
+    "refuse_other_key",
     "refuse_other_origin",
     "spki_der",
 ]

@@ -58,7 +58,7 @@ from drawbridge.gateway.runtime.replicas import approval_keys, follow, open_shar
 from drawbridge.gateway.runtime.settings import STATE_FILE, RuntimeSettings
 from drawbridge.policy.declared import DeclaredContracts, fixed_contract
 from drawbridge.state.append_only import AppendOnlyError, AppendOnlyLocked
-from drawbridge.state.checkpoint_files import CheckpointFiles, log_origins
+from drawbridge.state.checkpoint_files import CheckpointFiles, latest_note, log_origins
 from drawbridge.state.pins import SqlitePinStore
 from drawbridge.state.policy_store import ReloadResult, watch_policies
 from drawbridge.state.signing_keys import KEYS_DIR, KeyFileError, open_keys
@@ -160,7 +160,8 @@ def open_checkpointer(settings: RuntimeSettings, recorder: Recorder, replica_id:
         return None
     keys_dir = settings.keys_dir or str(Path(settings.evidence_dir) / KEYS_DIR)
     try:
-        keys = open_keys(keys_dir, settings.origin, log_origins(settings.evidence_dir, trace.path))
+        note = latest_note(settings.evidence_dir)
+        keys = open_keys(keys_dir, settings.origin, log_origins(note, trace.path), note)
         files = CheckpointFiles(settings.evidence_dir, durable=settings.fsync != "never")
     except KeyFileError as exc:
         raise StartupProblem(f"cannot use the evidence signing keys: {exc}") from None
