@@ -271,3 +271,35 @@ async def test_a_call_that_resolves_to_a_cli_dispatcher_is_raised_to_its_floor(
     assert dispatched.outcome is outcome and not dispatched.forwarded
     assert dispatched.verdict is not None and "CLI dispatcher" in dispatched.verdict.reason
     assert named.outcome is Outcome.OK and named.forwarded
+
+
+@pytest.mark.anyio
+async def test_the_decision_view_says_why_a_tool_is_held_back_as_its_calls_are_told(db: StateDB) -> None:
+    """``pin_status`` reads ``new`` for every tool of a catalogue not checked yet, or whose pins cannot be
+    read: the view's floor reason is then the one a call gets, never "appeared after pinning"."""
+    from drawbridge.catalogue.decisions import decision_table
+    from drawbridge.gateway.runtime.control import CatalogueView, ServedTool
+    from drawbridge.policy.load import load_policy_text
+
+    slack = Source("slack")
+    pins = _pins(db, slack)
+    slack.load([tool("post_message")])
+    served = ServedTool("slack", "post_message", "slack.post_message", tool("post_message"))
+    view = CatalogueView(lambda: (slack, [served]), pins)
+    policies = load_policy_text('name: p\nagent: "*"\nrules:\n  - tools: ["*"]\n    action: allow\n')
+
+    def reasons() -> tuple[str, ...]:
+        (row,) = decision_table(policies, "bot", [item.catalogue_tool() for item in view()])
+        assert row.action.value == "deny"
+        return row.floor.reasons
+
+    assert reasons() == (f"pin status new: {pins.floor('slack', 'post_message').reasons[0]}",)
+    assert "has not been checked against its pins yet" in reasons()[0]
+    await pins.check("slack")  # first sight: pinned whole, no floor
+    (row,) = decision_table(policies, "bot", [item.catalogue_tool() for item in view()])
+    assert row.action.value == "allow" and not row.floor.reasons
+    db.write_sync(lambda conn: conn.execute("ALTER TABLE pins RENAME TO pins_away"), "break")
+    slack.load([tool("post_message")])
+    await pins.check("slack")
+    assert "pin store unavailable for server 'slack'" in reasons()[0]
+    assert "appeared after" not in reasons()[0]

@@ -226,6 +226,11 @@ async def test_a_pin_store_that_cannot_be_read_holds_every_tool_back(tmp_path: P
             assert result["_meta"]["drawbridge/decision"]["action"] == "deny"
         rows = httpx.get(f"{base}/tools/decisions", params={"agent": AGENT}, headers=AUTH).json()
         assert {(r["name"], r["action"]) for r in rows} == {("rugpull.echo", "deny"), ("rugpull.second", "deny")}
+        # The view says why, as the calls were told: the pins are unavailable, not a tool that appeared.
+        for row in rows:
+            assert row["floor"]["action"] == "deny" and row["pin_status"] == "new", row
+            (reason,) = row["floor"]["reasons"]
+            assert "pin store unavailable" in reason and "appeared after" not in reason, reason
         pins = httpx.get(f"{base}/tools/pins", headers=AUTH)
         assert pins.status_code == 503 and "pin store unavailable" in pins.json()["error"]
     entries = _trace(tmp_path)

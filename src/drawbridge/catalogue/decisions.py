@@ -39,6 +39,8 @@ class CatalogueTool:
     pin_status: PinStatus | None = None
     dispatcher: bool = False
     dispatcher_default_action: Action | None = None
+    pin_reason: str | None = None
+    """Why the tool is held back when its status alone does not say (``floors.tool_floor``)."""
 
     @property
     def floor(self) -> Floor:
@@ -46,6 +48,7 @@ class CatalogueTool:
             self.pin_status,
             dispatcher=self.dispatcher,
             dispatcher_default_action=self.dispatcher_default_action,
+            pin_reason=self.pin_reason,
         )
 
 

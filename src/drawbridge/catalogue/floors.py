@@ -81,8 +81,11 @@ def tool_floor(
     *,
     dispatcher: bool = False,
     dispatcher_default_action: Action | None = None,
+    pin_reason: str | None = None,
 ) -> Floor:
-    """The floor for a call to one tool: the stricter of its pin floor and its dispatcher floor."""
+    """The floor for a call to one tool: the stricter of its pin floor and its dispatcher floor.
+    ``pin_reason`` says why a tool is held back when it is not its status alone (the server's
+    catalogue not checked yet, its pins unavailable): the reason a call gets then, not the status's."""
     if dispatcher_default_action is not None and not dispatcher:
         raise ValueError("dispatcher_default_action is given only for a dispatcher")
     action = Action.ALLOW
@@ -90,7 +93,8 @@ def tool_floor(
     pinned = pin_floor(pin_status)
     if pinned is not Action.ALLOW:
         action = stricter(action, pinned)
-        reasons.append(f"pin status {PinStatus(pin_status).value}: {_PIN_REASONS[PinStatus(pin_status)]}")
+        reason = pin_reason if pin_reason is not None else _PIN_REASONS[PinStatus(pin_status)]
+        reasons.append(f"pin status {PinStatus(pin_status).value}: {reason}")
     if dispatcher:
         floor = dispatcher_floor(dispatcher_default_action)
         action = stricter(action, floor)

@@ -85,6 +85,9 @@ class CatalogueItem:
     dispatcher: bool = False
     dispatcher_default_action: Action | None = None
     source: str = "mcp"
+    pin_reason: str | None = None
+    """Why the tool is held back when its pin status alone does not say (catalogue not checked yet,
+    pins unavailable): what a call gets, so that the decision view says the same."""
 
     @classmethod
     def of(
@@ -98,6 +101,7 @@ class CatalogueItem:
         dispatcher: bool = False,
         dispatcher_default_action: Action | None = None,
         openapi_method: str | None = None,
+        pin_reason: str | None = None,
     ) -> CatalogueItem:
         """Classify ``tool`` and name it ``server.<its name>`` unless ``name`` is given; an OpenAPI
         operation is classified by its HTTP method too (``openapi_method``)."""
@@ -119,6 +123,7 @@ class CatalogueItem:
             dispatcher=dispatcher,
             dispatcher_default_action=dispatcher_default_action,
             source=source,
+            pin_reason=pin_reason,
         )
 
     @property
@@ -134,6 +139,7 @@ class CatalogueItem:
             pin_status=self.pin_status,
             dispatcher=self.dispatcher,
             dispatcher_default_action=self.dispatcher_default_action if self.dispatcher else None,
+            pin_reason=self.pin_reason,
         )
 
 

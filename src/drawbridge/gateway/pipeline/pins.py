@@ -197,21 +197,26 @@ class CataloguePins:
         state = self._current(server)
         return PinStatus.NEW if state is None else state.status(name)
 
-    def floor(self, server: str, name: str) -> Floor:
-        """The floor of a call to ``name`` of ``server`` now, without waiting for a check."""
+    def held(self, server: str) -> str | None:
+        """Why every tool of ``server`` is held back now (its catalogue not checked yet, its pins
+        unavailable), or None when a check of its current catalogue decides tool by tool."""
         if server not in self._sources:
-            return Floor(Action.DENY, (f"no guarded upstream is named {sanitize(server)!r}",))
+            return f"no guarded upstream is named {sanitize(server)!r}"
         state = self._current(server)
         if state is None:
-            return Floor(
-                Action.DENY,
-                (
-                    f"the catalogue of server {sanitize(server)!r} has not been checked against its pins "
-                    "yet; every tool of this server is held back",
-                ),
+            return (
+                f"the catalogue of server {sanitize(server)!r} has not been checked against its pins "
+                "yet; every tool of this server is held back"
             )
-        if state.unavailable is not None:
-            return Floor(Action.DENY, (state.unavailable,))
+        return state.unavailable
+
+    def floor(self, server: str, name: str) -> Floor:
+        """The floor of a call to ``name`` of ``server`` now, without waiting for a check."""
+        held = self.held(server)
+        if held is not None:
+            return Floor(Action.DENY, (held,))
+        state = self._current(server)
+        assert state is not None
         return tool_floor(state.status(name))
 
     def checking(self, server: str) -> bool:

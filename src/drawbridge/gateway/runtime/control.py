@@ -78,20 +78,23 @@ class CatalogueView:
             self._cached_for, self._classified = catalogue, {}
         items: list[CatalogueItem] = []
         for served in tools:
-            status = None if self._pins is None else self._pins.status(served.server, served.upstream_name)
+            status = held = None
+            if self._pins is not None:
+                status = self._pins.status(served.server, served.upstream_name)
+                held = self._pins.held(served.server)
             known = self._classified.get(served.name)
             if known is None:
                 item = CatalogueItem.of(
                     served.server, served.tool, name=served.name, pin_status=status, source=served.source,
                     dispatcher=served.dispatcher, dispatcher_default_action=served.dispatcher_default_action,
-                    openapi_method=served.openapi_method,
+                    openapi_method=served.openapi_method, pin_reason=held,
                 )
                 self._classified[served.name] = item.classification
             else:
                 item = CatalogueItem(
                     server=served.server, tool=served.tool, name=served.name, classification=known, pin_status=status,
                     dispatcher=served.dispatcher, dispatcher_default_action=served.dispatcher_default_action,
-                    source=served.source,
+                    source=served.source, pin_reason=held,
                 )
             items.append(item)
         return items
