@@ -7,7 +7,8 @@ connecting, and the connection is made to the address that was checked, so a nam
 public address when checked and to a private one when used (DNS rebinding) gains nothing. A host that
 resolves to any refused address is refused whole. Redirects are never followed by these clients
 (callers decide, per redirect, see ``openapi.calls``); proxies from the environment are not used, so
-no proxy stands between the check and the connection.
+no proxy stands between the check and the connection. Nor do these clients keep cookies: a cookie one
+answer sets is never sent with a later call, which may be another agent's.
 
 Theory of operation. httpx sends through httpcore's connection pool, which opens connections through
 a network backend; ``GuardedBackend`` wraps anyio's: it resolves the host, checks every address, then
@@ -19,6 +20,7 @@ certificates are checked against the name, not the address. A refusal is an ``Ad
 from __future__ import annotations
 
 import socket
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -122,7 +124,7 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
 
 def http_client(*, allow_private: bool, timeout: float, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
     """An HTTP client for an OpenAPI upstream: guarded unless ``allow_private``; no redirects followed,
-    no environment proxies."""
+    no environment proxies, no cookies kept."""
     transport: httpx.AsyncBaseTransport = (
         httpx.AsyncHTTPTransport(trust_env=False) if allow_private else _GuardedTransport()
     )
@@ -132,6 +134,7 @@ def http_client(*, allow_private: bool, timeout: float, headers: dict[str, str] 
         follow_redirects=False,
         trust_env=False,
         headers={"User-Agent": USER_AGENT, **(headers or {})},
+        cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),  # keeps none (module docstring)
     )
 
 

@@ -3,29 +3,41 @@
 Invariant: the request is built from the arguments the call was decided on, checked against the
 tool's ``inputSchema`` first, and from nothing else: path parameters are URL-escaped whole (a ``/``
 in a value is ``%2F``; ``.``, ``..`` and the empty string are refused, so no value walks the path),
-query and header parameters are sent as declared, ``body`` as JSON. A redirect is followed only to
-the same scheme, host and port (at most ``MAX_REDIRECTS``); the answer is read up to
-``max_response_bytes`` and a cut answer says so in its text. A 4xx or 5xx status is a result with
-``isError`` and the status; a problem of the call itself is a result with ``isError`` too, except
-when the request never left (the backend unreachable, or refused by the SSRF guard), which is
-``NotSent``: the pipeline records that the call did not reach the upstream.
+query and header parameters are sent as declared (a header value that HTTP cannot carry -- a control
+character, a character beyond ASCII, whitespace at either end -- is refused before anything is
+sent, naming the parameter), ``body`` as JSON. The headers the gateway owns are never arguments
+(``tools``). A redirect is followed only to the same scheme, host and port (at most
+``MAX_REDIRECTS``); the answer is read up to ``max_response_bytes`` and a cut answer says so in its
+text. ``timeout`` bounds the whole call, from connecting to the last byte of the answer (redirects
+included), not the gaps between reads. A JSON answer becomes ``structuredContent`` only when it is
+read one way (``protocol.one_reading``: no repeated key, no NaN or number beyond a double, at most
+``DEFAULT_MAX_DEPTH`` levels); any other answer is text, and the text says why it is not structured.
+So every answer is a result the gateway can pass on as it records it. A 4xx or 5xx status is a
+result with ``isError`` and the status; a problem of the call itself is a result with ``isError``
+too, except when the request never left (the backend unreachable, or refused by the SSRF guard),
+which is ``NotSent``: the pipeline records that the call did not reach the upstream.
 """
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote
 
+import anyio
 import httpx
 
+from drawbridge.gateway.protocol.jsonrpc import MessageError, parse_one_reading
 from drawbridge.gateway.upstreams.local import NotSent
 from drawbridge.gateway.upstreams.openapi.tools import OperationTool
 from drawbridge.gateway.upstreams.ssrf import refusal
 
 MAX_REDIRECTS: Final = 5
 MAX_ERROR_TEXT: Final = 4096
+_HEADER_VALUE: Final = re.compile(r"(?:[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*)?")
+"""What an HTTP/1.1 header value may hold, as the client writes it: visible ASCII, spaces and tabs
+inside."""
 
 
 def tool_error(text: str, structured: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -86,8 +98,11 @@ def _query_and_headers(tool: OperationTool, arguments: Mapping[str, Any]) -> tup
         if parameter.location == "query":
             query.append((parameter.name, text))
         else:
-            if any(ch in text for ch in "\r\n\x00"):
-                raise _Refused(f"header parameter {parameter.name}: line breaks cannot be sent in a header")
+            if not _HEADER_VALUE.fullmatch(text):
+                raise _Refused(
+                    f"header parameter {parameter.name}: a header value may hold only visible ASCII "
+                    "characters, with spaces and tabs between them"
+                )
             headers[parameter.name] = text
     return query, headers
 
@@ -107,15 +122,23 @@ async def _read_capped(response: httpx.Response, limit: int) -> tuple[bytes, boo
     return b"".join(chunks), False
 
 
+def _json(data: bytes) -> tuple[Any, str | None]:
+    """The answer read as JSON, or why it is shown as text (module docstring)."""
+    try:
+        return parse_one_reading(data), None
+    except MessageError as exc:
+        return None, exc.message.partition(": ")[2] or exc.message
+
+
 def _result(status: int, reason: str, content_type: str, data: bytes, truncated: bool, limit: int) -> dict[str, Any]:
     text = data.decode("utf-8", errors="replace")
     parsed: Any = None
     is_json = False
     if not truncated and data and ("json" in content_type.lower()):
-        try:
-            parsed, is_json = json.loads(text), True
-        except ValueError:
-            is_json = False
+        parsed, unread = _json(data)
+        is_json = unread is None
+        if unread is not None:
+            text += f"\n[drawbridge: the answer is not read as JSON ({unread}); it is shown as text]"
     error = status >= 400
     if truncated:
         text += f"\n[drawbridge: the response was cut at {limit} bytes (max_response_bytes); the rest is not shown]"
@@ -161,6 +184,20 @@ async def call_operation(
         request = client.build_request(operation.method, url, **options)
     except (httpx.HTTPError, ValueError) as exc:
         return tool_error(f"the call was not sent: the request cannot be built ({exc})")
+    with anyio.move_on_after(timeout):
+        try:
+            return await _exchange(client, request, max_response_bytes)
+        except httpx.TimeoutException:
+            pass  # the client's own per-read timeout, which is never shorter: the same answer
+    return tool_error(
+        f"the backend did not answer in full within {timeout:g} seconds (timeout); the call may have run"
+    )
+
+
+async def _exchange(
+    client: httpx.AsyncClient, request: httpx.Request, max_response_bytes: int
+) -> dict[str, Any]:
+    """Send the request, follow the redirects allowed, read the answer (module docstring)."""
     origin = request.url
     sent = False
     try:
@@ -187,13 +224,17 @@ async def call_operation(
                 await response.aclose()
         return tool_error(f"the backend redirected more than {MAX_REDIRECTS} times; not followed")
     except httpx.TimeoutException:
-        return tool_error(f"the backend did not answer within {timeout:g} seconds")
+        raise  # answered as the deadline is (call_operation)
     except httpx.HTTPError as exc:
         refused = refusal(exc)
         if refused is not None:
             raise NotSent(str(refused)) from None
         if not sent and isinstance(exc, httpx.ConnectError):
             raise NotSent(f"the backend could not be reached ({exc})") from None
+        if not sent and isinstance(exc, httpx.LocalProtocolError):
+            return tool_error(
+                f"the call was not sent: the HTTP client refused to write the request ({type(exc).__name__})"
+            )
         return tool_error(f"the backend's answer could not be read ({type(exc).__name__})")
 
 

@@ -7,6 +7,12 @@ anything is sent. Its description ends with the method and the URL template the 
 changed backend or path is a changed tool (and a changed pin). ``readOnlyHint`` is set for GET and
 HEAD, and the classification reads the method (``catalogue.classify``).
 
+Headers the gateway owns are no arguments. A header parameter named (in any case) like a header the
+entry configures (``headers:``, the gateway's credentials) or like a header of the transport
+(``TRANSPORT_HEADERS``: ``Host``, ``Content-Length``, ``Transfer-Encoding``, ``Connection`` and the
+other hop-by-hop headers) is left out of the tool, as ``Authorization`` is (``spec.IGNORED_HEADERS``):
+no argument can replace a configured credential or steer where and how the request goes.
+
 Names. ``operationId`` in snake case (``listItems`` -> ``list_items``), else the method and the path
 (``GET /items/{id}`` -> ``get_items_id``). Two operations of one spec with the same name are both
 refused by the merged catalogue (``catalogue.merged``), never one of them picked.
@@ -14,9 +20,9 @@ refused by the merged catalogue (``catalogue.merged``), never one of them picked
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final
 
 from drawbridge.catalogue.classify import name_words
 from drawbridge.gateway.upstreams.openapi.spec import Operation, Spec
@@ -26,6 +32,12 @@ if TYPE_CHECKING:
     from jsonschema import Draft202012Validator  # imported where the tools are built: only serve with openapi needs it
 
 READ_ONLY_METHODS = frozenset({"GET", "HEAD"})
+TRANSPORT_HEADERS: Final = frozenset({
+    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "proxy-connection", "te",
+    "trailer", "upgrade", "expect", "proxy-authorization", "accept-encoding", "cookie",
+})
+"""Header parameters the HTTP client sets or owns (lower case): never taken from an agent's arguments.
+``cookie`` is among them: the client's cookie handling is the gateway's, not the agent's."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,13 @@ def _described(schema: Any, description: str | None) -> Any:
     if description and isinstance(schema, Mapping) and "description" not in schema:
         return {**schema, "description": description}
     return schema
+
+
+def without_owned_headers(operation: Operation, configured: Iterable[str]) -> Operation:
+    """The operation without the header parameters the gateway owns (module docstring)."""
+    owned = TRANSPORT_HEADERS | {name.lower() for name in configured}
+    kept = tuple(p for p in operation.parameters if p.location != "header" or p.name.lower() not in owned)
+    return operation if len(kept) == len(operation.parameters) else replace(operation, parameters=kept)
 
 
 def input_schema(operation: Operation) -> dict[str, Any]:
@@ -78,10 +97,10 @@ def description(operation: Operation, backend_url: str) -> str:
 
 
 def operation_tools(
-    spec: Spec, backend_url: str, include: Sequence[str] = ()
+    spec: Spec, backend_url: str, include: Sequence[str] = (), configured_headers: Iterable[str] = ()
 ) -> tuple[list[OperationTool], list[str]]:
     """The tools of a spec (only those whose name matches an ``include`` glob, when given), and the
-    operations left out with why."""
+    operations left out with why. ``configured_headers``: the names of the headers the entry sends."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 
@@ -89,7 +108,9 @@ def operation_tools(
     tools: list[OperationTool] = []
     skipped = list(spec.skipped)
     names = [tool_name(operation) for operation in spec.operations]
-    for operation, name in zip(spec.operations, names, strict=True):
+    configured = tuple(configured_headers)
+    for declared, name in zip(spec.operations, names, strict=True):
+        operation = without_owned_headers(declared, configured)
         if globs and not any(glob.matches(name) for glob in globs):
             continue
         if names.count(name) > 1:
@@ -112,4 +133,13 @@ def operation_tools(
     return tools, skipped
 
 
-__all__ = ["READ_ONLY_METHODS", "OperationTool", "description", "input_schema", "operation_tools", "tool_name"]
+__all__ = [
+    "READ_ONLY_METHODS",
+    "TRANSPORT_HEADERS",
+    "OperationTool",
+    "description",
+    "input_schema",
+    "operation_tools",
+    "tool_name",
+    "without_owned_headers",
+]

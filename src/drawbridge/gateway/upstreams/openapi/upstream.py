@@ -97,7 +97,7 @@ async def open_openapi(config: OpenApiConfig, environ: Mapping[str, str]) -> Loc
                 f"openapi {config.name!r}: header {header} needs environment variable {env_name}, which is missing or empty"
             )
         headers[header] = value
-    tools, skipped = operation_tools(spec, backend, config.operations)
+    tools, skipped = operation_tools(spec, backend, config.operations, headers)
     by_name = {tool.name: tool for tool in tools}
     client = http_client(allow_private=config.allow_private, timeout=config.timeout_seconds, headers=headers)
 
