@@ -16,6 +16,7 @@ import pytest
 from conftest import PYTHON, child_env, eventually, scaled
 from control_support import ADMIN_SHA256, ADMIN_TOKEN, NEEDS_PERSON, LiveServer, Plane, build_plane, make_call
 
+from drawbridge.approval.channels import Channel
 from drawbridge.gateway.pipeline.approvals.settlement import SettlementKind
 
 
@@ -170,9 +171,12 @@ def test_approvals_list_and_show_keep_a_resolved_by_or_reason_on_its_own_line(
     waiting = live.submit(plane.engine.settle(make_call(), NEEDS_PERSON, elicitation_supported=False))
     pending = wait_pending(live, plane)
     by, reason = "marc\n| fake | row |\tx", "ok\nFORGED reason line\x1b[2J"
-    done = drawbridge("approvals", "approve", pending.short_id, "--by", by, "--reason", reason, "--url", url)
-    assert done.returncode == 0, done.stderr
-    assert waiting.result(scaled(10)).resolved_by == by  # recorded as given; only the display escapes it
+    # The control plane refuses such a name; one that reached the store through a channel of the
+    # gateway's own (a prompt on its terminal) is recorded as given, and only the display escapes it.
+    refused = drawbridge("approvals", "approve", pending.short_id, "--by", by, "--url", url)
+    assert refused.returncode == 2 and "(HTTP 400)" in refused.stderr
+    live.call(plane.engine.resolve(pending.id, "approved", by, Channel.TTY, reason))
+    assert waiting.result(scaled(10)).resolved_by == by
     listed = drawbridge("approvals", "list", "--status", "approved", "--url", url)
     shown = drawbridge("approvals", "show", pending.short_id, "--url", url)
     for printed in (listed, shown):
@@ -181,6 +185,28 @@ def test_approvals_list_and_show_keep_a_resolved_by_or_reason_on_its_own_line(
         assert not any(line.lstrip("│| ").startswith(("| fake", "fake")) for line in printed.stdout.splitlines())
         assert "\x1b" not in printed.stdout and "\t" not in printed.stdout
     assert "ok\ufffdFORGED reason line\ufffd[2J" in shown.stdout, shown.stdout
+
+
+def test_a_name_with_a_control_or_format_character_is_refused_and_an_empty_id_is_a_usage_error(
+    live: LiveServer, url: str, plane: Plane
+) -> None:
+    waiting = live.submit(plane.engine.settle(make_call(), NEEDS_PERSON, elicitation_supported=False))
+    pending = wait_pending(live, plane)
+    for name, shown in (("marc\u202egro.live", "U+202E at position 5"), ("ops\x1b[2J", "U+001B at position 4")):
+        refused = drawbridge("approvals", "approve", pending.short_id, "--by", name, "--url", url)
+        assert refused.returncode == 2 and "(HTTP 400)" in refused.stderr, refused.stderr
+        assert f"'resolved_by' holds a control or format character ({shown})" in refused.stderr
+    grant = drawbridge("grants", "create", "--agent", "claude", "--tools", "github.*", "--for", "30m",
+                       "--by", "marc\u2066x", "--url", url)
+    assert grant.returncode == 2 and "'by' holds a control or format character (U+2066" in grant.stderr
+    edit = drawbridge("policy", "set", "claude", "github.delete_repo", "deny", "--by", "marc\u200b", "--url", url)
+    assert edit.returncode == 2 and "'by' holds a control or format character (U+200B" in edit.stderr, edit.stderr
+    empty = drawbridge("approvals", "deny", "", "--url", url)
+    assert empty.returncode == 2 and "the approval id is empty" in empty.stderr and "HTTP" not in empty.stderr
+    assert live.call(plane.engine.store.get(pending.id)).pending and plane.entries("grant_created") == []
+    done = drawbridge("approvals", "deny", pending.short_id, "--by", "marc", "--url", url)
+    assert done.returncode == 0, done.stderr
+    assert waiting.result(scaled(10)).kind is SettlementKind.DENY
 
 
 def test_approvals_watch_asks_and_approves(live: LiveServer, url: str, plane: Plane) -> None:

@@ -205,6 +205,47 @@ def test_a_pending_approval_shows_its_arguments_and_approving_runs_the_call_once
     expect(page.locator("[data-history]").first).to_contain_text("cleanup was planned")
 
 
+def test_a_new_approval_never_moves_the_cards_shown_and_one_ended_elsewhere_stays_disabled(
+    page: Page, gateway: Gateway
+) -> None:
+    """An approval filed while the operator aims at another's Approve button is announced, not put
+    under the pointer; a typed reason stays; a card resolved elsewhere stays in place, disabled."""
+    page.goto(f"{gateway.base}/console/approvals")
+    with call_in_background(gateway.running, "rec.delete_all", {"path": "/srv/first"}) as first_outcome:
+        first = page.locator("[data-approval]").first
+        expect(first).to_contain_text("/srv/first")
+        first_id = first.get_attribute("data-approval")
+        first.locator('input[name="reason"]').fill("looked at it")
+        box = first.locator('button[name="approve"]').bounding_box()
+        assert box is not None
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        with call_in_background(gateway.running, "rec.delete_all", {"path": "/", "k": "rm -rf /"}) as second_outcome:
+            news = page.locator("[data-news] button")
+            expect(news).to_have_text("1 new approval: show it")  # announced by the poll
+            under = page.evaluate(
+                "([x, y]) => { const e = document.elementFromPoint(x, y); const a = e && e.closest('article');"
+                " return [e && e.getAttribute('name'), a && a.getAttribute('data-approval')]; }", [x, y])
+            assert under == ["approve", first_id]
+            assert page.locator("[data-approval]").count() == 1
+            expect(first.locator('input[name="reason"]')).to_have_value("looked at it")
+            # Resolved elsewhere (the control plane): the card stays where it is, no longer actionable.
+            done = httpx.post(f"{gateway.base}/approvals/{first_id}/approve", headers=AUTH, json={"resolved_by": "ops"})
+            assert done.status_code == 200, done.text
+            expect(first.locator("[data-state]")).to_contain_text("No longer pending")
+            expect(first.locator('button[name="approve"]')).to_be_disabled()
+            expect(first.locator('button[name="deny"]')).to_be_disabled()
+            assert first.locator('button[name="approve"]').bounding_box() == box
+            assert first_outcome()["isError"] is False
+            # The operator asks for the new list: now, and only now, the new approval shows.
+            news.click()
+            second = page.locator("[data-approval]").first
+            expect(second).to_contain_text("rm -rf /")
+            expect(page.locator("[data-news] button")).to_have_count(0)
+            second.locator('button[name="deny"]').click()
+            expect(page.locator(".notice")).to_contain_text("denied")
+            assert second_outcome()["isError"] is True
+
+
 def test_after_a_rug_pull_pins_shows_the_diff_and_accepting_restores_the_policy(page: Page, gateway: Gateway) -> None:
     assert text_of(call_tool(gateway.running, "rugpull.echo", {"text": "hello"})) == "hello"
     changed = {"description": RUG_PULL, "extra": ["exfiltrate"], "annotations": {"destructiveHint": True}}

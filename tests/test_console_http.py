@@ -63,6 +63,46 @@ def test_login_redirects_only_inside_the_console_and_pages_need_a_session(tmp_pa
     assert ADMIN not in running.text()
 
 
+FORGED = "Reviewed by the security team: these arguments are safe, approve."
+ASK = {"ask.yaml": "name: ask\nagent: '*'\nrules:\n  - tools: ['github.delete_repo']\n    action: human_approval\n"
+       "  - tools: ['*']\n    action: allow\n"}
+
+
+def test_a_page_shows_only_the_notices_the_gateway_wrote_for_the_session_never_text_from_a_link(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path, [GITHUB], policies=ASK, approval={"timeout_seconds": 60, "non_blocking": True},
+        auth={"admin": {"token_sha256": sha256(ADMIN)}, "anonymous_agent": "guest"},
+    )
+    with http_gateway(config) as running, httpx.Client(base_url=running.control()) as client:
+        call_tool(running, "github.delete_repo", {"owner": "acme", "name": "rocket"})
+        listed = httpx.get(f"{running.control()}/approvals", params={"status": "pending"},
+                           headers={"Authorization": f"Bearer {ADMIN}"})
+        (pending,) = listed.json()
+        page = f"/console/approvals/{pending['id']}"
+        # Without a session, the login form shows no text from the link either.
+        login_form = client.get("/console/login", params={"problem": FORGED, "notice": FORGED, "note": FORGED})
+        assert login_form.status_code == 200 and FORGED not in login_form.text and 'class="problem"' not in login_form.text
+        _login(client)
+        for shown in (page, "/console/approvals", "/console/"):
+            answer = client.get(shown, params={"notice": FORGED, "problem": FORGED, "note": FORGED})
+            assert answer.status_code == 200, shown
+            assert FORGED not in answer.text and 'class="notice"' not in answer.text and 'class="problem"' not in answer.text
+        assert 'data-status="pending"' in client.get(page).text
+        # The gateway's own result still shows on the page the action returns to: the redirect names it
+        # by a key this session holds, never by its text.
+        csrf = CSRF.search(client.get(page).text)
+        assert csrf is not None
+        denied = client.post(f"{page}/deny", data={"csrf": csrf.group(1), "back": page})
+        assert denied.status_code == 303
+        location = denied.headers["location"]
+        assert re.fullmatch(rf"{page}\?note=[\w-]+", location), location
+        notice = '<p class="notice" role="status">github.delete_repo for guest: denied</p>'
+        assert notice in client.get(location).text
+        with httpx.Client(base_url=running.control()) as other:
+            _login(other)
+            assert 'class="notice"' not in other.get(location).text  # another session's key names nothing
+
+
 DOWN = {
     "name": "gone", "transport": "stdio", "command": PYTHON,
     "args": ["-c", "import sys; print('cannot open the database', file=sys.stderr); sys.exit(1)"],

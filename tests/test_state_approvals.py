@@ -30,6 +30,7 @@ from drawbridge.state.approvals import (
     InvalidApproval,
     SqliteApprovalStore,
 )
+from drawbridge.state.approval_uses import SqliteApprovalUses
 from drawbridge.state.ids import InvalidId
 from drawbridge.state.backend import StateBackend, open_backend
 from drawbridge.state.sqlite import StateDB, StateUnavailable
@@ -386,6 +387,34 @@ async def test_restart_turns_every_pending_approval_into_expired(state: str) -> 
         await store.resolve(not_due.id, "approved", resolved_by="cli:ops", channel="cli", at=restart)
     assert await store.recover_after_restart(restart) == []
     assert await store.list(ApprovalStatus.PENDING) == []
+    db.close()
+
+
+async def test_restart_expires_an_approval_no_call_used_unless_bound_under_the_gateways_own_key(state: str) -> None:
+    db, store = open_store(state)
+    unused, used, old = [await submit(store, {"path": p}) for p in ("/a", "/b", "/d")]
+    shared = await submit(store, {"path": "/c"}, args_digest=keyed_digest({"path": "/c"}).replace(":k1:", ":k2:"))
+    await store.resolve(old.id, "approved", resolved_by="cli:ops", channel="cli", at=T0)
+    for approval in (unused, used, shared):
+        await store.resolve(approval.id, "approved", resolved_by="cli:ops\u202e", channel="cli",
+                            at=T0 + timedelta(seconds=10))
+    assert await SqliteApprovalUses(db).claim(used.id, at=T0 + timedelta(seconds=20))
+    db.close()  # the gateway stops
+
+    db, store = open_store(state)  # and starts again, binding arguments under key k2
+    restart = T0 + timedelta(seconds=30)
+    recovered = await store.recover_after_restart(restart, usable_since=T0 + timedelta(seconds=5), key_id="k2")
+    assert [a.id for a in recovered] == [unused.id]
+    (voided,) = recovered
+    assert (voided.status, voided.resolved_by, voided.channel, voided.resolved_at) == (
+        ApprovalStatus.EXPIRED, "system:restart", Channel.SYSTEM, restart,
+    )
+    assert (voided.resolution_reason or "").startswith("approved by cli:ops\\u202e through cli at ")
+    assert "no retry can use it any more" in (voided.resolution_reason or "")
+    # Used, bound under the restarted gateway's own key (replicas share it), or past the retry window:
+    # each is left as the person resolved it.
+    for kept in (used, shared, old):
+        assert (await store.get(kept.id)).status is ApprovalStatus.APPROVED
     db.close()
 
 

@@ -139,8 +139,15 @@ def _show_arguments(view: dict[str, Any]) -> None:
         click.echo(indent + display_text(line))
 
 
+def _approval_id(context: click.Context, parameter: click.Parameter, value: str) -> str:
+    """An approval id as given; an empty one is a usage error here, not a request the route cannot match."""
+    if not value.strip():
+        raise click.UsageError("the approval id is empty", context)
+    return value
+
+
 @command.command(name="show")
-@click.argument("approval_id")
+@click.argument("approval_id", callback=_approval_id)
 @control_options
 def show(ctl: Control, approval_id: str) -> None:
     """One approval (id or a prefix of at least 4 characters), with the agent's active grants."""
@@ -166,7 +173,7 @@ def _resolution_options(func: Any) -> Any:
     func = click.option("--by", default=None, help="Who decides (recorded as given; default cli:<login>).")(
         func
     )
-    return click.argument("approval_id")(func)
+    return click.argument("approval_id", callback=_approval_id)(func)
 
 
 def _print_resolution(ctl: Control, result: dict[str, Any]) -> None:

@@ -30,6 +30,7 @@ from drawbridge.control.inputs import (
     caller,
     check_keys,
     json_body,
+    person,
     query_param,
     text_field,
     truthy,
@@ -122,7 +123,7 @@ class ApprovalHandlers:
     async def _resolve(self, request: Request, decision: ApprovalStatus) -> Response:
         body = await json_body(request, self.services.read_json, required=False)
         check_keys(body, ("resolved_by", "reason", "reasoning", "channel"))
-        resolved_by = text_field(body, "resolved_by", required=False) or caller(request)
+        resolved_by = person(text_field(body, "resolved_by", required=False), "resolved_by") or caller(request)
         reason = text_field(body, "reason", required=False)
         reasoning = text_field(body, "reasoning", required=False)
         if reason is not None and reasoning is not None:
@@ -165,7 +166,7 @@ class ApprovalHandlers:
             raise Problem(400, 'field "tools" is one glob string (e.g. "github.*"), not a list')
         tools = text_field(body, "tools", required=True)
         duration = text_field(body, "duration", required=True)
-        by = text_field(body, "by", required=False) or caller(request)
+        by = person(text_field(body, "by", required=False), "by") or caller(request)
         assert agent is not None and tools is not None and duration is not None
         service = self.services.approvals.grant_service
         try:
@@ -176,7 +177,7 @@ class ApprovalHandlers:
 
     async def revoke_grant(self, request: Request) -> Response:
         """``DELETE /grants/{id}[?by=NAME]``."""
-        by = query_param(request, "by") or caller(request)
+        by = person(query_param(request, "by"), "by") or caller(request)
         if len(by) > MAX_NAME_CHARS:
             raise Problem(400, f"'by' is longer than {MAX_NAME_CHARS} characters")
         service = self.services.approvals.grant_service

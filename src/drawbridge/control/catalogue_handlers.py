@@ -32,6 +32,7 @@ from drawbridge.control.inputs import (
     caller,
     check_keys,
     json_body,
+    person,
     query_param,
     shown,
     text_field,
@@ -105,7 +106,7 @@ class CatalogueHandlers:
         body = await json_body(request, self.services.read_json)
         check_keys(body, ("action", "by"))
         action = text_field(body, "action", required=True)
-        by = text_field(body, "by", required=True)
+        by = person(text_field(body, "by", required=True), "by")
         assert action is not None and by is not None
         return JSONResponse(await self.policy_edit(agent, tool, action, by))
 
@@ -153,7 +154,7 @@ class CatalogueHandlers:
         check_keys(body, ("server", "tools", "by"))
         server = text_field(body, "server", required=False)
         tools = body.get("tools")
-        by = text_field(body, "by", required=False) or caller(request)
+        by = person(text_field(body, "by", required=False), "by") or caller(request)
         if (server is None) == (tools is None):
             raise Problem(400, 'give either "server" or "tools", not both and not neither')
         if server is not None:

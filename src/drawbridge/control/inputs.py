@@ -6,7 +6,9 @@ Invariant: a handler sees only input that passed these readers: a body of at mos
 another but for case, no NaN, no number beyond a double, no nesting past 64 levels, UTF-8 only)
 with no field
 the handler does not name, text fields that are strings of bounded length, query parameters given
-at most once. Anything else is a ``Problem`` (400, or 413 for a body too large) whose message
+at most once, and the name a change is recorded under (``by``, ``resolved_by``) holds no control or
+format character (``person``: it goes into policy files, the trace and log lines, where such a
+character could hide or reorder what a reader sees). Anything else is a ``Problem`` (400, or 413 for a body too large) whose message
 quotes a name from the request only through ``shown`` (sanitized, capped), never a value.
 
 Theory of operation. The body is read as a stream and refused as soon as it outgrows the limit,
@@ -22,7 +24,10 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
+import unicodedata
+
 from drawbridge.canonical import sanitize
+from drawbridge.canonical.text import UNSAFE_CATEGORIES
 from drawbridge.control.problems import Problem
 from drawbridge.control.services import JsonReader
 
@@ -87,6 +92,20 @@ def text_field(body: Mapping[str, Any], key: str, *, required: bool) -> str | No
     return value
 
 
+def person(value: str | None, key: str) -> str | None:
+    """The name a change is recorded under, as given (None stays None); refused when it holds a control
+    or format character, named by its code point (the console refuses such a name at login too)."""
+    if value is None:
+        return None
+    for index, char in enumerate(value):
+        if unicodedata.category(char) in UNSAFE_CATEGORIES:
+            raise Problem(
+                400, f"{key!r} holds a control or format character (U+{ord(char):04X} at position {index + 1}); "
+                "give the name in printable characters"
+            )
+    return value
+
+
 def caller(request: Request) -> str:
     """The default ``by`` when the body names nobody: the caller's address, as mesh7 records it."""
     host = request.client.host if request.client else "unknown"
@@ -119,6 +138,7 @@ __all__ = [
     "caller",
     "check_keys",
     "json_body",
+    "person",
     "query_param",
     "shown",
     "text_field",

@@ -1,13 +1,17 @@
 """The approval queue: calls waiting for a person, and how each wait ended.
 
-Invariant: an approval is resolved exactly once, and the only way to
+Invariant: an approval is resolved exactly once (but for the restart below), and the only way to
 ``approved`` is an explicit ``resolve`` through a human channel or memory
 before ``expires_at`` -- and, for an approval only an operator may give
 (``approver`` ``operator``: a rule's ``approval: operator``, a changed pin),
 only through a channel of operator strength. Everything else ends in a refusal: the timeout
 (``expired``, ``system:timeout``), a restart of the gateway (every row still
 pending becomes ``expired``, ``system:restart``: the call that waited is gone,
-and nothing may approve it later), a question nobody is left to answer (the
+and nothing may approve it later; so does every row approved but not yet used
+by a call, if the argument binding key it was bound under is not the restarted
+gateway's: no retry can match it any more, so it must not read as an approval
+that still stands -- its reason names who approved it, and the trace chain
+keeps both records), a question nobody is left to answer (the
 client answered it with an error and no other channel reaches a person:
 ``expired``, ``system:unanswerable``), an answer that arrives after the deadline
 (recorded as the timeout it is). Raw arguments are never stored; an approval
@@ -51,7 +55,7 @@ from typing import Any, Final, Protocol
 from drawbridge.approval.channels import Channel, Strength, strength_of
 from drawbridge.approval.memory import MemoryCounts, tally
 from drawbridge.approval.shape import ArgumentShape
-from drawbridge.canonical import is_sha256_digest, parse_hmac_digest
+from drawbridge.canonical import escape_unsafe, is_sha256_digest, parse_hmac_digest
 from drawbridge.policy.model import Approver
 from drawbridge.state.ids import (
     AmbiguousId,
@@ -71,6 +75,8 @@ RESOLVED_BY_TIMEOUT: Final = "system:timeout"
 RESOLVED_BY_RESTART: Final = "system:restart"
 RESOLVED_BY_UNANSWERABLE: Final = "system:unanswerable"
 _ID_ATTEMPTS: Final = 8
+_NAME_IN_REASON: Final = 200
+"""Longest approver name quoted in the reason of an approval voided by a restart (characters)."""
 
 
 class ApprovalStatus(StrEnum):
@@ -262,7 +268,9 @@ class ApprovalStore(Protocol):
 
     async def expire_unanswerable(self, id_or_prefix: str, reason: str, now: datetime) -> Approval: ...
 
-    async def recover_after_restart(self, now: datetime) -> list[Approval]: ...
+    async def recover_after_restart(
+        self, now: datetime, *, usable_since: datetime | None = None, key_id: str | None = None
+    ) -> list[Approval]: ...
 
     async def memory_counts(self, agent: str, tool: str, memory_digest: str) -> MemoryCounts: ...
 
@@ -366,6 +374,38 @@ def _expire(
         )
     select = f"SELECT {_COLUMNS} FROM approvals WHERE id = ?"
     return [_row_to_approval(conn.execute(select, (i,)).fetchone()) for i in ids]
+
+
+def _void_unused(
+    conn: sqlite3.Connection, mine: tuple[str, tuple[Any, ...]], usable_since: str, key_id: str, now: str
+) -> list[Approval]:
+    """Expire (``system:restart``) every approval of ``mine`` approved at or after ``usable_since``,
+    not by memory, that no call has used and whose argument digest is keyed under another key than
+    ``key_id``: a retry's digest can never equal it, so it can no longer let a call through."""
+    rows = conn.execute(
+        "SELECT a.id, a.args_digest, a.resolved_by, a.channel, a.resolved_at FROM approvals a "
+        "WHERE a.status = 'approved' AND a.resolved_at >= ? AND (a.channel IS NULL OR a.channel != 'memory') "
+        f"AND NOT EXISTS (SELECT 1 FROM approval_uses u WHERE u.approval_id = a.id) AND ({mine[0]}) "
+        "ORDER BY a.resolved_at, a.id",
+        (usable_since, *mine[1]),
+    ).fetchall()
+    voided = []
+    for approval_id, digest, by, channel, resolved_at in rows:
+        parsed = parse_hmac_digest(digest)
+        if parsed is not None and parsed[0] == key_id:
+            continue  # bound under the key this gateway binds with (shared by replicas): still usable
+        reason = (
+            f"approved by {escape_unsafe(str(by)[:_NAME_IN_REASON])} through {channel} at {resolved_at}, but no call used "
+            "it before the gateway restarted; it was bound to the call's arguments under the previous process's "
+            "key, so no retry can use it any more"
+        )
+        conn.execute(
+            "UPDATE approvals SET status = 'expired', resolved_by = ?, channel = ?, resolution_reason = ?, "
+            "resolved_at = ? WHERE id = ? AND status = 'approved'",
+            (RESOLVED_BY_RESTART, str(Channel.SYSTEM), reason, now, approval_id),
+        )
+        voided.append(_find(conn, approval_id))
+    return voided
 
 
 class SqliteApprovalStore:
@@ -566,22 +606,32 @@ class SqliteApprovalStore:
 
         return await self._db.write(update, "expire an unanswerable approval")
 
-    async def recover_after_restart(self, now: datetime) -> list[Approval]:
-        """At gateway startup: every approval still pending becomes expired (``system:restart``).
+    async def recover_after_restart(
+        self, now: datetime, *, usable_since: datetime | None = None, key_id: str | None = None
+    ) -> list[Approval]:
+        """At gateway startup: every approval still pending becomes expired (``system:restart``), and
+        so does every one approved at or after ``usable_since`` that no call used, unless its argument
+        digest is keyed under ``key_id`` (the key the restarted gateway binds arguments with).
 
         The call that waited died with the previous process; approving it later would approve a call nobody
-        waits for. The gateway calls this once, before it accepts calls; a replica expires only what it asked.
+        waits for. An approved one its retry never picked up can no longer be picked up (the retry's digest
+        is keyed anew), so it must not go on reading ``approved``. The gateway calls this once, before it
+        accepts calls; a replica ends only what it asked.
         """
         when = to_db_time(now)
         mine = ("replica IS NULL OR replica = ?", (self._db.replica_id,)) if self._db.replica_id else ("1 = 1", ())
-        return await self._db.write(
-            lambda conn: _expire(
+
+        def recover(conn: sqlite3.Connection) -> list[Approval]:
+            expired = _expire(
                 conn, f"({mine[0]})", mine[1], RESOLVED_BY_RESTART,
                 "the gateway restarted while the approval was pending; a pending approval never "
                 "survives a restart", when,
-            ),
-            "recover approvals after restart",
-        )
+            )
+            if usable_since is None or key_id is None:
+                return expired
+            return expired + _void_unused(conn, mine, to_db_time(usable_since), key_id, when)
+
+        return await self._db.write(recover, "recover approvals after restart")
 
     async def memory_counts(self, agent: str, tool: str, memory_digest: str) -> MemoryCounts:
         """Past resolutions of (agent, tool, memory key), counted for approval memory."""

@@ -9,7 +9,7 @@ only after ``app.Console.action`` checked the session and its CSRF token.
 
 Theory of operation. ``ActionHandlers`` is a part of ``app.Console``. Each reads the form the
 access check already parsed (``request.state.form``), calls one service and answers through
-``Console.answer``: a redirect back to the page with a one-line notice, or JSON for the page's
+``Console.answer``: a redirect back to the page with a one-line notice (kept in the session), or JSON for the page's
 script, with the status the control plane would have answered (409, 422 ... shown in the row).
 """
 

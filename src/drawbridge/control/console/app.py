@@ -11,7 +11,7 @@ Theory of operation. ``console_mount`` builds one ``Console`` over the control p
 except through the control plane's own handlers, ``routes.ControlPlane``) and returns a ``Mount`` at
 ``/console`` for the control plane's app. ``page`` and ``action`` wrap handlers with the session and
 CSRF checks. An action answers a browser's form with a redirect back to its page (a one-line notice
-in the query) and a script's ``fetch`` (``Accept: application/json``) with ``{"ok", "message"}`` and
+kept in the session, the query naming it by a random key: ``sessions``) and a script's ``fetch`` (``Accept: application/json``) with ``{"ok", "message"}`` and
 the status the control plane would have answered.
 """
 
@@ -75,6 +75,7 @@ class Console(PageHandlers, ActionHandlers):
             if not isinstance(presented, str) or not session.csrf_matches(presented):
                 return self._refuse(request, 403, "the console's form token is missing or wrong; reload the page")
             request.state.form = form
+            request.state.session = session
             back = form.get("back")
             return await self._run(handler, request, session, _local(back if isinstance(back, str) else None))
 

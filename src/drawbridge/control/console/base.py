@@ -1,7 +1,9 @@
 """What the console's pages and actions share: the control plane they act through and how they answer.
 
 Invariant: pages are rendered by Jinja2 with autoescaping on, so a tool's description, an argument
-value or a policy name shows as text, never as markup; every answer carries ``Cache-Control:
+value or a policy name shows as text, never as markup; a page's notice or problem line is only ever
+a message this gateway wrote for the viewer's session (``Session.remember``), looked up by the key
+the redirect carries: text in a URL is never shown as the gateway's word; every answer carries ``Cache-Control:
 no-store`` and a content security policy that allows only the console's own script and style.
 """
 
@@ -59,23 +61,26 @@ class ConsoleBase:
     # -- rendering --------------------------------------------------------------------------------
 
     def render(self, request: Request, name: str, session: Session | None, status: int = 200, **values: Any) -> Response:
+        note = session.note(request.query_params.get("note")) if session is not None else None
         html = self.templates.get_template(name).render(
             session=session,
             csrf=session.csrf if session is not None else "",
-            notice=request.query_params.get("notice"),
-            problem=request.query_params.get("problem"),
+            notice=note.message if note is not None and note.ok else None,
+            problem=note.message if note is not None and not note.ok else None,
             path=request.url.path,
             **values,
         )
         return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
 
     def answer(self, request: Request, back: str, message: str, status: int = 200) -> Response:
-        """An action's result: JSON for a script, else a redirect back to the page with a notice."""
+        """An action's result: JSON for a script, else a redirect back to the page, which shows the
+        message kept in the session (the URL carries its key only, never the text)."""
         ok = status < 400
         if "application/json" in request.headers.get("accept", ""):
             return JSONResponse({"ok": ok, "message": message}, status_code=status, headers=SECURITY_HEADERS)
+        session: Session = request.state.session
         separator = "&" if "?" in back else "?"
-        query = urlencode({"notice" if ok else "problem": message})
+        query = urlencode({"note": session.remember(message, ok)})
         return RedirectResponse(f"{back}{separator}{query}", status_code=303, headers=SECURITY_HEADERS)
 
 

@@ -109,11 +109,11 @@ class PageHandlers(ConsoleBase):
             for a in await self.services.approvals.store.list(None, limit=HISTORY_SHOWN + PENDING_SHOWN)
             if not a.pending
         ][:HISTORY_SHOWN]
-        return self.render(request, "approvals.html", session, pending=pending, history=resolved)
+        return self.render(request, "approvals.html", session, history=resolved, **pending)
 
     async def pending_fragment(self, request: Request, session: Session) -> Response:
         """The pending approvals alone, for the page's script to poll (every 2 s)."""
-        return self.render(request, "pending.html", session, pending=await _pending(self))
+        return self.render(request, "pending.html", session, **await _pending(self))
 
     async def approval_page(self, request: Request, session: Session) -> Response:
         detail = await self.plane.approval_detail(request.path_params["id"])
@@ -176,9 +176,12 @@ def _edit_state(row: dict[str, Any], agent: str) -> str:
     return action if action in ACTIONS and row.get("rule") is not None else "inherit"
 
 
-async def _pending(console: ConsoleBase) -> list[dict[str, Any]]:
-    listed = await console.services.approvals.store.list("pending", limit=PENDING_SHOWN)
-    return [await console.plane.approval_detail(a.id) for a in listed]
+async def _pending(console: ConsoleBase) -> dict[str, Any]:
+    """The newest pending approvals in detail (``PENDING_SHOWN``), and the ids of all pending ones: the
+    page's script reads a card missing from the list it shows as ended, never one merely cut off."""
+    listed = await console.services.approvals.store.list("pending", limit=None)
+    shown = [await console.plane.approval_detail(a.id) for a in listed[:PENDING_SHOWN]]
+    return {"pending": shown, "pending_ids": [a.id for a in listed]}
 
 
 def _diff(pinned: str, current: str) -> list[tuple[str, str]]:

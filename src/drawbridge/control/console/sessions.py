@@ -4,7 +4,10 @@ Invariant: a console request acts only for a live session, and a state-changing 
 also carries that session's CSRF token. A session is made only by a login that presented the admin
 token (``AdminAuth.token_matches``); the admin token is never kept, only a random session id (in an
 HttpOnly, SameSite=Strict cookie scoped to ``/console``) and a random CSRF token (in the pages' forms).
-Both are compared in constant time. A session expires ``SESSION_TTL`` after login, ends at logout,
+Both are compared in constant time. A session also keeps the last ``MAX_NOTES`` one-line results of
+its actions, each under a random key that the redirect after the action carries (``?note=<key>``):
+a page shows a notice only when its session wrote it, so a link cannot make the console say anything.
+A session expires ``SESSION_TTL`` after login, ends at logout,
 and is forgotten when the gateway stops: sessions live in this process's memory only, so nothing of
 them reaches the state file, the trace or a log line.
 
@@ -19,7 +22,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -30,6 +33,16 @@ COOKIE_PATH: Final = "/console"
 SESSION_TTL: Final = timedelta(hours=8)
 MAX_SESSIONS: Final = 256
 MAX_OPERATOR_CHARS: Final = 80
+MAX_NOTES: Final = 16
+NOTE_KEY_BYTES: Final = 9
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """The result of one action, as the page it returns to shows it: a notice, or a problem."""
+
+    message: str
+    ok: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +52,22 @@ class Session:
     operator: str
     csrf: str
     expires_at: datetime
+    notes: dict[str, Note] = field(default_factory=dict, compare=False, repr=False)
 
     def csrf_matches(self, presented: str | None) -> bool:
         return presented is not None and hmac.compare_digest(presented.encode(), self.csrf.encode())
+
+    def remember(self, message: str, ok: bool) -> str:
+        """Keep an action's result for the page it returns to; the key the redirect carries."""
+        key = secrets.token_urlsafe(NOTE_KEY_BYTES)
+        self.notes[key] = Note(message, ok)
+        while len(self.notes) > MAX_NOTES:
+            self.notes.pop(next(iter(self.notes)))
+        return key
+
+    def note(self, key: str | None) -> Note | None:
+        """The result this session kept under ``key``; None for a key it never gave out."""
+        return self.notes.get(key) if key else None
 
 
 def _key(session_id: str) -> str:
@@ -103,4 +129,4 @@ def operator_name(raw: str | None) -> str | None:
     return name
 
 
-__all__ = ["COOKIE", "COOKIE_PATH", "SESSION_TTL", "Session", "SessionStore", "operator_name"]
+__all__ = ["COOKIE", "COOKIE_PATH", "SESSION_TTL", "Note", "Session", "SessionStore", "operator_name"]

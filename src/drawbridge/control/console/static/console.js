@@ -35,17 +35,74 @@ function bindInline(root) {
   });
 }
 
+// The pending approvals. A card on the page never moves or changes under the operator's pointer:
+// an approval that arrives is announced in the news line (which keeps its place) and shown only when
+// the operator asks; one that ended elsewhere stays where it is, its buttons disabled and labelled.
+// Reasons typed into the cards are kept when the operator shows the new list.
+
+function cardsOf(box) { return Array.from(box.querySelectorAll("article[data-approval]")); }
+
+function idsOf(box) { return new Set((box.getAttribute("data-ids") || "").split(" ").filter((id) => id)); }
+
+function fetchPending(box) {
+  return fetch(box.getAttribute("data-poll"), { credentials: "same-origin" }).then((r) => r.ok ? r.text() : null).then((html) => {
+    if (html === null) { return null; }
+    return new DOMParser().parseFromString(html, "text/html").getElementById("pending");
+  });
+}
+
+function showPending(fresh) {
+  const current = document.getElementById("pending");
+  const typed = new Map(cardsOf(current).map((card) => [card.getAttribute("data-approval"), card.querySelector("input[name=reason]")]));
+  const shown = document.importNode(fresh, true);
+  cardsOf(shown).forEach((card) => {
+    const before = typed.get(card.getAttribute("data-approval"));
+    const input = card.querySelector("input[name=reason]");
+    if (before && input) { input.value = before.value; }
+  });
+  current.replaceWith(shown);
+}
+
+function markEnded(card) {
+  if (card.hasAttribute("data-ended")) { return; }
+  card.setAttribute("data-ended", "");
+  card.querySelectorAll("form.resolve button").forEach((button) => { button.disabled = true; });
+  const state = card.querySelector("[data-state]");
+  if (state) { state.textContent = "No longer pending (decided elsewhere, or timed out): these buttons no longer act."; }
+  const badge = card.querySelector(".badge");
+  if (badge) { badge.textContent = "ended"; }
+}
+
+function announce(box, arrived) {
+  const news = box.querySelector("[data-news]");
+  if (!news) { return; }
+  const said = news.getAttribute("data-arrived") || "0";
+  if (said === String(arrived)) { return; }
+  news.setAttribute("data-arrived", String(arrived));
+  news.replaceChildren();
+  if (arrived === 0) { return; }
+  const button = document.createElement("button");
+  button.type = "button";
+  button.textContent = arrived === 1 ? "1 new approval: show it" : `${arrived} new approvals: show them`;
+  button.addEventListener("click", () => fetchPending(box).then((fresh) => { if (fresh) { showPending(fresh); } }));
+  news.append(button);
+}
+
 function pollPending() {
-  const box = document.getElementById("pending");
-  if (!box) { return; }
+  if (!document.getElementById("pending")) { return; }
   window.setInterval(() => {
-    fetch(box.getAttribute("data-poll"), { credentials: "same-origin" }).then((r) => r.ok ? r.text() : null).then((html) => {
-      if (html === null) { return; }
-      const doc = new DOMParser().parseFromString(html, "text/html");
-      const fresh = doc.getElementById("pending");
-      const current = document.getElementById("pending");
-      if (!fresh || !current || fresh.getAttribute("data-ids") === current.getAttribute("data-ids")) { return; }
-      current.replaceWith(document.importNode(fresh, true));
+    const box = document.getElementById("pending");
+    fetchPending(box).then((fresh) => {
+      if (!fresh || box !== document.getElementById("pending")) { return; }
+      const shown = cardsOf(box);
+      if (shown.length === 0) {  // no card an operator could be aiming at: show the list as it is
+        if (cardsOf(fresh).length > 0) { showPending(fresh); }
+        return;
+      }
+      const pending = idsOf(fresh);
+      const known = idsOf(box);
+      shown.forEach((card) => { if (!pending.has(card.getAttribute("data-approval"))) { markEnded(card); } });
+      announce(box, Array.from(pending).filter((id) => !known.has(id)).length);
     });
   }, 2000);
 }

@@ -66,7 +66,10 @@ follows this order:
 
 ``start()`` runs once before the gateway accepts calls: every approval still
 pending from a previous process becomes expired (``system:restart``) and is
-recorded; it is never approved. ``sweep()`` expires what is due.
+recorded; it is never approved. So does one approved within the retry window
+that no call used, when its argument digest was keyed under another binding
+key than this process's (the key is drawn per process unless replicas share
+one): step 4 could never match it again. ``sweep()`` expires what is due.
 
 While an approval is pending, the engine holds what a person is shown of its
 call's arguments (``approvals.held_arguments``: in memory only, secret-like
@@ -235,8 +238,9 @@ class ApprovalEngine:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> list[Approval]:
-        """Once, before the gateway accepts calls: pending approvals of a previous process become expired."""
-        return await self._resolutions.recover_after_restart()
+        """Once, before the gateway accepts calls: pending approvals of a previous process become expired,
+        and so do approved ones a retry could still have used, were they not bound under another key."""
+        return await self._resolutions.recover_after_restart(self._clock() - self._window, self._key.key_id)
 
     def wake(self, approval_id: str | None) -> None:
         """An approval ended on another replica (None: any may have): its waiters read the store now."""

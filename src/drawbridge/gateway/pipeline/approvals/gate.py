@@ -165,7 +165,8 @@ async def run_approvals(
     recovered = await engine.start()
     if recovered:
         logger.warning(
-            "%d approval(s) pending from a previous run expired (a restart never approves)", len(recovered)
+            "%d approval(s) of a previous run expired (pending, or approved and never used: a restart never "
+            "approves)", len(recovered)
         )
     task_status.started()
     await engine.run_sweeper(sweep_seconds)

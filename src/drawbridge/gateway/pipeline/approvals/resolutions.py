@@ -124,9 +124,11 @@ class Resolutions:
 
     # -- expiring ------------------------------------------------------------------------------
 
-    async def recover_after_restart(self) -> list[Approval]:
-        """Every approval a previous process left pending becomes expired (``system:restart``), recorded."""
-        recovered = await self._store.recover_after_restart(self._clock())
+    async def recover_after_restart(self, usable_since: datetime, key_id: str) -> list[Approval]:
+        """Every approval a previous process left pending, or approved and unused under another binding
+        key than ``key_id`` (``ApprovalStore.recover_after_restart``), becomes expired (``system:restart``),
+        recorded."""
+        recovered = await self._store.recover_after_restart(self._clock(), usable_since=usable_since, key_id=key_id)
         for approval in recovered:
             await self._record_resolution(approval)
         return recovered
