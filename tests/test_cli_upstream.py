@@ -121,7 +121,7 @@ async def test_declared_commands_run_real_binaries_without_a_shell(gateway: Any,
         names = {tool.name for tool in (await client.list_tools()).tools}
         # vault.__dispatch is left out: its deny floor leaves every path through the policy at deny.
         assert names == {"git.log", "git.status", "git.__dispatch", "vault.status", "ls.run",
-                         "date.run", "sleep.run", "slow.run", "env.run"}
+                         "date.run", "sleep.run", "slow.run", "env.run", "escape.run"}
         log = await client.call_tool("git.log", {"flags": {"n": 1, "oneline": True}})
         assert not log.is_error and "second commit" in text_of(log) and "first commit" not in text_of(log)
         assert _structured(log)["exit_code"] == 0
