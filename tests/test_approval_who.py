@@ -127,7 +127,7 @@ async def test_without_an_operator_channel_an_operator_rule_is_refused_at_once(t
             refused = await client.call_tool("remove_directory", {"path": "/srv/old"})
         # The same client's other calls are still put to it: only the operator rule is not.
         asked = await client.call_tool("create_directory", {"path": "/srv/new"})
-    assert refused.is_error and ONLY_AN_OPERATOR in text_of(refused)
+    assert refused.is_error and f"{ONLY_AN_OPERATOR} (an `approval: operator` rule)" in text_of(refused)
     assert (refused.meta or {})["drawbridge/decision"]["outcome"] == "approval_unavailable"
     assert not asked.is_error and len(person.questions) == 1 and "create_directory" in person.questions[0]
     assert bench.ran() == ['create_directory {"path": "/srv/new"}']
@@ -206,8 +206,25 @@ async def test_a_changed_pin_is_put_to_an_operator_even_where_the_policy_asks_an
     async with connect(wrap_params(RUGPULL, *flags, env=env), elicitation_callback=person) as client:
         with anyio.fail_after(scaled(20)):
             changed = await client.call_tool("echo", {"text": "hello"})
-    assert changed.is_error and ONLY_AN_OPERATOR in text_of(changed), text_of(changed)
+    assert changed.is_error and f"{ONLY_AN_OPERATOR} (the catalogue floor: pin status changed" in text_of(changed)
+    assert "approval: operator" not in text_of(changed)
     assert len(person.questions) == 1  # the client was not asked about the changed tool
+
+
+async def test_a_cli_dispatcher_refused_for_want_of_an_operator_names_its_floor(tmp_path: Path) -> None:
+    """The policy allows everything; the dispatcher floor asks a person, and with no operator channel
+    the refusal says so: the floor and why, not an operator rule or a changed pin."""
+    config = write_config(
+        tmp_path, [], cli_tools=[{"name": "e", "bin": "echo", "commands": {"status": None}}], fsync="never"
+    )
+    person = Person("approve")
+    async with connect(stdio_params(config, "--agent", "tester"), elicitation_callback=person) as client:
+        with anyio.fail_after(scaled(20)):
+            refused = await client.call_tool("e.__dispatch", {"command": "hello"})
+    said = text_of(refused)
+    assert refused.is_error and f"{ONLY_AN_OPERATOR} (the catalogue floor: CLI dispatcher: the subcommand" in said
+    assert "changed pin" not in said and "approval: operator" not in said
+    assert person.questions == []
 
 
 # ------------------------------------------------------------------------------------------ memory

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,15 @@ pytestmark = pytest.mark.anyio
 ALLOW_ALL = {"allow.yaml": "name: allow-all\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"}
 MARK = "4242.125"
 """The argument of the sleep a timed-out call leaves behind if its group is not killed."""
+ESCAPED = ("4242.250", "4242.375")
+"""The arguments of the sleeps a program starts in sessions of their own (``setsid``)."""
+ESCAPING = """#!/bin/sh
+# Starts two sleeps that leave the process group (setsid), then exits or, given `wait`, outlives its timeout.
+setsid sleep "$1" >/dev/null 2>&1 </dev/null &
+setsid sh -c "sleep $2" >/dev/null 2>&1 </dev/null &
+echo started
+if [ "$3" = wait ]; then sleep 30; fi
+"""
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -45,7 +55,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def cli_tools(repo: Path, listing: Path) -> list[dict[str, Any]]:
+def cli_tools(repo: Path, listing: Path, escaping: Path) -> list[dict[str, Any]]:
     return [
         {"name": "git", "bin": "git", "working_dir": str(repo),
          "commands": {"log": {"allowed_args": ["--oneline", "-n", "--format"]}, "status": None}},
@@ -57,6 +67,7 @@ def cli_tools(repo: Path, listing: Path) -> list[dict[str, Any]]:
         {"name": "sleep", "bin": "sleep", "bare": {"timeout": "1s"}},
         {"name": "slow", "bin": "timeout", "bare": {"timeout": 1}},
         {"name": "env", "bin": "printenv", "bare": None, "env": {"GREETING": "hello"}},
+        {"name": "escape", "bin": str(escaping), "bare": {"timeout": "1s"}},
     ]
 
 
@@ -66,8 +77,11 @@ def config(tmp_path: Path, repo: Path) -> Path:
     listing.mkdir()
     for index in range(40):
         (listing / f"file-{index:02d}.txt").write_text("x")
+    escaping = tmp_path / "escaping"
+    escaping.write_text(ESCAPING)
+    escaping.chmod(0o755)
     return write_config(
-        tmp_path, [], policies=ALLOW_ALL, cli_tools=cli_tools(repo, listing),
+        tmp_path, [], policies=ALLOW_ALL, cli_tools=cli_tools(repo, listing, escaping),
         evidence_dir=str(tmp_path / "evidence"), state_path=str(tmp_path / "state.db"),
         auth={"anonymous_agent": "guest"}, approval={"timeout_seconds": 30, "elicitation": False},
         hide_denied_tools=True,
@@ -107,7 +121,7 @@ async def test_declared_commands_run_real_binaries_without_a_shell(gateway: Any,
         names = {tool.name for tool in (await client.list_tools()).tools}
         # vault.__dispatch is left out: its deny floor leaves every path through the policy at deny.
         assert names == {"git.log", "git.status", "git.__dispatch", "vault.status", "ls.run",
-                         "date.run", "sleep.run", "slow.run", "env.run"}
+                         "date.run", "sleep.run", "slow.run", "env.run", "escape.run"}
         log = await client.call_tool("git.log", {"flags": {"n": 1, "oneline": True}})
         assert not log.is_error and "second commit" in text_of(log) and "first commit" not in text_of(log)
         assert _structured(log)["exit_code"] == 0
@@ -180,6 +194,25 @@ async def test_the_timeout_kills_the_whole_process_group(gateway: Any) -> None:
             nested = await client.call_tool("slow.run", {"args": ["60", "sleep", MARK]})
         assert nested.is_error and "timed out" in text_of(nested)
         assert _processes_with(MARK) == []
+
+
+@pytest.fixture
+def escaped_sleeps() -> Iterator[None]:
+    """Kill what a failed test left behind, so a sleep that escaped does not outlive the test either."""
+    yield
+    for pid in _processes_with(ESCAPED[0]) + _processes_with(ESCAPED[1]):
+        os.kill(pid, 9)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the subreaper that finds setsid'd processes is Linux-only")
+async def test_a_process_that_left_the_group_does_not_outlive_the_call(gateway: Any, escaped_sleeps: None) -> None:
+    async with http_client(gateway.url) as client:
+        for mode in ("exit", "wait"):  # the program exits at once; the program outlives its timeout
+            with anyio.fail_after(scaled(30)):
+                ran = await client.call_tool("escape.run", {"args": [*ESCAPED, mode]})
+            assert text_of(ran).strip() == "started" or "timed out" in text_of(ran)
+            assert _structured(ran)["timed_out"] is (mode == "wait")
+            assert _processes_with(ESCAPED[0]) == [] and _processes_with(f"sleep {ESCAPED[1]}") == []
 
 
 async def _approved(client: Any, http: httpx.AsyncClient, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:

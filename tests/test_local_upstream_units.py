@@ -189,6 +189,14 @@ def _line_of(text: str, anchor: str) -> int:
          "positive number of seconds or a duration"),
         ({"cli_tools": [{"name": "g", "bin": "git", "commands": {"log": {"timeout": "10m"}}}]}, "timeout",
          "longer than limits.call_timeout_seconds"),
+        ({"cli_tools": [{"name": "g", "bin": "git", "env": {"BAD=NAME": "v"}}]}, "BAD=NAME",
+         "'BAD=NAME' is not an environment variable name"),
+        ({"cli_tools": [{"name": "g", "bin": "git", "env": {"OK": "1", "": "v"}}]}, "env",
+         "'' is not an environment variable name"),
+        ({"cli_tools": [{"name": "g", "bin": "git", "env": {"OK": "s3cr3t\0inside"}}]}, "OK",
+         "cli_tools[0].env.OK: the value holds a NUL character"),
+        ({"upstreams": [{"name": "u", "transport": "stdio", "command": "x", "env": {"A=B": "v"}}]}, "A=B",
+         "upstreams[0].env: 'A=B' is not an environment variable name"),
         ({"cli_tools": [{"name": "a", "bin": "git"}], "openapi": [{"name": "a", "file": "s"}]}, "cli_tools",
          "duplicate upstream name 'a'"),
         ({}, "", "list at least one upstream"),
@@ -198,6 +206,7 @@ def test_configuration_errors_are_located(tmp_path: Path, top: dict[str, object]
     with pytest.raises(ConfigError) as caught:
         _load(tmp_path, **top)
     assert said in caught.value.problem, caught.value.problem
+    assert "s3cr3t" not in str(caught.value)  # a value may be a secret: never shown
     assert caught.value.line == _line_of(_text(**top), anchor), str(caught.value)
 
 

@@ -160,6 +160,21 @@ def test_an_upstream_header_value_that_cannot_be_sent_stops_the_start_unshown(tm
     assert not marker.exists()
 
 
+@pytest.mark.parametrize(("env", "anchor", "said"), [
+    ({"BAD=NAME": "v"}, '"BAD=NAME"', "cli_tools[0].env: 'BAD=NAME' is not an environment variable name"),
+    ({"OK": "s3cr3t\u0000inside"}, '"OK"', "cli_tools[0].env.OK: the value holds a NUL character"),
+])
+def test_a_cli_env_that_exec_cannot_carry_stops_the_start_unshown(
+    tmp_path: Path, env: dict[str, str], anchor: str, said: str
+) -> None:
+    marker = tmp_path / "started"
+    config = write_config(tmp_path, [_marker_upstream(marker)], cli_tools=[{"name": "e", "bin": "echo", "bare": None, "env": env}])
+    line = next(i for i, text in enumerate(config.read_text().splitlines(), 1) if anchor in text)
+    text = _one_line(_run(serve_argv(config)))
+    assert text.startswith(f"{config}:{line}: {said}") and "s3cr3t" not in text
+    assert not marker.exists()
+
+
 def test_agent_goes_with_stdio(tmp_path: Path) -> None:
     config = write_config(tmp_path, [GITHUB])
     done = _run(serve_argv(config, "--agent", "claude"))

@@ -48,11 +48,10 @@ from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
 from drawbridge.config_hosts import is_loopback_address, split_authority
 from drawbridge.config_oauth import OAuthConfig, oauth_section
 from drawbridge.config_secrets import USES_ALL, token_digest
-from drawbridge.config_reader import ConfigError, url_problem
+from drawbridge.config_reader import ConfigError, env_map, url_problem
 from drawbridge.config_reader import Reader as _Reader
 from drawbridge.config_reader import resolve_path as _resolve
 from drawbridge.config_reader import str_list as _str_list
-from drawbridge.config_reader import str_map as _str_map
 from drawbridge.policy.strict_yaml import YamlProblem, read_yaml
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
@@ -180,7 +179,7 @@ def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
             transport=transport,
             command=command,
             args=_str_list(reader, "args"),
-            env=_str_map(reader, "env"),
+            env=env_map(reader, "env"),
             cwd=_resolve(base, reader.get("cwd", str)),
             protocol=protocol,
         )

@@ -3,9 +3,10 @@
 Invariant: an entry that loads is one ``serve`` can open as written: exactly one spec source, URLs
 that are http(s) with a host, no address literal the SSRF guard would refuse unless the entry says
 ``allow_private: true`` (``private_address_problem``, the guard's own rule), CLI commands that are
-one word each, flags that are flags, timeouts that are positive durations no longer than the call
-timeout, and mesh7's exclusions (``bare`` with ``commands`` or ``strict``; ``strict`` without
-commands). Unknown keys are errors, as everywhere in the configuration (``config_reader``).
+one word each, flags that are flags, an ``env`` that ``exec`` can carry (``config_reader.env_map``),
+timeouts that are positive durations no longer than the call timeout, and mesh7's exclusions (``bare``
+with ``commands`` or ``strict``; ``strict`` without commands). Unknown keys are errors, as everywhere in
+the configuration (``config_reader``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from drawbridge.config_headers import header_map
 from drawbridge.config_reader import ConfigError, Reader, named_entry, resolve_path, str_list, str_map, url_problem
+from drawbridge.config_reader import env_map
 from drawbridge.policy.globs import GlobError, compile_glob
 
 _COMMAND_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -262,7 +264,7 @@ def parse_cli_tool(file: str, node: Any, index: int, base: Path, call_timeout: f
         bare=bare,
         strict=strict,
         default_action=default_action,
-        env=str_map(reader, "env"),
+        env=env_map(reader, "env"),
         working_dir=resolve_path(base, reader.get("working_dir", str)),
         max_output_bytes=max_output,
     )

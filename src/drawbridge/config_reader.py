@@ -117,6 +117,25 @@ def str_map(reader: Reader, key: str, value_re: re.Pattern[str] | None = None) -
     return out
 
 
+def env_map(reader: Reader, key: str) -> dict[str, str]:
+    """An ``env`` a child process is started with: refused here, at load, what ``exec`` cannot carry (a
+    name that is empty or holds ``=`` or NUL, a value that holds NUL), which would otherwise fail every
+    call. A message names the variable, never its value (it may be a secret)."""
+    env = str_map(reader, key)
+    sub = reader.child(key)
+    for name, value in env.items():
+        assert sub is not None  # a non-empty map came from this section
+        if not name or "=" in name or "\x00" in name:
+            raise sub.fail(
+                name or None, f"{sub.where}: {name!r} is not an environment variable name (empty, or holds '=' or NUL)"
+            )
+        if "\x00" in value:
+            raise sub.fail(
+                name, f"{sub.where}.{name}: the value holds a NUL character, which an environment cannot carry"
+            )
+    return env
+
+
 def resolve_path(base: Path, value: str | None) -> str | None:
     if value is None:
         return None

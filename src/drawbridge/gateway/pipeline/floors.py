@@ -114,13 +114,15 @@ def floored_verdict(verdict: Verdict, floor: Floor, tool: str) -> Verdict:
     if not floored.by_floor:
         if floor.action is Action.HUMAN_APPROVAL and verdict.action is Action.HUMAN_APPROVAL:
             # The policy asks too, but the floor's question is still a person's (a changed pin).
-            return dataclasses.replace(verdict, person_only=True)
+            return dataclasses.replace(verdict, person_only=True, floor_reasons=floor.reasons)
         return verdict
     said = f"the policy said {verdict.action.value} ({verdict.provenance.label()})"
     reason = f"catalogue floor on {sanitize(tool)}: {'; '.join(floor.reasons)}; {said}"
     action = floored.action
     provenance = Provenance(GATEWAY_POLICY, policy_set=verdict.provenance.policy_set)
-    return Verdict(action, reason, provenance, person_only=action is Action.HUMAN_APPROVAL)
+    person_only = action is Action.HUMAN_APPROVAL
+    reasons = floor.reasons if person_only else ()
+    return Verdict(action, reason, provenance, person_only=person_only, floor_reasons=reasons)
 
 
 __all__ = ["Floors", "Route", "floored_verdict", "joined", "route_of"]

@@ -57,6 +57,8 @@ class Verdict:
     person_only: bool = False
     """Only a person may lift this ``human_approval``: it was raised by a catalogue floor (a changed
     pin), which no grant and no approval memory may relax, and only an operator may answer it."""
+    floor_reasons: tuple[str, ...] = ()
+    """Why the floor made this ``person_only`` (a changed pin, a CLI dispatcher): what a refusal names."""
     approver: Approver = Approver.ANY
     """Who may answer the deciding rule's ``human_approval`` (its ``approval``)."""
     memory_key: tuple[tuple[str, ...], ...] = ()
@@ -68,6 +70,17 @@ class Verdict:
     def operator_only(self) -> bool:
         """Only an operator the gateway authenticated may approve: the client is never asked."""
         return self.person_only or self.approver is Approver.OPERATOR
+
+    def operator_causes(self) -> str:
+        """Why only an operator may approve, as a refusal says it: the floor that applied (with its
+        reasons) and/or the rule's ``approval: operator``."""
+        causes = []
+        if self.person_only:
+            reasons = "; ".join(self.floor_reasons)
+            causes.append(f"the catalogue floor: {reasons}" if reasons else "a catalogue floor")
+        if self.approver is Approver.OPERATOR:
+            causes.append("an `approval: operator` rule")
+        return " and ".join(causes)
 
     @property
     def memory_applies(self) -> bool:

@@ -158,6 +158,8 @@ class Gateway:
         self.listen_streams = ListenStreams(on_end=self._release)
         self.task_book = TaskBook(self.guard.append, on_end=self._task_ended)
         self._tasks: anyio.abc.TaskGroup | None = None
+        self._local_checked: list[anyio.Event] = []
+        """Set when each local upstream's first catalogue check ended (``wait_settled`` waits for them)."""
         self._reported_problems: set[str] = set()
         self._on_catalogue = on_catalogue
         self._tool_filter = tool_filter
@@ -175,8 +177,9 @@ class Gateway:
                 for kind in self.local.values():
                     await tg.start(kind.run)
                 self.rebuild_catalogue()
-                for kind in self.local.values():
-                    tg.start_soon(self.upstream_catalogue, kind, True)  # the pins' check, once
+                self._local_checked = [anyio.Event() for _ in self.local]
+                for kind, checked in zip(self.local.values(), self._local_checked, strict=True):
+                    tg.start_soon(self._first_catalogue, kind, checked)
                 for upstream in self.upstreams.values():
                     tg.start_soon(upstream.run)
                 task_status.started()
@@ -186,11 +189,23 @@ class Gateway:
                 for session in list(self.sessions):
                     await session.close()
 
+    async def _first_catalogue(self, kind: LocalUpstream, checked: anyio.Event) -> None:
+        """A local upstream's catalogue, checked once (the pins' check) in the background."""
+        try:
+            await self.upstream_catalogue(kind, True)
+        finally:
+            checked.set()
+
     async def wait_settled(self, timeout: float) -> None:
-        """Wait until every upstream's first connection attempt ended (or ``timeout`` seconds)."""
+        """Wait until every upstream's first connection attempt ended and every local upstream's first
+        catalogue check did (or ``timeout`` seconds): serve answers agents only then, so a session that
+        lists the tools and leaves at once still finds the check's records (``mesh.pin_held_back``)
+        in the trace, as for an MCP upstream, whose check runs before it is ready."""
         with anyio.move_on_after(timeout):
             for upstream in self.upstreams.values():
                 await upstream.wait_settled()
+            for checked in self._local_checked:
+                await checked.wait()
 
     def start_errors(self) -> list[str]:
         return [u.unavailable_reason() for u in self.upstreams.values() if u.start_error is not None]

@@ -133,10 +133,13 @@ NO_CHANNEL: Final = (
 )
 
 
-OPERATOR_NEEDED: Final = (
-    "only an operator may approve this call (an `approval: operator` rule or a changed pin), and no "
-    "operator channel is open (the control plane, the console, the CLI): approval unavailable"
-)
+def operator_needed(verdict: Verdict) -> str:
+    """The refusal of a call only an operator may approve when no operator channel is open: it names the
+    cause that applied (the floor and its reasons -- a changed pin, a CLI dispatcher -- or the rule)."""
+    return (
+        f"only an operator may approve this call ({verdict.operator_causes()}), and no operator channel is "
+        "open (the control plane, the console, the CLI): approval unavailable"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,8 +322,8 @@ class ApprovalEngine:
         if digest is None:
             return denied("unbindable", UNBINDABLE)
         now = self._clock()
-        # Who may answer: a changed pin (person_only) or an ``approval: operator`` rule only an
-        # operator; then the client is never asked, and a client's earlier answer never counts.
+        # Who may answer: a floor (person_only: a changed pin, a CLI dispatcher) or an ``approval:
+        # operator`` rule only an operator; then the client is never asked, and a client's earlier answer never counts.
         operator_only = verdict.operator_only
         person_only = verdict.person_only  # a floor's question: grants do not lift it either
         grant = None if person_only else await self._grants.active_for(call.agent, call.tool, now)
@@ -355,7 +358,7 @@ class ApprovalEngine:
         elif operator_only:
             mode = None
             if not others:
-                return denied("unavailable", OPERATOR_NEEDED)
+                return denied("unavailable", operator_needed(verdict))
         elif call.modern:
             mode = "input_required" if elicitation_supported else None
         else:

@@ -1,23 +1,29 @@
 """Running one CLI call: a process of its own group, a minimal environment, capped output, a timeout.
 
 Invariant: a call's process runs without a shell, in a new session (so its process group is its own),
-with only ``PATH``, ``HOME``, ``LANG`` and the entry's ``env`` in its environment, and it does not
-outlive the call: when the call ends -- the program exited, its timeout passed, or the call was
-cancelled (the pipeline's timeout, the agent gave up) -- every process left in its group is killed
-with SIGKILL, so a child it started in the background goes too. Each of stdout and stderr is kept up
-to ``max_output_bytes``; the rest is read and dropped (the program never blocks on a full pipe) and
-counted, and a cut stream ends with a marker that says how much was left out.
+with only ``PATH``, ``HOME``, ``LANG`` and the entry's ``env`` in its environment, and nothing it
+started outlives the call: when the call ends -- the program exited, its timeout passed, or the call
+was cancelled (the pipeline's timeout, the agent gave up) -- every process it started is killed with
+SIGKILL. On Linux that holds for every descendant, even one that left the group with ``setsid``: the
+program runs under a per-call child subreaper (reaper.py) that kills them all before it exits. Elsewhere
+only the process group is killed. Each of stdout and stderr is kept up to ``max_output_bytes``; the rest
+is read and dropped (the program never blocks on a full pipe) and counted, and a cut stream ends with
+a marker that says how much was left out.
 
-Theory of operation. ``run`` opens the process with anyio, pipes ``stdin`` in and reads both streams
-in a task group under ``move_on_after(timeout)``; the group is killed in a ``finally`` that also runs
-on cancellation, and the process is reaped shielded from it.
+Theory of operation. ``run`` opens the process (on Linux the reaper, which spawns the program) with
+anyio, pipes ``stdin`` in and reads both streams in a task group under ``move_on_after(timeout)``. The
+reaper ends when the program and everything it started are gone, so the streams close then. In a
+``finally`` that also runs on cancellation a reaper still running gets SIGTERM (its cleanup), then the
+group is killed and the process reaped, shielded from the cancellation.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -27,6 +33,10 @@ from anyio.abc import ByteReceiveStream, Process
 
 DEFAULT_LANG: Final = "C.UTF-8"
 READ_CHUNK: Final = 65536
+REAPER: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
+USE_REAPER: Final = sys.platform == "linux"
+REAPER_GRACE_SECONDS: Final = 5.0
+"""How long a reaper told to stop may take to kill what the program started before its group is killed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,15 +123,47 @@ async def run(
     max_output_bytes: int,
 ) -> RunResult:
     """Run one call (module docstring). Raises ``OSError`` when the program cannot be started."""
-    process = await anyio.open_process(
-        list(argv),
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=dict(env),
-        cwd=cwd,
-        start_new_session=True,
-    )
+    status_read, status_write = os.pipe() if USE_REAPER else (-1, -1)
+    command = [sys.executable, "-I", "-S", REAPER, str(status_write), *argv] if USE_REAPER else list(argv)
+    try:
+        process = await anyio.open_process(
+            command,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+            pass_fds=(status_write,) if USE_REAPER else (),
+        )
+    except BaseException:
+        _close(status_read, status_write)
+        raise
+    _close(status_write)
+    try:
+        result = await _supervise(process, stdin, timeout, max_output_bytes)
+        if USE_REAPER and result.exit_code == 127:
+            _raise_start_error(status_read)
+    finally:
+        _close(status_read)
+    return result
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _raise_start_error(status_read: int) -> None:
+    """The reaper wrote why the program could not be started (an errno), or nothing when it ran."""
+    written = os.read(status_read, 64)
+    if written:
+        code = int(written) if written.isdigit() else errno.EIO
+        raise OSError(code, os.strerror(code))
+
+
+async def _supervise(process: Process, stdin: bytes | None, timeout: float, max_output_bytes: int) -> RunResult:
     out, err = _Sink(max_output_bytes), _Sink(max_output_bytes)
     exit_code: int | None = None
     try:
@@ -133,8 +175,15 @@ async def run(
                 exit_code = await process.wait()
         timed_out = scope.cancelled_caught
     finally:
-        _kill_group(process.pid)
         with anyio.CancelScope(shield=True):
+            if USE_REAPER and process.returncode is None:
+                try:
+                    process.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+                with anyio.move_on_after(REAPER_GRACE_SECONDS):
+                    await process.wait()
+            _kill_group(process.pid)
             await process.wait()
             await process.aclose()
     return RunResult(exit_code, out.captured(), err.captured(), timed_out)
