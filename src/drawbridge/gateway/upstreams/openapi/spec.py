@@ -3,15 +3,19 @@
 Invariant: an operation is served only as the document states it, read one way. The document is JSON
 or YAML with no key given twice; its ``$ref``s (Reference Objects and schema references alike) are
 resolved by ``referencing`` (the JSON Schema reference resolver of the ``jsonschema`` project), never by
-hand; a reference that cannot be resolved, a version other than 3.0.x or 3.1.x, or a part the gateway
-reads that has the wrong shape makes the whole document a load error (``SpecError``) naming where. An
+hand; a reference that cannot be resolved or that leaves the spec's directory, a schema that reaches
+itself through references alone (checking an argument against it would never end), a version other
+than 3.0.x or 3.1.x, or a part the gateway reads that has the wrong shape makes the whole document a
+load error (``SpecError``) naming where, never quoting what a referenced file holds. An
 operation the gateway cannot call as the document describes it (a required cookie parameter, a body
 that is not JSON, two parameters that would share one argument name) is left out and named in
 ``Spec.skipped``, never served half-understood.
 
 Theory of operation. The document is one resource in a ``referencing.Registry`` at its own URI (the
 spec file's ``file:`` URI, or the URL it was fetched from). Other documents are retrieved only for a
-spec read from a file, from files beside it; a spec fetched by URL may only refer inside itself.
+spec read from a file, from files in its own directory or below it (symlinks resolved first: a link
+out of it is refused, as is an absolute path elsewhere); a spec fetched by URL may only refer inside
+itself. YAML is held to the configuration's bounds (``strict_yaml.check_bounds``) before it is built.
 Reference Objects (a parameter, a request body, a path item) are followed until a real object is
 reached. Schemas are *bundled*: every ``$ref`` in a parameter's or the body's schema is replaced by
 ``#/$defs/<name>`` and the schema it points to is copied once into the tool's ``$defs`` (a
@@ -32,7 +36,10 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT4, DRAFT202012
 from ruamel.yaml import YAML
+from ruamel.yaml.constructor import SafeConstructor
 from ruamel.yaml.error import YAMLError
+
+from drawbridge.policy.strict_yaml import YamlProblem, check_bounds, yaml_problem
 
 METHODS: Final = ("get", "put", "post", "delete", "patch", "head")
 """The operations served; ``options`` and ``trace`` are not calls an agent makes."""
@@ -101,19 +108,40 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+class _SafeConstructor(SafeConstructor):
+    """ruamel's safe construction, naming a key given twice by the key alone (ruamel's own error
+    quotes both values, which a file beside the spec may hold as secrets)."""
+
+    def check_mapping_key(self, node: Any, key_node: Any, mapping: Any, key: Any, value: Any) -> bool:
+        if key in mapping:
+            raise YamlProblem(key_node.start_mark.line + 1, f"the key {str(key)[:80]!r} is given twice in one object")
+        return True
+
+
 def parse_text(text: str, where: str) -> Any:
-    """A JSON or YAML document; a key given twice is an error (it could be read two ways)."""
+    """A JSON or YAML document; a key given twice is an error (it could be read two ways). A problem
+    is named by its line, never by quoting the text."""
     stripped = text.lstrip()
     try:
         if stripped.startswith(("{", "[")):
             return json.loads(text, object_pairs_hook=_no_duplicates)
-        return YAML(typ="safe", pure=True).load(text)
+        check_bounds(text)  # the configuration's bounds: an alias bomb is refused before it expands
+        yaml = YAML(typ="safe", pure=True)
+        yaml.Constructor = _SafeConstructor
+        try:
+            return yaml.load(text)
+        except YAMLError as exc:
+            raise yaml_problem(exc) from None
+        except (ValueError, TypeError, OverflowError):  # ``!!int abc``: ruamel's int() fails, quoting it
+            raise YamlProblem(None, "invalid YAML: a value does not read as its tag says") from None
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
+    except YamlProblem as exc:
+        raise SpecError(f"{where}:{exc.line or 1}: {exc.problem}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: the document nests too deeply") from None
     except json.JSONDecodeError as exc:
         raise SpecError(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except YAMLError as exc:
-        raise SpecError(f"{where}: not valid YAML ({' '.join(str(exc).split())})") from None
 
 
 def read_file(path: str) -> tuple[Any, str]:
@@ -133,12 +161,20 @@ def read_file(path: str) -> tuple[Any, str]:
 
 
 def _file_retriever(root: str) -> Callable[[str], Resource[Any]]:
-    """Retrieve documents a file spec refers to: files only (``file:`` URIs)."""
+    """Retrieve documents a file spec refers to: files in the spec's own directory or below it, once
+    every symlink is resolved, so that no reference reads (and shows agents) a file elsewhere."""
+    directory = Path(unquote(urlsplit(root).path)).resolve().parent
 
     def retrieve(uri: str) -> Resource[Any]:
-        if urlsplit(uri).scheme != "file":
-            raise SpecError(f"a reference to {uri} leaves the spec's files; only files beside it are read")
-        document, _ = read_file(unquote(urlsplit(uri).path))
+        parts = urlsplit(uri)
+        if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
+            raise SpecError(f"a reference to {uri[:200]} leaves the spec's files; only files beside it are read")
+        path = Path(unquote(parts.path)).resolve()
+        if not path.is_relative_to(directory):
+            raise SpecError(
+                f"a reference to {path} leaves the spec's directory {directory}; only files in it are read"
+            )
+        document, _ = read_file(str(path))
         return Resource(contents=document, specification=DRAFT202012)
 
     return retrieve
@@ -232,6 +268,58 @@ class _Bundle:
         target, uri = self._resolver.lookup(ref, base)
         self.defs[name] = self.schema(target, urldefrag(uri)[0], depth + 1)
         return name
+
+
+_SAME_VALUE_LISTS: Final = ("allOf", "anyOf", "oneOf")
+_SAME_VALUE_ONES: Final = ("not", "if", "then", "else")
+"""Keywords whose schemas apply to the value itself, not to a part of it: a loop through only these
+(and ``$ref``) never reaches a smaller value, so checking an argument against it never ends."""
+
+
+def _same_value_refs(schema: Any) -> set[str]:
+    """The ``$defs`` a bundled schema applies to the same value (not to an item or a property)."""
+    found: set[str] = set()
+    pending = [schema]
+    while pending:
+        current = pending.pop()
+        if not isinstance(current, Mapping):
+            continue
+        ref = current.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            found.add(ref.removeprefix("#/$defs/"))
+        for key in _SAME_VALUE_LISTS:
+            if isinstance(current.get(key), list):
+                pending.extend(current[key])
+        pending.extend(current.get(key) for key in _SAME_VALUE_ONES)
+        if isinstance(current.get("dependentSchemas"), Mapping):
+            pending.extend(current["dependentSchemas"].values())
+    return found
+
+
+def _refuse_loops(defs: Mapping[str, Any], what: str) -> None:
+    """A ``SpecError`` naming a schema that reaches itself through references alone (``S: {$ref: S2}``,
+    ``S2: {$ref: S}``): checking an argument against it would recurse without end."""
+    edges = {name: _same_value_refs(schema) for name, schema in defs.items()}
+    done: set[str] = set()
+    for start in edges:
+        trail: list[str] = []
+        stack: list[tuple[str, bool]] = [(start, False)]
+        on_trail: set[str] = set()
+        while stack:
+            name, leaving = stack.pop()
+            if leaving:
+                on_trail.discard(trail.pop())
+                done.add(name)
+                continue
+            if name in on_trail:
+                loop = " -> ".join([*trail[trail.index(name):], name])
+                raise SpecError(f"{what}: schema references loop ({loop[:300]})")
+            if name in done or name not in edges:
+                continue
+            trail.append(name)
+            on_trail.add(name)
+            stack.append((name, True))
+            stack.extend((target, False) for target in edges[name])
 
 
 def _from_openapi30(schema: dict[str, Any]) -> dict[str, Any]:
@@ -349,6 +437,7 @@ class _Reader:
             else:
                 body_schema = bundle.schema(media[0], where)
                 body_description = _text(body.get("description"))
+        _refuse_loops(bundle.defs, what)
         operation_id = raw.get("operationId")
         return Operation(
             method=method.upper(),
