@@ -1,7 +1,8 @@
 """The configuration of upstreams the gateway runs itself: ``openapi:`` and ``cli_tools:`` entries.
 
 Invariant: an entry that loads is one ``serve`` can open as written: exactly one spec source, URLs
-that are http(s) with a host, no address literal the SSRF guard would refuse unless the entry says
+that are http(s) with a host, a ``backend_url`` with no credentials, query or fragment (every tool's
+description shows it; a refusal names the part, never its value), no address literal the SSRF guard would refuse unless the entry says
 ``allow_private: true`` (``private_address_problem``, the guard's own rule), CLI commands that are
 one word each, flags that are flags, an ``env`` that ``exec`` can carry (``config_reader.env_map``),
 timeouts that are positive durations no longer than the call timeout, and mesh7's exclusions (``bare``
@@ -146,12 +147,39 @@ ALLOW_PRIVATE_ADVICE = "set allow_private: true to allow it"
 its flag instead)."""
 
 
+BACKEND_CREDENTIALS_ADVICE = (
+    "credentials go in headers read from the environment (headers: {Authorization: ENV_VAR}), "
+    "never in the URL, which every tool's description shows"
+)
+
+
+def backend_url_problem(url: str) -> str | None:
+    """Why a URL cannot be an OpenAPI backend, naming the part but never its value: user:password@
+    and a query would be shown in every tool's description (and a pinned trace), and a query or a
+    fragment would drop the operation's path that the call appends. None when it can be one."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None  # url_problem names it
+    if "@" in parts.netloc:
+        return f"holds credentials (user:password@); {BACKEND_CREDENTIALS_ADVICE}"
+    if "?" in url:
+        return f"has a query (?...); {BACKEND_CREDENTIALS_ADVICE}, and the operation's path is appended to the URL"
+    if "#" in url:
+        return "has a fragment (#...), which is never sent; the operation's path is appended to the URL"
+    return None
+
+
 def _http_url(reader: Reader, key: str, owner: str, allow_private: bool) -> str | None:
     url = reader.get(key, str)
     if url is None:
         return None
     if not re.match(r"https?://[^/?#]", url):
         raise reader.fail(key, f"{owner}: {key} must be an http:// or https:// URL with a host")
+    if key == "backend_url" and (refused := backend_url_problem(url)) is not None:
+        raise reader.fail(key, f"{owner}: {key} {refused}")
     if (invalid := url_problem(url)) is not None:
         raise reader.fail(key, f"{owner}: {key} {invalid}")
     from urllib.parse import urlsplit
@@ -283,6 +311,7 @@ __all__ = [
     "OpenApiConfig",
     "parse_cli_tool",
     "parse_duration",
+    "backend_url_problem",
     "parse_openapi",
     "private_address_problem",
 ]

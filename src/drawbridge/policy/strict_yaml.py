@@ -1,4 +1,5 @@
-"""The one strict reading of YAML text: policy files, tables of expected decisions, the configuration.
+"""The one strict reading of YAML text: policy files, tables of expected decisions, the configuration
+(and the bounds, alone, of an OpenAPI document: ``check_bounds``).
 
 Invariant: ``read_yaml`` returns ruamel's round-trip tree (``CommentedMap``, ``CommentedSeq``,
 scalars; lines kept for every key and item) only when every value in it is plain JSON (strings,
@@ -253,23 +254,38 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())[:200]
 
 
+def yaml_problem(exc: YAMLError) -> YamlProblem:
+    """A ruamel error as a ``YamlProblem``: its line and problem, without the snippet of text it quotes."""
+    if isinstance(exc, MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        problem = _one_line(str(exc.problem or exc.context or "malformed YAML"))
+        return YamlProblem(mark.line + 1 if mark is not None else None, f"invalid YAML: {problem}")
+    return YamlProblem(None, f"invalid YAML: {_one_line(str(exc)) or type(exc).__name__}")
+
+
+def check_bounds(text: str) -> None:
+    """The event pass alone (depth, expanded size, recursive aliases, tags, one document), for a reader
+    that builds its own values, such as an OpenAPI document's; raises ``YamlProblem``."""
+    try:
+        bounds = _Bounds()
+        for event in YAML(typ="safe", pure=True).parse(text):
+            bounds.event(event)
+    except YAMLError as exc:
+        raise yaml_problem(exc) from None
+
+
 def read_yaml(text: str) -> Any:
     """The round-trip tree of ``text`` (None when it holds no document), or ``YamlProblem``."""
+    check_bounds(text)
     yaml = YAML(typ="rt")
     yaml.Constructor = _Constructor
     try:
-        bounds = _Bounds()
-        for event in yaml.parse(text):
-            bounds.event(event)
         return yaml.load(text)
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        problem = _one_line(str(exc.problem or exc.context or "malformed YAML"))
-        raise YamlProblem(mark.line + 1 if mark is not None else None, f"invalid YAML: {problem}") from None
     except YAMLError as exc:
-        raise YamlProblem(None, f"invalid YAML: {_one_line(str(exc)) or type(exc).__name__}") from None
+        raise yaml_problem(exc) from None
 
 
 __all__ = [
-    "MAX_DEPTH", "MAX_VALUES", "YamlProblem", "item_line", "key_line", "node_line", "read_yaml", "value_line",
+    "MAX_DEPTH", "MAX_VALUES", "YamlProblem", "check_bounds", "item_line", "key_line", "node_line", "read_yaml", "value_line",
+    "yaml_problem",
 ]

@@ -3,15 +3,19 @@
 Invariant: an operation is served only as the document states it, read one way. The document is JSON
 or YAML with no key given twice; its ``$ref``s (Reference Objects and schema references alike) are
 resolved by ``referencing`` (the JSON Schema reference resolver of the ``jsonschema`` project), never by
-hand; a reference that cannot be resolved, a version other than 3.0.x or 3.1.x, or a part the gateway
-reads that has the wrong shape makes the whole document a load error (``SpecError``) naming where. An
+hand; a reference that cannot be resolved or that leaves the spec's directory, a schema that reaches
+itself through references alone (checking an argument against it would never end), a version other
+than 3.0.x or 3.1.x, or a part the gateway reads that has the wrong shape makes the whole document a
+load error (``SpecError``) naming where, never quoting what a referenced file holds. An
 operation the gateway cannot call as the document describes it (a required cookie parameter, a body
 that is not JSON, two parameters that would share one argument name) is left out and named in
 ``Spec.skipped``, never served half-understood.
 
-Theory of operation. The document is one resource in a ``referencing.Registry`` at its own URI (the
-spec file's ``file:`` URI, or the URL it was fetched from). Other documents are retrieved only for a
-spec read from a file, from files beside it; a spec fetched by URL may only refer inside itself.
+Theory of operation. The document (read by ``spec_text``) is one resource in a ``referencing.Registry``
+at its own URI (the spec file's ``file:`` URI, or the URL it was fetched from). Other documents are
+retrieved only for a spec read from a file, from files in its own directory or below it (symlinks
+resolved first: a link out of it is refused, as is an absolute path elsewhere); a spec fetched by URL
+may only refer inside itself. YAML is held to the configuration's bounds before it is built.
 Reference Objects (a parameter, a request body, a path item) are followed until a real object is
 reached. Schemas are *bundled*: every ``$ref`` in a parameter's or the body's schema is replaced by
 ``#/$defs/<name>`` and the schema it points to is copied once into the tool's ``$defs`` (a
@@ -20,19 +24,17 @@ recursive schema refers to itself there), so each tool's ``inputSchema`` stands 
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT4, DRAFT202012
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
+
+from drawbridge.gateway.upstreams.openapi.spec_text import SpecError, file_retriever, refuse_retrieval
 
 METHODS: Final = ("get", "put", "post", "delete", "patch", "head")
 """The operations served; ``options`` and ``trace`` are not calls an agent makes."""
@@ -40,12 +42,7 @@ LOCATIONS: Final = ("path", "query", "header")
 IGNORED_HEADERS: Final = frozenset({"accept", "content-type", "authorization"})
 """Header parameters OpenAPI says to ignore: the gateway sets these itself."""
 MAX_REF_HOPS: Final = 64
-MAX_SPEC_BYTES: Final = 16 * 1024 * 1024
 _VERSION = re.compile(r"3\.(0|1)\.\d+")
-
-
-class SpecError(ValueError):
-    """The document cannot be served: the message says where and why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,62 +87,6 @@ class Spec:
 
 
 # ------------------------------------------------------------------------------------------ reading
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise SpecError(f"the key {key!r} is given twice in one object")
-        out[key] = value
-    return out
-
-
-def parse_text(text: str, where: str) -> Any:
-    """A JSON or YAML document; a key given twice is an error (it could be read two ways)."""
-    stripped = text.lstrip()
-    try:
-        if stripped.startswith(("{", "[")):
-            return json.loads(text, object_pairs_hook=_no_duplicates)
-        return YAML(typ="safe", pure=True).load(text)
-    except SpecError as exc:
-        raise SpecError(f"{where}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except YAMLError as exc:
-        raise SpecError(f"{where}: not valid YAML ({' '.join(str(exc).split())})") from None
-
-
-def read_file(path: str) -> tuple[Any, str]:
-    """The document in a file, and its URI."""
-    file = Path(path)
-    try:
-        data = file.read_bytes()
-    except OSError as exc:
-        raise SpecError(f"cannot read the OpenAPI document {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_SPEC_BYTES:
-        raise SpecError(f"the OpenAPI document {path} is larger than {MAX_SPEC_BYTES} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SpecError(f"the OpenAPI document {path} is not UTF-8 text") from None
-    return parse_text(text, path), file.resolve().as_uri()
-
-
-def _file_retriever(root: str) -> Callable[[str], Resource[Any]]:
-    """Retrieve documents a file spec refers to: files only (``file:`` URIs)."""
-
-    def retrieve(uri: str) -> Resource[Any]:
-        if urlsplit(uri).scheme != "file":
-            raise SpecError(f"a reference to {uri} leaves the spec's files; only files beside it are read")
-        document, _ = read_file(unquote(urlsplit(uri).path))
-        return Resource(contents=document, specification=DRAFT202012)
-
-    return retrieve
-
-
-def _refuse_retrieval(uri: str) -> Resource[Any]:
-    raise SpecError(f"a reference to {uri} leaves the document; a spec read by URL may only refer inside itself")
 
 
 # ------------------------------------------------------------------------------------------ resolving
@@ -232,6 +173,58 @@ class _Bundle:
         target, uri = self._resolver.lookup(ref, base)
         self.defs[name] = self.schema(target, urldefrag(uri)[0], depth + 1)
         return name
+
+
+_SAME_VALUE_LISTS: Final = ("allOf", "anyOf", "oneOf")
+_SAME_VALUE_ONES: Final = ("not", "if", "then", "else")
+"""Keywords whose schemas apply to the value itself, not to a part of it: a loop through only these
+(and ``$ref``) never reaches a smaller value, so checking an argument against it never ends."""
+
+
+def _same_value_refs(schema: Any) -> set[str]:
+    """The ``$defs`` a bundled schema applies to the same value (not to an item or a property)."""
+    found: set[str] = set()
+    pending = [schema]
+    while pending:
+        current = pending.pop()
+        if not isinstance(current, Mapping):
+            continue
+        ref = current.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            found.add(ref.removeprefix("#/$defs/"))
+        for key in _SAME_VALUE_LISTS:
+            if isinstance(current.get(key), list):
+                pending.extend(current[key])
+        pending.extend(current.get(key) for key in _SAME_VALUE_ONES)
+        if isinstance(current.get("dependentSchemas"), Mapping):
+            pending.extend(current["dependentSchemas"].values())
+    return found
+
+
+def _refuse_loops(defs: Mapping[str, Any], what: str) -> None:
+    """A ``SpecError`` naming a schema that reaches itself through references alone (``S: {$ref: S2}``,
+    ``S2: {$ref: S}``): checking an argument against it would recurse without end."""
+    edges = {name: _same_value_refs(schema) for name, schema in defs.items()}
+    done: set[str] = set()
+    for start in edges:
+        trail: list[str] = []
+        stack: list[tuple[str, bool]] = [(start, False)]
+        on_trail: set[str] = set()
+        while stack:
+            name, leaving = stack.pop()
+            if leaving:
+                on_trail.discard(trail.pop())
+                done.add(name)
+                continue
+            if name in on_trail:
+                loop = " -> ".join([*trail[trail.index(name):], name])
+                raise SpecError(f"{what}: schema references loop ({loop[:300]})")
+            if name in done or name not in edges:
+                continue
+            trail.append(name)
+            on_trail.add(name)
+            stack.append((name, True))
+            stack.extend((target, False) for target in edges[name])
 
 
 def _from_openapi30(schema: dict[str, Any]) -> dict[str, Any]:
@@ -349,6 +342,7 @@ class _Reader:
             else:
                 body_schema = bundle.schema(media[0], where)
                 body_description = _text(body.get("description"))
+        _refuse_loops(bundle.defs, what)
         operation_id = raw.get("operationId")
         return Operation(
             method=method.upper(),
@@ -372,7 +366,7 @@ def read_spec(document: Any, uri: str, *, from_file: bool) -> Spec:
         shown = version if isinstance(version, str) else type(version).__name__
         raise SpecError(f"the document is not OpenAPI 3.0 or 3.1 (openapi: {shown!r})"[:300])
     specification = DRAFT202012 if version.startswith("3.1") else DRAFT4
-    retrieve = _file_retriever(uri) if from_file else _refuse_retrieval
+    retrieve = file_retriever(uri) if from_file else refuse_retrieval
     registry: Registry[Any] = Registry(retrieve=retrieve).with_resource(  # type: ignore[call-arg]
         uri, Resource(contents=document, specification=specification)
     )
@@ -420,4 +414,4 @@ def _server_url(server: Mapping[str, Any], uri: str) -> str:
     return url
 
 
-__all__ = ["Operation", "Parameter", "Spec", "SpecError", "parse_text", "read_file", "read_spec"]
+__all__ = ["Operation", "Parameter", "Spec", "read_spec"]

@@ -20,6 +20,7 @@ refused by the merged catalogue (``catalogue.merged``), never one of them picked
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
@@ -96,17 +97,48 @@ def description(operation: Operation, backend_url: str) -> str:
     return "\n\n".join(parts)
 
 
+class _SchemaChecks:
+    """Where an ``inputSchema`` breaks the JSON Schema meta-schema. Each property and each ``$defs``
+    entry is checked on its own (the meta-schema applies to them as to a whole schema), and each
+    distinct one once: a spec's tools share most of their schemas, and checking every tool's whole
+    schema made a spec of 6,000 operations take a minute to load. A problem names the place and the
+    rule broken, never a value: a schema may come from a file beside the spec."""
+
+    def __init__(self) -> None:
+        from jsonschema import Draft202012Validator
+
+        self._meta = Draft202012Validator(
+            Draft202012Validator.META_SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER
+        )
+        self._seen: dict[str, str | None] = {}
+
+    def problem(self, schema: Mapping[str, Any]) -> str | None:
+        from jsonschema.exceptions import best_match
+
+        for section in ("properties", "$defs"):
+            for member, piece in schema.get(section, {}).items():
+                key = json.dumps(piece, sort_keys=True, default=str)
+                if key not in self._seen:
+                    error = best_match(self._meta.iter_errors(piece))
+                    self._seen[key] = None if error is None else "".join(
+                        [*(f"/{part}" for part in error.absolute_path), f" (breaks {error.validator!r})"]
+                    )
+                if self._seen[key] is not None:
+                    return f"{section}/{member}{self._seen[key]}"
+        return None
+
+
 def operation_tools(
     spec: Spec, backend_url: str, include: Sequence[str] = (), configured_headers: Iterable[str] = ()
 ) -> tuple[list[OperationTool], list[str]]:
     """The tools of a spec (only those whose name matches an ``include`` glob, when given), and the
     operations left out with why. ``configured_headers``: the names of the headers the entry sends."""
     from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
 
     globs = [compile_glob(pattern) for pattern in include]
     tools: list[OperationTool] = []
     skipped = list(spec.skipped)
+    checks = _SchemaChecks()
     names = [tool_name(operation) for operation in spec.operations]
     configured = tuple(configured_headers)
     for declared, name in zip(spec.operations, names, strict=True):
@@ -117,10 +149,9 @@ def operation_tools(
             skipped.append(f"{operation.method} {operation.path}: another operation has the same tool name {name!r}")
             continue
         schema = input_schema(operation)
-        try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as exc:
-            skipped.append(f"{operation.method} {operation.path}: its parameters' schemas are invalid ({exc.message[:200]})")
+        problem = checks.problem(schema)
+        if problem is not None:
+            skipped.append(f"{operation.method} {operation.path}: its parameters' schemas are invalid (at {problem[:200]})")
             continue
         item: dict[str, Any] = {
             "name": name,

@@ -2,8 +2,9 @@
 
 Invariant: an OpenAPI upstream is served only once its whole catalogue is known and its backend is
 one the SSRF guard lets through: a spec that cannot be fetched, read or resolved, a backend that is
-missing, not absolute, or on a private address without ``allow_private``, or a header whose
-environment variable is empty, is a ``StartError`` (``serve`` and ``discover`` stop with it, exit 2).
+missing, not absolute, holds credentials, a query or a fragment (never echoed), or is on a private
+address without ``allow_private``, or a header whose environment variable is empty, is a
+``StartError`` (``serve`` and ``discover`` stop with it, exit 2).
 Header values are read from the environment here, held by the HTTP client only, and never shown.
 """
 
@@ -16,16 +17,11 @@ from urllib.parse import urlsplit
 import httpx
 
 from drawbridge.config import ALLOW_PRIVATE_ADVICE, OpenApiConfig
+from drawbridge.config_local import backend_url_problem
 from drawbridge.gateway.upstreams.local import LocalTool, LocalUpstream, StartError
 from drawbridge.gateway.upstreams.openapi.calls import call_operation
-from drawbridge.gateway.upstreams.openapi.spec import (
-    MAX_SPEC_BYTES,
-    Spec,
-    SpecError,
-    parse_text,
-    read_file,
-    read_spec,
-)
+from drawbridge.gateway.upstreams.openapi.spec import Spec, read_spec
+from drawbridge.gateway.upstreams.openapi.spec_text import MAX_SPEC_BYTES, SpecError, parse_text, read_file
 from drawbridge.gateway.upstreams.openapi.tools import operation_tools
 from drawbridge.gateway.upstreams.ssrf import http_client, refusal, resolved_problem
 
@@ -67,6 +63,8 @@ async def backend_of(config: OpenApiConfig, spec: Spec) -> str:
     backend = config.backend_url or (spec.servers[0] if spec.servers else None)
     if backend is None:
         raise StartError(f"openapi {config.name!r}: the spec lists no server; set backend_url")
+    if (refused := backend_url_problem(backend)) is not None:
+        raise StartError(f"openapi {config.name!r}: the spec's first server {refused}; set backend_url")
     parts = urlsplit(backend)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise StartError(

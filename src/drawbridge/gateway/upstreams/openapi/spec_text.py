@@ -1,0 +1,119 @@
+"""Reading an OpenAPI document's text, and the files a spec read from a file may refer to.
+
+Invariant: a document is read one way and never quoted back. JSON or YAML with no key given twice (a
+key given twice is named by the key alone, never its values, which a file beside the spec may hold as
+secrets); YAML is held to the configuration's bounds (``strict_yaml.check_bounds``: depth, values
+counting aliases) before it is built; a document is at most ``MAX_SPEC_BYTES``. A spec read from a file
+may refer to files in its own directory or below it, once every symlink is resolved
+(``file_retriever``); a spec fetched by URL may only refer inside itself (``refuse_retrieval``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import unquote, urlsplit
+
+from referencing import Resource
+from referencing.jsonschema import DRAFT202012
+from ruamel.yaml import YAML
+from ruamel.yaml.constructor import SafeConstructor
+from ruamel.yaml.error import YAMLError
+
+from drawbridge.policy.strict_yaml import YamlProblem, check_bounds, yaml_problem
+
+MAX_SPEC_BYTES: Final = 16 * 1024 * 1024
+
+
+class SpecError(ValueError):
+    """The document cannot be served: the message says where and why."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise SpecError(f"the key {key!r} is given twice in one object")
+        out[key] = value
+    return out
+
+
+class _SafeConstructor(SafeConstructor):
+    """ruamel's safe construction, naming a key given twice by the key alone (ruamel's own error
+    quotes both values, which a file beside the spec may hold as secrets)."""
+
+    def check_mapping_key(self, node: Any, key_node: Any, mapping: Any, key: Any, value: Any) -> bool:
+        if key in mapping:
+            raise YamlProblem(key_node.start_mark.line + 1, f"the key {str(key)[:80]!r} is given twice in one object")
+        return True
+
+
+def parse_text(text: str, where: str) -> Any:
+    """A JSON or YAML document; a key given twice is an error (it could be read two ways). A problem
+    is named by its line, never by quoting the text."""
+    stripped = text.lstrip()
+    try:
+        if stripped.startswith(("{", "[")):
+            return json.loads(text, object_pairs_hook=_no_duplicates)
+        check_bounds(text)  # the configuration's bounds: an alias bomb is refused before it expands
+        yaml = YAML(typ="safe", pure=True)
+        yaml.Constructor = _SafeConstructor
+        try:
+            return yaml.load(text)
+        except YAMLError as exc:
+            raise yaml_problem(exc) from None
+        except (ValueError, TypeError, OverflowError):  # ``!!int abc``: ruamel's int() fails, quoting it
+            raise YamlProblem(None, "invalid YAML: a value does not read as its tag says") from None
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    except YamlProblem as exc:
+        raise SpecError(f"{where}:{exc.line or 1}: {exc.problem}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: the document nests too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+def read_file(path: str) -> tuple[Any, str]:
+    """The document in a file, and its URI."""
+    file = Path(path)
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"cannot read the OpenAPI document {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"the OpenAPI document {path} is larger than {MAX_SPEC_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"the OpenAPI document {path} is not UTF-8 text") from None
+    return parse_text(text, path), file.resolve().as_uri()
+
+
+def file_retriever(root: str) -> Callable[[str], Resource[Any]]:
+    """Retrieve documents a file spec refers to: files in the spec's own directory or below it, once
+    every symlink is resolved, so that no reference reads (and shows agents) a file elsewhere."""
+    directory = Path(unquote(urlsplit(root).path)).resolve().parent
+
+    def retrieve(uri: str) -> Resource[Any]:
+        parts = urlsplit(uri)
+        if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
+            raise SpecError(f"a reference to {uri[:200]} leaves the spec's files; only files beside it are read")
+        path = Path(unquote(parts.path)).resolve()
+        if not path.is_relative_to(directory):
+            raise SpecError(
+                f"a reference to {path} leaves the spec's directory {directory}; only files in it are read"
+            )
+        document, _ = read_file(str(path))
+        return Resource(contents=document, specification=DRAFT202012)
+
+    return retrieve
+
+
+def refuse_retrieval(uri: str) -> Resource[Any]:
+    raise SpecError(f"a reference to {uri} leaves the document; a spec read by URL may only refer inside itself")
+
+
+__all__ = ["MAX_SPEC_BYTES", "SpecError", "file_retriever", "parse_text", "read_file", "refuse_retrieval"]
