@@ -117,18 +117,23 @@ def test_policy_set_edits_the_file_and_is_recorded(url: str, plane: Plane) -> No
 def test_pins_list_and_accept(url: str, plane: Plane) -> None:
     held = ok_json("pins", "list", "--url", url)
     assert sorted(t["name"] for t in held) == ["github.create_issue", "github.list_repos"]
-    accepted = ok_json("pins", "accept", "--tools", "github.list_repos", "github.create_issue", "--by", "marc",
-                       "--url", url)
+    unbound = drawbridge("pins", "accept", "--tools", "github.list_repos", "--by", "marc", "--url", url)
+    assert unbound.returncode == 2 and "--fingerprint" in unbound.stderr and "--current" in unbound.stderr
+    bad = drawbridge("pins", "accept", "--fingerprint", "github.list_repos", "--url", url)
+    assert bad.returncode == 2 and "TOOL=sha256" in bad.stderr
+    fingerprints = [f"{t['name']}={t['current']['fingerprint']}" for t in held]
+    accepted = ok_json("pins", "accept", "--fingerprint", fingerprints[0], "--fingerprint", fingerprints[1],
+                       "--by", "marc", "--url", url)
     assert sorted(a["name"] for a in accepted["accepted"]) == ["github.create_issue", "github.list_repos"]
     assert sorted(e["body"]["tool"] for e in plane.entries("mesh.pin_accept")) == ["create_issue", "list_repos"]
     assert ok_json("pins", "list", "--url", url) == []
-    again = drawbridge("pins", "accept", "--server", "github", "--url", url)
+    again = drawbridge("pins", "accept", "--server", "github", "--current", "--url", url)
     assert again.returncode == 0
     assert "nothing to accept" in again.stdout
 
     neither = drawbridge("pins", "accept", "--url", url)
     assert neither.returncode == 2
-    unknown = drawbridge("pins", "accept", "--server", "gitlab", "--url", url)
+    unknown = drawbridge("pins", "accept", "--server", "gitlab", "--current", "--url", url)
     assert unknown.returncode == 1
     assert "gitlab" in unknown.stderr and "(HTTP 404)" in unknown.stderr
 

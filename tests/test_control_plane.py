@@ -281,9 +281,9 @@ def test_pins_list_and_accept_by_tools_then_by_server_recorded_in_the_chain(http
     changed = held["github.list_repos"]
     assert changed["status"] == "changed"
     assert changed["pinned"] == {"fingerprint": expected_fingerprint(LIST_REPOS_V1),
-                                 "description": LIST_REPOS_V1["description"]}
-    assert changed["current"] == {"fingerprint": expected_fingerprint(LIST_REPOS_V2),
-                                  "description": LIST_REPOS_V2["description"]}
+                                 "description": LIST_REPOS_V1["description"], "definition": None}
+    assert {k: changed["current"][k] for k in ("fingerprint", "description")} == {
+        "fingerprint": expected_fingerprint(LIST_REPOS_V2), "description": LIST_REPOS_V2["description"]}
     assert held["github.create_issue"]["status"] == "new"
     assert held["github.create_issue"]["pinned"] is None
 
@@ -324,6 +324,15 @@ PIN_REFUSALS: list[tuple[dict[str, Any], int, str]] = [
     ({"tools": ["github.nope"]}, 404, "neither pinned nor observed"),
     ({"tools": ["gitlab.create_issue"]}, 404, "gitlab.create_issue"),
     ({"server": "gitlab"}, 404, "gitlab"),
+    ({"tools": ["github.list_repos"], "fingerprints": ["sha256:" + "0" * 64]}, 400, "non-empty object"),
+    ({"tools": ["github.list_repos"], "fingerprints": {"github.list_repos": "md5:0"}}, 400, "sha256:<64"),
+    ({"tools": ["github.list_repos"], "fingerprints": {"github.create_issue": None}}, 409,
+     "'list_repos' would change but no reviewed fingerprint names it"),
+    ({"tools": ["github.list_repos"], "fingerprints": {"github.list_repos": "sha256:" + "0" * 64}}, 409,
+     f"'list_repos' was reviewed as sha256:{'0' * 64} but is {expected_fingerprint(LIST_REPOS_V2)} now"),
+    ({"server": "github", "fingerprints": {"github.list_repos": expected_fingerprint(LIST_REPOS_V2)}}, 409,
+     "'create_issue' would change but no reviewed fingerprint names it"),
+    ({"tools": ["github.list_repos"], "fingerprints": {"gitlab.x": None}}, 404, "gitlab.x"),
 ]
 
 
@@ -334,6 +343,15 @@ def test_pin_accept_refusals_change_nothing(http: httpx.Client, plane: Plane) ->
         assert words in response.json()["error"], body
     assert plane.entries("mesh.pin_accept") == []
     assert len(http.get("/tools/pins").json()) == 2
+
+
+def test_a_pin_accept_bound_to_the_reviewed_fingerprints_pins_them(http: httpx.Client, plane: Plane) -> None:
+    held = by_name(http.get("/tools/pins").json())
+    reviewed = {name: row["current"]["fingerprint"] for name, row in held.items()}
+    response = http.post("/tools/pins/accept", json={"server": "github", "by": "marc", "fingerprints": reviewed})
+    assert response.status_code == 200, response.text
+    assert {a["name"]: a["fingerprint"] for a in response.json()["accepted"]} == reviewed
+    assert http.get("/tools/pins").json() == []
 
 
 # ---------------------------------------------------------------------------------------- approvals

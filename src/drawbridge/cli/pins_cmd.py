@@ -1,30 +1,42 @@
-"""``drawbridge pins list|accept``: tools held back by pinning, and accepting their current definitions.
+"""``drawbridge pins list|show|accept``: tools held back by pinning, what changed, and accepting them.
 
-``accept --server S`` accepts everything server S offers now; ``accept --tools T [T ...]`` accepts the
-named tools (as agents see them, e.g. ``github.create_issue``). Each accepted tool is recorded in the
-trace chain as ``mesh.pin_accept`` with both descriptions and the new fingerprint.
+An accept is bound to what a person reviewed: ``--fingerprint TOOL=sha256:...`` (the current
+fingerprint ``pins show TOOL`` or ``pins list`` printed) or ``--reviewed FILE`` (the output of
+``pins list --format json``) names the definitions to pin, and the control plane refuses (409,
+nothing accepted) when the server offers anything else by then. ``--current`` pins whatever the
+server offers at the moment of the accept, reviewed or not, and must be asked for by name.
+``accept --server S`` accepts every held-back tool of server S; ``--tools T [T ...]`` the named
+tools (as agents see them, e.g. ``github.create_issue``); with neither, the tools the fingerprints
+name. Each accepted tool is recorded in the trace chain as ``mesh.pin_accept`` with both
+descriptions and the new fingerprint.
 
-Exit codes: 0 done; 1 refused or not found (pinning off, unknown server or tool); 2 usage error or
-control plane unreachable.
+Exit codes: 0 done; 1 refused or not found (pinning off, unknown server or tool, not held back,
+changed since it was reviewed); 2 usage error or control plane unreachable.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
 import click
 
-from drawbridge.cli.control_client import Control, control_options, default_person
-from drawbridge.cli.output import console, emit_json, table
+from drawbridge.cli.control_client import Control, ControlError, control_options, default_person
+from drawbridge.cli.output import EXIT_FAILED, console, display_text, emit_json, table
 
 
 @click.group(name="pins", context_settings={"help_option_names": ["-h", "--help"]})
 def command() -> None:
-    """Held-back tools (new or changed since their catalogue was pinned) and accepting them."""
+    """Held-back tools (new or changed since their catalogue was pinned), what changed, accepting them."""
 
 
 @command.command(name="list")
 @control_options
 def list_pins(ctl: Control) -> None:
-    """Held-back tools with the pinned and the current description."""
+    """Held-back tools with the pinned and the current fingerprint and description."""
     held = ctl.client.get("/tools/pins")
     if ctl.json:
         emit_json(held)
@@ -33,32 +45,100 @@ def list_pins(ctl: Control) -> None:
     for tool in held:
         pinned = tool.get("pinned") or {}
         current = tool.get("current") or {}
-        row = [tool.get("name"), tool.get("status"), pinned.get("description"), current.get("description")]
-        rows.append(row)
-    columns = ["TOOL", "STATUS", "PINNED DESCRIPTION", "CURRENT DESCRIPTION"]
+        rows.append([
+            tool.get("name"), tool.get("status"), pinned.get("description"), current.get("description"),
+            current.get("fingerprint"),
+        ])
+    columns = ["TOOL", "STATUS", "PINNED DESCRIPTION", "CURRENT DESCRIPTION", "CURRENT FINGERPRINT"]
     console().print(table(f"{len(held)} held back", columns, rows))
+    if held:
+        click.echo("see what changed: drawbridge pins show TOOL")
+
+
+@command.command(name="show")
+@click.argument("tool")
+@control_options
+def show(ctl: Control, tool: str) -> None:
+    """A held-back tool's pinned and current definitions, their fingerprints and a diff."""
+    held = [t for t in ctl.client.get("/tools/pins") if t.get("name") == tool]
+    if not held:
+        raise ControlError(f"{display_text(tool)!r} is not held back: nothing to show", EXIT_FAILED)
+    row = held[0]
+    if ctl.json:
+        emit_json(row)
+        return
+    pinned, current = row.get("pinned") or {}, row.get("current") or {}
+    click.echo(f"tool: {display_text(str(row.get('name')))} ({row.get('status')})")
+    click.echo(f"pinned fingerprint:  {pinned.get('fingerprint') or '(none: a new tool)'}")
+    click.echo(f"current fingerprint: {current.get('fingerprint')}")
+    if pinned and pinned.get("definition") is None:
+        click.echo("the pinned definition predates the store keeping it; its description was:")
+        click.echo(_pretty(pinned.get("description")))
+    before = _pretty(pinned.get("definition")) if pinned.get("definition") is not None else ""
+    now = current.get("definition")
+    after = _pretty(now if now is not None else current.get("description"))
+    click.echo("--- pinned")
+    click.echo("+++ current")
+    for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=3):
+        if not line.startswith(("---", "+++")):
+            click.echo(line)
+    bound = f"{display_text(tool)}={current.get('fingerprint')}"
+    click.echo(f"accept exactly this: drawbridge pins accept --fingerprint {bound}")
+
+
+def _pretty(value: Any) -> str:
+    """JSON with every non-ASCII and control character escaped: nothing a server wrote can act on the
+    terminal or hide a change (a bidi override, an escape sequence)."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True)
 
 
 @command.command(name="accept")
-@click.option("--server", help="Accept every tool this upstream server offers now.")
+@click.option("--server", help="Accept every held-back tool this upstream server offers.")
 @click.option("--tools", "tools", multiple=True, metavar="TOOL", help="A tool to accept (more may follow).")
 @click.argument("more", nargs=-1, metavar="[TOOL]...")
+@click.option("--fingerprint", "fingerprints", multiple=True, metavar="TOOL=sha256:...",
+              help="The reviewed current fingerprint of a tool (pins show/list print it); repeatable.")
+@click.option("--reviewed", "reviewed", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A file holding `pins list --format json` as reviewed: accept those fingerprints.")
+@click.option("--current", is_flag=True, help="Pin whatever the server offers now, reviewed or not.")
 @click.option("--by", default=None, help="Who accepts (recorded as given; default cli:<login>).")
 @control_options
 def accept(
-    ctl: Control, server: str | None, tools: tuple[str, ...], more: tuple[str, ...], by: str | None
+    ctl: Control,
+    server: str | None,
+    tools: tuple[str, ...],
+    more: tuple[str, ...],
+    fingerprints: tuple[str, ...],
+    reviewed: Path | None,
+    current: bool,
+    by: str | None,
 ) -> None:
-    """Accept held-back tools: --server S, or --tools T [T ...]."""
+    """Accept held-back tools as reviewed: --fingerprint TOOL=FP, --reviewed FILE, or --current."""
     names = [*tools, *more]
     if more and not tools:
         raise click.UsageError("name tools after --tools (e.g. --tools github.create_issue github.get_repo)")
-    if (server is None) == (not names):
-        raise click.UsageError("give --server S or --tools T [T ...], exactly one of the two")
+    if server is not None and names:
+        raise click.UsageError("give --server S or --tools T [T ...], not both")
+    bound = _reviewed_fingerprints(fingerprints, reviewed, server, names)
+    if current and bound is not None:
+        raise click.UsageError("--current pins what is offered now: give it without --fingerprint, --reviewed")
+    if not current and bound is None:
+        raise click.UsageError(
+            "an accept pins what you reviewed: give --fingerprint TOOL=sha256:... "
+            "(see drawbridge pins show TOOL) or --reviewed FILE (from pins list --format json); "
+            "--current pins whatever is offered now, unseen"
+        )
+    if server is None and not names:
+        if bound is None:
+            raise click.UsageError("give --server S or --tools T [T ...]")
+        names = list(bound)
     body: dict[str, object] = {"by": by or default_person()}
     if server is not None:
         body["server"] = server
     else:
         body["tools"] = names
+    if bound is not None:
+        body["fingerprints"] = bound
     result = ctl.client.post("/tools/pins/accept", body)
     if ctl.json:
         emit_json(result)
@@ -76,3 +156,48 @@ def accept(
     ]
     console().print(table(f"{len(accepted)} accepted", ["TOOL", "FINGERPRINT", "WAS", "NOW"], rows))
 
+
+def _reviewed_fingerprints(
+    given: Sequence[str], reviewed: Path | None, server: str | None, names: Sequence[str]
+) -> dict[str, str] | None:
+    """Tool -> reviewed fingerprint from ``--fingerprint`` and ``--reviewed`` (None when neither).
+
+    From a reviewed listing only the rows this accept covers are taken (the server's, or the tools
+    named); a tool named with ``--tools`` that the listing lacks is a usage error."""
+    if not given and reviewed is None:
+        return None
+    out: dict[str, str] = {}
+    if reviewed is not None:
+        rows = _read_listing(reviewed)
+        for row in rows:
+            name, fingerprint = row["name"], row["current"]["fingerprint"]
+            if (server is None or row.get("server") == server) and (not names or name in names):
+                out[name] = fingerprint
+        missing = [n for n in names if n not in out]
+        if missing:
+            listed = ", ".join(display_text(n) for n in missing[:5])
+            raise click.UsageError(f"{reviewed} does not list {listed}")
+    for item in given:
+        name, sep, fingerprint = item.rpartition("=")
+        if not sep or not name or not fingerprint:
+            raise click.UsageError(f"--fingerprint takes TOOL=sha256:<hex>, not {display_text(item)!r}")
+        out[name] = fingerprint
+    if not out:
+        raise click.UsageError(f"{reviewed} lists no held-back tool this accept covers")
+    return out
+
+
+def _read_listing(path: Path) -> list[Mapping[str, Any]]:
+    """The rows of a saved ``pins list --format json``, each with a name and a current fingerprint."""
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise click.UsageError(f"--reviewed {path}: cannot be read as JSON ({type(exc).__name__})") from None
+    ok = isinstance(rows, list) and all(
+        isinstance(r, Mapping) and isinstance(r.get("name"), str)
+        and isinstance(r.get("current"), Mapping) and isinstance(r["current"].get("fingerprint"), str)
+        for r in rows
+    )
+    if not ok:
+        raise click.UsageError(f"--reviewed {path}: not the output of drawbridge pins list --format json")
+    return rows

@@ -13,6 +13,9 @@ the pin service), records what changed and renders the result. Policy edit paths
 raw request path, so an agent or tool name holding ``/`` can be sent percent-encoded
 (``/policies/team%2Fbot/tools/fs.read``). A pin acceptance names a server or a list of tools; the
 tools are all resolved (served names, or pinned ones no longer served) before anything changes.
+With ``fingerprints`` (what ``GET /tools/pins`` showed the person) it pins only those definitions:
+should the server offer anything else now, or a tool change that no fingerprint names, nothing is
+accepted (409), so a change made between reviewing and accepting is never pinned unseen.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from drawbridge.canonical import is_sha256_digest
 from drawbridge.catalogue.decisions import decision_table
 from drawbridge.control.inputs import (
     MAX_NAME_CHARS,
@@ -148,10 +152,11 @@ class CatalogueHandlers:
         return JSONResponse([tool.as_dict() for tool in held])
 
     async def accept_pins(self, request: Request) -> Response:
-        """``POST /tools/pins/accept`` with ``{"server": S}`` or ``{"tools": [...]}`` (and ``by``)."""
+        """``POST /tools/pins/accept`` with ``{"server": S}`` or ``{"tools": [...]}`` (and ``by``), and
+        ``fingerprints`` (tool -> reviewed fingerprint) to accept only what was reviewed."""
         service = self._pins()
         body = await json_body(request, self.services.read_json)
-        check_keys(body, ("server", "tools", "by"))
+        check_keys(body, ("server", "tools", "fingerprints", "by"))
         server = text_field(body, "server", required=False)
         tools = body.get("tools")
         by = person(text_field(body, "by", required=False), "by") or caller(request)
@@ -167,16 +172,48 @@ class CatalogueHandlers:
             if not isinstance(tools, list) or not tools or not all(isinstance(t, str) and t for t in tools):
                 raise Problem(400, 'field "tools" must be a non-empty list of tool names')
             groups = dict(await self.group_tools(service, tools))
-        accepted = await self.accept_pin_groups(groups, by)
+        reviewed = await self.reviewed_fingerprints(service, body.get("fingerprints"), groups)
+        accepted = await self.accept_pin_groups(groups, by, reviewed)
         return JSONResponse({"accepted": accepted, "count": len(accepted)})
 
-    async def accept_pin_groups(self, groups: Mapping[str, Sequence[str] | None], by: str) -> list[dict[str, Any]]:
+    async def reviewed_fingerprints(
+        self, service: Any, value: Any, groups: Mapping[str, Sequence[str] | None]
+    ) -> dict[str, dict[str, str | None]] | None:
+        """``fingerprints`` (agent-visible name -> ``sha256:...``, or null for a tool reviewed as
+        removed) by server and upstream name; None when absent (the current definitions are pinned).
+        Every server accepted is bound, so a tool that would change unnamed is refused (409)."""
+        if value is None:
+            return None
+        if not isinstance(value, Mapping) or not value:
+            raise Problem(400, 'field "fingerprints" must be a non-empty object of tool name -> fingerprint')
+        for name, fingerprint in value.items():
+            if fingerprint is not None and not is_sha256_digest(fingerprint):
+                raise Problem(
+                    400, f"fingerprint of {shown(name, 80)} must be sha256:<64 lowercase hex> or null (removed)"
+                )
+        reviewed: dict[str, dict[str, str | None]] = {name: {} for name in groups}
+        for (server, upstream), fingerprint in zip(
+            await self.resolve_tools(service, list(value)), value.values(), strict=True
+        ):
+            if server not in reviewed:
+                raise Problem(400, f"a fingerprint names {shown(service.display_name(server, upstream), 80)}, "
+                                   "which this acceptance does not accept")
+            reviewed[server][upstream] = fingerprint
+        return reviewed
+
+    async def accept_pin_groups(
+        self,
+        groups: Mapping[str, Sequence[str] | None],
+        by: str,
+        reviewed: Mapping[str, Mapping[str, str | None]] | None = None,
+    ) -> list[dict[str, Any]]:
         """Accept the current definitions (per server: ``None`` is all its tools), each recorded as
-        ``mesh.pin_accept`` (also the console's)."""
+        ``mesh.pin_accept`` (also the console's); with ``reviewed``, only if they are the reviewed ones."""
         service = self._pins()
         accepted: list[dict[str, Any]] = []
         for name, names in groups.items():
-            changes = await service.accept(name, names, by=by)
+            bound = None if reviewed is None else reviewed.get(name, {})
+            changes = await service.accept(name, names, by=by, reviewed=bound)
             for change in changes:
                 record = change.record()
                 record["name"] = service.display_name(change.server, change.name)
@@ -196,24 +233,32 @@ class CatalogueHandlers:
     async def group_tools(self, service: Any, tools: list[str]) -> dict[str, list[str]]:
         """Agent-visible names -> upstream names, grouped by server; all resolved before any change (also
         the console's)."""
+        groups: dict[str, list[str]] = {}
+        for server, upstream in await self.resolve_tools(service, tools):
+            groups.setdefault(server, []).append(upstream)
+        return groups
+
+    async def resolve_tools(self, service: Any, tools: Sequence[str]) -> list[tuple[str, str]]:
+        """``(server, upstream name)`` of each agent-visible name (served, or pinned and gone); 404
+        naming the unknown ones."""
         by_name = {item.name: item for item in await current_catalogue(self.services.catalogue)}
         servers = list(service.servers())
-        groups: dict[str, list[str]] = {}
+        resolved: list[tuple[str, str]] = []
         unknown: list[str] = []
         for name in tools:
             item = by_name.get(name)
             if item is not None:
-                groups.setdefault(item.server, []).append(item.upstream_name)
+                resolved.append((item.server, item.upstream_name))
                 continue
             target = _split_known(name, servers, service)
             if target is None:
                 unknown.append(name)
             else:
-                groups.setdefault(target[0], []).append(target[1])
+                resolved.append(target)
         if unknown:
             names = ", ".join(shown(n, 80) for n in unknown[:5])
             raise Problem(404, f"no served or pinned tool named {names}")
-        return groups
+        return resolved
 
 
 def _split_known(name: str, servers: Sequence[str], service: Any) -> tuple[str, str] | None:

@@ -27,7 +27,7 @@ from drawbridge.policy.globs import GlobError
 from drawbridge.state.approvals import AlreadyResolved, ApprovalExpired, InvalidApproval
 from drawbridge.state.grants import GrantAlreadyRevoked, InvalidGrant
 from drawbridge.state.ids import AmbiguousId, InvalidId, UnknownId
-from drawbridge.state.pins import InvalidPin, PinError, UnknownTool
+from drawbridge.state.pins import InvalidPin, PinConflict, PinError, UnknownTool
 from drawbridge.state.sqlite import StateUnavailable
 
 logger = logging.getLogger("drawbridge.control")
@@ -69,6 +69,8 @@ def problem_for(exc: BaseException) -> Problem | None:
         return Problem(404, str(exc))
     if isinstance(exc, InvalidPin):
         return Problem(422, str(exc))
+    if isinstance(exc, PinConflict):  # what was reviewed is not what the server offers now
+        return Problem(409, str(exc))
     if isinstance(exc, PinError):  # no catalogue observed for the server
         return Problem(404, str(exc))
     if isinstance(exc, (InvalidApproval, InvalidGrant, DurationError, GlobError)):

@@ -26,7 +26,8 @@ Theory of operation. ``ControlServices`` bundles:
   imports nothing of the gateway's, so the gateway hands it in.
 * ``pins``: a ``PinService`` (None when ``pin_tools`` is off). ``StorePinService`` implements it on
   the SQLite pin store: held-back tools are the observed tools whose fingerprint differs from the
-  accepted one; accepting pins what was observed and returns one ``PinAcceptance`` per change.
+  accepted one; accepting pins what was observed (only what was reviewed, given ``reviewed``
+  fingerprints) and returns one ``PinAcceptance`` per change.
 * ``recent_calls(agent, limit)``: the agent's latest decisions for the approval detail view (async,
   optional). ``RecentCallRing`` is a bounded in-memory implementation the recorder can feed.
 * ``clock``: "now" for remaining times in views.
@@ -37,6 +38,7 @@ Theory of operation. ``ControlServices`` bundles:
 from __future__ import annotations
 
 import inspect
+import json
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -188,9 +190,27 @@ class HeldBackTool:
             "status": self.status.value,
             "pinned": None
             if self.pinned_fingerprint is None
-            else {"fingerprint": self.pinned_fingerprint, "description": self.pinned_description},
-            "current": {"fingerprint": self.current_fingerprint, "description": self.current_description},
+            else {
+                "fingerprint": self.pinned_fingerprint,
+                "description": self.pinned_description,
+                "definition": _definition(self.pinned_definition),
+            },
+            "current": {
+                "fingerprint": self.current_fingerprint,
+                "description": self.current_description,
+                "definition": _definition(self.current_definition),
+            },
         }
+
+
+def _definition(text: str | None) -> Any:
+    """A stored definition (the JCS text its fingerprint covers) as JSON, None when not kept."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 class PinService(Protocol):
@@ -202,7 +222,14 @@ class PinService(Protocol):
 
     async def held_back(self) -> list[HeldBackTool]: ...
 
-    async def accept(self, server: str, names: Sequence[str] | None, *, by: str) -> list[PinAcceptance]: ...
+    async def accept(
+        self,
+        server: str,
+        names: Sequence[str] | None,
+        *,
+        by: str,
+        reviewed: Mapping[str, str | None] | None = None,
+    ) -> list[PinAcceptance]: ...
 
 
 class StorePinService:
@@ -262,8 +289,15 @@ class StorePinService:
                 )
         return out
 
-    async def accept(self, server: str, names: Sequence[str] | None, *, by: str) -> list[PinAcceptance]:
-        changes = await self._store.accept(server, names, accepted_by=by, at=self._clock())
+    async def accept(
+        self,
+        server: str,
+        names: Sequence[str] | None,
+        *,
+        by: str,
+        reviewed: Mapping[str, str | None] | None = None,
+    ) -> list[PinAcceptance]:
+        changes = await self._store.accept(server, names, accepted_by=by, at=self._clock(), reviewed=reviewed)
         if changes and self._after_accept is not None:
             await self._after_accept(server)
         return changes

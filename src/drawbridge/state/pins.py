@@ -25,7 +25,9 @@ only keeps three things per server:
 ``replace(server, tools)`` sets a server's pins wholesale. ``accept`` pins the
 observed definition of each named tool (or of every tool that differs from
 its pin, when ``names`` is None) and drops the pin of a named tool the server
-no longer offers; it returns one ``PinAcceptance`` per change, whose
+no longer offers; given ``reviewed`` (the fingerprints a person was shown) it
+pins only those definitions, checked in the same transaction, and otherwise
+raises ``PinConflict`` having changed nothing; it returns one ``PinAcceptance`` per change, whose
 ``record()`` is the trace-chain body (``mesh.pin_accept``: both descriptions and
 the new fingerprint). Descriptions are stored because a person deciding
 whether to accept a change needs to read what changed; so is the whole definition (``definition``:
@@ -75,6 +77,10 @@ class InvalidPin(PinError, ValueError):
 
 class UnknownTool(PinError, LookupError):
     """``accept`` was given a tool that is neither pinned nor observed for the server."""
+
+
+class PinConflict(PinError):
+    """``accept`` was bound to reviewed fingerprints and the server offers something else now."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +155,13 @@ class PinStore(Protocol):
     async def observed(self, server: str) -> dict[str, ObservedTool]: ...
 
     async def accept(
-        self, server: str, names: Iterable[str] | None = None, *, accepted_by: str, at: datetime
+        self,
+        server: str,
+        names: Iterable[str] | None = None,
+        *,
+        accepted_by: str,
+        at: datetime,
+        reviewed: Mapping[str, str | None] | None = None,
     ) -> list[PinAcceptance]: ...
 
 
@@ -256,6 +268,45 @@ def _write_pins(
     )
 
 
+def _check_reviewed(reviewed: Mapping[str, str | None]) -> dict[str, str | None]:
+    if not isinstance(reviewed, Mapping):
+        raise InvalidPin("reviewed must be a mapping of tool name to fingerprint")
+    for name, fingerprint in reviewed.items():
+        _check_name(name, "tool name")
+        if fingerprint is not None and not is_sha256_digest(fingerprint):
+            raise InvalidPin(f"tool {sanitize(name)!r}: a reviewed fingerprint must be sha256:<64 lowercase hex>")
+    return dict(reviewed)
+
+
+def _check_bound(
+    server: str,
+    reviewed: Mapping[str, str | None],
+    candidates: Iterable[str],
+    pinned: Mapping[str, PinnedTool],
+    observed: Mapping[str, ObservedTool],
+) -> None:
+    """Refuse an acceptance whose reviewed fingerprints are not what would be pinned now."""
+    problems: list[str] = []
+    for name, fingerprint in sorted(reviewed.items()):
+        seen = observed.get(name)
+        now = None if seen is None else seen.fingerprint
+        if now != fingerprint:
+            problems.append(
+                f"{sanitize(name)[:200]!r} was reviewed as {fingerprint or 'removed'} "
+                f"but is {now or 'removed'} now"
+            )
+    for name in candidates:  # dropping the pin of a tool gone pins nothing, so it needs no review
+        pin, seen = pinned.get(name), observed.get(name)
+        if seen is not None and (pin is None or pin.fingerprint != seen.fingerprint) and name not in reviewed:
+            problems.append(f"{sanitize(name)[:200]!r} would change but no reviewed fingerprint names it")
+    if problems:
+        raise PinConflict(
+            f"server {sanitize(server)!r} does not offer what was reviewed; nothing was accepted: "
+            + "; ".join(problems[:5])
+            + ("" if len(problems) <= 5 else f"; and {len(problems) - 5} more")
+        )
+
+
 class SqlitePinStore:
     """``PinStore`` on the embedded SQLite database. See the module docstring."""
 
@@ -348,15 +399,25 @@ class SqlitePinStore:
         return await self._read(server, lambda conn: _read_observed(conn, server), "read observed catalogue")
 
     async def accept(
-        self, server: str, names: Iterable[str] | None = None, *, accepted_by: str, at: datetime
+        self,
+        server: str,
+        names: Iterable[str] | None = None,
+        *,
+        accepted_by: str,
+        at: datetime,
+        reviewed: Mapping[str, str | None] | None = None,
     ) -> list[PinAcceptance]:
         """Pin what the server offers now, for ``names`` or for every tool that differs from its pin.
 
         A named tool the server no longer offers loses its pin. Returns the changes, by name.
+        ``reviewed`` (tool name -> the fingerprint a person reviewed, None for "removed") binds the
+        acceptance to what was shown: ``PinConflict``, and nothing changes, when a tool it names is
+        observed with another fingerprint now, or when a definition it does not name would be pinned.
         """
         _check_name(server, "server")
         _check_name(accepted_by, "accepted_by")
         wanted = None if names is None else sorted({_check_name(n, "tool name") for n in names})
+        bound = None if reviewed is None else _check_reviewed(reviewed)
         when = to_db_time(at)
 
         def write(conn: sqlite3.Connection) -> list[PinAcceptance]:
@@ -374,6 +435,8 @@ class SqlitePinStore:
                     shown = ", ".join(repr(sanitize(n)) for n in unknown[:5])
                     raise UnknownTool(f"neither pinned nor observed for server {sanitize(server)!r}: {shown}")
                 candidates = wanted
+            if bound is not None:
+                _check_bound(server, bound, candidates, pinned, observed)
             conn.execute(
                 "INSERT INTO pin_servers (server, pinned_at, pinned_by) VALUES (?, ?, ?) "
                 "ON CONFLICT (server) DO NOTHING",
@@ -414,6 +477,7 @@ __all__ = [
     "InvalidPin",
     "ObservedTool",
     "PinAcceptance",
+    "PinConflict",
     "PinError",
     "PinStore",
     "PinStoreUnavailable",

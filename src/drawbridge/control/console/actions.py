@@ -95,7 +95,9 @@ class ActionHandlers(ConsoleBase):
             groups = {server: None}
         else:
             groups = await self.plane.group_tools(service, tools)
-        accepted = await self.plane.accept_pin_groups(groups, session.operator)
+        shown = _shown_fingerprints(request.state.form.getlist("fingerprint"))
+        reviewed = await self.plane.reviewed_fingerprints(service, shown, groups)
+        accepted = await self.plane.accept_pin_groups(groups, session.operator, reviewed)
         names = ", ".join(a["name"] for a in accepted) or "nothing new"
         return self.answer(request, "/console/pins", f"accepted: {names}")
 
@@ -112,6 +114,20 @@ class ActionHandlers(ConsoleBase):
     async def revoke_grant(self, request: Request, session: Session) -> Response:
         grant = await self.services.approvals.grant_service.revoke(request.path_params["id"], revoked_by=session.operator)
         return self.answer(request, "/console/grants", f"grant {grant.id[:8]} revoked")
+
+
+def _shown_fingerprints(values: list[Any]) -> dict[str, str]:
+    """The ``fingerprint`` fields of a pins form (``TOOL=sha256:...``, one per tool the page showed):
+    the console accepts only what it showed, so a form without them is refused."""
+    shown: dict[str, str] = {}
+    for value in values:
+        name, sep, fingerprint = value.rpartition("=") if isinstance(value, str) else ("", "", "")
+        if not sep or not name:
+            raise Problem(400, "a fingerprint field is not TOOL=sha256:<hex>; reload the pins page")
+        shown[name] = fingerprint
+    if not shown:
+        raise Problem(400, "the form names no fingerprint it showed; reload the pins page and accept from there")
+    return shown
 
 
 __all__ = ["ActionHandlers"]

@@ -20,9 +20,14 @@ awaits ``check(server)`` on each such report, before agents see the new list. A 
 2. pins the catalogue whole if the server was never pinned (trust on first use, recorded as
    ``mesh.pin_first_use``), else loads the pins;
 3. compares (``catalogue.fingerprint.compare``) and records the observation in the pin store, so that
-   ``POST /tools/pins/accept`` (any process) pins exactly what the server offers now;
+   ``POST /tools/pins/accept`` (any process) pins exactly what the server offers now (and, given the
+   fingerprints a person reviewed, only if that is what they reviewed);
 4. publishes the statuses for that catalogue version and, when tools are held back or pinned tools
    are gone, records ``mesh.pin_held_back`` with both descriptions.
+
+What agents read follows the pins too (``listed``, used by serve's ``tools/list``): a ``changed``
+tool is listed as its pinned definition, a ``new`` one not at all, so a definition nobody accepted
+never reaches a model; its calls are still decided by the floors above.
 
 A failure anywhere publishes "unavailable" for that version (recorded as
 ``mesh.pin_store_unavailable``). Checks of one server are serialized; a call that arrives while its
@@ -34,6 +39,7 @@ in force at once.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -44,7 +50,7 @@ from typing import Any, Final, Protocol
 import anyio
 
 from drawbridge.canonical import canonical_bytes, sanitize, sha256_prefixed
-from drawbridge.catalogue.fingerprint import PinStatus, compare, pinned_document
+from drawbridge.catalogue.fingerprint import PINNED_FIELDS, PinStatus, compare, pinned_document, tool_fingerprint
 from drawbridge.catalogue.floors import Floor, tool_floor
 from drawbridge.catalogue.names import namespaced
 from drawbridge.policy.model import Action
@@ -87,6 +93,9 @@ class ServerPins:
     """Upstream tool name -> status; a listed tool missing here is held back as ``new``."""
     unavailable: str | None = None
     """Why every tool of the server is held back (the pins could not be read or written)."""
+    accepted: Mapping[str, tuple[str, Mapping[str, Any] | None]] = field(default_factory=dict)
+    """Upstream tool name -> its pin as this check read it: the fingerprint, and the pinned document
+    (``pinned_document``; None when the pin predates the store keeping it), for ``listed``."""
 
     def status(self, name: str) -> PinStatus:
         if self.unavailable is not None:
@@ -343,7 +352,39 @@ class CataloguePins:
                     },
                 )
             )
-        return ServerPins(version, dict(comparison.statuses)), events
+        accepted = {name: (pin.fingerprint, _document(pin.definition)) for name, pin in pins.items()}
+        return ServerPins(version, dict(comparison.statuses), accepted=accepted), events
+
+    def listed(self, server: str, name: str, item: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """What agents are shown of a tool in ``tools/list``: only what a person accepted.
+
+        A tool whose definition is its pin's is listed as it is; a ``changed`` one as its pinned
+        definition (the fields the fingerprint covers taken from the pin, the rest as listed now),
+        or not at all when the pin predates the store keeping definitions; a ``new`` one is not
+        listed, and no tool of a server whose pins are unavailable or never checked is. Calls are
+        decided as before (the floors), so this changes what the model reads, not what it may do.
+        The fingerprint is taken here, not the status, so an item listed while a newer check was
+        published is still shown only if it is the accepted one.
+        """
+        if server not in self._sources:
+            return item
+        state = self._servers.get(server)
+        if state is None or state.unavailable is not None:
+            return None
+        pin = state.accepted.get(name)
+        if pin is None:
+            return None
+        fingerprint, document = pin
+        try:
+            if tool_fingerprint(item) == fingerprint:
+                return item
+        except ValueError:
+            return None
+        if document is None:
+            return None
+        shown = {key: value for key, value in item.items() if key not in PINNED_FIELDS or key == "name"}
+        shown.update((key, value) for key, value in document.items() if key != "name" and value is not None)
+        return shown
 
     async def _record(self, kind: str, body: Mapping[str, Any]) -> None:
         try:
@@ -355,6 +396,17 @@ class CataloguePins:
         """Pins of ``server`` changed (``POST /tools/pins/accept``): put the new floors in force now."""
         if server in self._sources:
             await self.check(server, "accept")
+
+
+def _document(definition: str | None) -> Mapping[str, Any] | None:
+    """A pin's stored definition (JCS text, checked against its fingerprint by the store) as an object."""
+    if definition is None:
+        return None
+    try:
+        document = json.loads(definition)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
 
 
 def _unavailable_reason(server: str, exc: BaseException) -> str:

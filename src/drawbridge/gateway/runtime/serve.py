@@ -29,6 +29,7 @@ from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
 from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.gateway.runtime.control import CatalogueView, ServedTool, control_services
 from drawbridge.gateway.serve.hub import Gateway, GatewaySettings
+from drawbridge.gateway.serve.pinned_listing import PinnedListing
 from drawbridge.gateway.serve.visible_tools import VisibleTools
 from drawbridge.gateway.upstreams.child_spawn import EnvPolicy
 from drawbridge.gateway.upstreams.local import LocalUpstream, StartError
@@ -163,12 +164,12 @@ def build_serve(
         settings=GatewaySettings(call_timeout=config.call_timeout_seconds),
         on_catalogue=on_catalogue if pins is not None else None,
         tool_filter=visible,
+        listing_view=PinnedListing(pins) if pins is not None else None,
         local=local,
     )
 
     async def after_accept(server: str) -> None:
-        if visible is not None:
-            await hub.tools_changed()
+        await hub.tools_changed()  # the accepted definitions are listed now
 
     runtime.pins_changed_elsewhere.append(after_accept)
 

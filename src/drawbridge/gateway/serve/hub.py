@@ -17,8 +17,9 @@ merged catalogue under their own names, and are the forwarder of their own tools
 but tools, so every other table here is the MCP upstreams' alone.
 Two optional hooks serve the catalogue features of ``drawbridge serve``: ``on_catalogue`` is awaited on
 every catalogue load of an upstream before the merged list is rebuilt (pinning checks the new tools
-there), and ``tool_filter`` gives each agent its own ``tools/list`` (``hide_denied_tools``); neither
-changes what is decided on a call.
+there), ``listing_view`` shows each held-back tool as the version a person accepted (``pin_tools``),
+and ``tool_filter`` gives each agent its own ``tools/list`` (``hide_denied_tools``); none changes what
+is decided on a call.
 
 Theory of operation. The gateway runs every ``UpstreamSession`` and is their listener. Messages from an
 upstream are routed here: progress notifications go back by token; list-changed notifications are
@@ -89,6 +90,8 @@ CatalogueHook = Callable[[UpstreamSession | LocalUpstream], Awaitable[bool]]
 """Awaited on every catalogue load of an upstream, before the merged list is rebuilt; True when the
 floors of that upstream's tools changed (pin statuses)."""
 ToolFilter = Callable[[str, Catalogue], list[dict[str, Any]]]
+ListingView = Callable[[Catalogue], Catalogue]
+"""The catalogue as agents are shown it (``pin_tools``: ``serve.pinned_listing``); calls resolve in the whole one."""
 """``(agent, catalogue) -> the tools/list items that agent sees``."""
 
 
@@ -122,6 +125,7 @@ class Gateway:
         clock: Callable[[], float] = time.perf_counter,
         on_catalogue: CatalogueHook | None = None,
         tool_filter: ToolFilter | None = None,
+        listing_view: ListingView | None = None,
         local: Sequence[LocalUpstream] = (),
     ) -> None:
         self.upstreams: dict[str, UpstreamSession] = {}
@@ -163,6 +167,7 @@ class Gateway:
         self._reported_problems: set[str] = set()
         self._on_catalogue = on_catalogue
         self._tool_filter = tool_filter
+        self._listing_view = listing_view
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -246,10 +251,11 @@ class Gateway:
     def listing_for(self, agent: str) -> list[dict[str, Any]]:
         """The tools/list an agent receives: the merged catalogue, filtered for it when a filter is set
         (``hide_denied_tools``). A filter that fails answers the request with an error, never a guess."""
+        tools = self.tools if self._listing_view is None else self._listing_view(self.tools)
         if self._tool_filter is None:
-            return self.tools.listing()
+            return tools.listing()
         try:
-            return self._tool_filter(agent, self.tools)
+            return self._tool_filter(agent, tools)
         except Exception as exc:  # noqa: BLE001 -- the agent gets an error, not an unfiltered list
             logger.error("filtering the tool list for an agent failed (%s)", type(exc).__name__)
             raise MessageError(INTERNAL_ERROR, "the tool list could not be filtered for this agent") from None
@@ -286,7 +292,8 @@ class Gateway:
                 if text not in self._reported_problems:
                     self._reported_problems.add(text)
                     await self.incident("catalogue_refused", "upstream", f"not served: {text}")
-        if listing_changed or (floors_changed and self._tool_filter is not None):
+        per_floor = self._tool_filter is not None or self._listing_view is not None
+        if listing_changed or (floors_changed and per_floor):
             await self.tools_changed()
 
     async def upstream_state(self, upstream: UpstreamSession) -> None:
