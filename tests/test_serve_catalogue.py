@@ -243,6 +243,36 @@ async def test_a_policy_edit_over_http_keeps_comments_and_decides_the_next_call(
 
 
 @pytest.mark.anyio
+async def test_a_policy_edit_decides_calls_a_conditional_rule_for_the_tool_decided_before(tmp_path: Path) -> None:
+    conditional = (
+        "name: claude\nagent: claude\nrules:\n"
+        "  # acme's repositories may be listed\n"
+        "  - tools: [github.list_repos]\n    action: allow\n"
+        "    when: [{arg: owner, op: starts_with, value: acme}]\n"
+        "  - tools: ['github.*']\n    action: allow\n"
+    )
+    config = write_config(
+        tmp_path,
+        [GITHUB],
+        policies={"claude.yaml": conditional, "default.yaml": SHARED},
+        fsync="never",
+        auth={"admin": {"token_sha256": sha256(ADMIN)},
+              "agents": [{"agent": "claude", "token_sha256": sha256(CLAUDE_TOKEN)}]},
+    )
+    with http_gateway(config) as running:
+        assert running.url is not None
+        edited = httpx.put(f"{_base(running)}/policies/claude/tools/github.list_repos",
+                           json={"action": "deny", "by": "marc"}, headers=_auth(ADMIN))
+        assert edited.status_code == 200, edited.text
+        body = edited.json()
+        assert (body["action_after"], body["after"]["conditional"]) == ("deny", [])
+        async with http_client(running.url, "legacy", CLAUDE_TOKEN) as claude:
+            for owner in ("acme", "other"):
+                result = dump(await claude.call_tool("github.list_repos", {"owner": owner}))
+                assert result["_meta"]["drawbridge/decision"]["action"] == "deny", (owner, result)
+
+
+@pytest.mark.anyio
 async def test_a_policy_reload_tells_filtered_agents_that_their_tool_list_changed(tmp_path: Path) -> None:
     reads = "name: all\nagent: '*'\nrules:\n  - tools: ['github.list_*']\n    action: allow\n"
     config = write_config(tmp_path, [GITHUB], policies={"all.yaml": reads}, hide_denied_tools=True, fsync="never")

@@ -30,29 +30,54 @@ def command() -> None:
 @click.argument("tool")
 @click.argument("action", type=click.Choice(ACTIONS))
 @click.option("--by", required=True, help="Who makes the change (recorded as given, in the file and trace).")
+@click.option("--unserved", is_flag=True,
+              help="TOOL is not served by the gateway (yet): write the rule anyway.")
 @control_options
-def set_action(ctl: Control, agent: str, tool: str, action: str, by: str) -> None:
-    """Set TOOL's ACTION for AGENT (inherit removes a rule set this way)."""
-    result = ctl.client.put(
-        f"/policies/{segment(agent)}/tools/{segment(tool)}", {"action": action, "by": by}
-    )
+def set_action(ctl: Control, agent: str, tool: str, action: str, by: str, unserved: bool) -> None:
+    """Set TOOL's ACTION for AGENT, for every call (inherit removes a rule set this way)."""
+    problem = _name_problem(agent, "AGENT") or _name_problem(tool, "TOOL")
+    if problem is not None:
+        raise click.UsageError(problem)
+    body: dict[str, object] = {"action": action, "by": by}
+    if unserved:
+        body["unserved"] = True
+    result = ctl.client.put(f"/policies/{segment(agent)}/tools/{segment(tool)}", body)
     if ctl.json:
         emit_json(result)
         return
     before, after = result.get("action_before"), result.get("action_after")
     summary = f"{before} -> {after}" if result.get("changed") else f"{after} (unchanged)"
-    console().print(
-        key_values(
-            f"{agent} / {tool}",
-            [
-                ("action", summary),
-                ("file", result.get("source_file")),
-                ("rule", result.get("rule_index")),
-                ("placement", result.get("placement")),
-                ("backup", result.get("backup")),
-                ("by", result.get("by")),
-            ],
-        )
+    rows = [
+        ("action", summary),
+        ("file", result.get("source_file")),
+        ("rule", result.get("rule_index")),
+        ("placement", result.get("placement")),
+        ("backup", result.get("backup")),
+        ("by", result.get("by")),
+    ]
+    conditional = _conditional_paths(result.get("after"))
+    if conditional is not None:
+        rows.insert(1, ("before that", conditional))
+    console().print(key_values(f"{agent} / {tool}", rows))
+
+
+def _name_problem(value: str, what: str) -> str | None:
+    """A name no policy edit can take, refused here as the control plane would (400)."""
+    if not value.isprintable():
+        return f"{what} contains a control character or a line break"
+    return None
+
+
+def _conditional_paths(after: object) -> str | None:
+    """The conditional rules tried before the action shown, each deciding the calls it matches."""
+    conditional = after.get("conditional") if isinstance(after, dict) else None
+    if not conditional:
+        return None
+    return "; ".join(
+        f"{c.get('action')} if "
+        + " and ".join(f"{w.get('field')} {w.get('operator')}" for w in c.get("conditions") or [])
+        + f" ({c.get('policy')} #{c.get('rule_index')})"
+        for c in conditional
     )
 
 
