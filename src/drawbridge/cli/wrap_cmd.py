@@ -332,8 +332,10 @@ def _telemetry_header_names(endpoint: str | None, headers: tuple[str, ...]) -> d
         if headers:
             raise click.UsageError("--otlp-header goes with --otlp-endpoint")
         return {}
-    if not endpoint.startswith(("http://", "https://")):
-        raise click.BadParameter("must be an http:// or https:// URL", param_hint="--otlp-endpoint")
+    from drawbridge.config_evidence import otlp_endpoint_problem
+
+    if (problem := otlp_endpoint_problem(endpoint)) is not None:
+        raise click.BadParameter(problem, param_hint="--otlp-endpoint")
     names: dict[str, str] = {}
     for item in headers:
         name, separator, variable = item.partition("=")
