@@ -33,7 +33,7 @@ from typing import Any, Final
 import anyio
 import click
 
-from drawbridge.cli.log_format import configure_logging, log_format_option, startup_failed
+from drawbridge.cli.log_format import announce, configure_logging, log_format_option, startup_failed
 from drawbridge.cli.output import EXIT_INPUT
 from drawbridge.cli.serve_summary import print_stopping, print_summary
 from drawbridge.config import USES_ALL, ConfigError, GatewayConfig, load_config
@@ -228,10 +228,7 @@ async def _serve_control_plane(parts: ServeParts, runtime: Runtime, sock: socket
 
     def ready(host: str, port: int) -> None:
         control.announce_console(runtime, host, port)
-        click.echo(
-            f"drawbridge: control plane on {control.control_url(host, port)} ({control.credential_note(runtime)})",
-            err=True,
-        )
+        announce(f"control plane on {control.control_url(host, port)} ({control.credential_note(runtime)})")
 
     assert parts.services is not None
     await serve_http(control.app(parts.services, runtime), sock, ready)

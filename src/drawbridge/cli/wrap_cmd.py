@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 import anyio
 import click
 
-from drawbridge.cli.log_format import configure_logging, log_format_option, startup_failed
+from drawbridge.cli.log_format import announce, configure_logging, log_format_option, startup_failed
 from drawbridge.cli.output import EXIT_INPUT
 from drawbridge.gateway.protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
 from drawbridge.gateway.recording.cadence import EVERY_LINES, EVERY_SECONDS
@@ -349,7 +349,7 @@ async def _serve(runtime: Runtime, server: Upstream, config: RelayConfig, sock: 
     def ready(host: str, port: int) -> None:
         from drawbridge.gateway.runtime.control import control_url, credential_note
 
-        click.echo(f"drawbridge: control plane on {control_url(host, port)} ({credential_note(runtime)})", err=True)
+        announce(f"control plane on {control_url(host, port)} ({credential_note(runtime)})")
 
     from drawbridge.gateway.runtime.wrap import run_wrap
 
