@@ -19,6 +19,7 @@ from control_support import ADMIN_SHA256, ADMIN_TOKEN, NEEDS_PERSON, LiveServer,
 
 from drawbridge.approval.channels import Channel
 from drawbridge.gateway.pipeline.approvals.settlement import SettlementKind
+from drawbridge.gateway.pipeline.verdicts import GATEWAY_POLICY, Action, Provenance, Verdict
 
 
 @pytest.fixture(scope="module")
@@ -318,3 +319,40 @@ def test_policy_set_refuses_a_tool_the_gateway_does_not_serve_and_a_line_break(u
         assert answer.status_code == 400, answer.text
         assert answer.json() == {"error": "the tool name contains a control character or a line break"}
     assert path.read_text() == original
+
+
+def test_approvals_show_names_what_held_a_call_no_rule_asked_for(live: LiveServer, url: str, plane: Plane) -> None:
+    floor = Verdict(
+        Action.HUMAN_APPROVAL,
+        "catalogue floor on github.list_repos: its definition changed since it was pinned",
+        Provenance(GATEWAY_POLICY), person_only=True,
+    )
+    waiting = live.submit(plane.engine.settle(make_call("github.list_repos"), floor, elicitation_supported=False))
+    pending = wait_pending(live, plane)
+    shown = drawbridge("approvals", "show", pending.short_id, "--url", url)
+    assert shown.returncode == 0, shown.stderr
+    assert "None" not in shown.stdout, shown.stdout
+    assert "none: held by the gateway (drawbridge), see why" in shown.stdout
+    assert "catalogue floor on" in shown.stdout
+    assert drawbridge("approvals", "deny", pending.id, "--url", url).returncode == 0
+    assert waiting.result(scaled(10)).kind is SettlementKind.DENY
+
+
+def test_an_impossible_agent_id_and_a_url_with_credentials_are_refused(url: str) -> None:
+    for agent in ("a\nb", "a b", "a\tb"):
+        done = drawbridge("tools", "decisions", "--agent", agent, "--url", url)
+        assert done.returncode == 2, done.stdout
+        assert "is not an agent id" in done.stderr and "(HTTP 400)" in done.stderr
+    assert ok_json("tools", "decisions", "--agent", "*", "--url", url)
+
+    host = url.removeprefix("http://")
+    for bad, problem in [
+        (f"http://user:pass-SECRETU@{host}", "must not hold a user name or password"),
+        (f"http://{host}/?token=SECRETU", "must not have a query or a fragment"),
+        (f"http://{host}/#SECRETU", "must not have a query or a fragment"),
+        ("ftp://SECRETU@example.org", "must be an http:// or https:// URL with a host"),
+    ]:
+        done = drawbridge("tools", "list", "--url", bad)
+        assert done.returncode == 2, done.stderr
+        assert problem in done.stderr and "refused" not in done.stderr
+        assert "SECRETU" not in done.stderr + done.stdout

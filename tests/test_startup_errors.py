@@ -147,3 +147,15 @@ def test_a_telemetry_endpoint_with_a_credential_in_it_is_refused_without_showing
     wrapped = _wrap(evidence, "--otlp-endpoint", endpoint)
     assert wrapped.returncode == 2 and problem in wrapped.stderr, wrapped.stderr
     assert "SECRETQ" not in wrapped.stderr + wrapped.stdout
+
+
+@pytest.mark.parametrize("agent", ["a b", "a\nb", ""])
+def test_an_agent_id_no_configuration_could_name_is_a_usage_error(tmp_path: Path, agent: str) -> None:
+    wrapped = _wrap(tmp_path / "ev", "--agent", agent)
+    assert wrapped.returncode == 2 and "an agent id uses only" in wrapped.stderr, wrapped.stderr
+    served = subprocess.run(
+        [PYTHON, "-m", "drawbridge", "serve", "--config", str(_serve_config(tmp_path, tmp_path / "ev2")),
+         "--stdio", "--agent", agent],
+        input="", check=False, capture_output=True, text=True, env=child_env(), timeout=scaled(60),
+    )
+    assert served.returncode == 2 and "an agent id uses only" in served.stderr, served.stderr

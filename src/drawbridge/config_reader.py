@@ -18,6 +18,12 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """What the configuration accepts as an environment variable's name."""
 
+AGENT_ID = re.compile(r"[A-Za-z0-9._:@/-]+")
+"""Every agent id: the configuration's (a token's agent, the anonymous agent, an OAuth mapping),
+``--agent`` of serve and wrap, and so every id the logs, the trace and the policies carry."""
+
+AGENT_ID_CHARS = "[A-Za-z0-9._:@/-]"
+
 
 _KIND_NAMES: dict[type, str] = {
     str: "a string", int: "an integer", float: "a number", bool: "true or false",
@@ -149,4 +155,4 @@ def named_entry(file: str, node: Any, section: str, index: int, keys: set[str]) 
     return reader, name
 
 
-__all__ = ["NAME_RE", "ConfigError", "Reader", "line_of", "named_entry", "resolve_path", "str_list", "str_map"]
+__all__ = ["AGENT_ID", "AGENT_ID_CHARS", "NAME_RE", "ConfigError", "Reader", "line_of", "named_entry", "resolve_path", "str_list", "str_map"]

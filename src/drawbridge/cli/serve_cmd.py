@@ -34,7 +34,7 @@ import anyio
 import click
 
 from drawbridge.cli.log_format import announce, configure_logging, log_format_option, startup_failed
-from drawbridge.cli.output import EXIT_INPUT
+from drawbridge.cli.output import EXIT_INPUT, agent_id
 from drawbridge.cli.serve_summary import print_stopping, print_summary
 from drawbridge.config import USES_ALL, ConfigError, GatewayConfig, load_config
 from drawbridge.config_headers import header_value_problem
@@ -80,6 +80,7 @@ def _bind(host: str, port: int, what: str) -> socket.socket:
 @click.option(
     "--agent",
     metavar="ID",
+    callback=agent_id,
     help="Agent id of the --stdio client (default: auth.anonymous_agent, else 'anonymous').",
 )
 @click.option("--verbose", "-v", is_flag=True, help="Log connections, reconnections and incidents to stderr.")

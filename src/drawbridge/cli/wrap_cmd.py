@@ -50,7 +50,7 @@ import anyio
 import click
 
 from drawbridge.cli.log_format import announce, configure_logging, log_format_option, startup_failed
-from drawbridge.cli.output import EXIT_INPUT
+from drawbridge.cli.output import EXIT_INPUT, agent_id
 from drawbridge.gateway.protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
 from drawbridge.gateway.recording.cadence import EVERY_LINES, EVERY_SECONDS
 from drawbridge.gateway.recording.durability import BATCH_LINES, BATCH_SECONDS
@@ -71,7 +71,8 @@ if TYPE_CHECKING:
     context_settings={"help_option_names": ["-h", "--help"], "allow_interspersed_args": False},
 )
 @click.option("--policy", type=click.Path(exists=True), help="Policy file or directory that decides each tools/call.")
-@click.option("--agent", default="anonymous", show_default=True, help="Agent id the policy is evaluated for.")
+@click.option("--agent", default="anonymous", show_default=True, callback=agent_id,
+              help="Agent id the policy is evaluated for.")
 @click.option("--evidence-dir", type=click.Path(file_okay=False), help="Directory for the trace and evidence.")
 @click.option(
     "--tool-decision-truth-out",
