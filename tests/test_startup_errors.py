@@ -119,6 +119,11 @@ def _yaml_config(directory: Path, extra: str) -> Path:
         ("telemetry: ~\n", "telemetry"),
         ("checkpoints: null\n", "checkpoints"),
         ("approval:\n  non_blocking:\n", "approval.non_blocking"),
+        ("state:\n", "state"),
+        ("cli_tools:\n  - name: git\n    bin: git\n    commands:\n      log:\n        allowed_args:\n",
+         "cli_tools[0].commands.log.allowed_args"),
+        ("cli_tools:\n  - name: git\n    bin: git\n    commands:\n      log:\n        timeout:\n",
+         "cli_tools[0].commands.log.timeout"),
     ],
 )
 def test_a_key_without_a_value_is_one_line_exit_2_not_the_default(tmp_path: Path, extra: str, key: str) -> None:
