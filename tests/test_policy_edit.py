@@ -96,14 +96,16 @@ def inserted_only(old: str, new: str) -> list[str]:
 # ----------------------------------------------------------------------------- placement
 
 
+def denied_alone(tool: str, placement: Placement) -> EditPlan:
+    """``deny`` for ``tool`` in ``CLAUDE``, checked to insert only its three lines at ``placement``."""
+    result = ok(plan(CLAUDE, tool, "deny"))
+    assert result.placement is placement
+    assert inserted_only(CLAUDE, result.new_text) == [f"  {HEADER}\n", f'  - tools: ["{tool}"]\n', "    action: deny\n"]
+    return result
+
+
 def test_new_rule_goes_right_before_the_deciding_rule_and_above_its_comments() -> None:
-    result = ok(plan(CLAUDE, "gmail.delete_email", "deny"))
-    assert result.placement is Placement.BEFORE_RULE
-    assert inserted_only(CLAUDE, result.new_text) == [
-        f"  {HEADER}\n",
-        '  - tools: ["gmail.delete_email"]\n',
-        "    action: deny\n",
-    ]
+    result = denied_alone("gmail.delete_email", Placement.BEFORE_RULE)
     # Exactly above the two comment lines that belong to the `gmail.*` rule.
     assert "    when:\n      - {arg: to, op: starts_with, value: \"ops@\"}\n\n" \
         f"  {HEADER}\n" in result.new_text
@@ -117,13 +119,7 @@ def test_new_rule_goes_right_before_the_deciding_rule_and_above_its_comments() -
 def test_new_rule_goes_before_a_conditional_rule_for_the_tool_so_every_call_gets_it() -> None:
     # Setting an action is for every call (first match wins): a conditional rule for the tool
     # that came first would otherwise still decide some calls the edit reports as denied.
-    result = ok(plan(CLAUDE, "gmail.send_email", "deny"))
-    assert result.placement is Placement.BEFORE_CONDITIONAL
-    assert inserted_only(CLAUDE, result.new_text) == [
-        f"  {HEADER}\n",
-        '  - tools: ["gmail.send_email"]\n',
-        "    action: deny\n",
-    ]
+    result = denied_alone("gmail.send_email", Placement.BEFORE_CONDITIONAL)
     # Above the comment of the conditional rule, which stays with it.
     assert f'\n\n  {HEADER}\n  - tools: ["gmail.send_email"]\n    action: deny\n' \
         "  # mail to the ops list goes out without a human\n" in result.new_text
