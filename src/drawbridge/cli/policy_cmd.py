@@ -16,6 +16,7 @@ import click
 from drawbridge.cli.control_client import Control, control_options, segment
 from drawbridge.cli.output import console, emit_json, key_values, table
 from drawbridge.cli.policy_offline import check, explain, test
+from drawbridge.policy.edit import conditional_text
 
 ACTIONS = ("allow", "deny", "human_approval", "inherit")
 
@@ -55,7 +56,7 @@ def set_action(ctl: Control, agent: str, tool: str, action: str, by: str, unserv
         ("backup", result.get("backup")),
         ("by", result.get("by")),
     ]
-    conditional = _conditional_paths(result.get("after"))
+    conditional = conditional_text(result.get("after"))
     if conditional is not None:
         rows.insert(1, ("before that", conditional))
     console().print(key_values(f"{agent} / {tool}", rows))
@@ -66,19 +67,6 @@ def _name_problem(value: str, what: str) -> str | None:
     if not value.isprintable():
         return f"{what} contains a control character or a line break"
     return None
-
-
-def _conditional_paths(after: object) -> str | None:
-    """The conditional rules tried before the action shown, each deciding the calls it matches."""
-    conditional = after.get("conditional") if isinstance(after, dict) else None
-    if not conditional:
-        return None
-    return "; ".join(
-        f"{c.get('action')} if "
-        + " and ".join(f"{w.get('field')} {w.get('operator')}" for w in c.get("conditions") or [])
-        + f" ({c.get('policy')} #{c.get('rule_index')})"
-        for c in conditional
-    )
 
 
 @command.command(name="list")

@@ -430,6 +430,21 @@ def _checked(
     )
 
 
+def conditional_text(where: object) -> str | None:
+    """One line for the conditional rules of an edit's ``before``/``after`` (as the control plane
+    answers them): each decides the calls its conditions hold for, so a summary of the edit that
+    shows only the fall-through action would tell less than every path. None when there are none."""
+    conditional = where.get("conditional") if isinstance(where, dict) else None
+    if not conditional:
+        return None
+    return "; ".join(
+        f"{c.get('action')} if "
+        + " and ".join(f"{w.get('field')} {w.get('operator')}" for w in c.get("conditions") or [])
+        + f" ({c.get('policy')} #{c.get('rule_index')})"
+        for c in conditional
+    )
+
+
 def _rule_where(policy: Policy, rule: Rule) -> str:
     return f"rule {rule.index} of policy {policy.name!r} ({policy.source_file}:{rule.line})"
 
@@ -439,6 +454,7 @@ __all__ = [
     "EditPlan",
     "EditRefused",
     "Placement",
+    "conditional_text",
     "is_own_policy",
     "names_tool_exactly",
     "own_policy",
