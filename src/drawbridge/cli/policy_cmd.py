@@ -5,8 +5,9 @@
 agent's policy file as text (comments stay), keeps ``<file>.bak``, reloads, and records the edit in
 the trace chain as ``mesh.policy_edit``. ``--by`` is recorded as given.
 
-Exit codes: 0 done; 1 refused (no policy for the agent, a hand-written rule, a policy set that would
-not load); 2 usage error or control plane unreachable.
+Exit codes: 0 done; 1 refused (no policy for the agent, a tool the gateway does not serve without
+``--unserved``, a hand-written rule for ``inherit``, a policy set that would not load); 2 usage error
+(a name with a control character or a line break included) or control plane unreachable.
 """
 
 from __future__ import annotations
