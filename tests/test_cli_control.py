@@ -12,12 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from conftest import PYTHON, child_env, eventually, scaled
 from control_support import ADMIN_SHA256, ADMIN_TOKEN, NEEDS_PERSON, LiveServer, Plane, build_plane, make_call
 
 from drawbridge.approval.channels import Channel
 from drawbridge.gateway.pipeline.approvals.settlement import SettlementKind
+from drawbridge.gateway.pipeline.verdicts import GATEWAY_POLICY, Action, Provenance, Verdict
 
 
 @pytest.fixture(scope="module")
@@ -269,3 +271,93 @@ def test_wrong_missing_token_and_unreachable_gateway(url: str) -> None:
     unreachable = drawbridge("grants", "list", "--url", closed)
     assert unreachable.returncode == 2
     assert "cannot reach the drawbridge control plane" in unreachable.stderr
+
+
+def test_policy_set_decides_every_call_and_keeps_hand_written_rules(url: str, plane: Plane) -> None:
+    path = plane.policy_dir / "claude.yaml"
+    original = path.read_text()
+    # A conditional rule for the tool came first: the edit goes before it, so that every call gets
+    # the action the answer reports (first match wins), and the answer tells the paths before/after.
+    result = ok_json("policy", "set", "claude", "github.add_deploy_key", "deny", "--by", "marc", "--url", url)
+    assert (result["action_before"], result["action_after"], result["placement"]) == (
+        "human_approval", "deny", "before_conditional_rule")
+    assert [c["action"] for c in result["before"]["conditional"]] == ["allow"]
+    assert result["after"]["conditional"] == []
+    assert plane.policy_store.evaluate("claude", "github.add_deploy_key", {"repo": "staging-x"}).action == "deny"
+    back = drawbridge("policy", "set", "claude", "github.add_deploy_key", "inherit", "--by", "marc", "--url", url)
+    assert back.returncode == 0, back.stderr
+    assert "allow if repo starts_with (claude #1)" in back.stdout
+    assert path.read_text() == original
+
+    # A hand-written rule is never rewritten: the console rule stands before it, and inherit
+    # removes only that, so the hand-written rule decides again.
+    result = ok_json("policy", "set", "claude", "slack.post_message", "allow", "--by", "marc", "--url", url)
+    assert (result["action_before"], result["action_after"]) == ("deny", "allow")
+    assert "  # never post to chat as claude (hand-written)\n  - tools: [\"slack.post_message\"]\n    action: deny\n" \
+        in path.read_text()
+    result = ok_json("policy", "set", "claude", "slack.post_message", "inherit", "--by", "marc", "--url", url)
+    assert (result["action_before"], result["action_after"]) == ("allow", "deny")
+    assert path.read_text() == original
+
+
+def test_policy_set_refuses_a_tool_the_gateway_does_not_serve_and_a_line_break(url: str, plane: Plane) -> None:
+    path = plane.policy_dir / "claude.yaml"
+    original = path.read_text()
+    for tool in ("nonexistent.tool", 'github.list_repos"]'):
+        done = drawbridge("policy", "set", "claude", tool, "allow", "--by", "marc", "--url", url)
+        assert done.returncode == 1, done.stderr
+        assert "the gateway serves no tool named" in done.stderr and "(HTTP 404)" in done.stderr
+    assert path.read_text() == original
+    written = ok_json("policy", "set", "claude", "later.tool", "deny", "--by", "marc", "--unserved", "--url", url)
+    assert written["action_after"] == "deny"
+    assert ok_json("policy", "set", "claude", "later.tool", "inherit", "--by", "marc", "--url", url)["changed"]
+    assert path.read_text() == original
+
+    for tool in ("github.list_repos\nx", "github.list_repos\tx"):
+        done = drawbridge("policy", "set", "claude", tool, "deny", "--by", "marc", "--url", url)
+        assert done.returncode == 2, done.stderr
+        assert "contains a control character or a line break" in done.stderr
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    for encoded in ("%0A", "%0D", "%09"):
+        answer = httpx.put(f"{url}/policies/claude/tools/github.list_repos{encoded}x",
+                           json={"action": "deny", "by": "marc"}, headers=headers)
+        assert answer.status_code == 400, answer.text
+        assert answer.json() == {"error": "the tool name contains a control character or a line break"}
+    assert path.read_text() == original
+
+
+def test_approvals_show_names_what_held_a_call_no_rule_asked_for(live: LiveServer, url: str, plane: Plane) -> None:
+    floor = Verdict(
+        Action.HUMAN_APPROVAL,
+        "catalogue floor on github.list_repos: its definition changed since it was pinned",
+        Provenance(GATEWAY_POLICY), person_only=True,
+    )
+    waiting = live.submit(plane.engine.settle(make_call("github.list_repos"), floor, elicitation_supported=False))
+    pending = wait_pending(live, plane)
+    shown = drawbridge("approvals", "show", pending.short_id, "--url", url)
+    assert shown.returncode == 0, shown.stderr
+    assert "None" not in shown.stdout, shown.stdout
+    assert "none: held by the gateway (drawbridge), see why" in shown.stdout
+    assert "catalogue floor on" in shown.stdout
+    assert drawbridge("approvals", "deny", pending.id, "--url", url).returncode == 0
+    assert waiting.result(scaled(10)).kind is SettlementKind.DENY
+
+
+def test_an_impossible_agent_id_and_a_url_with_credentials_are_refused(url: str) -> None:
+    for agent in ("a\nb", "a b", "a\tb"):
+        done = drawbridge("tools", "decisions", "--agent", agent, "--url", url)
+        assert done.returncode == 2, done.stdout
+        assert "is not an agent id" in done.stderr and "(HTTP 400)" in done.stderr
+    assert ok_json("tools", "decisions", "--agent", "*", "--url", url)
+
+    host = url.removeprefix("http://")
+    for bad, problem in [
+        (f"http://user:pass-SECRETU@{host}", "must not hold a user name or password"),
+        (f"http://{host}/?token=SECRETU", "must not have a query or a fragment"),
+        (f"http://{host}/#SECRETU", "must not have a query or a fragment"),
+        ("ftp://SECRETU@example.org", "must be an http:// or https:// URL with a host"),
+    ]:
+        done = drawbridge("tools", "list", "--url", bad)
+        assert done.returncode == 2, done.stderr
+        assert problem in done.stderr and "refused" not in done.stderr
+        assert "SECRETU" not in done.stderr + done.stdout

@@ -223,3 +223,30 @@ def test_a_session_ends_when_it_expires_or_logs_out() -> None:
     assert store.find(other_id) is None
     assert operator_name("  Marc   Dupont ") == "Marc Dupont"
     assert operator_name("x" * 81) is None and operator_name("a\u202eb") is None
+
+
+CONDITIONAL = {
+    "guest.yaml": "name: guest\nagent: guest\nrules:\n"
+                  "  - tools: ['github.delete_repo']\n    action: human_approval\n"
+                  "    when: [{arg: name, op: starts_with, value: tmp-}]\n",
+    "all.yaml": "name: all\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n",
+}
+
+
+def test_the_console_edit_tells_every_path_a_call_can_take(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [GITHUB], policies=CONDITIONAL,
+                          auth={"admin": {"token_sha256": sha256(ADMIN)}, "anonymous_agent": "guest"})
+    with http_gateway(config) as running, httpx.Client(base_url=running.control()) as client:
+        _login(client)
+        pages = []
+        for action in ("deny", "inherit"):
+            csrf = CSRF.search(client.get("/console/tools", params={"agent": "guest"}).text)
+            assert csrf is not None
+            done = client.post("/console/tools/action", data={
+                "csrf": csrf.group(1), "agent": "guest", "tool": "github.delete_repo", "action": action})
+            assert done.status_code == 303, done.text
+            pages.append(client.get(done.headers["location"]).text)
+    # deny decides every call (it went before the conditional rule); inherit gives that rule back.
+    assert "github.delete_repo: allow -&gt; deny for guest (guest.yaml, rule 0)<" in pages[0]
+    assert ("github.delete_repo: deny -&gt; allow for guest (guest.yaml, its rule removed); "
+            "before that: human_approval if name starts_with (guest #0)<") in pages[1]

@@ -99,9 +99,10 @@ def test_an_edit_keeps_comments_makes_a_backup_keeps_the_mode_and_is_in_force(po
 
     new = path.read_text()
     header = f"  # set from console, {DATE} by marc"
+    # Before the conditional rule for the tool (and its comments): every call is denied, as reported.
     assert new == CLAUDE.replace(
-        "  # everything else on github", f'{header}\n  - tools: ["github.add_deploy_key"]\n    action: deny\n'
-        "  # everything else on github",
+        "  # --- writes", f'{header}\n  - tools: ["github.add_deploy_key"]\n    action: deny\n'
+        "  # --- writes",
     )
     # Every comment and blank line of the original is still there, in order.
     assert [line for line in comment_lines(new) if line != header] == comment_lines(CLAUDE)
@@ -113,12 +114,17 @@ def test_an_edit_keeps_comments_makes_a_backup_keeps_the_mode_and_is_in_force(po
     assert store.generation == 1 and store.last_error is None
     decision = store.evaluate("claude", "github.add_deploy_key", {"repo": "prod-x"})
     assert (decision.action, decision.source_file, decision.rule_index, decision.line) == (
-        Action.DENY, "claude.yaml", 2, 22,
+        Action.DENY, "claude.yaml", 1, 15,
     )
-    assert store.evaluate("claude", "github.add_deploy_key", {"repo": "staging-x"}).action is Action.ALLOW
+    assert store.evaluate("claude", "github.add_deploy_key", {"repo": "staging-x"}).action is Action.DENY
     assert PolicyStore.open(policy_dir).evaluate("claude", "github.add_deploy_key").action is Action.DENY
     assert (result.before_action, result.after_action) == (Action.HUMAN_APPROVAL, Action.DENY)
-    assert result.plan.placement is Placement.BEFORE_RULE
+    assert result.plan.placement is Placement.BEFORE_CONDITIONAL
+    assert result.trace_body()["before"]["conditional"] == [
+        {"action": "allow", "policy": "claude", "source_file": "claude.yaml", "rule_index": 1, "line": 16,
+         "conditions": [{"field": "repo", "operator": "starts_with"}]},
+    ]
+    assert result.trace_body()["after"]["conditional"] == []
     assert (result.path, result.backup) == (path.resolve(), (policy_dir / "claude.yaml.bak").resolve())
 
 
@@ -295,9 +301,9 @@ def test_the_edit_is_recorded_in_the_trace_chain(policy_dir: Path, tmp_path: Pat
         "human_approval", "allow", "marc <ops>", "allow",
     )
     assert body["before"] == {"action": "human_approval", "policy": "claude", "source_file": "claude.yaml",
-                              "rule_index": 2}
+                              "rule_index": 2, "conditional": []}
     assert body["after"] == {"action": "allow", "policy": "claude", "source_file": "claude.yaml",
-                             "rule_index": 2}
+                             "rule_index": 2, "conditional": []}
     assert (body["agent"], body["tool"], body["placement"], body["changed"]) == (
         "claude", "github.create_issue", "before_deciding_rule", True,
     )

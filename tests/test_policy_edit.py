@@ -96,24 +96,62 @@ def inserted_only(old: str, new: str) -> list[str]:
 # ----------------------------------------------------------------------------- placement
 
 
+def denied_alone(tool: str, placement: Placement) -> EditPlan:
+    """``deny`` for ``tool`` in ``CLAUDE``, checked to insert only its three lines at ``placement``."""
+    result = ok(plan(CLAUDE, tool, "deny"))
+    assert result.placement is placement
+    assert inserted_only(CLAUDE, result.new_text) == [f"  {HEADER}\n", f'  - tools: ["{tool}"]\n', "    action: deny\n"]
+    return result
+
+
 def test_new_rule_goes_right_before_the_deciding_rule_and_above_its_comments() -> None:
-    result = ok(plan(CLAUDE, "gmail.send_email", "deny"))
-    assert result.placement is Placement.BEFORE_RULE
-    assert inserted_only(CLAUDE, result.new_text) == [
-        f"  {HEADER}\n",
-        '  - tools: ["gmail.send_email"]\n',
-        "    action: deny\n",
-    ]
+    result = denied_alone("gmail.delete_email", Placement.BEFORE_RULE)
     # Exactly above the two comment lines that belong to the `gmail.*` rule.
     assert "    when:\n      - {arg: to, op: starts_with, value: \"ops@\"}\n\n" \
         f"  {HEADER}\n" in result.new_text
     assert (result.before_action, result.after_action) == (Action.HUMAN_APPROVAL, Action.DENY)
     assert (result.rule_index, result.line) == (2, 19)
-    assert result.new_text.splitlines()[18] == '  - tools: ["gmail.send_email"]'
-    # The conditional rule above keeps its say; the glob rule still decides the rest of gmail.
-    assert decide(result.new_text, "gmail.send_email", {"to": "ops@x"}) is Action.ALLOW
+    assert result.new_text.splitlines()[18] == '  - tools: ["gmail.delete_email"]'
+    assert decide(result.new_text, "gmail.delete_email") is Action.DENY
+    assert decide(result.new_text, "gmail.archive_email") is Action.HUMAN_APPROVAL
+
+
+def test_new_rule_goes_before_a_conditional_rule_for_the_tool_so_every_call_gets_it() -> None:
+    # Setting an action is for every call (first match wins): a conditional rule for the tool
+    # that came first would otherwise still decide some calls the edit reports as denied.
+    result = denied_alone("gmail.send_email", Placement.BEFORE_CONDITIONAL)
+    # Above the comment of the conditional rule, which stays with it.
+    assert f'\n\n  {HEADER}\n  - tools: ["gmail.send_email"]\n    action: deny\n' \
+        "  # mail to the ops list goes out without a human\n" in result.new_text
+    assert (result.before_action, result.after_action) == (Action.HUMAN_APPROVAL, Action.DENY)
+    assert [c.rule.index for c in result.before_view.conditional] == [1]
+    assert result.after_view.conditional == ()
+    assert (result.rule_index, result.line) == (1, 13)
+    assert decide(result.new_text, "gmail.send_email", {"to": "ops@x"}) is Action.DENY
     assert decide(result.new_text, "gmail.send_email", {"to": "eve@x"}) is Action.DENY
     assert decide(result.new_text, "gmail.delete_email") is Action.HUMAN_APPROVAL
+    # inherit gives the conditional rule its say back.
+    back = ok(plan(result.new_text, "gmail.send_email", "inherit"))
+    assert back.new_text == CLAUDE
+    assert [c.rule.index for c in back.after_view.conditional] == [1]
+
+
+def test_a_conditional_rule_of_an_earlier_policy_for_the_agent_is_refused() -> None:
+    earlier = (
+        "a-first.yaml",
+        'name: first\nagent: claude\nrules:\n  - tools: [t]\n    action: human_approval\n'
+        '    when: [{arg: x, op: starts_with, value: "ok"}]\n',
+    )
+    text = "name: claude\nagent: claude\nrules: []\n"
+    ps = load_policies([PolicySource(*earlier), PolicySource("claude.yaml", text)])
+    own = next(p for p in ps.policies if p.name == "claude")
+    result = plan_edit(text, policy=own, policy_set=ps, agent="claude", tool="t", action="deny",
+                       by="marc", date="2026-07-30")
+    result = refused(result, 409)
+    assert result.message == (
+        "rule 0 of policy 'first' (a-first.yaml:4) is conditional and is evaluated before 'claude': "
+        "calls for which its conditions hold would get human_approval, not deny; edit the policies by hand"
+    )
 
 
 def test_new_rule_goes_at_the_end_of_the_own_policy_when_a_shared_policy_decides() -> None:
@@ -174,47 +212,54 @@ def test_a_console_rule_is_rewritten_in_place() -> None:
     assert len(a) == len(b)
     changed = [(i + 1, x, y) for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
     assert changed == [
-        (18, f"  {HEADER}", "  # set from console, 2026-07-30 by eve"),
-        (20, "    action: deny", "    action: allow"),
+        (12, f"  {HEADER}", "  # set from console, 2026-07-30 by eve"),
+        (14, "    action: deny", "    action: allow"),
     ]
-    assert (second.before_action, second.after_action, second.rule_index) == (Action.DENY, Action.ALLOW, 2)
+    assert (second.before_action, second.after_action, second.rule_index) == (Action.DENY, Action.ALLOW, 1)
 
 
-def test_a_hand_written_rule_is_rewritten_in_place_keeping_its_comments_and_spelling() -> None:
+def test_a_hand_written_rule_is_kept_as_written_behind_the_console_rule() -> None:
     text = (
         "name: claude\nagent: claude\nrules:\n"
         "  # why: sends money\n"
         "  - tools:\n"
         "      - 'pay.transfer'   # the only payment tool\n"
-        "    action: 'deny'   # for now\n"
-        '  - tools: ["*"]\n    action: human_approval\n'
+        "    action: 'human_approval'   # for now\n"
+        '  - tools: ["*"]\n    action: deny\n'
     )
-    result = ok(plan(text, "pay.transfer", "human_approval"))
-    assert result.placement is Placement.REWRITE
+    result = ok(plan(text, "pay.transfer", "allow"))
+    assert (result.placement, result.rule_index, result.removed) == (Placement.BEFORE_RULE, 0, ())
     assert result.new_text == (
         "name: claude\nagent: claude\nrules:\n"
-        "  # why: sends money\n"
         f"  {HEADER}\n"
+        '  - tools: ["pay.transfer"]\n'
+        "    action: allow\n"
+        "  # why: sends money\n"
         "  - tools:\n"
         "      - 'pay.transfer'   # the only payment tool\n"
         "    action: 'human_approval'   # for now\n"
-        '  - tools: ["*"]\n    action: human_approval\n'
+        '  - tools: ["*"]\n    action: deny\n'
     )
-    # It is a console rule now: inherit removes it (and only its lines).
-    gone = ok(plan(result.new_text, "pay.transfer", "inherit"))
-    assert gone.new_text == (
-        "name: claude\nagent: claude\nrules:\n  # why: sends money\n"
-        '  - tools: ["*"]\n    action: human_approval\n'
-    )
+    assert decide(result.new_text, "pay.transfer") is Action.ALLOW
+    # A second edit rewrites the console rule, never the hand-written one.
+    again = ok(plan(result.new_text, "pay.transfer", "deny", by="eve"))
+    assert (again.placement, again.rule_index) == (Placement.REWRITE, 0)
+    assert "    action: 'human_approval'   # for now\n" in again.new_text
+    # inherit removes only what the edits wrote: the hand-written rule decides again.
+    back = ok(plan(again.new_text, "pay.transfer", "inherit"))
+    assert back.new_text == text
+    assert back.after_action is Action.HUMAN_APPROVAL
+    assert decide(back.new_text, "pay.transfer") is Action.HUMAN_APPROVAL
 
 
-def test_a_flow_mapping_rule_is_rewritten_in_place() -> None:
+def test_a_flow_mapping_rule_is_kept_and_a_console_rule_goes_before_it() -> None:
     text = "name: claude\nagent: claude\nrules:\n  - {tools: [fs.write_file], action: deny}  # no\n"
     result = ok(plan(text, "fs.write_file", "human_approval"))
     assert result.new_text == (
         "name: claude\nagent: claude\nrules:\n"
         f"  {HEADER}\n"
-        "  - {tools: [fs.write_file], action: human_approval}  # no\n"
+        '  - tools: ["fs.write_file"]\n    action: human_approval\n'
+        "  - {tools: [fs.write_file], action: deny}  # no\n"
     )
 
 
@@ -317,7 +362,8 @@ def test_indentation_style_is_copied() -> None:
     wide = "name: claude\nagent: claude\nrules:\n    -   tools: [a]\n        action: deny\n"
     assert ok(plan(wide, "a", "allow")).new_text == (
         "name: claude\nagent: claude\nrules:\n"
-        f"    {HEADER}\n    -   tools: [a]\n        action: allow\n"
+        f'    {HEADER}\n    -   tools: ["a"]\n        action: allow\n'
+        "    -   tools: [a]\n        action: deny\n"
     )
     assert ok(plan(wide, "b", "allow")).new_text == wide + (
         f'    {HEADER}\n    -   tools: ["b"]\n        action: allow\n'
@@ -328,10 +374,13 @@ def test_dash_on_its_own_line() -> None:
     text = "name: claude\nagent: claude\nrules:\n  -\n    tools: [a]\n    action: deny\n"
     result = ok(plan(text, "a", "allow"))
     assert result.new_text == (
-        f"name: claude\nagent: claude\nrules:\n  {HEADER}\n  -\n    tools: [a]\n    action: allow\n"
+        f'name: claude\nagent: claude\nrules:\n  {HEADER}\n  - tools: ["a"]\n    action: allow\n'
+        "  -\n    tools: [a]\n    action: deny\n"
     )
-    back = ok(plan(result.new_text, "a", "inherit"))
-    assert back.new_text == "name: claude\nagent: claude\nrules: []\n"
+    assert ok(plan(result.new_text, "a", "inherit")).new_text == text
+    console = f"name: claude\nagent: claude\nrules:\n  {HEADER}\n  -\n    tools: [a]\n    action: deny\n"
+    assert ok(plan(console, "a", "allow")).new_text == console.replace("deny", "allow")
+    assert ok(plan(console, "a", "inherit")).new_text == "name: claude\nagent: claude\nrules: []\n"
 
 
 def test_crlf_line_endings_and_a_missing_final_newline_are_kept() -> None:

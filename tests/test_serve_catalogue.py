@@ -77,6 +77,18 @@ def _base(running: Running) -> str:
     return running.control()
 
 
+def _claude_config(directory: Path, policy: str) -> Path:
+    """github behind a gateway with an admin token and claude's token, ``policy`` as claude's own."""
+    return write_config(
+        directory,
+        [GITHUB],
+        policies={"claude.yaml": policy, "default.yaml": SHARED},
+        fsync="never",
+        auth={"admin": {"token_sha256": sha256(ADMIN)},
+              "agents": [{"agent": "claude", "token_sha256": sha256(CLAUDE_TOKEN)}]},
+    )
+
+
 def _comments(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip().startswith("#")]
 
@@ -172,14 +184,7 @@ def test_without_a_configured_token_the_control_plane_needs_the_one_serve_keeps(
 
 @pytest.mark.anyio
 async def test_a_policy_edit_over_http_keeps_comments_and_decides_the_next_call(tmp_path: Path) -> None:
-    config = write_config(
-        tmp_path,
-        [GITHUB],
-        policies={"claude.yaml": COMMENTED, "default.yaml": SHARED},
-        fsync="never",
-        auth={"admin": {"token_sha256": sha256(ADMIN)},
-              "agents": [{"agent": "claude", "token_sha256": sha256(CLAUDE_TOKEN)}]},
-    )
+    config = _claude_config(tmp_path, COMMENTED)
     policy = tmp_path / "policies" / "claude.yaml"
     original = policy.read_bytes()
     with http_gateway(config) as running:
@@ -240,6 +245,29 @@ async def test_a_policy_edit_over_http_keeps_comments_and_decides_the_next_call(
         ("github.list_repos", "allow"), ("github.list_repos", "deny"),
         ("github.get_repo", "allow"), ("github.get_repo", "allow"),
     ]
+
+
+@pytest.mark.anyio
+async def test_a_policy_edit_decides_calls_a_conditional_rule_for_the_tool_decided_before(tmp_path: Path) -> None:
+    conditional = (
+        "name: claude\nagent: claude\nrules:\n"
+        "  # acme's repositories may be listed\n"
+        "  - tools: [github.list_repos]\n    action: allow\n"
+        "    when: [{arg: owner, op: starts_with, value: acme}]\n"
+        "  - tools: ['github.*']\n    action: allow\n"
+    )
+    config = _claude_config(tmp_path, conditional)
+    with http_gateway(config) as running:
+        assert running.url is not None
+        edited = httpx.put(f"{_base(running)}/policies/claude/tools/github.list_repos",
+                           json={"action": "deny", "by": "marc"}, headers=_auth(ADMIN))
+        assert edited.status_code == 200, edited.text
+        body = edited.json()
+        assert (body["action_after"], body["after"]["conditional"]) == ("deny", [])
+        async with http_client(running.url, "legacy", CLAUDE_TOKEN) as claude:
+            for owner in ("acme", "other"):
+                result = dump(await claude.call_tool("github.list_repos", {"owner": owner}))
+                assert result["_meta"]["drawbridge/decision"]["action"] == "deny", (owner, result)
 
 
 @pytest.mark.anyio

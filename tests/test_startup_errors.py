@@ -93,3 +93,74 @@ def test_wraps_default_state_file_is_inside_its_evidence_directory(tmp_path: Pat
     assert gateway.evidence == tmp_path / "evidence"
     assert (tmp_path / "evidence" / "drawbridge.db").is_file()
     assert not (tmp_path / "drawbridge.db").exists()  # where a serve beside it keeps ./drawbridge.db
+
+
+def _yaml_config(directory: Path, extra: str) -> Path:
+    """A serve configuration written as YAML (so that ``key:`` with no value can be written), plus ``extra``."""
+    (directory / "policies").mkdir(parents=True, exist_ok=True)
+    config = directory / "drawbridge.yaml"
+    config.write_text(
+        "upstreams:\n"
+        f"  - {{name: nb, transport: stdio, command: {json.dumps(NOTEBOOK[0])}, args: [{json.dumps(NOTEBOOK[1])}]}}\n"
+        "policy_dir: ./policies\n"
+        f"evidence_dir: {json.dumps(str(directory / 'evidence'))}\n"
+        f"state_path: {json.dumps(str(directory / 'state.db'))}\n" + extra,
+        encoding="utf-8",
+    )
+    return config
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ("pin_tools:\n", "pin_tools"),
+        ("hide_denied_tools: null\n", "hide_denied_tools"),
+        ("telemetry:\n", "telemetry"),
+        ("telemetry: ~\n", "telemetry"),
+        ("checkpoints: null\n", "checkpoints"),
+        ("approval:\n  non_blocking:\n", "approval.non_blocking"),
+        ("state:\n", "state"),
+        ("cli_tools:\n  - name: git\n    bin: git\n    commands:\n      log:\n        allowed_args:\n",
+         "cli_tools[0].commands.log.allowed_args"),
+        ("cli_tools:\n  - name: git\n    bin: git\n    commands:\n      log:\n        timeout:\n",
+         "cli_tools[0].commands.log.timeout"),
+    ],
+)
+def test_a_key_without_a_value_is_one_line_exit_2_not_the_default(tmp_path: Path, extra: str, key: str) -> None:
+    config = _yaml_config(tmp_path, extra)
+    line = len(config.read_text().splitlines())
+    _one_line_error(_serve(config), f"{config}:{line}: {key} has no value (null)")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "problem"),
+    [
+        ("http://user:pw-SECRETQ@127.0.0.1:4399", "must not hold a user name or password"),
+        ("http://127.0.0.1:4399/?token=SECRETQ", "must not have a query"),
+        ("http://127.0.0.1:4399/#SECRETQ", "must not have a fragment"),
+        ("http://127.0.0.1:SECRETQ/", "is not a valid URL"),
+    ],
+)
+def test_a_telemetry_endpoint_with_a_credential_in_it_is_refused_without_showing_it(
+    tmp_path: Path, endpoint: str, problem: str
+) -> None:
+    config = _yaml_config(tmp_path, f"telemetry:\n  endpoint: {json.dumps(endpoint)}\n")
+    result = _serve(config)
+    error = _one_line_error(result, f"{config}:7: telemetry.endpoint {problem}")
+    assert "SECRETQ" not in result.stderr + result.stdout, error
+    evidence = tmp_path / "evidence"
+    wrapped = _wrap(evidence, "--otlp-endpoint", endpoint)
+    assert wrapped.returncode == 2 and problem in wrapped.stderr, wrapped.stderr
+    assert "SECRETQ" not in wrapped.stderr + wrapped.stdout
+
+
+@pytest.mark.parametrize("agent", ["a b", "a\nb", ""])
+def test_an_agent_id_no_configuration_could_name_is_a_usage_error(tmp_path: Path, agent: str) -> None:
+    wrapped = _wrap(tmp_path / "ev", "--agent", agent)
+    assert wrapped.returncode == 2 and "an agent id uses only" in wrapped.stderr, wrapped.stderr
+    served = subprocess.run(
+        [PYTHON, "-m", "drawbridge", "serve", "--config", str(_serve_config(tmp_path, tmp_path / "ev2")),
+         "--stdio", "--agent", agent],
+        input="", check=False, capture_output=True, text=True, env=child_env(), timeout=scaled(60),
+    )
+    assert served.returncode == 2 and "an agent id uses only" in served.stderr, served.stderr

@@ -308,3 +308,59 @@ def test_a_serve_http_session_names_its_spans_and_stdio_does_not(tmp_path: Path)
         assert not [path for path, body in receiver.bodies if SECRET.encode() in body]
     finally:
         receiver.close()
+
+
+def test_under_json_logs_every_line_is_json_and_a_clean_stop_with_the_collector_down_is_quiet(tmp_path: Path) -> None:
+    """The worker's (the SDK's) complaints about a collector that is down and the control plane's
+    line follow ``--log-format json``; a SIGTERM to the whole process group (a service manager, Ctrl-C)
+    stops the gateway cleanly, without an error about the worker it stopped."""
+    import os
+    import signal
+    import subprocess
+
+    from conftest import PYTHON, child_env
+    from serve_support import serve_argv
+
+    config = write_config(
+        tmp_path, [GITHUB], telemetry={"endpoint": f"http://127.0.0.1:{_closed_port()}"},
+        checkpoints={"every_seconds": 0.2}, control={"port": 0},
+    )
+    process = subprocess.Popen(
+        serve_argv(config, "--log-format", "json"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, env=child_env(), start_new_session=True, text=True,
+    )
+    lines: list[str] = []
+    seen = threading.Condition()
+
+    def drain() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            with seen:
+                lines.append(line)
+                seen.notify_all()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        with seen:
+            complained = seen.wait_for(lambda: any("telemetry worker:" in line or "xport" in line for line in lines)
+                                       and any("control plane on" in line for line in lines), WAIT)
+        assert complained, "".join(lines)
+        os.killpg(process.pid, signal.SIGTERM)
+        assert process.wait(WAIT) == 0, "".join(lines)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    reader.join(WAIT)
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            raise AssertionError(f"not a JSON line: {line!r}") from None
+    assert any(r.get("message", "").startswith("control plane on http://") for r in records), records
+    worker = [r for r in records if r["logger"] == "drawbridge.telemetry"]
+    assert any(r["message"].startswith("telemetry worker: ") for r in worker), records
+    # The collector being down is said by the SDK's lines; the gateway says nothing of a worker "gone".
+    assert not [r for r in worker if r["message"].startswith("the telemetry worker")], worker

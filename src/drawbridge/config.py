@@ -48,7 +48,7 @@ from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
 from drawbridge.config_hosts import is_loopback_address, split_authority
 from drawbridge.config_oauth import OAuthConfig, oauth_section
 from drawbridge.config_secrets import USES_ALL, token_digest
-from drawbridge.config_reader import ConfigError, env_map, url_problem
+from drawbridge.config_reader import AGENT_ID, AGENT_ID_CHARS, ConfigError, env_map, url_problem
 from drawbridge.config_reader import Reader as _Reader
 from drawbridge.config_reader import resolve_path as _resolve
 from drawbridge.config_reader import str_list as _str_list
@@ -57,7 +57,6 @@ from drawbridge.policy.strict_yaml import YamlProblem, read_yaml
 _NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 UPSTREAM_PROTOCOLS: tuple[str, ...] = ("2025-11-25", "2026-07-28")
 """The eras the gateway speaks to an upstream; the first is the default."""
-_AGENT_RE = re.compile(r"[A-Za-z0-9._:@/-]+")
 FSYNC_MODES = ("always", "batch", "never")
 MAX_SESSIONS_PER_AGENT = 64
 MAX_SESSIONS = 1024
@@ -202,8 +201,8 @@ def _agent_id(reader: _Reader, key: str, *, required: bool = False) -> str | Non
     """An agent id the file names (a token's agent, the anonymous agent): one rule for every agent id,
     which the logs, the trace and the policies' ``agent`` patterns all carry."""
     agent = reader.get(key, str, required=required)
-    if agent is not None and not _AGENT_RE.fullmatch(agent):
-        raise reader.fail(key, f"{reader.where}.{key} {agent!r} has characters outside [A-Za-z0-9._:@/-]")
+    if agent is not None and not AGENT_ID.fullmatch(agent):
+        raise reader.fail(key, f"{reader.where}.{key} {agent!r} has characters outside {AGENT_ID_CHARS}")
     return agent
 
 

@@ -2,8 +2,11 @@
 ``telemetry`` (live OTLP export).
 
 Invariant: what loads here is in range and complete -- a checkpoint cadence that is positive, an
-origin that is a C2SP key name, an OTLP endpoint that is an http(s) URL, and every header variable
-the telemetry section names set (its value is never read into the configuration, only checked).
+origin that is a C2SP key name, an OTLP endpoint that is an http(s) URL with a host and nothing
+that could be a credential (no user name or password, no query, no fragment: the exporter appends
+``/v1/traces`` to the URL and prints it in its own errors, so a token there would be sent to the
+wrong path and land in logs), and every header variable the telemetry section names set (its value
+is never read into the configuration, only checked). A refused endpoint is never echoed.
 """
 
 from __future__ import annotations
@@ -39,14 +42,37 @@ def checkpoints_section(top: Reader, base: Path) -> tuple[int, float, str | None
     return every_lines, every_seconds, keys_dir, origin
 
 
+def otlp_endpoint_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an OTLP endpoint, in words that never repeat it; None when it can.
+    Credentials go in headers (``headers_env``, ``--otlp-header``), never in the URL."""
+    from urllib.parse import urlsplit
+
+    if not re.match(r"https?://[^/\s]+", url) or not url.isprintable() or " " in url:
+        return "must be an http:// or https:// URL"
+    try:
+        parts = urlsplit(url)
+        _port = parts.port
+    except ValueError:
+        return "is not a valid URL (its host or port does not parse)"
+    if "@" in parts.netloc:
+        return "must not hold a user name or password (send credentials as a header: headers_env)"
+    if parts.query or url.split("#", 1)[0].endswith("?"):
+        return "must not have a query (?...): the exporter appends its path after it; send credentials as a header"
+    if "#" in url:
+        return "must not have a fragment (#...)"
+    if not parts.hostname:
+        return "names no host"
+    return None
+
+
 def telemetry_section(top: Reader, env: Mapping[str, str]) -> tuple[str | None, str, dict[str, str], str]:
     """``telemetry``: the OTLP endpoint (None: off), its protocol, header variables and service name."""
     otlp_endpoint, otlp_protocol, otlp_headers, service_name = None, "http/protobuf", {}, "drawbridge"
     if (telemetry := top.child("telemetry")) is not None:
         telemetry.check_keys({"endpoint", "protocol", "headers_env", "service_name"})
         otlp_endpoint = telemetry.get("endpoint", str, required=True)
-        if not re.match(r"https?://[^/\s]+", otlp_endpoint):
-            raise telemetry.fail("endpoint", "telemetry.endpoint must be an http:// or https:// URL")
+        if (problem := otlp_endpoint_problem(otlp_endpoint)) is not None:
+            raise telemetry.fail("endpoint", f"telemetry.endpoint {problem}")
         otlp_protocol = telemetry.get("protocol", str, default=otlp_protocol)
         if otlp_protocol not in ("http/protobuf", "grpc"):
             raise telemetry.fail("protocol", f"telemetry.protocol must be http/protobuf or grpc, not {otlp_protocol!r}")
@@ -61,4 +87,4 @@ def telemetry_section(top: Reader, env: Mapping[str, str]) -> tuple[str | None, 
     return otlp_endpoint, otlp_protocol, otlp_headers, service_name
 
 
-__all__ = ["checkpoints_section", "telemetry_section"]
+__all__ = ["checkpoints_section", "otlp_endpoint_problem", "telemetry_section"]

@@ -128,8 +128,10 @@ def parse_duration(value: Any) -> float | None:
 
 
 def _timeout(reader: Reader, key: str, default: float, limit: float) -> float:
-    if key not in reader.node or reader.node[key] is None:
+    if key not in reader.node:
         return default
+    if reader.node[key] is None:
+        raise reader.null(key)
     seconds = parse_duration(reader.node[key])
     if seconds is None or not 0 < seconds < float("inf"):
         raise reader.fail(key, f"{reader.where}.{key} must be a positive number of seconds or a duration like 30s, 2m")
@@ -227,8 +229,8 @@ def parse_openapi(file: str, node: Any, index: int, base: Path, call_timeout: fl
 def _cli_command(reader: Reader, owner: str, call_timeout: float) -> CliCommandConfig:
     reader.check_keys({"allowed_args", "timeout"})
     allowed = None
-    if "allowed_args" in reader.node and reader.node["allowed_args"] is not None:
-        allowed = str_list(reader, "allowed_args")
+    if "allowed_args" in reader.node:
+        allowed = str_list(reader, "allowed_args")  # refuses `allowed_args:` with no list: not "any flag"
         for flag in allowed:
             if not _FLAG_RE.fullmatch(flag):
                 raise reader.fail(

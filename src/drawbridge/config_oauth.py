@@ -19,14 +19,13 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from drawbridge.config_hosts import is_loopback_address
-from drawbridge.config_reader import Reader, str_list
+from drawbridge.config_reader import AGENT_ID, Reader, str_list
 from drawbridge.policy.globs import Glob, GlobError, compile_glob
 
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 """The asymmetric JWS algorithms a token may be signed with; HMAC and ``none`` never (the gateway holds
 no shared secret, and an issuer's public key must not double as one)."""
 DEFAULT_ALGORITHMS = ("RS256", "ES256")
-_AGENT_RE = re.compile(r"[A-Za-z0-9._:@/-]+")
 _SCOPE_RE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")  # RFC 6749 scope-token
 
 
@@ -127,7 +126,7 @@ def oauth_section(auth: Reader, anonymous_agent: str | None, listen_host: str) -
     if (table := section.child("agents")) is not None:
         agent_map = {}
         for value, agent in table.node.items():
-            if not isinstance(value, str) or not isinstance(agent, str) or not _AGENT_RE.fullmatch(agent):
+            if not isinstance(value, str) or not isinstance(agent, str) or not AGENT_ID.fullmatch(agent):
                 raise table.fail(
                     value if isinstance(value, str) else None,
                     "auth.oauth.agents maps claim values to agent ids of the characters [A-Za-z0-9._:@/-]",

@@ -2,6 +2,8 @@
 
 Invariant: every value read through a ``Reader`` has the type asked for, and every problem is a
 ``ConfigError`` located as ``file:line``; a key a section does not know is an error, never ignored.
+A key written without a value (``pin_tools:``, ``telemetry: null``) is an error too, not the
+default: read as "off" it would quietly turn a feature the file names off.
 """
 
 from __future__ import annotations
@@ -15,6 +17,12 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """What the configuration accepts as an environment variable's name."""
+
+AGENT_ID = re.compile(r"[A-Za-z0-9._:@/-]+")
+"""Every agent id: the configuration's (a token's agent, the anonymous agent, an OAuth mapping),
+``--agent`` of serve and wrap, and so every id the logs, the trace and the policies carry."""
+
+AGENT_ID_CHARS = "[A-Za-z0-9._:@/-]"
 
 
 _KIND_NAMES: dict[type, str] = {
@@ -61,8 +69,15 @@ class Reader:
                     f"unknown key {key!r} in {self.where} (allowed: {', '.join(sorted(allowed))})",
                 )
 
+    def null(self, key: str) -> ConfigError:
+        """A key present with no value (YAML ``key:`` or ``null``)."""
+        where = f"{self.where}.{key}" if self.where != "config" else key
+        return self.fail(key, f"{where} has no value (null); give it one or remove the key")
+
     def get(self, key: str, kind: type | tuple[type, ...], default: Any = None, *, required: bool = False) -> Any:
-        if key not in self.node or self.node[key] is None:
+        if key in self.node and self.node[key] is None:
+            raise self.null(key)
+        if key not in self.node:
             if required:
                 raise self.fail(None, f"{self.where}: missing required key {key!r}")
             return default
@@ -78,8 +93,10 @@ class Reader:
         return value
 
     def child(self, key: str) -> Reader | None:
-        if key not in self.node or self.node[key] is None:
+        if key not in self.node:
             return None
+        if self.node[key] is None:
+            raise self.null(key)
         return Reader(self.file, self.node[key], f"{self.where}.{key}" if self.where != "config" else key)
 
 
@@ -157,4 +174,4 @@ def named_entry(file: str, node: Any, section: str, index: int, keys: set[str]) 
     return reader, name
 
 
-__all__ = ["NAME_RE", "ConfigError", "Reader", "line_of", "named_entry", "resolve_path", "str_list", "str_map"]
+__all__ = ["AGENT_ID", "AGENT_ID_CHARS", "NAME_RE", "ConfigError", "Reader", "line_of", "named_entry", "resolve_path", "str_list", "str_map"]

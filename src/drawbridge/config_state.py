@@ -83,6 +83,8 @@ def _ring(section: Reader, key: str, env: Mapping[str, str]) -> tuple[RingKey, .
 
 def state_section(top: Reader, env: Mapping[str, str]) -> SharedState | None:
     """``state`` and ``replica``: None keeps the SQLite file of ``state_path``."""
+    if "state" in top.node and top.node["state"] is None:
+        raise top.null("state")  # not the local SQLite file: replicas would each keep their own state
     raw: Any = top.node.get("state")
     if raw is None:
         if top.child("replica") is not None:

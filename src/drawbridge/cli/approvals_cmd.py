@@ -96,6 +96,14 @@ def list_approvals(ctl: Control, status: str, tool: str | None, agent: str | Non
     console().print(table(f"{len(approvals)} approvals ({status})", columns, rows))
 
 
+def _rule(view: dict[str, Any]) -> str:
+    """The rule that asked, or, for a call the gateway itself held (a catalogue floor: a changed
+    pin), that no rule did: its reason is the ``why`` line."""
+    if view.get("rule_index") is None:
+        return f"none: held by the gateway ({view.get('policy') or 'no policy'}), see why"
+    return f"{view.get('policy')} #{view.get('rule_index')} ({view.get('source_file')})"
+
+
 def _show(view: dict[str, Any]) -> None:
     findings = view.get("injection_findings") or []
     pairs: list[tuple[str, Any]] = [
@@ -105,7 +113,7 @@ def _show(view: dict[str, Any]) -> None:
         ("status", _status(view.get("status"))),
         ("why", view.get("reason")),
         ("approved by", "an operator only" if view.get("approver") == "operator" else "anyone asked"),
-        ("rule", f"{view.get('policy')} #{view.get('rule_index')} ({view.get('source_file')})"),
+        ("rule", _rule(view)),
         ("argument shape", f"{view.get('args_shape')}, digest {view.get('args_digest')}"),
         ("remaining", _seconds(view.get("remaining_seconds"))),
     ]

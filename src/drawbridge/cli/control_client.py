@@ -74,6 +74,23 @@ def shown_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+def _url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be the control plane's, in words that never repeat it (a password or a
+    token could be in it); None when it can. The admin token goes in a header, never in the URL."""
+    try:
+        parts = urlsplit(url)
+        _port = parts.port
+    except ValueError:
+        return "is not a valid URL (its host or port does not parse)"
+    if parts.scheme not in ("http", "https") or not parts.hostname or not url.isprintable():
+        return "must be an http:// or https:// URL with a host"
+    if "@" in parts.netloc:
+        return "must not hold a user name or password: the admin token is sent as a header (DRAWBRIDGE_ADMIN_TOKEN)"
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        return "must not have a query or a fragment: give the control plane's address only"
+    return None
+
+
 def segment(value: str) -> str:
     """One path segment, percent-encoded so that ``/`` and ``?`` stay inside it."""
     return quote(value, safe="")
@@ -106,11 +123,9 @@ class ControlClient:
                 raise ControlError(str(exc), EXIT_INPUT) from None
         if url is None:
             url = env.get(URL_ENV) or (access.url if access is not None else DEFAULT_URL)
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ControlError(
-                f"--url must be an http:// or https:// URL with a host, not {url!r}", EXIT_INPUT
-            )
+        problem = _url_problem(url)
+        if problem is not None:
+            raise ControlError(f"--url (or {URL_ENV}) {problem}", EXIT_INPUT)
         token, source = find_token(env, token_file=token_file, access=access, state=state)
         if token is not None and _HEADER_SAFE.fullmatch(token) is None:
             raise ControlError(

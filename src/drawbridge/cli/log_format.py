@@ -133,6 +133,17 @@ def say(message: str, **fields: Any) -> None:
     )
 
 
+def announce(message: str, **fields: Any) -> None:
+    """A line of the command's own that is shown whatever the level (where its control plane
+    listens: wrap keeps its activity lines for ``--verbose``), written as ``say`` writes its lines."""
+    log = logging.getLogger("drawbridge.activity")
+    record = log.makeRecord(
+        log.name, logging.INFO, __file__, 0, "%s", (message,), None,
+        extra={"activity": {"event": "serve", "message": message, **fields}},
+    )
+    log.handle(record)
+
+
 def startup_failed(message: str) -> None:
     """The error of a command that cannot start (then exit 2): through the log, so that under
     ``--log-format json`` a log shipper reads it as one object like every other line."""
@@ -142,5 +153,6 @@ def startup_failed(message: str) -> None:
 
 
 __all__ = [
-    "FORMATS", "JsonFormatter", "TextFormatter", "configure_logging", "log_format_option", "say", "startup_failed",
+    "FORMATS", "JsonFormatter", "TextFormatter", "announce", "configure_logging", "log_format_option", "say",
+    "startup_failed",
 ]

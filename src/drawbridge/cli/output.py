@@ -47,6 +47,15 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INPUT = 2
 
+
+def agent_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--agent ID`` checked as the configuration checks agent ids (``config_reader.AGENT_ID``)."""
+    from drawbridge.config_reader import AGENT_ID, AGENT_ID_CHARS
+
+    if value is not None and not AGENT_ID.fullmatch(value):
+        raise click.BadParameter(f"an agent id uses only {AGENT_ID_CHARS}")
+    return value
+
 FORMATS = ("table", "json")
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -5,8 +5,9 @@
 agent's policy file as text (comments stay), keeps ``<file>.bak``, reloads, and records the edit in
 the trace chain as ``mesh.policy_edit``. ``--by`` is recorded as given.
 
-Exit codes: 0 done; 1 refused (no policy for the agent, a hand-written rule, a policy set that would
-not load); 2 usage error or control plane unreachable.
+Exit codes: 0 done; 1 refused (no policy for the agent, a tool the gateway does not serve without
+``--unserved``, a hand-written rule for ``inherit``, a policy set that would not load); 2 usage error
+(a name with a control character or a line break included) or control plane unreachable.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import click
 from drawbridge.cli.control_client import Control, control_options, segment
 from drawbridge.cli.output import console, emit_json, key_values, table
 from drawbridge.cli.policy_offline import check, explain, test
+from drawbridge.policy.edit import conditional_text
 
 ACTIONS = ("allow", "deny", "human_approval", "inherit")
 
@@ -30,30 +32,42 @@ def command() -> None:
 @click.argument("tool")
 @click.argument("action", type=click.Choice(ACTIONS))
 @click.option("--by", required=True, help="Who makes the change (recorded as given, in the file and trace).")
+@click.option("--unserved", is_flag=True,
+              help="TOOL is not served by the gateway (yet): write the rule anyway.")
 @control_options
-def set_action(ctl: Control, agent: str, tool: str, action: str, by: str) -> None:
-    """Set TOOL's ACTION for AGENT (inherit removes a rule set this way)."""
-    result = ctl.client.put(
-        f"/policies/{segment(agent)}/tools/{segment(tool)}", {"action": action, "by": by}
-    )
+def set_action(ctl: Control, agent: str, tool: str, action: str, by: str, unserved: bool) -> None:
+    """Set TOOL's ACTION for AGENT, for every call (inherit removes a rule set this way)."""
+    problem = _name_problem(agent, "AGENT") or _name_problem(tool, "TOOL")
+    if problem is not None:
+        raise click.UsageError(problem)
+    body: dict[str, object] = {"action": action, "by": by}
+    if unserved:
+        body["unserved"] = True
+    result = ctl.client.put(f"/policies/{segment(agent)}/tools/{segment(tool)}", body)
     if ctl.json:
         emit_json(result)
         return
     before, after = result.get("action_before"), result.get("action_after")
     summary = f"{before} -> {after}" if result.get("changed") else f"{after} (unchanged)"
-    console().print(
-        key_values(
-            f"{agent} / {tool}",
-            [
-                ("action", summary),
-                ("file", result.get("source_file")),
-                ("rule", result.get("rule_index")),
-                ("placement", result.get("placement")),
-                ("backup", result.get("backup")),
-                ("by", result.get("by")),
-            ],
-        )
-    )
+    rows = [
+        ("action", summary),
+        ("file", result.get("source_file")),
+        ("rule", result.get("rule_index")),
+        ("placement", result.get("placement")),
+        ("backup", result.get("backup")),
+        ("by", result.get("by")),
+    ]
+    conditional = conditional_text(result.get("after"))
+    if conditional is not None:
+        rows.insert(1, ("before that", conditional))
+    console().print(key_values(f"{agent} / {tool}", rows))
+
+
+def _name_problem(value: str, what: str) -> str | None:
+    """A name no policy edit can take, refused here as the control plane would (400)."""
+    if not value.isprintable():
+        return f"{what} contains a control character or a line break"
+    return None
 
 
 @command.command(name="list")

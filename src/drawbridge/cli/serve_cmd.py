@@ -33,8 +33,8 @@ from typing import Any, Final
 import anyio
 import click
 
-from drawbridge.cli.log_format import configure_logging, log_format_option, startup_failed
-from drawbridge.cli.output import EXIT_INPUT
+from drawbridge.cli.log_format import announce, configure_logging, log_format_option, startup_failed
+from drawbridge.cli.output import EXIT_INPUT, agent_id
 from drawbridge.cli.serve_summary import print_stopping, print_summary
 from drawbridge.config import USES_ALL, ConfigError, GatewayConfig, load_config
 from drawbridge.config_headers import header_value_problem
@@ -80,6 +80,7 @@ def _bind(host: str, port: int, what: str) -> socket.socket:
 @click.option(
     "--agent",
     metavar="ID",
+    callback=agent_id,
     help="Agent id of the --stdio client (default: auth.anonymous_agent, else 'anonymous').",
 )
 @click.option("--verbose", "-v", is_flag=True, help="Log connections, reconnections and incidents to stderr.")
@@ -228,10 +229,7 @@ async def _serve_control_plane(parts: ServeParts, runtime: Runtime, sock: socket
 
     def ready(host: str, port: int) -> None:
         control.announce_console(runtime, host, port)
-        click.echo(
-            f"drawbridge: control plane on {control.control_url(host, port)} ({control.credential_note(runtime)})",
-            err=True,
-        )
+        announce(f"control plane on {control.control_url(host, port)} ({control.credential_note(runtime)})")
 
     assert parts.services is not None
     await serve_http(control.app(parts.services, runtime), sock, ready)

@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING
 import anyio
 import click
 
-from drawbridge.cli.log_format import configure_logging, log_format_option, startup_failed
-from drawbridge.cli.output import EXIT_INPUT
+from drawbridge.cli.log_format import announce, configure_logging, log_format_option, startup_failed
+from drawbridge.cli.output import EXIT_INPUT, agent_id
 from drawbridge.gateway.protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
 from drawbridge.gateway.recording.cadence import EVERY_LINES, EVERY_SECONDS
 from drawbridge.gateway.recording.durability import BATCH_LINES, BATCH_SECONDS
@@ -71,7 +71,8 @@ if TYPE_CHECKING:
     context_settings={"help_option_names": ["-h", "--help"], "allow_interspersed_args": False},
 )
 @click.option("--policy", type=click.Path(exists=True), help="Policy file or directory that decides each tools/call.")
-@click.option("--agent", default="anonymous", show_default=True, help="Agent id the policy is evaluated for.")
+@click.option("--agent", default="anonymous", show_default=True, callback=agent_id,
+              help="Agent id the policy is evaluated for.")
 @click.option("--evidence-dir", type=click.Path(file_okay=False), help="Directory for the trace and evidence.")
 @click.option(
     "--tool-decision-truth-out",
@@ -332,8 +333,10 @@ def _telemetry_header_names(endpoint: str | None, headers: tuple[str, ...]) -> d
         if headers:
             raise click.UsageError("--otlp-header goes with --otlp-endpoint")
         return {}
-    if not endpoint.startswith(("http://", "https://")):
-        raise click.BadParameter("must be an http:// or https:// URL", param_hint="--otlp-endpoint")
+    from drawbridge.config_evidence import otlp_endpoint_problem
+
+    if (problem := otlp_endpoint_problem(endpoint)) is not None:
+        raise click.BadParameter(problem, param_hint="--otlp-endpoint")
     names: dict[str, str] = {}
     for item in headers:
         name, separator, variable = item.partition("=")
@@ -347,7 +350,7 @@ async def _serve(runtime: Runtime, server: Upstream, config: RelayConfig, sock: 
     def ready(host: str, port: int) -> None:
         from drawbridge.gateway.runtime.control import control_url, credential_note
 
-        click.echo(f"drawbridge: control plane on {control_url(host, port)} ({credential_note(runtime)})", err=True)
+        announce(f"control plane on {control_url(host, port)} ({credential_note(runtime)})")
 
     from drawbridge.gateway.runtime.wrap import run_wrap
 

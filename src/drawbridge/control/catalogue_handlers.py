@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 
 from drawbridge.canonical import is_sha256_digest
 from drawbridge.catalogue.decisions import decision_table
+from drawbridge.config_reader import AGENT_ID, AGENT_ID_CHARS
 from drawbridge.control.inputs import (
     MAX_NAME_CHARS,
     caller,
@@ -45,7 +46,7 @@ from drawbridge.control.problems import Problem, error_response
 from drawbridge.control.services import PIN_ACCEPT_KIND, ControlServices, current_catalogue
 from drawbridge.control.views import policy_view, tool_view
 from drawbridge.policy.edit import EditRefused
-from drawbridge.policy.model import PolicySet
+from drawbridge.policy.model import Action, PolicySet
 from drawbridge.state.policy_edits import (
     BACKUP_SUFFIX,
     POLICY_EDIT_KIND,
@@ -58,6 +59,7 @@ from drawbridge.state.policy_store import PolicyStore
 logger = logging.getLogger("drawbridge.control")
 
 _POLICIES_PREFIX: Final = "/policies/"
+_SET_ACTIONS: Final = frozenset(a.value for a in Action)
 
 
 def _seq(entry: Any) -> int | None:
@@ -83,6 +85,14 @@ class CatalogueHandlers:
             raise Problem(400, "query parameter 'agent' is required: GET /tools/decisions?agent=<id>")
         if len(agent) > MAX_NAME_CHARS:
             raise Problem(400, f"agent is longer than {MAX_NAME_CHARS} characters")
+        if agent != "*" and not AGENT_ID.fullmatch(agent):
+            # No agent can have such an id (the configuration and --agent refuse it): a table for
+            # it would only show what nobody is decided by.
+            raise Problem(
+                400,
+                f"agent {shown(agent)} is not an agent id: ids use only {AGENT_ID_CHARS} "
+                "(or * for the policy written for every agent)",
+            )
         return JSONResponse(await self.decision_rows(agent))
 
     async def decision_rows(self, agent: str) -> list[dict[str, Any]]:
@@ -105,18 +115,36 @@ class CatalogueHandlers:
         return JSONResponse([policy_view(p) for p in policy_set.policies])
 
     async def edit_policy(self, request: Request) -> Response:
-        """``PUT /policies/{agent}/tools/{tool}`` with ``{"action": ..., "by": ...}``."""
+        """``PUT /policies/{agent}/tools/{tool}`` with ``{"action": ..., "by": ...}`` (and
+        ``"unserved": true`` to write a rule for a tool the gateway does not serve yet)."""
         agent, tool = _edit_target(request)
         body = await json_body(request, self.services.read_json)
-        check_keys(body, ("action", "by"))
+        check_keys(body, ("action", "by", "unserved"))
         action = text_field(body, "action", required=True)
         by = person(text_field(body, "by", required=True), "by")
+        unserved = body.get("unserved", False)
+        if not isinstance(unserved, bool):
+            raise Problem(400, "field 'unserved' must be true or false")
         assert action is not None and by is not None
-        return JSONResponse(await self.policy_edit(agent, tool, action, by))
+        return JSONResponse(await self.policy_edit(agent, tool, action, by, unserved=unserved))
 
-    async def policy_edit(self, agent: str, tool: str, action: str, by: str) -> dict[str, Any]:
+    async def policy_edit(
+        self, agent: str, tool: str, action: str, by: str, *, unserved: bool = False
+    ) -> dict[str, Any]:
         """The per-tool edit of ``PUT /policies`` (also the console's): applied, reloaded, recorded;
-        a refusal is a ``Problem`` and leaves the file as it was."""
+        a refusal is a ``Problem`` and leaves the file as it was.
+
+        A rule is written only for a tool the gateway serves, unless ``unserved`` says it is meant
+        for one not served (yet): a typo would otherwise become a rule nothing ever calls, reported
+        as done. ``inherit`` only removes rules, so it is taken for any name."""
+        if action in _SET_ACTIONS and not unserved:
+            served = {item.name for item in await current_catalogue(self.services.catalogue)}
+            if tool not in served and tool.isprintable():
+                raise Problem(
+                    404,
+                    f"the gateway serves no tool named {shown(tool)}; to write a rule for a tool it "
+                    'does not serve yet, send "unserved": true (drawbridge policy set --unserved)',
+                )
         store = self.services.policy_store
         result = await apply_policy_edit_async(store, agent=agent, tool=tool, action=action, by=by)
         if isinstance(result, EditRefused):

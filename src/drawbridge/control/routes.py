@@ -34,6 +34,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.routing import Route
 
 from drawbridge.canonical import sanitize
@@ -46,6 +47,22 @@ from drawbridge.control.problems import Endpoint, error_response, handled
 from drawbridge.control.services import ControlServices
 
 ALL_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
+
+
+class _AnyText(Convertor[str]):
+    """Starlette's ``path``, line breaks included: a name holding one (``%0A``) reaches the handler,
+    which refuses it as a bad name (400), instead of the route missing it (404 "no route")."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("drawbridge_text", _AnyText())
 
 
 class ControlPlane(CatalogueHandlers, ApprovalHandlers, EvidenceHandlers):
@@ -98,7 +115,7 @@ def control_routes(services: ControlServices, *, admin_token_sha256: str) -> lis
         "/tools/pins": {"GET": (plane.pins,)},
         "/tools/pins/accept": {"POST": (plane.accept_pins,)},
         "/policies": {"GET": (plane.policies,)},
-        "/policies/{target:path}": {"PUT": (plane.edit_policy,)},
+        "/policies/{target:drawbridge_text}": {"PUT": (plane.edit_policy,)},
         "/approvals": {"GET": (plane.approvals, "status", "tool", "agent", "limit")},
         "/approvals/{id}": {"GET": (plane.approval,)},
         "/approvals/{id}/approve": {"POST": (plane.approve,)},

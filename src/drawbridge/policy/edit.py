@@ -5,7 +5,8 @@ the rule it writes, rewrites or removes, plus the ``rules:`` line when the list 
 stops being empty); every other byte of the file (comments, blank lines, quoting, anchors, line
 endings) is kept as written. A plan is handed out only after the new text has been parsed again
 and checked: same policy name, agent and schemas, every other rule unchanged and in order, and
-(for a set action) the new rule deciding the tool for the agent. Whatever cannot be edited that
+(for a set action) the new rule deciding every call of the tool for the agent (no conditional
+rule is tried before it). Whatever cannot be edited that
 way is refused with a message, never approximated by re-serialising the file.
 
 Theory of operation. ``plan_edit`` takes the file's text, the ``Policy`` loaded from it (the
@@ -22,21 +23,24 @@ agent's own), and the policy set in force with that policy in it, and returns an
 * **A rule that names the tool exactly** has one pattern in ``tools`` whose only match is the
   tool, and no ``when``. It is a **console rule** when the line right above its ``-`` is a
   header ``# set from console, <date> by <by>``; otherwise it was written by hand.
-* **Setting** ``allow`` / ``deny`` / ``human_approval``. "The rule that decides today" is the
-  fall-through of ``explain`` (the first unconditional candidate). When it names the tool exactly
-  and sits in the own policy, it is rewritten in place: only its action word changes (quotes,
-  ``tools`` spelling and its own comments stay) and the header is written (or replaced) right
-  above its ``-``; a hand-written rule thereby becomes a console rule (its previous action is
-  in the ``.bak`` file and the trace). Otherwise a new rule
-  ``- tools: ["<tool>"]`` / ``  action: <action>`` under a header is inserted right before the
-  deciding rule when that rule is in the own policy (above the comment lines attached to it, so
-  that they stay with it; conditional rules above keep their say), else after the last rule of
-  the own policy (still before any shared policy). A console rule for the tool that an earlier
-  rule shadows is removed in the same edit, so the console keeps at most one live rule per tool;
-  a shadowed hand-written one is left alone.
+* **Setting** ``allow`` / ``deny`` / ``human_approval`` means every call of the tool by the agent
+  gets that action (floors aside): the rule written decides before every rule of the own policy
+  that matches the tool, conditional ones included (first match wins). When the first rule of
+  the own policy matching the tool is a console rule naming it exactly, only its action word
+  changes and its header is renewed. Otherwise a new rule ``- tools: ["<tool>"]`` /
+  ``  action: <action>`` under a header is inserted right before that first matching rule (above
+  the comment lines attached to it, so that they stay with it), or after the last rule of the
+  own policy when none of its rules matches (still before any shared policy). Hand-written rules
+  are never rewritten: they stay as written behind the console rule, and ``inherit`` gives them
+  their say back. Other console rules for the tool (shadowed now) are removed in the same edit,
+  so the console keeps at most one rule per tool. When a conditional rule of a policy evaluated
+  before the own policy (another policy for the same agent) would still decide some calls, the
+  edit is refused (409, naming that rule): an edit never reports an action some calls would not
+  get.
 * **inherit** removes the console rules naming the tool exactly, so evaluation falls to
-  whatever comes next. If the first rule naming the tool exactly is hand-written, it is refused
-  with 409 (such rules are edited in the file). With no such rule nothing changes.
+  whatever comes next (the hand-written rules they stood in front of, included). With no console
+  rule but a hand-written one naming the tool exactly, it is refused with 409 (such rules are
+  edited in the file). With no such rule nothing changes.
 * New lines copy the indentation of the neighbouring rule (the column of ``-`` and the gap after
   it) and the file's line ending; the tool name is written as a YAML double-quoted string in
   printable ASCII with glob characters escaped, so the rule matches the tool literally.
@@ -49,8 +53,9 @@ Refusals: 400 for a bad request (unknown action, a tool name or ``by`` that is e
 holds a control character, ``allow``/``human_approval`` for a name with glob characters: the
 escaped pattern would also match the tool literally named like the pattern, so only ``deny``,
 which cannot relax anything, is written for such names), 404 (no own policy), 409 (a hand-written
-rule for ``inherit``; a layout the text edit does not handle: a flow-style root or non-empty flow
-``rules`` list, line breaks other than LF/CRLF, or a self-check that fails).
+rule for ``inherit``; a conditional rule evaluated before the own policy; a layout the text edit
+does not handle: a flow-style root or non-empty flow ``rules`` list, line breaks other than
+LF/CRLF, or a self-check that fails).
 """
 
 from __future__ import annotations
@@ -70,10 +75,10 @@ from drawbridge.policy.edit_splice import (
     rule_lines,
     rule_style,
 )
-from drawbridge.policy.evaluate import explain
+from drawbridge.policy.evaluate import ToolView, explain
 from drawbridge.policy.globs import GLOB_METACHARACTERS, GlobKind, escape_glob
 from drawbridge.policy.load import PolicyLoadError, PolicySource, parse_policy
-from drawbridge.policy.model import Action, Basis, Decision, Policy, PolicySet, Rule
+from drawbridge.policy.model import Action, Decision, Policy, PolicySet, Rule
 from drawbridge.policy.yaml_text import quoted
 
 INHERIT: Final = "inherit"
@@ -89,6 +94,7 @@ class Placement(enum.StrEnum):
 
     REWRITE = "rewrite_in_place"
     BEFORE_RULE = "before_deciding_rule"
+    BEFORE_CONDITIONAL = "before_conditional_rule"
     END_OF_POLICY = "end_of_policy"
     REMOVE = "remove"
     UNCHANGED = "unchanged"
@@ -108,8 +114,11 @@ class EditPlan:
     """A checked edit: the new text and what it changes.
 
     ``before``/``after`` are the fall-through decisions for (agent, tool) with the old and the
-    new file (what the policy decides when no condition holds). ``rule_index``/``line`` locate
-    the rule written (None for a removal); ``removed`` lists the old indexes of rules taken out.
+    new file (what the policy decides when no condition holds); ``before_view``/``after_view``
+    add the conditional rules tried before them, so that every path a call can take is told
+    (after a set action there are none: the rule written decides every call). ``rule_index``/
+    ``line`` locate the rule written (None for a removal); ``removed`` lists the old indexes of
+    rules taken out.
     """
 
     new_text: str
@@ -128,6 +137,8 @@ class EditPlan:
     line: int | None
     removed: tuple[int, ...]
     header: str | None
+    before_view: ToolView = field(repr=False)
+    after_view: ToolView = field(repr=False)
     new_policy: Policy = field(repr=False, compare=False)
 
     @property
@@ -249,10 +260,7 @@ def plan_edit(
         message = f"{policy.source_file}: cannot edit this file as text: {exc}; edit it by hand"
         return EditRefused(409, message)
 
-    before = explain(policy_set, agent, tool).fallthrough
-    decider: int | None = None
-    if before.basis is Basis.RULE and before.policy == policy.name and before.rule_index is not None:
-        decider = before.rule_index
+    before = explain(policy_set, agent, tool)
     exact = [rule.index for rule in policy.rules if names_tool_exactly(rule, tool)]
     console = [i for i in exact if layout.items[i].header_line is not None]
     header = console_header(date, by)
@@ -263,14 +271,13 @@ def plan_edit(
     new_index: int | None = None
 
     if requested == INHERIT:
-        if not exact:
-            return _unchanged(text, policy, policy_set, agent, tool, requested, by, date, before)
-        first = policy.rules[exact[0]]
-        if layout.items[first.index].header_line is None:
+        if not console:
+            if not exact:
+                return _unchanged(text, policy, policy_set, agent, tool, requested, by, date, before)
+            hand = policy.rules[exact[0]]
             return EditRefused(
                 409,
-                f"rule {first.index} of policy {policy.name!r} ({policy.source_file}:{first.line}) "
-                f"names {quoted(tool)} and was written by hand; edit it in the file",
+                f"{_rule_where(policy, hand)} names {quoted(tool)} and was written by hand; edit it in the file",
             )
         removed = tuple(console)
         splices = [removal(layout.items[i]) for i in removed]
@@ -279,33 +286,38 @@ def plan_edit(
         placement = Placement.REMOVE
     else:
         assert isinstance(requested, Action)
-        if decider is not None and decider in exact:
-            item = layout.items[decider]
+        # The rule written goes where it decides before every rule of the own policy that matches
+        # the tool, conditional ones included: calls get the action the edit reports, on every path.
+        matching = policy.rules_for_tool(tool)
+        first = matching[0].index if matching else None
+        if first is not None and first in console:
+            item = layout.items[first]
             if item.action_span is None:
                 return EditRefused(
                     409,
-                    f"{policy.source_file}:{policy.rules[decider].line}: the action of the rule naming "
+                    f"{policy.source_file}:{policy.rules[first].line}: the action of the rule naming "
                     f"{quoted(tool)} is not written as a plain word; edit it by hand",
                 )
             aline, astart, astop = item.action_span
             replaced[aline] = layout.lines[aline][:astart] + requested.value + layout.lines[aline][astop:]
-            header_line = " " * item.dash_col + header
-            if item.header_line is not None:
-                replaced[item.header_line] = header_line
-            else:
-                splices.append(Splice(item.dash_line, item.dash_line, [header_line]))
-            placement, new_index = Placement.REWRITE, decider
-        else:
-            # No live rule names the tool exactly: a new one goes in, and console rules for the
-            # tool that an earlier rule shadows go out (all of them come after the decider).
-            removed = tuple(i for i in console if decider is None or i > decider)
+            assert item.header_line is not None
+            replaced[item.header_line] = " " * item.dash_col + header
+            removed = tuple(i for i in console if i != first)
             splices = [removal(layout.items[i]) for i in removed]
-            if decider is not None:
-                target = layout.items[decider]
+            placement, new_index = Placement.REWRITE, first
+        else:
+            # A new console rule goes in; hand-written rules stay as written (``inherit`` gives them
+            # their say back) and the console rules for the tool, all after ``first``, go out.
+            removed = tuple(console)
+            splices = [removal(layout.items[i]) for i in removed]
+            if first is not None:
+                target = layout.items[first]
                 indent, gap = rule_style(layout, target)
                 new = rule_lines(indent, gap, tool, requested, header)
                 splices.append(Splice(target.attach_start, target.attach_start, new))
-                placement, new_index = Placement.BEFORE_RULE, decider
+                conditional = bool(policy.rules[first].conditions)
+                placement = Placement.BEFORE_CONDITIONAL if conditional else Placement.BEFORE_RULE
+                new_index = first
             elif layout.empty_flow is not None:
                 indent, gap = rule_style(layout, None)
                 splices.append(open_list(layout, rule_lines(indent, gap, tool, requested, header)))
@@ -333,11 +345,12 @@ def _unchanged(
     requested: Requested,
     by: str,
     date: str,
-    before: Decision,
+    before: ToolView,
 ) -> EditPlan:
     return EditPlan(
         text, False, agent, tool, requested, by, date, policy.name, policy.source_file,
-        Placement.UNCHANGED, before, before, None, None, (), None, policy,
+        Placement.UNCHANGED, before.fallthrough, before.fallthrough, None, None, (), None,
+        before, before, policy,
     )
 
 
@@ -355,7 +368,7 @@ def _checked(
     requested: Requested,
     by: str,
     date: str,
-    before: Decision,
+    before: ToolView,
     placement: Placement,
     new_index: int | None,
     removed: tuple[int, ...],
@@ -389,20 +402,51 @@ def _checked(
             expected.insert(new_index, signature)
     if [_sig(rule) for rule in new_policy.rules] != expected:
         return refuse("change other rules than the one for this tool")
-    after = explain(_replace(policy_set, policy, new_policy), agent, tool).fallthrough
+    after_view = explain(_replace(policy_set, policy, new_policy), agent, tool)
+    after = after_view.fallthrough
     line: int | None = None
     if isinstance(requested, Action):
         assert new_index is not None
         rule = new_policy.rules[new_index]
         if not names_tool_exactly(rule, tool):
             return refuse("write a rule that does not name the tool exactly")
+        if after_view.conditional:
+            # A conditional rule of a policy evaluated before this one (another policy written for
+            # the agent) would still decide some calls: the edit would not be what it reports.
+            first = after_view.conditional[0]
+            return EditRefused(
+                409,
+                f"{_rule_where(first.policy, first.rule)} is conditional and is evaluated before "
+                f"{policy.name!r}: calls for which its conditions hold would get "
+                f"{first.rule.action.value}, not {requested.value}; edit the policies by hand",
+            )
         if (after.policy, after.rule_index, after.action) != (new_policy.name, new_index, requested):
             return refuse("not make the new rule decide the tool")
         line = rule.line
     return EditPlan(
         new_text, new_text != text, agent, tool, requested, by, date, policy.name, policy.source_file,
-        placement, before, after, new_index, line, removed, header, new_policy,
+        placement, before.fallthrough, after, new_index, line, removed, header, before, after_view,
+        new_policy,
     )
+
+
+def conditional_text(where: object) -> str | None:
+    """One line for the conditional rules of an edit's ``before``/``after`` (as the control plane
+    answers them): each decides the calls its conditions hold for, so a summary of the edit that
+    shows only the fall-through action would tell less than every path. None when there are none."""
+    conditional = where.get("conditional") if isinstance(where, dict) else None
+    if not conditional:
+        return None
+    return "; ".join(
+        f"{c.get('action')} if "
+        + " and ".join(f"{w.get('field')} {w.get('operator')}" for w in c.get("conditions") or [])
+        + f" ({c.get('policy')} #{c.get('rule_index')})"
+        for c in conditional
+    )
+
+
+def _rule_where(policy: Policy, rule: Rule) -> str:
+    return f"rule {rule.index} of policy {policy.name!r} ({policy.source_file}:{rule.line})"
 
 
 __all__ = [
@@ -410,6 +454,7 @@ __all__ = [
     "EditPlan",
     "EditRefused",
     "Placement",
+    "conditional_text",
     "is_own_policy",
     "names_tool_exactly",
     "own_policy",

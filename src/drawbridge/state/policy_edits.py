@@ -25,7 +25,8 @@ Theory of operation, for one edit (``PUT /policies/{agent}/tools/{tool}``), unde
    back the same atomic way and the located error (``file:line: problem``) is returned (422).
 
 The result carries the fall-through action before and after (the one in force after the
-reload); the caller records it in the trace chain as ``mesh.policy_edit`` (``record_policy_edit``
+reload), each with the conditional rules tried before it, so that every path a call can take is
+told; the caller records it in the trace chain as ``mesh.policy_edit`` (``record_policy_edit``
 does that with a ``TraceLog``). ``by`` is recorded as given: the admin token proves the right to
 edit, not an identity.
 """
@@ -53,7 +54,7 @@ from drawbridge.policy.edit import (
     own_policy,
     plan_edit,
 )
-from drawbridge.policy.evaluate import explain
+from drawbridge.policy.evaluate import Candidate, explain
 from drawbridge.policy.load import PolicyLoadError, PolicySource, parse_policy
 from drawbridge.policy.model import Action, Decision, PolicySet
 from drawbridge.state.policy_store import PolicyStore
@@ -70,18 +71,32 @@ _BOM: Final = b"\xef\xbb\xbf"
 _EDIT_LOCK = threading.Lock()
 
 
-def _where(decision: Decision) -> dict[str, Any]:
+def _where(decision: Decision, conditional: tuple[Candidate, ...]) -> dict[str, Any]:
+    """Where evaluation lands when no condition holds, and the conditional rules tried before it
+    (each decides the calls its conditions hold for), as the decision view tells them."""
     return {
         "action": decision.action.value,
         "policy": decision.policy,
         "source_file": decision.source_file,
         "rule_index": decision.rule_index,
+        "conditional": [
+            {
+                "action": c.rule.action.value,
+                "policy": c.policy.name,
+                "source_file": c.policy.source_file,
+                "rule_index": c.rule.index,
+                "line": c.rule.line,
+                "conditions": [{"field": cond.arg_text, "operator": cond.op.value} for cond in c.rule.conditions],
+            }
+            for c in conditional
+        ],
     }
 
 
 @dataclass(frozen=True)
 class EditApplied:
-    """An edit in force. ``after`` is the fall-through decision of the set now in force."""
+    """An edit in force. ``after`` is the fall-through decision of the set now in force, and
+    ``after_conditional`` the conditional rules tried before it there."""
 
     plan: EditPlan
     after: Decision
@@ -90,6 +105,7 @@ class EditApplied:
     generation: int
     policy_set_digest: str = ""
     """The digest of the policy set in force after the edit (``policy_files.policy_set_digest``)."""
+    after_conditional: tuple[Candidate, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -112,8 +128,8 @@ class EditApplied:
             "requested": str(plan.requested),
             "action_before": self.before_action.value,
             "action_after": self.after_action.value,
-            "before": _where(plan.before),
-            "after": _where(self.after),
+            "before": _where(plan.before, plan.before_view.conditional),
+            "after": _where(self.after, self.after_conditional),
             "policy": plan.policy,
             "source_file": plan.source_file,
             "placement": plan.placement.value,
@@ -267,8 +283,10 @@ def _apply(
     if isinstance(plan, EditRefused):
         return plan
     if not plan.changed:
-        in_force = explain(store.current, agent, tool).fallthrough
-        return EditApplied(plan, in_force, None, None, store.generation, store.digest)
+        in_force = explain(store.current, agent, tool)
+        return EditApplied(
+            plan, in_force.fallthrough, None, None, store.generation, store.digest, in_force.conditional
+        )
 
     mode = stat.S_IMODE(st.st_mode)
     owner = (st.st_uid, st.st_gid)
@@ -287,8 +305,10 @@ def _apply(
             path, original, mode, owner,
             f"the policy set does not load with this edit, so the file was restored: {error}", 422, error,
         )
-    after = explain(store.current, agent, tool).fallthrough
-    return EditApplied(plan, after, path, backup, store.generation, store.digest)
+    after = explain(store.current, agent, tool)
+    return EditApplied(
+        plan, after.fallthrough, path, backup, store.generation, store.digest, after.conditional
+    )
 
 
 def _restore_or_report(

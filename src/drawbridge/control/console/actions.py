@@ -26,6 +26,7 @@ from drawbridge.control.console.base import ConsoleBase
 from drawbridge.control.console.sessions import Session
 from drawbridge.control.inputs import MAX_NAME_CHARS
 from drawbridge.control.problems import Problem, problem_for
+from drawbridge.policy.edit import conditional_text
 from drawbridge.state.approvals import ApprovalStatus
 
 DECISIONS: Final = {"approve": ApprovalStatus.APPROVED, "deny": ApprovalStatus.DENIED}
@@ -59,10 +60,14 @@ class ActionHandlers(ConsoleBase):
             return self.answer(request, back, f"{problem.status}: {problem.message}", problem.status)
         message = (
             f"{tool}: {result['action_before']} -> {result['action_after']} for {agent}"
-            f" ({result['source_file']}, rule {result['rule_index']})"
+            f" ({result['source_file']}, "
+            + ("its rule removed)" if result["rule_index"] is None else f"rule {result['rule_index']})")
             if result["changed"]
             else f"{tool}: unchanged ({result['action_after']}) for {agent}"
         )
+        conditional = conditional_text(result.get("after"))
+        if conditional is not None:
+            message += f"; before that: {conditional}"
         return self.answer(request, back, message)
 
     async def resolve(self, request: Request, session: Session) -> Response:

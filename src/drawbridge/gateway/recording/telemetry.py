@@ -8,7 +8,9 @@ telemetry worker, a process of its own (``telemetry_worker``) where the SDK make
 metric points and its batch processors export them. A collector that is down or slow holds up the
 worker, never a call; so does the SDK's own work, which runs on another core than the gateway's
 (on two cores, making spans in a thread of the gateway would take the calls' interpreter lock). When
-the queue is full, or the worker is gone, summaries are dropped and counted, never waited for.
+the queue is full, or the worker is gone, summaries are dropped and counted, never waited for. The
+worker's stderr lines (the SDK's warnings: a collector that is down) are read by a thread of their
+own and logged through ``drawbridge.telemetry``, so that they follow the gateway's log format.
 
 Spans (semantic-conventions-genai, MCP; auditor-evidence.md 6.7):
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 import importlib
 import logging
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -120,7 +123,8 @@ class Telemetry:
         try:
             self._worker = subprocess.Popen(
                 [sys.executable, "-m", "drawbridge.gateway.recording.telemetry_worker"],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=dict(environ), close_fds=True,
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(environ),
+                close_fds=True,
             )
         except OSError as exc:
             raise TelemetryUnavailable(f"the telemetry worker cannot start: {exc.strerror or exc}") from None
@@ -137,6 +141,8 @@ class Telemetry:
         }))
         self._thread = threading.Thread(target=self._run, name="drawbridge-telemetry", daemon=True)
         self._thread.start()
+        self._stderr = threading.Thread(target=self._relay_stderr, name="drawbridge-telemetry-log", daemon=True)
+        self._stderr.start()
 
     # ------------------------------------------------------------------------------ the call's side
 
@@ -167,8 +173,28 @@ class Telemetry:
             stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             if not self._broken:
-                logger.error("the telemetry worker is gone; telemetry is dropped from now on")
+                cause = _ended(self._worker)
+                if self._stopping:
+                    logger.warning("the telemetry worker %s before the last export was handed to it", cause)
+                else:
+                    logger.error("the telemetry worker %s; telemetry is dropped from now on", cause)
             self._broken = True
+
+    def _relay_stderr(self) -> None:
+        """The worker's lines (``LEVEL logger: message``), logged at their level in the gateway's format."""
+        stream = self._worker.stderr
+        if stream is None:
+            return
+        for raw in stream:
+            line = " ".join(raw.decode("utf-8", "replace").split())[:1000]
+            if not line:
+                continue
+            word, _space, rest = line.partition(" ")
+            level = logging.getLevelName(word)
+            if isinstance(level, int):
+                logger.log(level, "telemetry worker: %s", rest)
+            else:
+                logger.warning("telemetry worker: %s", line)
 
     def _drain(self) -> None:
         calls: list[tuple[Any, ...]] = []
@@ -213,6 +239,20 @@ class Telemetry:
             logger.warning("the telemetry worker did not finish its export in %g s; stopped", timeout)
             self._worker.kill()
             self._worker.wait()
+        self._stderr.join(timeout)
+
+
+def _ended(worker: subprocess.Popen[bytes]) -> str:
+    """How the worker ended, for the line that says it is gone."""
+    code = worker.poll()
+    if code is None:
+        return "stopped reading its input"
+    if code < 0:
+        try:
+            return f"was ended by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was ended by signal {-code}"
+    return f"exited with status {code}"
 
 
 __all__ = ["PROTOCOLS", "Telemetry", "TelemetrySettings", "TelemetryUnavailable", "summary"]

@@ -5,9 +5,12 @@ OTLP with ``opentelemetry-sdk`` and its exporters.
 Invariant: the worker sees only what ``telemetry.summary`` puts in a summary (tool, request id as
 text, protocol version, decision, policy, rule, outcome, error code and text, timings, approval
 channel, the agent's ``traceparent`` / ``tracestate``, trace index, HTTP session id): never an argument, never a
-result. It writes nothing to the gateway's stdin or stdout (it has neither); the SDK's own warnings
-(a collector that is down) go to stderr. It ends when its input ends, after one last export bounded
-by the exporters' timeouts. It runs at a lower priority than the gateway (``NICENESS``).
+result. It writes nothing to the gateway's stdin or stdout (it has neither); its own and the SDK's
+warnings (a collector that is down) go to its stderr, one line each (``LEVEL logger: message``, an
+exception by its type only), which the gateway reads and logs in its own log format. It ends when
+its input ends, after one last export bounded by the exporters' timeouts, and only then: SIGINT and
+SIGTERM sent to the whole process group (Ctrl-C, a service manager) are the gateway's to act on,
+which then closes the input. It runs at a lower priority than the gateway (``NICENESS``).
 
 Frames on stdin: a 4-byte big-endian length, then a pickled tuple: ``("calls", [summary, ...])``
 or ``("checkpoint", tree_size, note)``. The first frame is ``("settings", {...})``. Spans and
@@ -21,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import signal
 import sys
 from collections.abc import Mapping
 from typing import Any, BinaryIO, Final
@@ -156,12 +160,33 @@ def read_frame(stream: BinaryIO) -> Any:
     return pickle.loads(data)
 
 
+class OneLine(logging.Formatter):
+    """``LEVEL logger: message`` on one line; an exception by its type, never its traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.exc_info and record.exc_info[0] is not None:
+            message = f"{message} ({record.exc_info[0].__name__})"
+        return f"{record.levelname} {record.name}: {' '.join(message.split())}"
+
+
+def _log_to_stderr() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLine())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+
+
 NICENESS: Final = 10
 """The worker yields the CPU to the gateway: on a busy host telemetry falls behind (and drops what its
 queues cannot hold), the calls do not."""
 
 
 def main(stream: BinaryIO) -> int:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    _log_to_stderr()
     try:
         os.nice(NICENESS)
     except OSError:
@@ -181,7 +206,7 @@ def main(stream: BinaryIO) -> int:
         except Exception as exc:  # noqa: BLE001 -- one bad summary never ends the telemetry
             failures += 1
             if failures <= 3:
-                print(f"drawbridge: telemetry: a span could not be made ({type(exc).__name__})", file=sys.stderr)
+                logging.getLogger("drawbridge.telemetry").warning("a span could not be made (%s)", type(exc).__name__)
     exporter.shutdown()
     return 0
 
