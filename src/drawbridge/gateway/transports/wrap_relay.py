@@ -2,7 +2,8 @@
 
 Invariant: every request the agent sends gets exactly one response, and that response is either the
 upstream's own line, byte for byte, or an error or refusal written by the gateway; never both, never
-none while the gateway runs. Only ``tools/call`` is decided, and it is decided by the pipeline
+none while the gateway runs. When the gateway is stopped (``stop``: SIGINT, SIGTERM) every request
+in flight is answered that it stopped, and every tools/call in flight is settled and recorded first. Only ``tools/call`` is decided, and it is decided by the pipeline
 (``pipeline.call``), to which the relay hands every one; every other message, in both directions,
 is passed on as the exact bytes received. The relay only moves bytes.
 
@@ -154,6 +155,9 @@ class StdioRelay:
         self._session_version: str | None = None
         self._modern = False
         self._closing = False
+        self._stopped: str | None = None
+        """Why the gateway stops (``stop``), once it was told to."""
+        self._grace_scope: anyio.CancelScope | None = None
         self._client_capabilities: Any = None
         random_part = secrets.token_hex(6)
         self._own_prefix = f"{OWN_ID_PREFIX}{random_part}-"
@@ -167,7 +171,8 @@ class StdioRelay:
     # ------------------------------------------------------------------------------------ lifecycle
 
     async def run(self) -> None:
-        """Relay until the agent closes its end, then stop the upstream. Returns when both are done."""
+        """Relay until the agent closes its end (or ``stop``), then stop the upstream. Returns when both
+        are done."""
         async with anyio.create_task_group() as outer:
             if not self.pipeline.running:
                 await outer.start(self.pipeline.run)
@@ -177,31 +182,67 @@ class StdioRelay:
                     self._tasks = tasks
                     with anyio.CancelScope() as scope:
                         self._client_scope = scope
-                        await self._client_loop()
+                        if self._stopped is None:
+                            await self._client_loop()
                     await self._shutdown()
                     tasks.cancel_scope.cancel()
             finally:
                 self._tasks = None
                 with anyio.CancelScope(shield=True):
-                    await self.upstream.aclose(grace=0 if self._upstream_done.is_set() else 0.5)
+                    # The upstream already had its grace (``_shutdown``): what is still running is stopped.
+                    await self.upstream.aclose(grace=0)
                 outer.cancel_scope.cancel()
 
-    async def _shutdown(self) -> None:
-        """The agent is gone: let the upstream exit on its own, settle what is in flight, stop the child."""
+    def stop(self, reason: str) -> None:
+        """The gateway is told to stop (a signal): stop reading the agent, and end every request in flight
+        at once with ``reason`` (recorded, answered) instead of waiting for the upstream; then the upstream
+        is stopped. ``run`` returns once that is done."""
+        if self._stopped is not None:
+            return
+        self._stopped = reason
         self._closing = True
-        with anyio.move_on_after(self.config.shutdown_grace):
-            # Calls still being decided were sent before the agent closed its end: as with the server
-            # itself, they are forwarded (or refused) before the upstream hears the end of input.
-            await self.pipeline.decisions_done()
-            await self._send_decided()
-            # Bounded: closing waits for a write in progress, which a child that stopped reading blocks.
-            await self.upstream.close_stdin()
-            await self._upstream_done.wait()
+        for scope in (self._client_scope, self._grace_scope):
+            if scope is not None:
+                scope.cancel()
+
+    async def _shutdown(self) -> None:
+        """The agent is gone (or the gateway stops): let the upstream exit on its own, settle what is in
+        flight, stop the child. Stopping skips the wait: what is in flight ends at once."""
+        self._closing = True
+        if self._stopped is None:
+            with anyio.CancelScope() as grace, anyio.move_on_after(self.config.shutdown_grace):
+                self._grace_scope = grace
+                # Calls still being decided were sent before the agent closed its end: as with the server
+                # itself, they are forwarded (or refused) before the upstream hears the end of input.
+                await self.pipeline.decisions_done()
+                await self._send_decided()
+                # Bounded: closing waits for a write in progress, which a child that stopped reading blocks.
+                await self.upstream.close_stdin()
+                await self._upstream_done.wait()
+            self._grace_scope = None
+        stopped = self._stopped
         for key, entry in list(self._inflight.items()):
             del self._inflight[key]
             if isinstance(entry, Flight):
-                self.pipeline.cancel(entry, "the agent closed the connection before an answer")
+                if stopped is None:
+                    self.pipeline.cancel(entry, "the agent closed the connection before an answer")
+                else:
+                    self._strand(entry, stopped)
+            elif stopped is not None:
+                detail = f"{stopped} before the upstream answered {entry.method}"
+                await self._to_client(error_line(entry.message.id, UPSTREAM_EXITED, detail))
         await self.pipeline.flush()
+
+    def _strand(self, flight: Flight, cause: str) -> None:
+        """End a call the upstream will not answer (it is gone, or the gateway stops): one that was sent
+        as lost before its answer, one that was not (queued, or still being decided) as not sent."""
+        if flight.handle is QUEUED:
+            self._to_send.remove(flight)
+            self.pipeline.lost(flight, f"{cause}; the call was not sent", sent=False)
+        elif flight.handle is SENT:
+            self.pipeline.lost(flight, f"{cause} before answering {TOOLS_CALL}")
+        else:
+            self.pipeline.lost(flight, f"{cause}; the call was not sent", sent=False)
 
     # ----------------------------------------------------------------------------------- writing
 
@@ -616,11 +657,7 @@ class StdioRelay:
             await self.pipeline.guard.incident("upstream_exited", "upstream", detail)
         for _key, entry in stranded:
             if isinstance(entry, Flight):
-                if entry.handle is QUEUED:
-                    self._to_send.remove(entry)
-                    self.pipeline.lost(entry, f"{self._upstream_gone}; the call was not sent", sent=False)
-                else:
-                    self.pipeline.lost(entry, f"{self._upstream_gone} before answering {TOOLS_CALL}")
+                self._strand(entry, self._upstream_gone)
             else:
                 detail = f"{self._upstream_gone} before answering {entry.method}"
                 await self._to_client(error_line(entry.message.id, UPSTREAM_EXITED, detail))

@@ -1,0 +1,128 @@
+"""How a real ``drawbridge wrap`` ends: on SIGINT, on SIGTERM, and when its agent closes its stdin.
+
+Whichever way it ends, every call in flight gets exactly one record (and the agent, while it still
+reads, its one answer), the server's process group is stopped, and the run is sealed (``run_end``
+and a final checkpoint) before the process exits 0: ``drawbridge evidence verify-chain`` says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from approval_support import cli, decisions
+from conftest import EXIT_SECONDS, PYTHON, SERVERS, RawPipe, child_env, eventually, raw_pipe, wrap_argv
+
+pytestmark = pytest.mark.anyio
+
+SDK_CLOSE_SECONDS = 2.0
+"""What the Python SDK's stdio client gives a server between closing its stdin and SIGTERM
+(``mcp.client.stdio.PROCESS_TERMINATION_TIMEOUT``): a client's constant, not a test timeout."""
+
+
+def scripted(marker: Path) -> list[str]:
+    """The scripted server, with an argument it ignores that names its processes for this test."""
+    return [PYTHON, str(SERVERS / "scripted.py"), str(marker)]
+
+
+def running_with(marker: Path) -> list[int]:
+    """Processes whose command line holds ``marker`` (the wrapped server, while it lives)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if str(marker).encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def verified(evidence: Path) -> dict:
+    done = cli("evidence", "verify-chain", str(evidence / "trace.ndjson"), "--format", "json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report
+    return report
+
+
+async def hang_in_flight(pipe: RawPipe) -> None:
+    """A call the server received and will never answer (it answers the ping after it: it read it)."""
+    await pipe.initialize()
+    await pipe.send({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "hang", "arguments": {}}})
+    assert "error" in await pipe.request(8, "ping")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_a_signal_records_and_answers_the_call_in_flight_then_seals_the_run(tmp_path: Path, sig: int) -> None:
+    evidence, marker = tmp_path / "evidence", tmp_path / "server-marker"
+    argv = wrap_argv(scripted(marker), "--allow-all", "--evidence-dir", str(evidence), "--fsync", "never")
+    async with raw_pipe(argv) as pipe:
+        await hang_in_flight(pipe)
+        pipe.process.send_signal(sig)
+        answer = json.loads(await pipe.response_line(7))
+        with anyio.fail_after(EXIT_SECONDS):
+            code = await pipe.process.wait()
+    name = signal.Signals(sig).name
+    assert code == 0
+    assert answer["error"]["code"] == -32000 and f"the gateway was stopped ({name})" in answer["error"]["message"]
+    [record] = decisions(evidence, "hang")
+    assert record["outcome"] == "upstream_exited" and f"stopped ({name}) before answering" in record["error"]
+    report = verified(evidence)
+    assert [run["state"] for run in report["runs"]] == ["sealed"]
+    assert not running_with(marker), "the server outlived the gateway"
+
+
+async def test_a_signal_while_the_relay_waits_for_nothing_still_seals_the_run(tmp_path: Path) -> None:
+    evidence, marker = tmp_path / "evidence", tmp_path / "server-marker"
+    argv = wrap_argv(scripted(marker), "--allow-all", "--evidence-dir", str(evidence), "--fsync", "never")
+    async with raw_pipe(argv) as pipe:
+        await pipe.initialize()
+        pipe.process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(EXIT_SECONDS):
+            assert await pipe.process.wait() == 0
+    assert [run["state"] for run in verified(evidence)["runs"]] == ["sealed"]
+    assert not running_with(marker)
+
+
+def test_closing_stdin_ends_the_run_sealed_before_the_sdk_would_send_sigterm(tmp_path: Path) -> None:
+    """The SDK's close: stdin closed, then SIGTERM 2 s later. A server that ignores the end of its
+    input (``hang``) is stopped by then, and the run is sealed, without the SIGTERM."""
+    evidence, marker = tmp_path / "evidence", tmp_path / "server-marker"
+    argv = wrap_argv(scripted(marker), "--allow-all", "--evidence-dir", str(evidence), "--fsync", "never")
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env())
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+        for message in (
+            {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "hang", "arguments": {}}},
+            {"jsonrpc": "2.0", "id": 8, "method": "ping"},
+        ):
+            process.stdin.write(json.dumps(message).encode() + b"\n")
+        process.stdin.flush()
+        assert json.loads(process.stdout.readline())["id"] == 0
+        assert json.loads(process.stdout.readline())["id"] == 8  # the server read the call before it
+        closed = time.monotonic()
+        process.stdin.close()
+        try:
+            code = process.wait(SDK_CLOSE_SECONDS)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"wrap was still running {SDK_CLOSE_SECONDS} s after its stdin closed")
+        assert code == 0, time.monotonic() - closed
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    [record] = decisions(evidence, "hang")
+    assert record["outcome"] == "cancelled"
+    assert [run["state"] for run in verified(evidence)["runs"]] == ["sealed"]
+    eventually(lambda: not running_with(marker), what="the server stopped")
+    assert os.path.exists(evidence / "checkpoints.ndjson")
