@@ -16,8 +16,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from approval_support import cli, decisions
-from conftest import EXIT_SECONDS, PYTHON, SERVERS, RawPipe, child_env, eventually, raw_pipe, wrap_argv
+from approval_support import cli, decisions, trace, write_policy
+from conftest import CRASHY, EXIT_SECONDS, PYTHON, SERVERS, RawPipe, child_env, eventually, raw_pipe, wrap_argv
 
 pytestmark = pytest.mark.anyio
 
@@ -126,3 +126,65 @@ def test_closing_stdin_ends_the_run_sealed_before_the_sdk_would_send_sigterm(tmp
     assert [run["state"] for run in verified(evidence)["runs"]] == ["sealed"]
     eventually(lambda: not running_with(marker), what="the server stopped")
     assert os.path.exists(evidence / "checkpoints.ndjson")
+
+
+ASKING_POLICY = """\
+name: asking
+agent: "*"
+rules:
+  - tools: ["echo"]
+    action: human_approval
+  - tools: ["*"]
+    action: allow
+"""
+
+
+async def asked_in_band(pipe: RawPipe) -> None:
+    """``echo`` waits for a person: the agent (which can be asked in-band) is asked."""
+    init = {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {"form": {}}},
+            "clientInfo": {"name": "t", "version": "0"}}
+    await pipe.request(0, "initialize", init)
+    await pipe.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    await pipe.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"}}})
+    while (await pipe.recv()).get("method") != "elicitation/create":
+        pass
+
+
+def assert_not_sent_and_withdrawn(evidence: Path, cause: str) -> None:
+    """The call waiting for a person keeps its decision (human_approval, its rule), is recorded as not
+    sent, and its question is closed (``approval_resolved``), in a run that verifies sealed."""
+    [record] = decisions(evidence, "echo")
+    assert record["action"] == "human_approval" and record["policy"] == "asking" and record["rule_index"] == 0
+    assert record["outcome"] == "upstream_exited" and record["error"] == f"{cause}; the call was not sent"
+    [resolved] = trace(evidence, "approval_resolved")
+    assert resolved["body"]["status"] == "expired" and resolved["body"]["resolved_by"] == "system:unanswerable"
+    assert cause in resolved["body"]["reason"]
+    assert [run["state"] for run in verified(evidence)["runs"]] == ["sealed"]
+
+
+async def test_a_call_waiting_for_a_person_when_the_upstream_exits_is_recorded_as_not_sent(tmp_path: Path) -> None:
+    evidence = tmp_path / "evidence"
+    argv = wrap_argv(CRASHY, "--policy", str(write_policy(tmp_path, ASKING_POLICY)), "--evidence-dir", str(evidence),
+                     "--fsync", "never")
+    async with raw_pipe(argv) as pipe:
+        await asked_in_band(pipe)
+        await pipe.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "crash", "arguments": {}}})
+        answer = json.loads(await pipe.response_line(1))
+        assert answer["error"]["message"].endswith("; the call was not sent"), answer
+    cause = answer["error"]["message"].removesuffix("; the call was not sent")
+    assert cause.startswith("the upstream exited")
+    assert_not_sent_and_withdrawn(evidence, cause)
+
+
+async def test_a_call_waiting_for_a_person_when_the_gateway_is_stopped_is_recorded_as_not_sent(tmp_path: Path) -> None:
+    evidence = tmp_path / "evidence"
+    argv = wrap_argv(CRASHY, "--policy", str(write_policy(tmp_path, ASKING_POLICY)), "--evidence-dir", str(evidence),
+                     "--fsync", "never")
+    async with raw_pipe(argv) as pipe:
+        await asked_in_band(pipe)
+        pipe.process.send_signal(signal.SIGTERM)
+        answer = json.loads(await pipe.response_line(1))
+        with anyio.fail_after(EXIT_SECONDS):
+            assert await pipe.process.wait() == 0
+    assert answer["error"]["message"] == "the gateway was stopped (SIGTERM); the call was not sent"
+    assert_not_sent_and_withdrawn(evidence, "the gateway was stopped (SIGTERM)")

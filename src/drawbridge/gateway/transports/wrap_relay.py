@@ -11,7 +11,10 @@ Theory of operation. Two loops run concurrently. The client loop frames the agen
 parses each strictly (``jsonrpc.read_client_line``) and either answers it (bad input), forwards it
 (everything but tools/call), or hands it to the pipeline (``CallPipeline.start``). The upstream loop
 frames the child's stdout, forwards server requests and notifications to the agent, and matches
-responses to the table of requests in flight, keyed by the agent's request id. For the pipeline the
+responses to the table of requests in flight, keyed by the agent's request id. A line it must drop
+(larger than the limit, not UTF-8, not JSON) that provably answers a request in flight
+(``partial_id``) answers that request at once with an error naming the problem (-32603); one whose
+request cannot be known safely is only reported, and its request waits for the call timeout. For the pipeline the
 relay is three things: the call's ``Forwarder`` (its line goes to the child; the child's answer
 comes back to ``answered``), its ``Replier`` (in-band questions to the agent; the answers written),
 and, through ``wrap_catalogue.ChildCatalogue``, its ``Resolver``.
@@ -63,6 +66,7 @@ from drawbridge.gateway.pipeline.deciders import RECORDING_FAILED as RECORDING_F
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.protocol.eras import envelope_version
 from drawbridge.gateway.protocol.jsonrpc import (
+    INTERNAL_ERROR,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     UPSTREAM_EXITED,
@@ -73,16 +77,17 @@ from drawbridge.gateway.protocol.jsonrpc import (
     Message,
     MessageError,
     Oversize,
+    RequestId,
     encode_line,
     error_line,
     id_key,
     notification_line,
-    oversize_message,
     parse_upstream_message,
     read_client_line,
     result_line,
     valid_id,
 )
+from drawbridge.gateway.protocol.partial_id import response_id
 from drawbridge.gateway.protocol.methods import (
     CANCELLED,
     ELICIT,
@@ -225,7 +230,9 @@ class StdioRelay:
             del self._inflight[key]
             if isinstance(entry, Flight):
                 if stopped is None:
-                    self.pipeline.cancel(entry, "the agent closed the connection before an answer")
+                    reason = "the agent closed the connection before an answer"
+                    self.pipeline.withdraw_approval(entry, reason)  # one still asked for is asked for nobody
+                    self.pipeline.cancel(entry, reason)
                 else:
                     self._strand(entry, stopped)
             elif stopped is not None:
@@ -594,15 +601,19 @@ class StdioRelay:
         lines in the upstream's order."""
         if isinstance(item, Oversize):
             await self.pipeline.flush()
-            await self.pipeline.guard.incident("upstream_oversize", "upstream", oversize_message(item))
-            return 0
+            detail = (
+                f"a line of at least {item.size} bytes from the upstream exceeds --max-upstream-message-bytes "
+                f"({item.limit}); it was dropped"
+            )
+            await self.pipeline.guard.incident("upstream_oversize", "upstream", detail)
+            return await self._dropped_answer(response_id(item.head), detail)
         try:
             message = parse_upstream_message(item)
         except MessageError as exc:
             await self.pipeline.flush()
             detail = f"a line from the upstream was dropped: {exc.message}"
             await self.pipeline.guard.incident("upstream_garbage", "upstream", detail)
-            return 0
+            return await self._dropped_answer(response_id(item), detail)
         if message.kind is not Kind.RESPONSE:
             await self.pipeline.flush()
             if message.kind is Kind.REQUEST and self._is_own_id(message.id):
@@ -640,6 +651,26 @@ class StdioRelay:
         await self.pipeline.flush()
         detail = f"a response for id {message.id!r}, which has no request in flight, was dropped"
         await self.pipeline.guard.incident("unknown_response", "upstream", detail)
+        return 0
+
+    async def _dropped_answer(self, request_id: RequestId | None, detail: str) -> int:
+        """A dropped line that is, provably, the answer to a request in flight (``partial_id``): that
+        request is answered now with an error naming the problem, instead of waiting for a timeout.
+        1 when it was a tools/call (completed with the others of the same read), else 0."""
+        if request_id is None:
+            return 0
+        key = id_key(request_id)
+        entry = self._inflight.get(key)
+        if isinstance(entry, Flight):
+            if not (entry.forwarded and entry.handle is SENT):
+                return 0
+            del self._inflight[key]
+            self.pipeline.unreadable(entry, f"the upstream's answer could not be passed on: {detail}")
+            return 1
+        if entry is not None:
+            del self._inflight[key]
+            message = f"the upstream's answer to {entry.method} could not be passed on: {detail}"
+            await self._to_client(error_line(entry.message.id, INTERNAL_ERROR, message))
         return 0
 
     async def _on_upstream_end(self) -> None:

@@ -214,9 +214,7 @@ class Resolutions:
                 return
             logger.warning("in-band approval question failed (%s) and no other channel reaches a person; "
                            "the call is refused", type(exc).__name__)
-            current = await self._store.expire_unanswerable(approval.id, UNANSWERABLE, self._clock())
-            await self.ensure_recorded(current)
-            self._wake(approval.id)
+            await self.end_unanswerable(approval, UNANSWERABLE)
             return
         status, reason = interpret_answer(answer)
         try:
@@ -225,6 +223,19 @@ class Resolutions:
             pass  # another channel was first; that resolution stands
         except ApprovalError as exc:
             logger.warning("in-band answer could not be applied (%s)", type(exc).__name__)
+
+    async def end_unanswerable(self, approval: Approval, reason: str) -> Approval:
+        """End an approval nobody can answer any more, or whose call can no longer run: expired
+        (``system:unanswerable``, with ``reason``), recorded, its waiters woken; as stored."""
+        current = await self._store.expire_unanswerable(approval.id, reason, self._clock())
+        await self.ensure_recorded(current)
+        self._wake(approval.id)
+        return current
+
+    def waiters(self, approval_id: str) -> int:
+        """How many calls of this process wait on the approval now."""
+        wait = self._waits.get(approval_id)
+        return wait.waiters if wait is not None else 0
 
     async def _time_out(self, approval: Approval) -> Approval:
         """The deadline passed: this approval becomes expired (recorded), whatever the clock says."""
