@@ -1,7 +1,8 @@
-"""An upstream answer the gateway must drop (larger than ``--max-upstream-message-bytes``, not UTF-8)
+"""Answers that do not come as they should. An upstream answer the gateway must drop (larger than ``--max-upstream-message-bytes``, not UTF-8)
 is still an answer: when the dropped line provably answers a call in flight, the call is answered at
 once with an error naming the problem, and recorded so; it no longer waits for the call timeout.
-Whose answer a line is, is read from its start only when that proves it (``protocol.partial_id``)."""
+Whose answer a line is, is read from its start only when that proves it (``protocol.partial_id``).
+An answer that never comes ends at the call timeout, whatever the request's method."""
 
 from __future__ import annotations
 
@@ -53,7 +54,20 @@ async def test_a_dropped_answer_answers_its_call_at_once(tmp_path: Path, tool: s
     (b'{"jsonrpc":"2.0","id":1.5,"result":{', None),
     (b'{"jsonrpc":"2.\xff0","id":3,"result":{', None),  # not UTF-8 before the id
     (b'[{"id":3,"result":{}}]', None),
+    (b'{"jsonrpc":"2.0","ID":4,"id":3,"result":{', None),  # another reader may take ID for the id
+    (b'{"jsonrpc":"2.0","id":3,"Result":{', None),
     (b'not json', None),
 ])
 def test_the_id_of_a_dropped_answer_is_named_only_when_its_start_proves_it(start: bytes, expected: object) -> None:
     assert response_id(start) == expected
+
+
+async def test_the_call_timeout_holds_for_every_forwarded_request(tmp_path: Path) -> None:
+    """Not only tools/call: a resources/read the server never answers is answered -32001 at the
+    call timeout (as under serve), and the server is told it is no longer wanted."""
+    argv = wrap_argv(SCRIPTED, "--allow-all", "--call-timeout", "0.5")
+    async with raw_pipe(argv) as pipe:
+        await pipe.initialize()
+        answer = await pipe.request(9, "resources/read", {"uri": "file:///x", "never_answer": True})
+        assert (await pipe.request(10, "ping"))["error"]["code"] == -32601  # the server still answers
+    assert answer["error"] == {"code": -32001, "message": "the upstream did not answer resources/read within 0.5 seconds"}

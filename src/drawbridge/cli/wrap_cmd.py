@@ -98,7 +98,8 @@ if TYPE_CHECKING:
     type=Seconds(min=0, min_open=True),
     default=120.0,
     show_default=True,
-    help="Seconds a forwarded tools/call may take before the agent gets a timeout error.",
+    help="Seconds a forwarded request (a tools/call or any other) may wait for the server's answer before "
+    "the agent gets a timeout error (-32001).",
 )
 @click.option(
     "--max-message-bytes",

@@ -3,7 +3,11 @@
 Invariant: an id is named only when the bytes read prove it is the top-level ``id`` of a response:
 the line starts as a JSON object, whose members up to that point are read exactly (each complete,
 valid UTF-8 and JSON), among them ``id`` (a string or an integer) and ``result`` or ``error``, and no
-``method``. A nested ``"id"``, a member cut before its end, an invalid byte before the id: no id. So a
+``method``, nor a key another reader could take for a member (``one_reading.fold``: ``ID``, ``Id``...)
+or a member twice. A nested ``"id"``, a member cut before its end, an invalid byte before the id: no
+id. The part not read may still hold such a key: the relay uses this only for lines dropped for their
+size or their bytes, never for one a full reading found ambiguous, and answers the request named
+with an error of its own, never with anything from the line. So a
 dropped line (too large, not UTF-8, not JSON) is tied to the request it answers, or to none; a
 server's request or notification is never taken for an answer, whatever follows the part read.
 """
@@ -15,6 +19,7 @@ import json
 from typing import Final
 
 from drawbridge.gateway.protocol.jsonrpc import RequestId, valid_id
+from drawbridge.gateway.protocol.one_reading import ENVELOPE_MEMBERS, fold
 
 _DECODER: Final = json.JSONDecoder()
 _SPACE: Final = " \t\n\r"
@@ -44,6 +49,7 @@ def response_id(data: bytes) -> RequestId | None:
     at += 1
     found: RequestId | None = None
     has_id = answers = False
+    seen: set[str] = set()
     while True:
         at = _skip_space(text, at)
         if has_id and answers:
@@ -52,6 +58,10 @@ def response_id(data: bytes) -> RequestId | None:
             key, at = _DECODER.raw_decode(text, at)
             if not isinstance(key, str):
                 return None
+            folded = fold(key)
+            if folded in seen or ENVELOPE_MEMBERS.get(folded, key) != key:
+                return None  # another reader could read this member differently
+            seen.add(folded)
             at = _skip_space(text, at)
             if not text.startswith(":", at):
                 return None

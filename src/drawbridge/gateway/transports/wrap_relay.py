@@ -9,10 +9,11 @@ is passed on as the exact bytes received. The relay only moves bytes.
 
 Theory of operation. Two loops run concurrently. The client loop frames the agent's stdin into lines,
 parses each strictly (``jsonrpc.read_client_line``) and either answers it (bad input), forwards it
-(everything but tools/call), or hands it to the pipeline (``CallPipeline.start``). The upstream loop
+(everything but tools/call, under the pipeline's call timeout like a tools/call), or hands it to
+the pipeline (``CallPipeline.start``). The upstream loop
 frames the child's stdout, forwards server requests and notifications to the agent, and matches
 responses to the table of requests in flight, keyed by the agent's request id. A line it must drop
-(larger than the limit, not UTF-8, not JSON) that provably answers a request in flight
+for its size or its bytes (larger than the limit, not UTF-8) that provably answers a request in flight
 (``partial_id``) answers that request at once with an error naming the problem (-32603); one whose
 request cannot be known safely is only reported, and its request waits for the call timeout. For the pipeline the
 relay is three things: the call's ``Forwarder`` (its line goes to the child; the child's answer
@@ -70,6 +71,7 @@ from drawbridge.gateway.protocol.jsonrpc import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     UPSTREAM_EXITED,
+    UPSTREAM_TIMEOUT,
     IdKey,
     Kind,
     LineFramer,
@@ -575,6 +577,23 @@ class StdioRelay:
         if not await self._to_upstream(message.raw + b"\n") and self._inflight.get(key) is pending:
             del self._inflight[key]
             await self._to_client(error_line(message.id, UPSTREAM_EXITED, f"the upstream is gone; {method} was not sent"))
+        elif self._tasks is not None:
+            self._tasks.start_soon(self._time_out_pending, key, pending)
+
+    async def _time_out_pending(self, key: IdKey, pending: Pending) -> None:
+        """The call timeout holds for every forwarded request, as under serve: one the upstream has not
+        answered by then is answered -32001, and the upstream hears ``notifications/cancelled``."""
+        timeout = self.pipeline.call_timeout
+        await anyio.sleep(timeout)
+        if self._inflight.get(key) is not pending:
+            return
+        del self._inflight[key]
+        method = pending.method
+        await self._to_client(error_line(
+            pending.message.id, UPSTREAM_TIMEOUT, f"the upstream did not answer {method} within {timeout:g} seconds"
+        ))
+        if self._upstream_gone is None and method != INITIALIZE:
+            await self._tell_upstream_cancelled(pending.message.id, "gateway timeout")
 
     # ----------------------------------------------------------------------------- upstream -> client
 
@@ -613,7 +632,8 @@ class StdioRelay:
             await self.pipeline.flush()
             detail = f"a line from the upstream was dropped: {exc.message}"
             await self.pipeline.guard.incident("upstream_garbage", "upstream", detail)
-            return await self._dropped_answer(response_id(item), detail)
+            # Only a line dropped for its bytes: one fully read and found ambiguous names no request.
+            return await self._dropped_answer(None if _is_utf8(item) else response_id(item), detail)
         if message.kind is not Kind.RESPONSE:
             await self.pipeline.flush()
             if message.kind is Kind.REQUEST and self._is_own_id(message.id):
@@ -693,6 +713,14 @@ class StdioRelay:
                 detail = f"{self._upstream_gone} before answering {entry.method}"
                 await self._to_client(error_line(entry.message.id, UPSTREAM_EXITED, detail))
         await self.pipeline.flush()
+
+
+def _is_utf8(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _meta_of(message: Message) -> Any:
