@@ -62,6 +62,7 @@ from anyio.abc import TaskStatus
 
 from drawbridge.catalogue.floors import NO_FLOOR
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalGate
+from drawbridge.gateway.pipeline.approvals.settlement import clip
 from drawbridge.gateway.pipeline.client_link import (
     NO_LINK,
     ClientLink,
@@ -612,7 +613,7 @@ class CallPipeline:
         by the next ``flush`` (``ApprovalEngine.withdrawable``)."""
         if self.approvals is None or flight.settled or flight.scope is None or flight.call is None:
             return
-        approval = self.approvals.engine.withdrawable(flight.call)
+        approval = self.approvals.engine.resolutions.withdrawable(flight.call)
         if approval is not None:
             self._withdrawals.append((approval, f"the call can no longer run: {reason}"))
 
@@ -658,7 +659,7 @@ class CallPipeline:
             assert self.approvals is not None
             approval, reason = self._withdrawals.pop(0)
             try:
-                await self.approvals.engine.withdraw(approval, reason)
+                await self.approvals.engine.resolutions.end_unanswerable(approval, clip(reason))
             except Exception as exc:  # noqa: BLE001 -- the approval then expires at its timeout or next start
                 logger.error("approval %s could not be withdrawn (%s)", approval.id, type(exc).__name__)
         if self._settled:

@@ -64,11 +64,6 @@ follows this order:
    goes round again (a new question). What is asked is ``approvals.questions``;
    how a resolution reads as an answer, ``approvals.settlement``.
 
-A call that can no longer run while it waits (its upstream is gone, the gateway stops) withdraws
-the approval it waits on when this process opened it and no other call waits on it (``withdrawable``,
-``withdraw``): the approval ends expired (``system:unanswerable``), recorded, rather than open for
-nobody until its timeout or the next start.
-
 ``start()`` runs once before the gateway accepts calls: every approval still
 pending from a previous process becomes expired (``system:restart``) and is
 recorded; it is never approved. So does one approved within the retry window
@@ -225,14 +220,16 @@ class ApprovalEngine:
         self._window = timedelta(seconds=window)
         self._binding = binding
         self.grant_service = GrantService(grants, trace_append, clock=clock)
-        self._waiting: dict[int, tuple[Approval, bool]] = {}
-        """The approval each waiting call (by ``id``) waits on, and whether this process opened it."""
 
     @classmethod
     def on_state_db(cls, db: StateBackend, trace_append: TraceAppend, **options: Any) -> ApprovalEngine:
         """An engine on the embedded SQLite state: approval queue, grants and the use ledger share ``db``."""
         stores = SqliteApprovalStore(db), SqliteGrantStore(db)
         return cls(*stores, trace_append, uses=SqliteApprovalUses(db), **options)
+
+    @property
+    def resolutions(self) -> Resolutions:  # how approvals end (a call that can no longer run, ``withdrawable``)
+        return self._resolutions
 
     @property
     def store(self) -> ApprovalStore:
@@ -294,19 +291,6 @@ class ApprovalEngine:
         approval is now expired), ``InvalidApproval`` (bad channel or text).
         """
         return await self._resolutions.resolve(id_or_prefix, decision, resolved_by, channel, reason)
-
-    def withdrawable(self, call: ToolCall) -> Approval | None:
-        """The approval ``call`` waits on, when ending it harms no other call: this process opened it
-        and no other call of this process waits on it (one opened elsewhere is its opener's to end)."""
-        waiting = self._waiting.get(id(call))
-        if waiting is None or not waiting[1] or self._resolutions.waiters(waiting[0].id) > 1:
-            return None
-        return waiting[0]
-
-    async def withdraw(self, approval: Approval, reason: str) -> Approval:
-        """Its call can no longer run (its upstream is gone, the gateway stops): the approval ends
-        (expired, ``system:unanswerable``, recorded) instead of staying open for nobody."""
-        return await self._resolutions.end_unanswerable(approval, clip(reason))
 
     # -- settling a call -----------------------------------------------------------------------
 
@@ -400,13 +384,9 @@ class ApprovalEngine:
                 )
             if mode == "non_blocking":
                 return pending(call, approval, self._clock())
-            self._waiting[id(call)] = (approval, opened)
-            try:
-                resolved = await self._resolutions.await_resolution(
-                    call, approval, in_band if mode == "elicitation" else None, others=others, link=link
-                )
-            finally:
-                self._waiting.pop(id(call), None)
+            resolved = await self._resolutions.await_resolution(
+                call, approval, in_band if mode == "elicitation" else None, others=others, link=link, opened=opened
+            )
             if await self._uses.claim(resolved.id, at=self._clock()):
                 return settlement_of(resolved, self.timeout_seconds)
             # Another identical call used this resolution first: ask again.
@@ -484,8 +464,7 @@ class ApprovalEngine:
         )
 
     async def _question(self, call: ToolCall, terms: _Terms, now: datetime, mode: str) -> tuple[Approval, bool]:
-        """The open approval for this exact call that asks the same person, or a new one (recorded);
-        and whether it is new."""
+        """The open approval for this exact call that asks the same person, or a new one (recorded, True)."""
         open_id = await self._uses.find_pending(
             call.agent, call.tool, terms.digest, now=now, operator_only=terms.verdict.operator_only
         )
