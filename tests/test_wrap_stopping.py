@@ -188,3 +188,18 @@ async def test_a_call_waiting_for_a_person_when_the_gateway_is_stopped_is_record
             assert await pipe.process.wait() == 0
     assert answer["error"]["message"] == "the gateway was stopped (SIGTERM); the call was not sent"
     assert_not_sent_and_withdrawn(evidence, "the gateway was stopped (SIGTERM)")
+
+
+def test_the_documented_check_of_a_chain_verifies_a_run(tmp_path: Path) -> None:
+    """docs/deployment.md "Checking it": its verify-chain line, run as written on a real evidence
+    directory (its path swapped for this one's), verifies the run wrap just sealed."""
+    evidence = tmp_path / "evidence"
+    argv = wrap_argv(scripted(tmp_path / "marker"), "--allow-all", "--evidence-dir", str(evidence), "--fsync", "never")
+    subprocess.run(argv, input=b"", env=child_env(), timeout=EXIT_SECONDS, check=True, capture_output=True)
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "deployment.md").read_text(encoding="utf-8")
+    [line] = [line for line in doc.splitlines() if line.startswith("drawbridge evidence verify-chain ")]
+    words = line.split("#")[0].split()
+    documented = "/var/lib/drawbridge/gw-a/evidence"
+    args = [word.replace(documented, str(evidence)) for word in words[1:]]
+    done = cli(*args)
+    assert done.returncode == 0, done.stdout + done.stderr
