@@ -98,7 +98,7 @@ if TYPE_CHECKING:
     type=Seconds(min=0, min_open=True),
     default=120.0,
     show_default=True,
-    help="Seconds a forwarded request (a tools/call or any other) may wait for the server's answer before "
+    help="Seconds a forwarded request (a tools/call or any other but initialize) may wait for the server's answer before "
     "the agent gets a timeout error (-32001).",
 )
 @click.option(

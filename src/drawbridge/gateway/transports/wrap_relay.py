@@ -9,7 +9,8 @@ is passed on as the exact bytes received. The relay only moves bytes.
 
 Theory of operation. Two loops run concurrently. The client loop frames the agent's stdin into lines,
 parses each strictly (``jsonrpc.read_client_line``) and either answers it (bad input), forwards it
-(everything but tools/call, under the pipeline's call timeout like a tools/call), or hands it to
+(everything but tools/call, under the pipeline's call timeout like a tools/call, but for
+``initialize``, which waits for the server to start), or hands it to
 the pipeline (``CallPipeline.start``). The upstream loop
 frames the child's stdout, forwards server requests and notifications to the agent, and matches
 responses to the table of requests in flight, keyed by the agent's request id. A line it must drop
@@ -577,11 +578,11 @@ class StdioRelay:
         if not await self._to_upstream(message.raw + b"\n") and self._inflight.get(key) is pending:
             del self._inflight[key]
             await self._to_client(error_line(message.id, UPSTREAM_EXITED, f"the upstream is gone; {method} was not sent"))
-        elif self._tasks is not None:
+        elif self._tasks is not None and method != INITIALIZE:  # the server may take its time to start
             self._tasks.start_soon(self._time_out_pending, key, pending)
 
     async def _time_out_pending(self, key: IdKey, pending: Pending) -> None:
-        """The call timeout holds for every forwarded request, as under serve: one the upstream has not
+        """The call timeout holds for every forwarded request but ``initialize``: one the upstream has not
         answered by then is answered -32001, and the upstream hears ``notifications/cancelled``."""
         timeout = self.pipeline.call_timeout
         await anyio.sleep(timeout)
@@ -592,7 +593,7 @@ class StdioRelay:
         await self._to_client(error_line(
             pending.message.id, UPSTREAM_TIMEOUT, f"the upstream did not answer {method} within {timeout:g} seconds"
         ))
-        if self._upstream_gone is None and method != INITIALIZE:
+        if self._upstream_gone is None:
             await self._tell_upstream_cancelled(pending.message.id, "gateway timeout")
 
     # ----------------------------------------------------------------------------- upstream -> client
