@@ -220,7 +220,9 @@ async def test_oversize_answer_from_the_upstream_is_dropped(harness) -> None:
     async with connect(relay.params()) as client:
         with pytest.raises(MCPError) as caught:
             await client.call_tool("big", {"size": 20000})
-        assert caught.value.error.code == -32001
+        # Its line proves whose answer it was: the call is answered at once, naming the limit.
+        assert caught.value.error.code == -32603
+        assert "exceeds --max-upstream-message-bytes (4096)" in caught.value.error.message
         assert _text(await client.call_tool("big", {"size": 100})) == "x" * 100
     assert [i["kind"] for i in relay.incidents()].count("upstream_oversize") == 1
 

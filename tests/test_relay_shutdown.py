@@ -40,7 +40,7 @@ def test_an_upstream_cannot_answer_a_call_it_was_not_sent(harness) -> None:
     dropped, and call 10 gets the answer to the request the gateway actually forwarded."""
     relay = harness(SCRIPTED, slow_decision=["slow_echo"])
     argv = relay.argv()
-    argv[2:2] = ["--slow-seconds", "1.0"]
+    argv[2:2] = ["--slow-seconds", "0.5"]  # within the relay's shutdown grace, as above
     messages = [
         {"jsonrpc": "2.0", "id": 0, "method": "initialize",
          "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},

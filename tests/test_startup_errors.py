@@ -164,3 +164,14 @@ def test_an_agent_id_no_configuration_could_name_is_a_usage_error(tmp_path: Path
         input="", check=False, capture_output=True, text=True, env=child_env(), timeout=scaled(60),
     )
     assert served.returncode == 2 and "an agent id uses only" in served.stderr, served.stderr
+
+
+@pytest.mark.parametrize("option", ["--call-timeout", "--approval-timeout", "--checkpoint-every-seconds"])
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1e400", "0", "-1"])
+def test_a_duration_that_is_not_a_positive_finite_number_is_a_usage_error(tmp_path: Path, option: str, value: str) -> None:
+    """``nan`` passes every range check (each comparison with it is false): it used to crash the
+    start (a traceback) or, as the call timeout, answer every call at once; ``inf`` never timed out."""
+    done = _wrap(tmp_path / "evidence", option, value)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and f"Invalid value for '{option}'" in done.stderr
+    assert not (tmp_path / "evidence").exists()  # refused before anything was opened

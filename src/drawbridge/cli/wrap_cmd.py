@@ -33,7 +33,8 @@ that does not load, an evidence directory in use), the server is stopped without
 line. What can be seen to fail without the gateway's imports (the truth producer's key or sink) is
 not started early: the gateway reports it as before, and the server is never started.
 
-Exit codes: 0 when the client closed the connection; 2 for a usage error or an upstream command that
+Exit codes: 0 when the client closed the connection, or after SIGINT or SIGTERM (calls in flight
+recorded, the run sealed: ``runtime.wrap``); 2 for a usage error or an upstream command that
 cannot be started (message on stderr; nothing is ever written to stdout but protocol lines).
 """
 
@@ -51,6 +52,7 @@ import click
 
 from drawbridge.cli.log_format import announce, configure_logging, log_format_option, startup_failed
 from drawbridge.cli.output import EXIT_INPUT, agent_id
+from drawbridge.cli.seconds import Seconds
 from drawbridge.gateway.protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
 from drawbridge.gateway.recording.cadence import EVERY_LINES, EVERY_SECONDS
 from drawbridge.gateway.recording.durability import BATCH_LINES, BATCH_SECONDS
@@ -94,10 +96,11 @@ if TYPE_CHECKING:
 @click.option("--allow-all", "allow_everything", is_flag=True, help="Forward every tools/call (no policy).")
 @click.option(
     "--call-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(min=0, min_open=True),
     default=120.0,
     show_default=True,
-    help="Seconds a forwarded tools/call may take before the agent gets a timeout error.",
+    help="Seconds a forwarded request (a tools/call or any other but initialize) may wait for the server's answer before "
+    "the agent gets a timeout error (-32001).",
 )
 @click.option(
     "--max-message-bytes",
@@ -122,7 +125,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--approval-timeout",
-    type=click.FloatRange(min=0, min_open=True, max=7 * 24 * 3600),
+    type=Seconds(min=0, min_open=True, max=7 * 24 * 3600),
     default=300.0,
     show_default=True,
     help="Seconds a person has to approve a call before it is denied.",
@@ -169,7 +172,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--checkpoint-every-seconds",
-    type=click.FloatRange(min=0, min_open=True, max=86400),
+    type=Seconds(min=0, min_open=True, max=86400),
     default=EVERY_SECONDS,
     show_default=True,
     help="Sign a checkpoint at most this many seconds after a trace line was written.",

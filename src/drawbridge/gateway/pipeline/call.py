@@ -62,6 +62,7 @@ from anyio.abc import TaskStatus
 
 from drawbridge.catalogue.floors import NO_FLOOR
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalGate
+from drawbridge.gateway.pipeline.approvals.settlement import clip
 from drawbridge.gateway.pipeline.client_link import (
     NO_LINK,
     ClientLink,
@@ -275,6 +276,8 @@ class CallPipeline:
         policy_now = getattr(policy, "decide_now", None)
         self._policy_now: Callable[[ToolCall], Verdict | None] | None = policy_now if callable(policy_now) else None
         self._settled: list[Flight] = []
+        self._withdrawals: list[tuple[Any, str]] = []
+        """Approvals of calls that can no longer run, with why: ``flush`` ends them."""
         """Settled flights of ``start`` that ``flush`` completes."""
         self._timed: dict[Flight, None] = {}
         """Forwarded flights waiting for their upstream, in the order they were sent (= deadline order)."""
@@ -473,6 +476,8 @@ class CallPipeline:
         if self.approvals is None or (verdict.action is not Action.HUMAN_APPROVAL and not flight.link.retry):
             return verdict
         link = dataclasses.replace(flight.link, elicit=flight.replier.elicit(flight))
+        # The decision so far: the record keeps it should the call end while a person is asked.
+        flight.verdict = verdict
         try:
             settled = await self.approvals.settle(call, verdict, link)
         except Exception as exc:  # noqa: BLE001 -- a failing approval stage is a deny, whatever it raised
@@ -588,11 +593,29 @@ class CallPipeline:
             answer = GatewayError(code, error)  # no CallToolResult in it: never passed on
         return self._settle(flight, outcome, error, code, answer)
 
+    def unreadable(self, flight: Flight, detail: str) -> bool:
+        """The upstream answered a forwarded call with a line the gateway dropped (too large, not
+        UTF-8, not JSON): an upstream error naming the problem; False when the flight had ended."""
+        if flight.settled or not flight.forwarded:
+            return False
+        return self._settle(flight, Outcome.UPSTREAM_ERROR, detail, INTERNAL_ERROR, GatewayError(INTERNAL_ERROR, detail))
+
     def lost(self, flight: Flight, detail: str, *, sent: bool = True) -> bool:
-        """The upstream is gone: before it answered (``sent``), or before the call reached it."""
+        """The upstream is gone: before it answered (``sent``), or before the call reached it (then an
+        approval it waits for is withdrawn: ``withdraw_approval``)."""
         if not sent:
             flight.forwarded = False
+            self.withdraw_approval(flight, detail)
         return self._settle(flight, Outcome.UPSTREAM_EXITED, detail, UPSTREAM_EXITED, GatewayError(UPSTREAM_EXITED, detail))
+
+    def withdraw_approval(self, flight: Flight, reason: str) -> None:
+        """The call can no longer run and is still waiting for a person: its approval is ended and recorded
+        by the next ``flush`` (``ApprovalEngine.withdrawable``)."""
+        if self.approvals is None or flight.settled or flight.scope is None or flight.call is None:
+            return
+        approval = self.approvals.engine.resolutions.withdrawable(flight.call)
+        if approval is not None:
+            self._withdrawals.append((approval, f"the call can no longer run: {reason}"))
 
     def cancel(self, flight: Flight, reason: str) -> Awaitable[None] | None:
         """The agent gave up on the call (or closed): no answer is due. What is left to await of telling
@@ -631,7 +654,14 @@ class CallPipeline:
 
     async def flush(self) -> None:
         """Complete the flights settled since the last flush (``start``'s): record them together,
-        then answer them together."""
+        then answer them together. Approvals withdrawn meanwhile are ended too."""
+        while self._withdrawals:
+            assert self.approvals is not None
+            approval, reason = self._withdrawals.pop(0)
+            try:
+                await self.approvals.engine.resolutions.end_unanswerable(approval, clip(reason))
+            except Exception as exc:  # noqa: BLE001 -- the approval then expires at its timeout or next start
+                logger.error("approval %s could not be withdrawn (%s)", approval.id, type(exc).__name__)
         if self._settled:
             flights, self._settled = self._settled, []
             await self._complete(flights, deliver=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final
 
@@ -83,6 +83,12 @@ class Oversize:
     size: int
     """Bytes seen before the line was abandoned (at least ``limit + 1``)."""
     limit: int
+    head: bytes = field(default=b"", compare=False, repr=False)
+    """The line's first ``OVERSIZE_HEAD_BYTES`` bytes: enough to find whom an answer was for
+    (``partial_id``), never the whole line."""
+
+
+OVERSIZE_HEAD_BYTES: Final = 4096
 
 
 class LineFramer:
@@ -120,14 +126,14 @@ class LineFramer:
                 break
             self._scan_from = 0
             if cut - start > self._max:
-                out.append(Oversize(cut - start, self._max))
+                out.append(Oversize(cut - start, self._max, bytes(buf[start : start + OVERSIZE_HEAD_BYTES])))
             elif buf[start:cut].strip():
                 out.append(bytes(buf[start:cut]))
             start = cut + 1
         del buf[:start]
         if len(buf) > self._max:
             # The current line is already too long: report it now, keep nothing, skip to its end.
-            out.append(Oversize(len(buf), self._max))
+            out.append(Oversize(len(buf), self._max, bytes(buf[:OVERSIZE_HEAD_BYTES])))
             buf.clear()
             self._scan_from = 0
             self._discarding = True
@@ -141,12 +147,12 @@ class LineFramer:
         limit = self._max
         *lines, rest = data.split(b"\n")
         out: list[bytes | Oversize] = [
-            Oversize(len(line), limit) if len(line) > limit else line
+            Oversize(len(line), limit, line[:OVERSIZE_HEAD_BYTES]) if len(line) > limit else line
             for line in lines
             if len(line) > limit or line.strip()
         ]
         if len(rest) > limit:
-            out.append(Oversize(len(rest), limit))
+            out.append(Oversize(len(rest), limit, rest[:OVERSIZE_HEAD_BYTES]))
             self._discarding = True
         elif rest:
             self._buf += rest

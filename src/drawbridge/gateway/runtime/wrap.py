@@ -6,10 +6,17 @@ by the gateway), raises it to the floors of the runtime's pins (``--pin-tools`` 
 under them, in the same state file and with the same statuses as serve) and records it through the
 runtime's guard. The truth producer's key variables never reach the child (its environment filter,
 set by the command, denies them).
+
+SIGINT and SIGTERM stop wrap as the agent closing its end does, but at once (``StdioRelay.stop``):
+every call in flight is settled (the gateway stopped), recorded and answered, the server's process
+group is stopped, and the command then seals the run (``run_end`` and the final checkpoint). A signal
+that comes before the relay runs ends the start-up, with nothing in flight.
 """
 
 from __future__ import annotations
 
+import logging
+import signal
 import socket
 from collections.abc import Callable
 
@@ -23,6 +30,8 @@ from drawbridge.gateway.transports.wrap_relay import StdioRelay
 from drawbridge.gateway.upstreams.child_process import UpstreamProcess
 from drawbridge.gateway.upstreams.child_spawn import Upstream, UpstreamStartError
 
+logger = logging.getLogger("drawbridge.gateway")
+
 
 async def run_wrap(
     runtime: Runtime,
@@ -35,7 +44,9 @@ async def run_wrap(
     """Serve the agent on this process's stdin and stdout until it closes; returns why the server
     could not be started, if it could not. The command may have started the server already, while
     the runtime was built (``server.started``); else it is started here, once the runtime runs."""
+    relays: list[StdioRelay] = []
     async with anyio.create_task_group() as tg:
+        tg.start_soon(_stop_on_signal, tg.cancel_scope, relays)
         await tg.start(runtime.run)
         try:
             async with process_stdio() as (client_in, client_out):
@@ -52,6 +63,7 @@ async def run_wrap(
                 except UpstreamStartError as exc:
                     return str(exc)
                 relay = StdioRelay(upstream, client_in, client_out, pipeline=runtime.pipeline, config=config)
+                relays.append(relay)
                 catalogue = relay.catalogue
                 assert isinstance(catalogue, ChildCatalogue)
                 pins = runtime.pins
@@ -79,6 +91,19 @@ async def run_wrap(
         finally:
             tg.cancel_scope.cancel()
     return None
+
+
+async def _stop_on_signal(scope: anyio.CancelScope, relays: list[StdioRelay]) -> None:
+    """On SIGINT or SIGTERM, stop the relay (which settles and records what is in flight), or, before
+    there is one, the start-up."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for received in signals:
+            name = signal.Signals(received).name
+            logger.info("%s received: stopping", name)
+            if not relays:
+                scope.cancel()
+                return
+            relays[0].stop(f"the gateway was stopped ({name})")
 
 
 __all__ = ["run_wrap"]

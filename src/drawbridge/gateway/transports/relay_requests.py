@@ -39,8 +39,10 @@ class RelayConfig:
     """Largest line accepted from the upstream (results may carry images)."""
     max_depth: int = DEFAULT_MAX_DEPTH
     """How deep an agent's message may nest arrays and objects."""
-    shutdown_grace: float = 2.0
-    """Seconds the upstream gets to exit after the agent closes the connection."""
+    shutdown_grace: float = 1.0
+    """Seconds the upstream gets to exit after the agent closes the connection, before it is sent SIGTERM.
+    With the rest of the shutdown it fits in the 2 s an MCP client gives a server between closing its
+    stdin and SIGTERM (the Python SDK's), so the run ends sealed on the common close path."""
     server_id: str = "upstream"
     """The wrapped server's name in pins and evidence (``--server-id``)."""
 

@@ -2,15 +2,21 @@
 
 Invariant: every request the agent sends gets exactly one response, and that response is either the
 upstream's own line, byte for byte, or an error or refusal written by the gateway; never both, never
-none while the gateway runs. Only ``tools/call`` is decided, and it is decided by the pipeline
+none while the gateway runs. When the gateway is stopped (``stop``: SIGINT, SIGTERM) every request
+in flight is answered that it stopped, and every tools/call in flight is settled and recorded first. Only ``tools/call`` is decided, and it is decided by the pipeline
 (``pipeline.call``), to which the relay hands every one; every other message, in both directions,
 is passed on as the exact bytes received. The relay only moves bytes.
 
 Theory of operation. Two loops run concurrently. The client loop frames the agent's stdin into lines,
 parses each strictly (``jsonrpc.read_client_line``) and either answers it (bad input), forwards it
-(everything but tools/call), or hands it to the pipeline (``CallPipeline.start``). The upstream loop
+(everything but tools/call, under the pipeline's call timeout like a tools/call, but for
+``initialize``, which waits for the server to start), or hands it to
+the pipeline (``CallPipeline.start``). The upstream loop
 frames the child's stdout, forwards server requests and notifications to the agent, and matches
-responses to the table of requests in flight, keyed by the agent's request id. For the pipeline the
+responses to the table of requests in flight, keyed by the agent's request id. A line it must drop
+for its size or its bytes (larger than the limit, not UTF-8) that provably answers a request in flight
+(``partial_id``) answers that request at once with an error naming the problem (-32603); one whose
+request cannot be known safely is only reported, and its request waits for the call timeout. For the pipeline the
 relay is three things: the call's ``Forwarder`` (its line goes to the child; the child's answer
 comes back to ``answered``), its ``Replier`` (in-band questions to the agent; the answers written),
 and, through ``wrap_catalogue.ChildCatalogue``, its ``Resolver``.
@@ -62,9 +68,11 @@ from drawbridge.gateway.pipeline.deciders import RECORDING_FAILED as RECORDING_F
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.protocol.eras import envelope_version
 from drawbridge.gateway.protocol.jsonrpc import (
+    INTERNAL_ERROR,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     UPSTREAM_EXITED,
+    UPSTREAM_TIMEOUT,
     IdKey,
     Kind,
     LineFramer,
@@ -72,16 +80,17 @@ from drawbridge.gateway.protocol.jsonrpc import (
     Message,
     MessageError,
     Oversize,
+    RequestId,
     encode_line,
     error_line,
     id_key,
     notification_line,
-    oversize_message,
     parse_upstream_message,
     read_client_line,
     result_line,
     valid_id,
 )
+from drawbridge.gateway.protocol.partial_id import response_id
 from drawbridge.gateway.protocol.methods import (
     CANCELLED,
     ELICIT,
@@ -154,6 +163,9 @@ class StdioRelay:
         self._session_version: str | None = None
         self._modern = False
         self._closing = False
+        self._stopped: str | None = None
+        """Why the gateway stops (``stop``), once it was told to."""
+        self._grace_scope: anyio.CancelScope | None = None
         self._client_capabilities: Any = None
         random_part = secrets.token_hex(6)
         self._own_prefix = f"{OWN_ID_PREFIX}{random_part}-"
@@ -167,7 +179,8 @@ class StdioRelay:
     # ------------------------------------------------------------------------------------ lifecycle
 
     async def run(self) -> None:
-        """Relay until the agent closes its end, then stop the upstream. Returns when both are done."""
+        """Relay until the agent closes its end (or ``stop``), then stop the upstream. Returns when both
+        are done."""
         async with anyio.create_task_group() as outer:
             if not self.pipeline.running:
                 await outer.start(self.pipeline.run)
@@ -177,31 +190,69 @@ class StdioRelay:
                     self._tasks = tasks
                     with anyio.CancelScope() as scope:
                         self._client_scope = scope
-                        await self._client_loop()
+                        if self._stopped is None:
+                            await self._client_loop()
                     await self._shutdown()
                     tasks.cancel_scope.cancel()
             finally:
                 self._tasks = None
                 with anyio.CancelScope(shield=True):
-                    await self.upstream.aclose(grace=0 if self._upstream_done.is_set() else 0.5)
+                    # The upstream already had its grace (``_shutdown``): what is still running is stopped.
+                    await self.upstream.aclose(grace=0)
                 outer.cancel_scope.cancel()
 
-    async def _shutdown(self) -> None:
-        """The agent is gone: let the upstream exit on its own, settle what is in flight, stop the child."""
+    def stop(self, reason: str) -> None:
+        """The gateway is told to stop (a signal): stop reading the agent, and end every request in flight
+        at once with ``reason`` (recorded, answered) instead of waiting for the upstream; then the upstream
+        is stopped. ``run`` returns once that is done."""
+        if self._stopped is not None:
+            return
+        self._stopped = reason
         self._closing = True
-        with anyio.move_on_after(self.config.shutdown_grace):
-            # Calls still being decided were sent before the agent closed its end: as with the server
-            # itself, they are forwarded (or refused) before the upstream hears the end of input.
-            await self.pipeline.decisions_done()
-            await self._send_decided()
-            # Bounded: closing waits for a write in progress, which a child that stopped reading blocks.
-            await self.upstream.close_stdin()
-            await self._upstream_done.wait()
+        for scope in (self._client_scope, self._grace_scope):
+            if scope is not None:
+                scope.cancel()
+
+    async def _shutdown(self) -> None:
+        """The agent is gone (or the gateway stops): let the upstream exit on its own, settle what is in
+        flight, stop the child. Stopping skips the wait: what is in flight ends at once."""
+        self._closing = True
+        if self._stopped is None:
+            with anyio.CancelScope() as grace, anyio.move_on_after(self.config.shutdown_grace):
+                self._grace_scope = grace
+                # Calls still being decided were sent before the agent closed its end: as with the server
+                # itself, they are forwarded (or refused) before the upstream hears the end of input.
+                await self.pipeline.decisions_done()
+                await self._send_decided()
+                # Bounded: closing waits for a write in progress, which a child that stopped reading blocks.
+                await self.upstream.close_stdin()
+                await self._upstream_done.wait()
+            self._grace_scope = None
+        stopped = self._stopped
         for key, entry in list(self._inflight.items()):
             del self._inflight[key]
             if isinstance(entry, Flight):
-                self.pipeline.cancel(entry, "the agent closed the connection before an answer")
+                if stopped is None:
+                    reason = "the agent closed the connection before an answer"
+                    self.pipeline.withdraw_approval(entry, reason)  # one still asked for is asked for nobody
+                    self.pipeline.cancel(entry, reason)
+                else:
+                    self._strand(entry, stopped)
+            elif stopped is not None:
+                detail = f"{stopped} before the upstream answered {entry.method}"
+                await self._to_client(error_line(entry.message.id, UPSTREAM_EXITED, detail))
         await self.pipeline.flush()
+
+    def _strand(self, flight: Flight, cause: str) -> None:
+        """End a call the upstream will not answer (it is gone, or the gateway stops): one that was sent
+        as lost before its answer, one that was not (queued, or still being decided) as not sent."""
+        if flight.handle is QUEUED:
+            self._to_send.remove(flight)
+            self.pipeline.lost(flight, f"{cause}; the call was not sent", sent=False)
+        elif flight.handle is SENT:
+            self.pipeline.lost(flight, f"{cause} before answering {TOOLS_CALL}")
+        else:
+            self.pipeline.lost(flight, f"{cause}; the call was not sent", sent=False)
 
     # ----------------------------------------------------------------------------------- writing
 
@@ -527,6 +578,23 @@ class StdioRelay:
         if not await self._to_upstream(message.raw + b"\n") and self._inflight.get(key) is pending:
             del self._inflight[key]
             await self._to_client(error_line(message.id, UPSTREAM_EXITED, f"the upstream is gone; {method} was not sent"))
+        elif self._tasks is not None and method != INITIALIZE:  # the server may take its time to start
+            self._tasks.start_soon(self._time_out_pending, key, pending)
+
+    async def _time_out_pending(self, key: IdKey, pending: Pending) -> None:
+        """The call timeout holds for every forwarded request but ``initialize``: one the upstream has not
+        answered by then is answered -32001, and the upstream hears ``notifications/cancelled``."""
+        timeout = self.pipeline.call_timeout
+        await anyio.sleep(timeout)
+        if self._inflight.get(key) is not pending:
+            return
+        del self._inflight[key]
+        method = pending.method
+        await self._to_client(error_line(
+            pending.message.id, UPSTREAM_TIMEOUT, f"the upstream did not answer {method} within {timeout:g} seconds"
+        ))
+        if self._upstream_gone is None:
+            await self._tell_upstream_cancelled(pending.message.id, "gateway timeout")
 
     # ----------------------------------------------------------------------------- upstream -> client
 
@@ -553,15 +621,20 @@ class StdioRelay:
         lines in the upstream's order."""
         if isinstance(item, Oversize):
             await self.pipeline.flush()
-            await self.pipeline.guard.incident("upstream_oversize", "upstream", oversize_message(item))
-            return 0
+            detail = (
+                f"a line of at least {item.size} bytes from the upstream exceeds --max-upstream-message-bytes "
+                f"({item.limit}); it was dropped"
+            )
+            await self.pipeline.guard.incident("upstream_oversize", "upstream", detail)
+            return await self._dropped_answer(response_id(item.head), detail)
         try:
             message = parse_upstream_message(item)
         except MessageError as exc:
             await self.pipeline.flush()
             detail = f"a line from the upstream was dropped: {exc.message}"
             await self.pipeline.guard.incident("upstream_garbage", "upstream", detail)
-            return 0
+            # Only a line dropped for its bytes: one fully read and found ambiguous names no request.
+            return await self._dropped_answer(None if _is_utf8(item) else response_id(item), detail)
         if message.kind is not Kind.RESPONSE:
             await self.pipeline.flush()
             if message.kind is Kind.REQUEST and self._is_own_id(message.id):
@@ -601,6 +674,26 @@ class StdioRelay:
         await self.pipeline.guard.incident("unknown_response", "upstream", detail)
         return 0
 
+    async def _dropped_answer(self, request_id: RequestId | None, detail: str) -> int:
+        """A dropped line that is, provably, the answer to a request in flight (``partial_id``): that
+        request is answered now with an error naming the problem, instead of waiting for a timeout.
+        1 when it was a tools/call (completed with the others of the same read), else 0."""
+        if request_id is None:
+            return 0
+        key = id_key(request_id)
+        entry = self._inflight.get(key)
+        if isinstance(entry, Flight):
+            if not (entry.forwarded and entry.handle is SENT):
+                return 0
+            del self._inflight[key]
+            self.pipeline.unreadable(entry, f"the upstream's answer could not be passed on: {detail}")
+            return 1
+        if entry is not None:
+            del self._inflight[key]
+            message = f"the upstream's answer to {entry.method} could not be passed on: {detail}"
+            await self._to_client(error_line(entry.message.id, INTERNAL_ERROR, message))
+        return 0
+
     async def _on_upstream_end(self) -> None:
         await self.upstream.wait_exit(0.5)
         self._upstream_gone = self.upstream.exit_description()
@@ -616,15 +709,19 @@ class StdioRelay:
             await self.pipeline.guard.incident("upstream_exited", "upstream", detail)
         for _key, entry in stranded:
             if isinstance(entry, Flight):
-                if entry.handle is QUEUED:
-                    self._to_send.remove(entry)
-                    self.pipeline.lost(entry, f"{self._upstream_gone}; the call was not sent", sent=False)
-                else:
-                    self.pipeline.lost(entry, f"{self._upstream_gone} before answering {TOOLS_CALL}")
+                self._strand(entry, self._upstream_gone)
             else:
                 detail = f"{self._upstream_gone} before answering {entry.method}"
                 await self._to_client(error_line(entry.message.id, UPSTREAM_EXITED, detail))
         await self.pipeline.flush()
+
+
+def _is_utf8(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _meta_of(message: Message) -> Any:

@@ -231,6 +231,10 @@ class ApprovalEngine:
         return cls(*stores, trace_append, uses=SqliteApprovalUses(db), **options)
 
     @property
+    def resolutions(self) -> Resolutions:  # how approvals end (a call that can no longer run, ``withdrawable``)
+        return self._resolutions
+
+    @property
     def store(self) -> ApprovalStore:
         return self._store
 
@@ -374,7 +378,7 @@ class ApprovalEngine:
                 delivered = await self._deliver_resolution(call, digest, operator_only)
                 if delivered is not None:
                     return delivered
-            approval = await self._question(call, terms, now, mode)
+            approval, opened = await self._question(call, terms, now, mode)
             if mode == "input_required":
                 return Settlement(
                     SettlementKind.INPUT_REQUIRED, "input_required",
@@ -384,7 +388,7 @@ class ApprovalEngine:
             if mode == "non_blocking":
                 return pending(call, approval, self._clock())
             resolved = await self._resolutions.await_resolution(
-                call, approval, in_band if mode == "elicitation" else None, others=others, link=link
+                call, approval, in_band if mode == "elicitation" else None, others=others, link=link, opened=opened
             )
             if await self._uses.claim(resolved.id, at=self._clock()):
                 return settlement_of(resolved, self.timeout_seconds)
@@ -462,8 +466,8 @@ class ApprovalEngine:
             memory_digest=terms.memory_digest,
         )
 
-    async def _question(self, call: ToolCall, terms: _Terms, now: datetime, mode: str) -> Approval:
-        """The open approval for this exact call that asks the same person, or a new one (recorded)."""
+    async def _question(self, call: ToolCall, terms: _Terms, now: datetime, mode: str) -> tuple[Approval, bool]:
+        """The open approval for this exact call that asks the same person, or a new one (recorded, True)."""
         open_id = await self._uses.find_pending(
             call.agent, call.tool, terms.digest, now=now, operator_only=terms.verdict.operator_only
         )
@@ -471,7 +475,7 @@ class ApprovalEngine:
             approval = await self._store.get(open_id)
             if approval.pending:
                 self._held.hold(approval.id, call.arguments)
-                return approval
+                return approval, False
         approval = await self._submit(call, terms, now)
         self._held.hold(approval.id, call.arguments)
         body = approval.request_record()
@@ -493,7 +497,7 @@ class ApprovalEngine:
             "rule": rule_of(approval.source_file, approval.rule_index, approval.policy), "mode": mode,
             "approver": approval.approver.value,
         })
-        return approval
+        return approval, True
 
 
 __all__ = ["DEFAULT_TIMEOUT_SECONDS", "TRACE_REQUESTED", "ApprovalEngine", "DigestKey"]

@@ -7,7 +7,9 @@ waiting on that approval, and lets go of the arguments held for showing it
 CLI through the control plane, console, TTY, elicitation); the gateway's own channels (``memory``,
 ``system``) are not open to it. A wait ends in a resolution or, at the deadline, in the approval
 expired in the store (recorded): a call never waits beyond its approval's ``expires_at``, nor
-beyond the timeout.
+beyond the timeout. A call that can no longer run (its upstream is gone, the gateway stops) ends the
+approval this process opened for it, when no other call waits on it (``withdrawable``): expired
+(``system:unanswerable``), recorded, rather than left open for nobody until its timeout or a restart.
 
 Theory of operation. Waiting uses one ``anyio.Event`` per approval id, set by ``resolve``, by
 every expiry and by another replica's notification (``ended_elsewhere``, from PostgreSQL's
@@ -88,6 +90,8 @@ class Resolutions:
         self._timeout_seconds = timeout_seconds
         self._poll = poll_seconds
         self._waits: dict[str, _Wait] = {}
+        self._calls: dict[int, tuple[Approval, bool]] = {}
+        """The approval each waiting call (by ``id``) waits on, and whether this process opened it."""
         self._recorded: OrderedDict[str, None] = OrderedDict()
         self._record_lock = anyio.Lock()
 
@@ -165,14 +169,16 @@ class Resolutions:
 
     async def await_resolution(
         self, call: ToolCall, approval: Approval, elicit: Elicit | None, *, others: bool = True,
-        link: Callable[[ToolCall, Approval], Awaitable[None]] | None = None,
+        link: Callable[[ToolCall, Approval], Awaitable[None]] | None = None, opened: bool = False,
     ) -> Approval:
         """Wait for this approval to end, asking in-band through ``elicit`` (or sending the approval's
-        console link through ``link``, which only asks) meanwhile when given."""
+        console link through ``link``, which only asks) meanwhile when given. ``opened``: this process
+        opened it for this call (``withdrawable``)."""
         wait = self._waits.get(approval.id)
         if wait is None:
             wait = self._waits[approval.id] = _Wait()
         wait.waiters += 1
+        self._calls[id(call)] = (approval, opened)
         try:
             remaining = min(
                 max((approval.expires_at - self._clock()).total_seconds(), 0.0), self._timeout_seconds
@@ -191,6 +197,7 @@ class Resolutions:
                     resolved = await self._time_out(approval)
             return resolved
         finally:
+            self._calls.pop(id(call), None)
             wait.waiters -= 1
             if wait.waiters == 0 and self._waits.get(approval.id) is wait:
                 del self._waits[approval.id]
@@ -214,9 +221,7 @@ class Resolutions:
                 return
             logger.warning("in-band approval question failed (%s) and no other channel reaches a person; "
                            "the call is refused", type(exc).__name__)
-            current = await self._store.expire_unanswerable(approval.id, UNANSWERABLE, self._clock())
-            await self.ensure_recorded(current)
-            self._wake(approval.id)
+            await self.end_unanswerable(approval, UNANSWERABLE)
             return
         status, reason = interpret_answer(answer)
         try:
@@ -225,6 +230,24 @@ class Resolutions:
             pass  # another channel was first; that resolution stands
         except ApprovalError as exc:
             logger.warning("in-band answer could not be applied (%s)", type(exc).__name__)
+
+    async def end_unanswerable(self, approval: Approval, reason: str) -> Approval:
+        """End an approval nobody can answer any more, or whose call can no longer run: expired
+        (``system:unanswerable``, with ``reason``), recorded, its waiters woken; as stored."""
+        current = await self._store.expire_unanswerable(approval.id, reason, self._clock())
+        await self.ensure_recorded(current)
+        self._wake(approval.id)
+        return current
+
+    def withdrawable(self, call: ToolCall) -> Approval | None:
+        """The approval ``call`` waits on, when ending it (``end_unanswerable``, as the call can no longer
+        run) harms no other call: this process opened it for this call and no other call here waits on
+        it. One opened elsewhere is its opener's to end."""
+        waiting = self._calls.get(id(call))
+        if waiting is None or not waiting[1]:
+            return None
+        wait = self._waits.get(waiting[0].id)
+        return waiting[0] if wait is not None and wait.waiters == 1 else None
 
     async def _time_out(self, approval: Approval) -> Approval:
         """The deadline passed: this approval becomes expired (recorded), whatever the clock says."""
