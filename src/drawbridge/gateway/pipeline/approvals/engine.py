@@ -109,7 +109,7 @@ from drawbridge.gateway.pipeline.approvals.questions import Elicit, pending
 from drawbridge.gateway.pipeline.approvals.request_states import RequestStates, new_nonce
 from drawbridge.gateway.pipeline.approvals.resolutions import Resolutions
 from drawbridge.gateway.pipeline.approvals.settlement import (
-    Settlement, SettlementKind, clip, denied, settlement_of,
+    NO_CHANNEL, UNBINDABLE, Settlement, SettlementKind, clip, denied, operator_needed, settlement_of,
 )
 from drawbridge.gateway.pipeline.approvals.standing import ApprovalMemory, grant_settlement
 from drawbridge.gateway.pipeline.tool_call import ToolCall
@@ -126,22 +126,6 @@ TRACE_REQUESTED: Final = "approval_requested"
 
 DEFAULT_TIMEOUT_SECONDS: Final = 300.0
 MAX_ROUNDS: Final = 4
-UNBINDABLE: Final = "the arguments have no canonical form, so no approval can be bound to them"
-NO_CHANNEL: Final = (
-    "no channel reaches a person for this call (the client cannot be asked in-band and no control plane "
-    "is open): approval unavailable"
-)
-
-
-def operator_needed(verdict: Verdict) -> str:
-    """The refusal of a call only an operator may approve when no operator channel is open: it names the
-    cause that applied (the floor and its reasons -- a changed pin, a CLI dispatcher -- or the rule)."""
-    return (
-        f"only an operator may approve this call ({verdict.operator_causes()}), and no operator channel is "
-        "open (the control plane, the console, the CLI): approval unavailable"
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class _Terms:
     """What one settle asks, computed once: the verdict, the binding, the shape, the memory key."""

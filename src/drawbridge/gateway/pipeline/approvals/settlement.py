@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from drawbridge.approval.channels import Channel, Strength, strength_of
 from drawbridge.canonical import sanitize
@@ -31,6 +31,9 @@ from drawbridge.state.approvals import (
     Approval,
     ApprovalStatus,
 )
+
+if TYPE_CHECKING:
+    from drawbridge.gateway.pipeline.verdicts import Verdict
 
 DECISION_FIELD: Final = "decision"
 APPROVE: Final = "approve"
@@ -176,7 +179,26 @@ def settlement_of(approval: Approval, timeout_seconds: float) -> Settlement:
     return denied("expired", f"approval {short} expired ({said or approval.status})", **common)
 
 
+UNBINDABLE: Final = "the arguments have no canonical form, so no approval can be bound to them"
+NO_CHANNEL: Final = (
+    "no channel reaches a person for this call (the client cannot be asked in-band and no control plane "
+    "is open): approval unavailable"
+)
+
+
+def operator_needed(verdict: Verdict) -> str:
+    """The refusal of a call only an operator may approve when no operator channel is open: it names the
+    cause that applied (the floor and its reasons -- a changed pin, a CLI dispatcher -- or the rule)."""
+    return (
+        f"only an operator may approve this call ({verdict.operator_causes()}), and no operator channel is "
+        "open (the control plane, the console, the CLI): approval unavailable"
+    )
+
+
 __all__ = [
+    "NO_CHANNEL",
+    "UNBINDABLE",
+    "operator_needed",
     "APPROVE",
     "DECISION_FIELD",
     "DENY",
