@@ -63,10 +63,10 @@ def cli_tools(repo: Path, listing: Path, escaping: Path) -> list[dict[str, Any]]
          "commands": {"status": None}},
         {"name": "ls", "bin": "ls", "bare": {"allowed_args": ["-1", "-a"]}, "max_output_bytes": 64,
          "working_dir": str(listing)},
-        {"name": "date", "bin": "date", "bare": None},
+        {"name": "date", "bin": "date", "bare": {}},
         {"name": "sleep", "bin": "sleep", "bare": {"timeout": "1s"}},
         {"name": "slow", "bin": "timeout", "bare": {"timeout": 1}},
-        {"name": "env", "bin": "printenv", "bare": None, "env": {"GREETING": "hello"}},
+        {"name": "env", "bin": "printenv", "bare": {}, "env": {"GREETING": "hello"}},
         {"name": "escape", "bin": str(escaping), "bare": {"timeout": "1s"}},
     ]
 

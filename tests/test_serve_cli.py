@@ -168,7 +168,7 @@ def test_a_cli_env_that_exec_cannot_carry_stops_the_start_unshown(
     tmp_path: Path, env: dict[str, str], anchor: str, said: str
 ) -> None:
     marker = tmp_path / "started"
-    config = write_config(tmp_path, [_marker_upstream(marker)], cli_tools=[{"name": "e", "bin": "echo", "bare": None, "env": env}])
+    config = write_config(tmp_path, [_marker_upstream(marker)], cli_tools=[{"name": "e", "bin": "echo", "bare": {}, "env": env}])
     line = next(i for i, text in enumerate(config.read_text().splitlines(), 1) if anchor in text)
     text = _one_line(_run(serve_argv(config)))
     assert text.startswith(f"{config}:{line}: {said}") and "s3cr3t" not in text

@@ -273,10 +273,8 @@ def parse_cli_tool(file: str, node: Any, index: int, base: Path, call_timeout: f
                 Reader(file, body, f"{section.where}.{command}"), f"{owner}, command {command!r}", call_timeout
             )
     bare = None
-    if (bare_reader := reader.child("bare")) is not None:
+    if (bare_reader := reader.child("bare")) is not None:  # ``bare: {}`` for the defaults; ``bare:`` is refused
         bare = _cli_command(bare_reader, f"{owner}, bare", call_timeout)
-    elif "bare" in reader.node and reader.node["bare"] is None:
-        bare = CliCommandConfig(timeout_seconds=min(CLI_DEFAULT_TIMEOUT_SECONDS, call_timeout))
     strict = bool(reader.get("strict", bool, default=False))
     if bare is not None and commands:
         raise reader.fail("bare", f"{owner}: bare runs the binary without subcommands; it excludes commands")
