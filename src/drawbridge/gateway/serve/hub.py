@@ -90,9 +90,9 @@ CatalogueHook = Callable[[UpstreamSession | LocalUpstream], Awaitable[bool]]
 """Awaited on every catalogue load of an upstream, before the merged list is rebuilt; True when the
 floors of that upstream's tools changed (pin statuses)."""
 ToolFilter = Callable[[str, Catalogue], list[dict[str, Any]]]
+"""``(agent, catalogue) -> the tools/list items that agent sees``."""
 ListingView = Callable[[Catalogue], Catalogue]
 """The catalogue as agents are shown it (``pin_tools``: ``serve.pinned_listing``); calls resolve in the whole one."""
-"""``(agent, catalogue) -> the tools/list items that agent sees``."""
 
 
 @dataclass(frozen=True)
