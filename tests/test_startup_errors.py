@@ -175,3 +175,27 @@ def test_a_duration_that_is_not_a_positive_finite_number_is_a_usage_error(tmp_pa
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and f"Invalid value for '{option}'" in done.stderr
     assert not (tmp_path / "evidence").exists()  # refused before anything was opened
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    [
+        (["discover", "--config", "unused.yaml"], "--timeout", "nan"),
+        (["policy", "check"], "--timeout", "nan"),
+        (["policy", "explain", "--agent", "a", "t"], "--timeout", "nan"),
+        (["approvals", "watch"], "--interval", "nan"),
+        (["approvals", "watch"], "--interval", "inf"),
+    ],
+)
+def test_every_seconds_option_refuses_what_is_not_a_finite_number(
+    tmp_path: Path, command: list[str], option: str, value: str
+) -> None:
+    """``click.FloatRange`` lets ``nan`` through (and ``inf`` without an upper bound): a wait that ends
+    at once or never. Each such option is a usage error before anything is read or contacted."""
+    done = subprocess.run(
+        [PYTHON, "-m", "drawbridge", *command, option, value], cwd=tmp_path,
+        check=False, capture_output=True, text=True, env=child_env(), timeout=scaled(60),
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"Invalid value for '{option}'" in done.stderr and "not a finite number of seconds" in done.stderr

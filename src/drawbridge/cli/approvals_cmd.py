@@ -28,6 +28,7 @@ from rich.text import Text
 from drawbridge.approval.shown_arguments import argument_lines
 from drawbridge.cli.control_client import Control, ControlError, control_options, default_person, segment
 from drawbridge.cli.output import cell_text, console, display_text, emit_json, key_values, table
+from drawbridge.cli.seconds import Seconds
 
 STATUSES = ("pending", "approved", "denied", "expired", "all")
 ARGUMENTS_ENDED = "not shown once an approval has ended (the gateway lets go of them)"
@@ -210,7 +211,7 @@ def deny(ctl: Control, approval_id: str, by: str | None, reason: str | None) -> 
 
 
 @command.command(name="watch")
-@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+@click.option("--interval", type=Seconds(min=0.2), default=2.0, show_default=True,
               help="Seconds between polls.")
 @click.option("--once", is_flag=True, help="Ask about the pending approvals once, then exit.")
 @click.option("--by", default=None, help="Who decides (recorded as given; default cli:<login>).")

@@ -40,6 +40,7 @@ from drawbridge.catalogue.classify import Classification, Family, Source, classi
 from drawbridge.catalogue.draft import DraftTool, generate_draft, origin_label
 from drawbridge.cli.log_format import configure_logging
 from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT, console, emit_json, format_option, table
+from drawbridge.cli.seconds import Seconds
 from drawbridge.config import (
     ALLOW_PRIVATE_ADVICE,
     CliToolConfig,
@@ -242,7 +243,7 @@ def _render_table(found: Discovery) -> None:
 @click.option("--agent", default="*", show_default=True, help="The agent glob the draft policy is written for.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1, max=600),
+    type=Seconds(min=0.1, max=600),
     default=DEFAULT_TIMEOUT_SECONDS,
     show_default=True,
     help="Seconds to wait for the upstreams to answer.",

@@ -21,6 +21,7 @@ import anyio
 import click
 
 from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT
+from drawbridge.cli.seconds import Seconds
 from drawbridge.config import ConfigError, GatewayConfig, load_config
 from drawbridge.policy.lint import Finding, dead_rules, shadowed_rules
 from drawbridge.policy.expectations import Case, Table, TableError, read_table
@@ -89,7 +90,7 @@ def _rule_texts(policies: PolicySet, finding: Finding) -> list[str]:
 @click.option("--policy", metavar="DIR|FILE", help="The policy directory or file (default: the configuration's).")
 @click.option("--config", "config_path", metavar="FILE",
               help="Read the upstreams' catalogues live and warn about rules that match no served tool.")
-@click.option("--timeout", type=click.FloatRange(min=0.1, max=600), default=CATALOGUE_TIMEOUT_SECONDS,
+@click.option("--timeout", type=Seconds(min=0.1, max=600), default=CATALOGUE_TIMEOUT_SECONDS,
               show_default=True, help="Seconds to wait for the upstreams (with --config).")
 def check(policy: str | None, config_path: str | None, timeout: float) -> None:
     """Load and validate the policy; warn about rules that can never decide.
@@ -150,7 +151,7 @@ def _arguments(text: str | None, tool: str) -> Any:
                    "upstreams' live catalogues and the pins in the state file.")
 @click.option("--agent", required=True, metavar="ID", help="The agent id the call comes from.")
 @click.option("--args", "args_json", metavar="JSON", help="The call's arguments (a JSON object).")
-@click.option("--timeout", type=click.FloatRange(min=0.1, max=600), default=CATALOGUE_TIMEOUT_SECONDS,
+@click.option("--timeout", type=Seconds(min=0.1, max=600), default=CATALOGUE_TIMEOUT_SECONDS,
               show_default=True, help="Seconds to wait for the upstreams (with --config).")
 @click.argument("tool")
 def explain(
