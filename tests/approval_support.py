@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import anyio
 import httpx
 import mcp_types as types
 from conftest import PYTHON, SERVERS, child_env, eventually_async, scaled
@@ -149,6 +150,25 @@ async def wait_pending_on(
 ) -> list[dict[str, Any]]:
     """The pending approvals once there is at least one."""
     return await eventually_async(lambda: pending_on(http, base, **params), timeout, "a pending approval")
+
+
+async def answered_by_operator(
+    client: Any, http: httpx.AsyncClient, tool: str, arguments: dict[str, Any], answer: Literal["approve", "deny"]
+) -> types.CallToolResult:
+    """Call ``tool`` and answer, as an operator on the control plane ``http``, the approval it waits
+    for (a call that ran without one fails the wait). Returns the call's result."""
+    results: list[types.CallToolResult] = []
+
+    async def call() -> None:
+        results.append(await client.call_tool(tool, arguments))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        pending = await wait_pending_on(http)
+        assert [p["tool"] for p in pending] == [tool]
+        answered = await http.post(f"/approvals/{pending[0]['id']}/{answer}", json={"resolved_by": "op", "reason": "r"})
+        assert answered.status_code == 200
+    return results[0]
 
 
 APPROVAL_ID = re.compile(r"Approval required \(id: ([0-9a-f]{16})\)")

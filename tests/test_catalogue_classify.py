@@ -249,6 +249,91 @@ def test_composite_tool_classifies_as_named() -> None:
     assert (c.family, c.access) == (Family.NAMED, Access.UNKNOWN)
 
 
+# ------------------------------------------------------------------- arguments at every depth
+
+FASTMCP_REPORT: dict[str, Any] = {
+    # the shape FastMCP/pydantic lists for `def get_report(params: P)`
+    "type": "object",
+    "properties": {"params": {"$ref": "#/$defs/P"}},
+    "required": ["params"],
+    "$defs": {"P": {"type": "object", "properties": {"sql": {"type": "string"}}, "title": "P"}},
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "argument"),
+    [
+        (FASTMCP_REPORT, "sql"),
+        ({"properties": {"p": {"$ref": "#/definitions/P"}},
+          "definitions": {"P": {"properties": {"code": {"type": "string"}}}}}, "code"),
+        ({"type": "object", "allOf": [{"properties": {"code": {"type": "string"}}}]}, "code"),
+        ({"anyOf": [{"properties": {"x": {}}}, {"properties": {"script": {"type": "string"}}}]}, "script"),
+        ({"properties": {"p": {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/P"}]}},
+          "$defs": {"P": {"properties": {"command": {"type": "string"}}}}}, "command"),
+        ({"properties": {"outer": {"type": "object", "properties": {"inner": {"properties": {"cmd": {}}}}}}}, "cmd"),
+        ({"properties": {"batch": {"type": "array", "items": {"properties": {"statement": {"type": "string"}}}}}},
+         "statement"),
+        ({"properties": {"p": {"$ref": "#/$defs/a~1b%20c"}},
+          "$defs": {"a/b c": {"properties": {"program": {"type": "string"}}}}}, "program"),
+        ({"properties": {"code": {"$ref": "#/$defs/Code"}}, "$defs": {"Code": {"type": "string"}}}, "code"),
+        ({"$ref": "#/$defs/Root", "$defs": {"Root": {"properties": {"expression": {"type": "string"}}}}}, "expression"),
+    ],
+    ids=["fastmcp-defs", "definitions", "allOf", "anyOf", "oneOf-ref", "nested", "items", "escaped-pointer",
+         "ref-to-string", "root-ref"],
+)
+def test_a_generic_argument_is_found_at_any_depth(schema: dict[str, Any], argument: str) -> None:
+    c = classify_tool({"name": "get_report", "inputSchema": schema, "annotations": {"readOnlyHint": True}})
+    assert (c.family, c.access) == (Family.GENERIC, Access.READ)
+    assert reasons(c)[0] == ("generic_argument", argument, f'string argument "{argument}"')
+    assert not c.is_named_read
+
+
+def test_a_query_argument_at_any_depth_on_an_executor() -> None:
+    schema = {"properties": {"p": {"$ref": "#/$defs/P"}}, "$defs": {"P": {"properties": {"query": {"type": "string"}}}}}
+    assert classify_tool({"name": "run_report", "inputSchema": schema}).codes[0] is ReasonCode.QUERY_ON_EXECUTOR
+
+
+@pytest.mark.parametrize(
+    ("schema", "why"),
+    [
+        ({"properties": {"p": {"$ref": "https://example.com/p.json"}}}, "a $ref outside the schema"),
+        ({"properties": {"p": {"$ref": "other.json#/P"}}}, "a $ref outside the schema"),
+        ({"properties": {"p": {"$ref": "#P"}}}, "a $ref outside the schema"),
+        ({"properties": {"p": {"$ref": "#/$defs/Missing"}}, "$defs": {}}, "a $ref that does not resolve"),
+        ({"properties": {"p": {"$dynamicRef": "#node"}}}, "a dynamic $ref"),
+        ({"allOf": [{"$ref": 7}]}, "a $ref outside the schema"),
+    ],
+)
+def test_a_schema_that_cannot_be_followed_is_generic(schema: dict[str, Any], why: str) -> None:
+    c = classify_tool({"name": "list_things", "inputSchema": schema})
+    assert (c.family, c.access) == (Family.GENERIC, Access.READ)
+    assert reasons(c)[0] == ("schema_not_followed", why, f"argument schema not followed: {why}")
+
+
+def test_a_schema_nested_too_deep_is_generic() -> None:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(40):
+        schema = {"type": "object", "properties": {"a": schema}}
+    c = classify_tool({"name": "get_x", "inputSchema": schema})
+    assert c.family is Family.GENERIC and c.codes[0] is ReasonCode.SCHEMA_NOT_FOLLOWED
+    assert c.reason_texts[0] == "argument schema not followed: nested deeper than 32"
+
+
+def test_reference_cycles_end_and_harmless_references_stay_named() -> None:
+    tree = {"$defs": {"Node": {"properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/Node"}},
+                                               "label": {"type": "string"}}}},
+            "properties": {"root": {"$ref": "#/$defs/Node"}, "again": {"$ref": "#"}}}
+    assert classify_tool({"name": "get_tree", "inputSchema": tree}).is_named_read
+    typed = {"properties": {"code": {"$ref": "#/$defs/Zip"}}, "$defs": {"Zip": {"type": "integer"}}}
+    assert classify_tool({"name": "get_city", "inputSchema": typed}).is_named_read
+    # shared definitions are read once, not once per path (8**15 paths within the depth bound)
+    chain = {f"D{i}": {"allOf": [{"$ref": f"#/$defs/D{i + 1}"}] * 8} for i in range(30)}
+    chain["D30"] = {"type": "integer"}
+    wide = {"properties": {"code": {"$ref": "#/$defs/D0"}}, "$defs": chain}
+    c = classify_tool({"name": "get_y", "inputSchema": wide})
+    assert c.family is Family.GENERIC  # 60 hops deep: not followed to the end, so generic
+
+
 # ---------------------------------------------------------------------------------- CLI dispatcher
 
 DISPATCH_PARAMS = {
@@ -304,6 +389,25 @@ def test_cli_catalogue(
     c = classify_tool(item, source="cli", cli_dispatcher=dispatcher)
     assert (c.family, c.access) == (family, access)
     assert [code.value for code in c.codes] == codes
+
+
+@pytest.mark.parametrize("command", ["show", "fetch", "describe", "log"])
+def test_a_cli_command_without_allowed_args_is_generic(command: str) -> None:
+    """``git show --output=FILE`` writes and ``git fetch --upload-pack=CMD`` runs a program: with any flag
+    allowed the arguments carry the effect, whatever the subcommand's verb says."""
+    item = {"name": command, "inputSchema": {"type": "object", "properties": {"args": {"type": "array"}}}}
+    free = classify_tool(item, source="cli", cli_free_arguments=True)
+    assert free.family is Family.GENERIC and not free.is_named_read
+    assert reasons(free)[0] == ("cli_free_arguments", None, "CLI command without allowed_args")
+    listed = classify_tool(item, source="cli")
+    assert listed.family is Family.NAMED and ReasonCode.CLI_FREE_ARGUMENTS not in listed.codes
+
+
+def test_fetch_is_a_write_verb() -> None:
+    """Fetching stores what it brought (``git fetch`` writes refs): never a read, even when claimed."""
+    c = classify_tool(tool("fetch_updates", annotations={"readOnlyHint": True}))
+    assert c.access is Access.WRITE
+    assert reasons(c)[-1] == ("name_verb_write", "fetch", 'name verb "fetch"')
 
 
 def test_dispatcher_name_is_generic_whatever_the_flag_or_source() -> None:
@@ -378,6 +482,7 @@ def test_signal_table_covers_every_code() -> None:
         ({"name": "x"}, {"source": "mcp", "openapi_method": "GET"}, "openapi_method"),
         ({"name": "x"}, {"source": "openapi", "openapi_method": 5}, "openapi_method"),
         ({"name": "x"}, {"source": "mcp", "cli_dispatcher": True}, "cli_dispatcher"),
+        ({"name": "x"}, {"source": "openapi", "cli_free_arguments": True}, "cli_free_arguments"),
         ({"description": "no name"}, {}, "name"),
         ({"name": ""}, {}, "name"),
         ({"name": 3}, {}, "name"),

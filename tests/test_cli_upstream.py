@@ -5,6 +5,7 @@ floor that no allow rule and no grant relaxes."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
-from approval_support import cli, text_of, trace, wait_pending_on
+from approval_support import answered_by_operator, cli, text_of, trace
 from conftest import scaled
 from serve_support import http_client, http_gateway, write_config
 
@@ -216,19 +217,11 @@ async def test_a_process_that_left_the_group_does_not_outlive_the_call(gateway: 
 
 
 async def _approved(client: Any, http: httpx.AsyncClient, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
-    """Call ``tool`` and approve, as an operator, the approval it waits for."""
-    results: list[types.CallToolResult] = []
+    return await answered_by_operator(client, http, tool, arguments, "approve")
 
-    async def call() -> None:
-        results.append(await client.call_tool(tool, arguments))
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(call)
-        pending = await wait_pending_on(http)
-        assert [p["tool"] for p in pending] == [tool]
-        answer = await http.post(f"/approvals/{pending[0]['id']}/approve", json={"resolved_by": "op"})
-        assert answer.status_code == 200
-    return results[0]
+async def _denied(client: Any, http: httpx.AsyncClient, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    return await answered_by_operator(client, http, tool, arguments, "deny")
 
 
 async def test_the_dispatcher_floor_holds_against_an_allow_policy(gateway: Any) -> None:
@@ -276,3 +269,48 @@ async def test_a_deny_floor_is_lifted_by_no_grant(gateway: Any) -> None:
     assert rows["vault.__dispatch"]["action"] == "deny" and rows["vault.__dispatch"]["policy_action"] == "allow"
     assert rows["vault.__dispatch"]["floor"]["reasons"] == ["CLI dispatcher whose default_action is deny"]
     assert rows["vault.__dispatch"]["hidden"] is True and rows["git.__dispatch"]["hidden"] is False
+
+
+
+async def test_the_draft_never_allows_a_command_whose_flags_are_free(tmp_path: Path, repo: Path) -> None:
+    """``git show --output=FILE`` writes a file and ``git fetch --upload-pack=CMD`` runs a program: a
+    command without ``allowed_args`` is generic, so discover, the draft it writes, ``GET /tools`` and
+    ``GET /tools/decisions`` all say so, and under serve with that draft the calls wait for a person
+    (approval memory included)."""
+    commands = {"show": {}, "fetch": {}, "describe": {}, "log": {"allowed_args": ["--oneline", "-n"]}}
+    config = write_config(
+        tmp_path, [], policies={}, cli_tools=[{"name": "gitcli", "bin": "git", "working_dir": str(repo),
+                                               "commands": commands}],
+        evidence_dir=str(tmp_path / "evidence"), state_path=str(tmp_path / "state.db"),
+        auth={"anonymous_agent": "guest"},
+        approval={"timeout_seconds": 30, "elicitation": False, "memory": {"min_approvals": 1}},
+    )
+    found = cli("discover", "--config", str(config), "--generate-policy", "--format", "json")
+    assert found.returncode == 0, found.stderr
+    report = json.loads(found.stdout)
+    (tmp_path / "policies" / "draft.yaml").write_text(report["policy"], encoding="utf-8")
+    discovered = {t["name"]: t["classification"] for t in report["tools"]}
+    for name in ("gitcli.show", "gitcli.fetch", "gitcli.describe"):
+        assert discovered[name]["family"] == "generic", name
+        assert discovered[name]["reasons"][0] == "CLI command without allowed_args"
+    assert discovered["gitcli.fetch"]["access"] == "write"  # fetching stores what it brought
+    assert discovered["gitcli.log"]["family"] == "named"  # its flags are listed
+    written, touched = tmp_path / "written", tmp_path / "touched"
+    with http_gateway(config) as gateway:
+        async with http_client(gateway.url) as client, httpx.AsyncClient(
+            base_url=gateway.control(), trust_env=False, headers=gateway.control_headers()
+        ) as http:
+            show = await _denied(client, http, "gitcli.show", {"args": [f"--output={written}", "HEAD"]})
+            fetch = await _denied(client, http, "gitcli.fetch", {"args": [f"--upload-pack=touch {touched} #", "."]})
+            # Approval memory never answers for a generic tool: one approval of a shape is not the next.
+            described = await _approved(client, http, "gitcli.describe", {"args": ["--always"]})
+            assert not described.is_error
+            again = await _denied(client, http, "gitcli.describe", {"args": ["--always", "--dirty"]})
+            assert again.is_error
+            tools = {t["name"]: t["classification"] for t in (await http.get("/tools")).json()}
+            rows = {r["name"]: r for r in (await http.get("/tools/decisions", params={"agent": "guest"})).json()}
+    assert show.is_error and fetch.is_error
+    assert not written.exists() and not touched.exists()
+    assert tools == discovered
+    for name in ("gitcli.show", "gitcli.fetch", "gitcli.describe", "gitcli.log"):
+        assert (rows[name]["policy_action"], rows[name]["action"]) == ("human_approval", "human_approval"), name

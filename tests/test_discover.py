@@ -10,9 +10,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from conftest import PYTHON, child_env, scaled
-from serve_support import GITHUB, SLACK, write_config
+from approval_support import answered_by_operator
+from conftest import PYTHON, SERVERS, child_env, scaled
+from serve_support import GITHUB, SLACK, http_client, http_gateway, write_config
 
 from drawbridge.state.policy_store import PolicyStore
 
@@ -97,3 +99,42 @@ def test_an_upstream_that_cannot_be_reached_is_named_and_the_others_still_listed
     assert {t["server"] for t in report["tools"]} == {"github"}
     assert len(report["unavailable"]) == 1 and "'missing'" in report["unavailable"][0]
     assert "upstream 'missing' could not be read" in done.stderr
+
+
+@pytest.mark.anyio
+async def test_an_argument_inside_a_model_makes_the_tool_generic_everywhere(tmp_path: Path) -> None:
+    """A FastMCP tool whose ``sql`` sits in ``$defs`` behind ``{"params": {"$ref": ...}}`` is generic:
+    discover, the draft, ``GET /tools`` and ``GET /tools/decisions`` agree, and under serve with the draft
+    ``{"params": {"sql": "DROP TABLE users"}}`` waits for a person instead of reaching the server."""
+    calls = tmp_path / "calls.ndjson"
+    reports = {"name": "reports", "transport": "stdio", "command": PYTHON,
+               "args": [str(SERVERS / "reports.py"), str(calls)]}
+    config = write_config(
+        tmp_path, [reports], policies={}, evidence_dir=str(tmp_path / "evidence"),
+        state_path=str(tmp_path / "state.db"), auth={"anonymous_agent": "guest"},
+        approval={"timeout_seconds": 30, "elicitation": False},
+    )
+    done = _discover(config, "--generate-policy", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    (tmp_path / "policies" / "draft.yaml").write_text(report["policy"], encoding="utf-8")
+    discovered = {t["name"]: t["classification"] for t in report["tools"]}
+    reasons = ['string argument "sql"', "annotation readOnlyHint: true", 'name verb "get"']
+    assert discovered["reports.get_report"] == {"family": "generic", "access": "read", "reasons": reasons}
+    summary_class = discovered["reports.get_summary"]
+    assert (summary_class["family"], summary_class["access"]) == ("named", "read")
+    with http_gateway(config) as gateway:
+        async with http_client(gateway.url) as client, httpx.AsyncClient(
+            base_url=gateway.control(), trust_env=False, headers=gateway.control_headers()
+        ) as http:
+            summary = await client.call_tool("reports.get_summary", {"period": {"start": "a", "end": "b"}})
+            dropped = await answered_by_operator(
+                client, http, "reports.get_report", {"params": {"sql": "DROP TABLE users"}}, "deny"
+            )
+            tools = {t["name"]: t["classification"] for t in (await http.get("/tools")).json()}
+            decisions = (await http.get("/tools/decisions", params={"agent": "guest"})).json()
+    rows = {r["name"]: r["action"] for r in decisions}
+    assert not summary.is_error and dropped.is_error
+    assert [json.loads(line)["tool"] for line in calls.read_text(encoding="utf-8").splitlines()] == ["get_summary"]
+    assert tools == discovered
+    assert rows == {"reports.get_report": "human_approval", "reports.get_summary": "allow"}

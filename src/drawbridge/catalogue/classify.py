@@ -1,15 +1,17 @@
 """How a tool is classified: family (named, generic), access (read, write, unknown), and why.
 
 Invariant: a classification is built only from what the upstream declares about the tool (its
-name, its argument schema, its annotations, the HTTP method of an OpenAPI operation, whether it
-is a CLI dispatcher), every signal that fired is listed as a reason, and the family and access
-are derived from those reasons by one rule and by nothing else:
+name, its argument schema read to every depth, its annotations, the HTTP method of an OpenAPI
+operation, whether it is a CLI dispatcher or a CLI command without ``allowed_args``), every signal
+that fired is listed as a reason, and the family and access are derived from those reasons by one
+rule and by nothing else:
 
 - **access**: one write reason makes the tool a write, whatever read reasons say; otherwise one
   read reason makes it a read; with neither it is ``unknown``. A false read opens a hole, a
   false write only costs an approval, so conflicts resolve to the restrictive side.
 - **family**: one generic reason makes the tool ``generic`` (its argument carries the effect:
-  code, SQL, a shell command, a CLI subcommand); otherwise it is ``named``.
+  code, SQL, a shell command, a CLI subcommand, a CLI command's free flags, an argument schema
+  that could not be read to the end); otherwise it is ``named``.
 
 A ``Classification`` checks this on construction, so a value of the type cannot carry an access
 or a family that its reasons do not justify. The classification is advice for whoever writes
@@ -19,10 +21,12 @@ Theory of operation. The vocabulary (verbs, argument names, HTTP methods) and th
 are data at the top of this module. ``classify_tool`` reads each signal in the table's order and
 appends a ``Reason`` (a machine code, the word that fired, and a short text such as
 ``name verb "send"``) for every one that fires; a tool where none fires gets the single reason
-``no signal``. Names are split into whole words (``list_repos``, ``get-env``, ``listRepos``,
-``git.show`` all split), so ``target`` never contains ``get`` and ``running`` is not ``run``.
-Reason texts contain only vocabulary words (and an HTTP method only when it is a plain word),
-never other text from the upstream, so they are safe to show and to put in a policy comment.
+``no signal``. Argument names are looked for at every depth of the input schema, through local
+``$ref`` and ``allOf``/``anyOf``/``oneOf`` (``catalogue.arguments``). Names are split into whole
+words (``list_repos``, ``get-env``, ``listRepos``, ``git.show`` all split), so ``target`` never
+contains ``get`` and ``running`` is not ``run``. Reason texts contain only vocabulary words (and
+an HTTP method only when it is a plain word), never other text from the upstream, so they are safe
+to show and to put in a policy comment.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
+
+from drawbridge.catalogue.arguments import read_arguments
 
 # ------------------------------------------------------------------------------- the signal table
 
@@ -64,8 +70,10 @@ class ReasonCode(enum.StrEnum):
     """Machine codes of the reasons; ``SIGNALS`` says what each one means."""
 
     CLI_DISPATCHER = "cli_dispatcher"
+    CLI_FREE_ARGUMENTS = "cli_free_arguments"
     GENERIC_ARGUMENT = "generic_argument"
     QUERY_ON_EXECUTOR = "query_on_executor"
+    SCHEMA_NOT_FOLLOWED = "schema_not_followed"
     HTTP_METHOD_READ = "http_method_read"
     HTTP_METHOD_WRITE = "http_method_write"
     ANNOTATION_READ_ONLY = "annotation_read_only"
@@ -88,10 +96,16 @@ class Signal:
 SIGNALS: Final[tuple[Signal, ...]] = (
     Signal(ReasonCode.CLI_DISPATCHER, Effect.GENERIC,
            "a CLI dynamic dispatcher (`<cli>.__dispatch`): the subcommand is an argument"),
+    Signal(ReasonCode.CLI_FREE_ARGUMENTS, Effect.GENERIC,
+           "a CLI command without `allowed_args`: any flag may be passed (`git show --output=FILE`)"),
     Signal(ReasonCode.GENERIC_ARGUMENT, Effect.GENERIC,
-           "an argument that may be a string and is named one of GENERIC_ARGUMENTS"),
+           "an argument, at any depth of the schema, that may be a string and is named one of"
+           " GENERIC_ARGUMENTS"),
     Signal(ReasonCode.QUERY_ON_EXECUTOR, Effect.GENERIC,
-           "an argument named `query` on a tool whose name has a word of EXECUTOR_WORDS"),
+           "an argument named `query`, at any depth, on a tool whose name has a word of EXECUTOR_WORDS"),
+    Signal(ReasonCode.SCHEMA_NOT_FOLLOWED, Effect.GENERIC,
+           "an argument schema that cannot be read to the end (a `$ref` that is not local or does not"
+           " resolve, a dynamic reference, nesting deeper than arguments.MAX_SCHEMA_DEPTH)"),
     Signal(ReasonCode.HTTP_METHOD_READ, Effect.READ, "an OpenAPI operation whose method is in READ_METHODS"),
     Signal(ReasonCode.HTTP_METHOD_WRITE, Effect.WRITE, "an OpenAPI operation with any other method"),
     Signal(ReasonCode.ANNOTATION_READ_ONLY, Effect.READ, "MCP annotation `readOnlyHint: true`"),
@@ -106,15 +120,16 @@ EFFECT_OF: Final[Mapping[ReasonCode, Effect]] = {signal.code: signal.effect for 
 READ_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 
 READ_VERBS: Final = frozenset({
-    "get", "list", "search", "read", "show", "find", "fetch", "describe", "view", "lookup",
+    "get", "list", "search", "read", "show", "find", "describe", "view", "lookup",
     "inspect", "browse", "retrieve", "count", "preview", "explain",
 })
-"""Verbs that say a tool only looks. ``query`` is left out on purpose: query languages write too."""
+"""Verbs that say a tool only looks. ``query`` is left out on purpose: query languages write too.
+``fetch`` is a write verb: fetching stores what it brought (``git fetch`` writes refs)."""
 
 WRITE_VERBS: Final = frozenset({
     "create", "send", "delete", "write", "execute", "exec", "run", "eval", "evaluate", "invoke",
     "update", "upsert", "remove", "add", "set", "put", "post", "patch", "edit", "modify", "insert",
-    "upload", "import", "move", "rename", "copy", "push", "merge", "fork", "reset", "checkout",
+    "upload", "import", "fetch", "move", "rename", "copy", "push", "merge", "fork", "reset", "checkout",
     "revert", "rollback", "restore", "deploy", "install", "uninstall", "apply", "publish", "submit",
     "approve", "reject", "dismiss", "resolve", "cancel", "close", "kill", "stop", "start", "restart",
     "rerun", "retry", "launch", "spawn", "shutdown", "reboot", "scale", "resize", "toggle", "trigger",
@@ -142,7 +157,6 @@ DISPATCHER_WORD: Final = "__dispatch"
 Source = Literal["mcp", "openapi", "cli"]
 SOURCES: Final = ("mcp", "openapi", "cli")
 
-_MAX_SCHEMA_DEPTH: Final = 32
 _PLAIN_METHOD = re.compile(r"[A-Za-z]{1,16}")
 
 # ------------------------------------------------------------------------------------- the values
@@ -256,61 +270,26 @@ def is_dispatcher_name(name: str) -> bool:
     return name.rsplit(".", 1)[-1] == DISPATCHER_WORD
 
 
-def may_be_string(schema: Any, depth: int = 0) -> bool:
-    """Whether an argument's schema admits a string. When in doubt, yes (the restrictive side)."""
-    if schema is False:
-        return False
-    if not isinstance(schema, Mapping) or depth > _MAX_SCHEMA_DEPTH:
-        return True
-    declared = schema.get("type")
-    if isinstance(declared, str):
-        return declared == "string"
-    if isinstance(declared, list):
-        return "string" in declared or not all(isinstance(item, str) for item in declared)
-    if declared is not None:
-        return True
-    branches = [
-        branch
-        for key in ("anyOf", "oneOf")
-        if isinstance(schema.get(key), list)
-        for branch in schema[key]
-    ]
-    if branches:
-        return any(may_be_string(branch, depth + 1) for branch in branches)
-    if "const" in schema:
-        return isinstance(schema["const"], str)
-    if isinstance(schema.get("enum"), list):
-        return any(isinstance(item, str) for item in schema["enum"])
-    return True
-
-
-def _properties(tool: Mapping[str, Any]) -> Mapping[str, Any]:
-    schema = tool.get("inputSchema")
-    if not isinstance(schema, Mapping):
-        return {}
-    properties = schema.get("properties")
-    return properties if isinstance(properties, Mapping) else {}
-
-
 def _generic_reasons(
-    tool: Mapping[str, Any], words: tuple[str, ...], dispatcher: bool
+    tool: Mapping[str, Any], words: tuple[str, ...], dispatcher: bool, free_arguments: bool
 ) -> list[Reason]:
     reasons: list[Reason] = []
     if dispatcher:
         reasons.append(Reason(ReasonCode.CLI_DISPATCHER, "CLI dispatcher"))
-    properties = _properties(tool)
-    by_lower: dict[str, list[Any]] = {}
-    for key, schema in properties.items():
-        if isinstance(key, str):
-            by_lower.setdefault(key.lower(), []).append(schema)
+    if free_arguments:
+        reasons.append(Reason(ReasonCode.CLI_FREE_ARGUMENTS, "CLI command without allowed_args"))
+    arguments = read_arguments(tool.get("inputSchema"))
     for argument in sorted(GENERIC_ARGUMENTS):
-        schemas = by_lower.get(argument, [])
-        if any(may_be_string(schema) for schema in schemas):
+        schemas = arguments.by_name.get(argument, [])
+        if any(arguments.may_be_string(schema) for schema in schemas):
             reasons.append(Reason(ReasonCode.GENERIC_ARGUMENT, f'string argument "{argument}"', argument))
     executor = next((word for word in words if word in EXECUTOR_WORDS), None)
-    if QUERY_ARGUMENT in by_lower and executor is not None:
+    if QUERY_ARGUMENT in arguments.by_name and executor is not None:
         text = f'argument "query" on a tool whose name says "{executor}"'
         reasons.append(Reason(ReasonCode.QUERY_ON_EXECUTOR, text, executor))
+    if arguments.not_followed is not None:
+        text = f"argument schema not followed: {arguments.not_followed}"
+        reasons.append(Reason(ReasonCode.SCHEMA_NOT_FOLLOWED, text, arguments.not_followed))
     return reasons
 
 
@@ -366,28 +345,32 @@ def classify_tool(
     source: Source = "mcp",
     openapi_method: str | None = None,
     cli_dispatcher: bool = False,
+    cli_free_arguments: bool = False,
 ) -> Classification:
     """Classify one tool as it appears in a ``tools/list`` result (the upstream's own dict).
 
     ``source`` says where the tool comes from; ``openapi_method`` is the HTTP method of an
     OpenAPI operation (only with ``source="openapi"``); ``cli_dispatcher`` marks a CLI tool that
-    takes its subcommand as an argument. A name whose last dotted part is ``__dispatch`` is a
-    dispatcher whatever the flag says. Raises ``ValueError`` for a tool without a string name or
-    for inconsistent arguments: a caller error must not turn into a quiet classification.
+    takes its subcommand as an argument, ``cli_free_arguments`` a CLI command without
+    ``allowed_args`` (any flag passes, so its arguments carry the effect: ``git show
+    --output=FILE`` writes, ``git fetch --upload-pack=CMD`` runs a program). A name whose last
+    dotted part is ``__dispatch`` is a dispatcher whatever the flag says. Raises ``ValueError``
+    for a tool without a string name or for inconsistent arguments: a caller error must not turn
+    into a quiet classification.
     """
     if source not in SOURCES:
         raise ValueError(f"unknown tool source {source!r} (expected one of {', '.join(SOURCES)})")
     if openapi_method is not None and (source != "openapi" or not isinstance(openapi_method, str)):
         raise ValueError("openapi_method is a string, given only for source='openapi'")
-    if cli_dispatcher and source != "cli":
-        raise ValueError("cli_dispatcher is given only for source='cli'")
+    if (cli_dispatcher or cli_free_arguments) and source != "cli":
+        raise ValueError("cli_dispatcher and cli_free_arguments are given only for source='cli'")
     if not isinstance(tool, Mapping):
         raise ValueError("a tool is a JSON object")
     name = tool.get("name")
     if not isinstance(name, str) or not name:
         raise ValueError("a tool needs a non-empty string name")
     words = name_words(name)
-    reasons = _generic_reasons(tool, words, cli_dispatcher or is_dispatcher_name(name))
+    reasons = _generic_reasons(tool, words, cli_dispatcher or is_dispatcher_name(name), cli_free_arguments)
     if openapi_method is not None:
         reasons += _method_reasons(openapi_method)
     reasons += _annotation_reasons(tool)

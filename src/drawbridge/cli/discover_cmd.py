@@ -16,7 +16,8 @@ draft is a policy file ``drawbridge serve`` loads as it is; review it before use
 Names are the names agents see under ``serve``: ``<upstream>.<tool>``. Tools ``serve`` would not
 serve (names that cannot be routed safely, duplicates, operations it cannot call) are not listed;
 they are named on stderr. Each tool says its ``source`` (``mcp``, ``openapi``, ``cli``); an OpenAPI
-operation is classified by its HTTP method as well, a CLI dispatcher as generic.
+operation is classified by its HTTP method as well, a CLI dispatcher and a CLI command without
+``allowed_args`` (its flags carry the effect) as generic.
 
 Exit codes: 0 every upstream answered; 1 some upstream could not be reached (the output covers the
 others, and stderr says which and why); 2 the configuration is invalid or an environment variable it
@@ -126,7 +127,8 @@ def classify_catalogue(
             ))
             continue
         classification = classify_tool(
-            own, source=kind.source, openapi_method=facts.openapi_method, cli_dispatcher=facts.dispatcher
+            own, source=kind.source, openapi_method=facts.openapi_method, cli_dispatcher=facts.dispatcher,
+            cli_free_arguments=facts.free_arguments,
         )
         tools.append(DiscoveredTool(
             entry.server, entry.upstream_name, entry.name, classification, kind.source, item=own,

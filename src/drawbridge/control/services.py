@@ -103,10 +103,12 @@ class CatalogueItem:
         dispatcher: bool = False,
         dispatcher_default_action: Action | None = None,
         openapi_method: str | None = None,
+        free_arguments: bool = False,
         pin_reason: str | None = None,
     ) -> CatalogueItem:
         """Classify ``tool`` and name it ``server.<its name>`` unless ``name`` is given; an OpenAPI
-        operation is classified by its HTTP method too (``openapi_method``)."""
+        operation is classified by its HTTP method too (``openapi_method``), a CLI command by whether
+        its arguments are free (``free_arguments``: no ``allowed_args``)."""
         upstream_name = tool.get("name")
         if not isinstance(upstream_name, str) or not upstream_name:
             raise ValueError("a tool needs a non-empty string name")
@@ -114,6 +116,7 @@ class CatalogueItem:
             tool,
             source=source,  # type: ignore[arg-type]
             cli_dispatcher=dispatcher and source == "cli",
+            cli_free_arguments=free_arguments and source == "cli",
             openapi_method=openapi_method if source == "openapi" else None,
         )
         return cls(

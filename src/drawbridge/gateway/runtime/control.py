@@ -50,6 +50,7 @@ class ServedTool:
     openapi_method: str | None = None
     dispatcher: bool = False
     dispatcher_default_action: Action | None = None
+    free_arguments: bool = False
 
 
 def served_by(catalogue: ChildCatalogue) -> tuple[object, Iterable[ServedTool]]:
@@ -87,7 +88,8 @@ class CatalogueView:
                 item = CatalogueItem.of(
                     served.server, served.tool, name=served.name, pin_status=status, source=served.source,
                     dispatcher=served.dispatcher, dispatcher_default_action=served.dispatcher_default_action,
-                    openapi_method=served.openapi_method, pin_reason=held,
+                    openapi_method=served.openapi_method, free_arguments=served.free_arguments,
+                    pin_reason=held,
                 )
                 self._classified[served.name] = item.classification
             else:

@@ -88,7 +88,7 @@ def served_tools(catalogue: Catalogue, local: Mapping[str, LocalUpstream] | None
         return ServedTool(
             entry.server, entry.upstream_name, entry.name, item, source=kind.source,
             openapi_method=facts.openapi_method, dispatcher=facts.dispatcher,
-            dispatcher_default_action=facts.dispatcher_default_action,
+            dispatcher_default_action=facts.dispatcher_default_action, free_arguments=facts.free_arguments,
         )
 
     return catalogue, [tool(entry) for entry in catalogue.entries]

@@ -466,7 +466,8 @@ class Gateway:
         classified = route_of(entry.server, entry.upstream_name, entry.item)
         kind = self.local.get(entry.server)
         if kind is not None:
-            return dataclasses.replace(kind.route(entry.upstream_name), generic=classified.generic)
+            local = kind.route(entry.upstream_name)
+            return dataclasses.replace(local, generic=classified.generic or local.generic)
         return classified
 
     def resolve_now(self, tool: str) -> Resolved | None:

@@ -15,7 +15,8 @@ in the upstream's own task group (``run``) and returns at once, so the pipeline'
 agent's cancellation can end the call while it runs; ``abandon`` cancels that task, which kills what
 the call started (a CLI process group) or closes its HTTP request. Each kind supplies ``invoke(tool,
 arguments) -> result`` and, per tool, the facts the floors and the classification read
-(``LocalTool``: the HTTP method of an operation, whether a CLI tool is a dispatcher and its floor).
+(``LocalTool``: the HTTP method of an operation, whether a CLI tool is a dispatcher and its floor,
+whether a CLI command's arguments are free of an ``allowed_args`` list).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class LocalTool:
     openapi_method: str | None = None
     dispatcher: bool = False
     dispatcher_default_action: Action | None = None
+    free_arguments: bool = False
+    """A CLI command without ``allowed_args``: any flag passes, so the classification calls it generic."""
 
     @property
     def name(self) -> str:
@@ -100,10 +103,13 @@ class LocalUpstream:
         return self.local_tools.get(name)
 
     def route(self, name: str) -> Route:
-        """The route of one of its tools, with the dispatcher facts the floors read."""
+        """The route of one of its tools, with the dispatcher facts the floors read (a CLI command with
+        free arguments is generic, as ``catalogue.classify`` says: approval memory never answers for it)."""
         tool = self.local_tools.get(name)
-        if tool is None or not tool.dispatcher:
+        if tool is None:
             return Route(self.name, name)
+        if not tool.dispatcher:
+            return Route(self.name, name, generic=tool.free_arguments)
         return Route(self.name, name, dispatcher=True, dispatcher_default_action=tool.dispatcher_default_action)
 
     # ------------------------------------------------------------------------------ lifecycle

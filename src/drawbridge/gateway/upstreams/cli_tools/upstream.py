@@ -9,7 +9,9 @@ entry that is neither ``strict`` nor ``bare``; its calls are held at the dispatc
 (``catalogue.floors``: the entry's ``default_action``, never below ``human_approval``), which the
 route carries (``LocalTool.dispatcher``). ``<name>.run`` runs a ``bare`` binary with no subcommand.
 A dispatched subcommand that is also declared runs under that command's ``allowed_args`` and
-``timeout``.
+``timeout``. A command or ``run`` without ``allowed_args`` takes any flag (``git show --output=FILE``
+writes a file), so it is marked ``LocalTool.free_arguments`` and classified generic: the draft policy
+never allows it unasked, and approval memory never answers for it.
 
 What each tool says about itself (its description) names the program, the subcommand, the allowed
 flags, the timeout, the working directory and the names of the entry's environment variables (never
@@ -108,11 +110,13 @@ def open_cli(entry: CliToolConfig, environ: Mapping[str, str], default_timeout: 
     for command, rule in entry.commands.items():
         schema = _schema(False)
         description = f"Runs `{binary} {command}` with the given args and flags (no shell). {_facts(entry, rule)}"
-        add(command, description, _Runnable(command, rule, Draft202012Validator(schema)), schema)
+        add(command, description, _Runnable(command, rule, Draft202012Validator(schema)), schema,
+            free_arguments=rule.allowed_args is None)
     if entry.bare is not None:
         schema = _schema(False)
         description = f"Runs `{binary}` with the given args and flags (no shell). {_facts(entry, entry.bare)}"
-        add(BARE, description, _Runnable(None, entry.bare, Draft202012Validator(schema)), schema)
+        add(BARE, description, _Runnable(None, entry.bare, Draft202012Validator(schema)), schema,
+            free_arguments=entry.bare.allowed_args is None)
     if entry.dispatcher:
         schema = _schema(True)
         floor = Action(entry.default_action)
