@@ -137,6 +137,85 @@ def test_the_bundle_verifier_applies_assays_rules() -> None:
     assert gunzip(good.archive) == tar
 
 
+def _vector() -> tuple[list[dict[str, Any]], bytes, bytes]:
+    directory = VECTORS / "drawbridge-run"
+    events_bytes = (directory / "events.ndjson").read_bytes()
+    return [json.loads(line) for line in events_bytes.splitlines()], (directory / "manifest.json").read_bytes(), events_bytes
+
+
+def _archive(manifest: bytes, events_bytes: bytes) -> bytes:
+    """A bundle of these member bytes, its manifest's events.ndjson entry made to fit them (so that only
+    the rule under test can refuse it)."""
+    from drawbridge.evidence.bundle_archive import gzip_wrap, tar_stream
+
+    entry = json.dumps({"bytes": len(events_bytes), "path": "events.ndjson", "sha256": "sha256:" + sha(events_bytes)},
+                       separators=(",", ":")).encode()
+    fitted = manifest if b'{"bytes":' not in manifest else \
+        manifest.replace(manifest[manifest.index(b'{"bytes":'):manifest.index(b"}}") + 1], entry)
+    return gzip_wrap(tar_stream([("manifest.json", fitted), ("events.ndjson", events_bytes)]))
+
+
+def test_the_content_hash_is_over_the_events_own_datacontenttype() -> None:
+    """Assay's compute_content_hash hashes the event's datacontenttype as it stands: an event of another
+    type, hashed over it, verifies; one whose type was changed but not its hash does not."""
+    events, manifest, events_bytes = _vector()
+    assert verify_bundle(_archive(manifest, events_bytes)).manifest == json.loads(manifest)  # the helper alone
+    typed = {**events[0], "datacontenttype": "text/plain; charset=utf-8"}
+    hashed = {key: typed[key] for key in ("specversion", "type", "datacontenttype", "data")}
+    typed["assaycontenthash"] = "sha256:" + sha(rfc8785.dumps(hashed))
+    verified = verify_bundle(write_bundle([typed, *events[1:]]).archive)
+    assert verified.events[0]["assaycontenthash"] == typed["assaycontenthash"] != events[0]["assaycontenthash"]
+    retyped = events_bytes.replace(b'"datacontenttype":"application/json"', b'"datacontenttype":"text/plain"', 1)
+    with pytest.raises(BundleError, match="line 1: assaycontenthash does not match"):
+        verify_bundle(_archive(manifest, retyped))
+
+
+def _duplicate_in_data(manifest: bytes, events_bytes: bytes) -> tuple[bytes, bytes]:
+    return manifest, events_bytes.replace(b'"data":{', b'"data":{"schema":"x",', 1)  # the record has "schema" too
+
+
+def _duplicate_in_event(manifest: bytes, events_bytes: bytes) -> tuple[bytes, bytes]:
+    return manifest, events_bytes.replace(b'{"assaycontenthash"', b'{"assaypii":true,"assaycontenthash"', 1)
+
+
+def _duplicate_in_manifest(manifest: bytes, events_bytes: bytes) -> tuple[bytes, bytes]:
+    return manifest.replace(b'"run_id":', b'"run_id":"elsewhere","run_id":'), events_bytes
+
+
+def _utf16_manifest(manifest: bytes, events_bytes: bytes) -> tuple[bytes, bytes]:
+    return manifest.decode().encode("utf-16"), events_bytes
+
+
+def _utf32_manifest(manifest: bytes, events_bytes: bytes) -> tuple[bytes, bytes]:
+    return manifest.decode().encode("utf-32"), events_bytes
+
+
+def _surrogate_in_manifest(manifest: bytes, events_bytes: bytes) -> tuple[bytes, bytes]:
+    return manifest.replace(b'"name":"drawbridge"', b'"name":"drawbridge\\ud800"'), events_bytes
+
+
+def _surrogate_in_event(manifest: bytes, events_bytes: bytes) -> tuple[bytes, bytes]:
+    return manifest, events_bytes.replace(b'"data":{', b'"data":{"note":"\\udc00",', 1)
+
+
+@pytest.mark.parametrize(("edit", "reason"), [
+    (_duplicate_in_data, 'line 1 is not strict JSON: the key "schema" appears twice'),
+    (_duplicate_in_event, 'line 1 is not strict JSON: the key "assaypii" appears twice'),
+    (_duplicate_in_manifest, 'manifest.json is not strict JSON: the key "run_id" appears twice'),
+    (_utf16_manifest, "manifest.json is not UTF-8"),
+    (_utf32_manifest, "manifest.json is not UTF-8"),
+    (_surrogate_in_manifest, "manifest.json is not strict JSON: a string holds a lone surrogate"),
+    (_surrogate_in_event, "line 1 is not strict JSON: a string holds a lone surrogate"),
+])
+def test_the_bundle_is_read_as_assays_strict_json(edit: Any, reason: str) -> None:
+    """auditor-evidence.md 1.6: the manifest and each event line are UTF-8 and strict JSON (no duplicate
+    key anywhere, no lone surrogate). Each bundle here differs from the committed one by that alone."""
+    _events, manifest, events_bytes = _vector()
+    with pytest.raises(BundleError) as refused:
+        verify_bundle(_archive(*edit(manifest, events_bytes)))
+    assert reason in str(refused.value)
+
+
 # --------------------------------------------------------------------------- a real run, exported
 
 
@@ -263,7 +342,7 @@ def _re_signed(files: dict[str, bytes], events: list[dict[str, Any]], evidence: 
     """What the operator, who holds the attestation key, can do: a bundle of other events (renumbered, each
     content hash recomputed), other audit imports, and both DSSE envelopes signed again."""
     from drawbridge.evidence.bundle import content_hash
-    from drawbridge.evidence.dsse import bundle_statement, export_statement
+    from drawbridge.evidence.dsse import bundle_statement
     from drawbridge.state.signing_keys import load_keys
 
     verified = verify_bundle(files["bundle.tar.gz"])
@@ -275,11 +354,21 @@ def _re_signed(files: dict[str, bytes], events: list[dict[str, Any]], evidence: 
     forged.update({f"audit-import/{name}": data for name, data in (audit or {}).items()})
     forged.update({"bundle.tar.gz": bundle.archive,
                    "bundle.tar.gz.intoto.json": sign_statement(bundle_statement(bundle.archive), keys.attestation)})
-    del forged["export.intoto.json"]
-    statement = json.loads(base64.b64decode(json.loads(files["export.intoto.json"])["payload"]))
-    predicate = {**statement["predicate"], "bundle_id": bundle.run_root}
-    forged["export.intoto.json"] = sign_statement(export_statement(forged, predicate), keys.attestation)
-    return forged
+    return _re_attested(forged, evidence, files, {"bundle_id": bundle.run_root})
+
+
+def _re_attested(forged: dict[str, bytes], evidence: Path, original: dict[str, bytes],
+                 changed: dict[str, Any] | None = None) -> dict[str, bytes]:
+    """``forged`` with its export statement signed again by the operator's attestation key, the original
+    predicate with ``changed`` over it."""
+    from drawbridge.evidence.dsse import export_statement
+    from drawbridge.state.signing_keys import load_keys
+
+    rest = {name: data for name, data in forged.items() if name != "export.intoto.json"}
+    statement = json.loads(base64.b64decode(json.loads(original["export.intoto.json"])["payload"]))
+    predicate = {**statement["predicate"], **(changed or {})}
+    return {**rest, "export.intoto.json": sign_statement(export_statement(rest, predicate),
+                                                          load_keys(evidence / "keys").attestation)}
 
 
 def _failed(report: dict[str, Any]) -> dict[str, str]:
@@ -466,3 +555,97 @@ def test_export_refuses_a_cut_trace_and_an_unsealed_run_does_not_verify(tmp_path
     again = cli("evidence", "export", "--evidence-dir", str(copy), "--carriers", str(copy / "carriers.ndjson"),
                 "--out", str(tmp_path / "p2"))
     assert again.returncode == 2 and "not an empty directory" in again.stderr
+
+
+def _without_checkpoints(tmp_path: Path, evidence: Path) -> Path:
+    copy = tmp_path / "evidence"
+    shutil.copytree(evidence, copy)
+    (copy / "checkpoint").unlink()
+    (copy / "checkpoints.ndjson").unlink()
+    return copy
+
+
+def test_export_refuses_keys_of_another_origin_than_the_traces_runs(tmp_path: Path, exported: tuple[Path, Path]) -> None:
+    """trace-chain.md, Keys: a log keeps its origin, and the gateway refuses keys of another at startup.
+    Export refuses them the same way, even with the log's checkpoint files removed."""
+    from drawbridge.state.signing_keys import load_keys, open_keys
+
+    evidence, _package = exported
+    copy = _without_checkpoints(tmp_path, evidence)
+    other = open_keys(tmp_path / "other-keys")
+    done = cli("evidence", "export", "--evidence-dir", str(copy), "--keys-dir", str(tmp_path / "other-keys"),
+               "--carriers", str(copy / "carriers.ndjson"), "--out", str(tmp_path / "p"))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"sign as origin {other.origin!r}" in lines[0]
+    assert f"the trace was signed as origin {load_keys(evidence / 'keys').origin!r}" in lines[0]
+    assert not (tmp_path / "p").exists() and not (copy / "checkpoint").exists()
+
+
+def test_a_package_whose_runs_name_another_origin_than_its_signer_fails(
+    tmp_path: Path, exported: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package an export without that refusal writes (the operator's own tool): every signature holds,
+    but the trace's run_start names the log's origin, not the signer's. verify-export fails it."""
+    from drawbridge.state import auditor_package
+    from drawbridge.state.signing_keys import load_keys, open_keys
+
+    evidence, _package = exported
+    copy = _without_checkpoints(tmp_path, evidence)
+    other = open_keys(tmp_path / "other-keys")
+    monkeypatch.setattr(auditor_package, "refuse_other_origin", lambda *_args: None)
+    files, _summary = auditor_package.build_package(copy, carriers_file=copy / "carriers.ndjson",
+                                                    keys_dir=tmp_path / "other-keys")
+    done = cli("evidence", "verify-export", str(_written(tmp_path, files)), "--vkey",
+               str(tmp_path / "other-keys" / "checkpoint.vkey"), "--attestation-key",
+               str(tmp_path / "other-keys" / "attestation.pub.pem"), "--format", "json")
+    failed = _failed(json.loads(done.stdout))
+    assert done.returncode == 1 and set(failed) == {"checkpoint"}, failed
+    origin = load_keys(evidence / "keys").origin
+    assert f"names origin {origin!r}, but trace/checkpoint is signed as origin {other.origin!r}" in failed["checkpoint"]
+
+
+@pytest.mark.parametrize("name", ["bundle.tar.gz", "export.intoto.json"])
+def test_a_package_lacking_a_file_is_named_and_refused_as_unreadable(
+    tmp_path: Path, exported: tuple[Path, Path], name: str
+) -> None:
+    evidence, package = exported
+    files = _files(package)
+    del files[name]
+    done = cli("evidence", "verify-export", str(_written(tmp_path, files)), "--vkey",
+               str(evidence / "keys" / "checkpoint.vkey"), "--attestation-key", str(evidence / "keys" / "attestation.pub.pem"))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and f"{name} is missing" in lines[0], done.stderr
+    checks = {check["id"]: check for check in _verify(files, evidence)["checks"]}
+    details = [check["detail"] for check in checks.values()]
+    assert f"'{name}'" not in details and not [d for d in details if "None" in d], details  # no KeyError text
+    if name == "bundle.tar.gz":
+        assert checks["bundle_integrity"]["detail"] == checks["bundle_attestation"]["detail"] == "bundle.tar.gz is missing"
+        assert not checks["tool_decision_truth"]["ok"] and not checks["side_effects"]["ok"]
+        assert not checks["run_sealed"]["ok"] and "bundle does not verify" in checks["run_sealed"]["detail"]
+    else:
+        assert checks["export_attestation"]["detail"] == "export.intoto.json is missing"
+
+
+def test_the_proofs_are_exactly_one_for_each_record_line_of_the_run(exported: tuple[Path, Path]) -> None:
+    """auditor-package.md, Layout: trace/proofs/<i>.tlog-proof for each trace line that names a bundled
+    record. Every proof removed, or a valid proof of a line that names none added, the package re-attested
+    by the operator: tlog_proofs fails."""
+    from drawbridge.evidence.chain import split_lines
+    from drawbridge.evidence.merkle import MerkleTree
+    from drawbridge.evidence.tlog import make_tlog_proof, trace_leaf
+
+    evidence, package = exported
+    files = _files(package)
+    proofs = sorted(name for name in files if name.startswith("trace/proofs/"))
+    assert len(proofs) == 4
+    without = _re_attested({n: d for n, d in files.items() if n not in proofs}, evidence, files)
+    failed = _failed(_verify(without, evidence))
+    assert set(failed) == {"tlog_proofs"} and f"lacking {proofs[0]}" in failed["tlog_proofs"], failed
+    lines = split_lines(files["trace/trace.ndjson"])
+    note = files["trace/checkpoint"].decode()
+    other = next(i for i in range(len(lines)) if f"trace/proofs/{i}.tlog-proof" not in files)
+    proof = make_tlog_proof(MerkleTree([trace_leaf(line) for line in lines]), other, note, len(lines))
+    extra = _re_attested({**files, f"trace/proofs/{other}.tlog-proof": proof.text.encode()}, evidence, files)
+    failed = _failed(_verify(extra, evidence))
+    assert set(failed) == {"tlog_proofs"} and f"not such a line trace/proofs/{other}.tlog-proof" in failed["tlog_proofs"]

@@ -5,6 +5,7 @@ unsealed run and lines no signature covers are each reported, never clean."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -66,9 +67,9 @@ class Log:
         self.trace.close()
 
 
-def sealed_run(evidence: Path, calls: int = 6) -> Log:
+def sealed_run(evidence: Path, calls: int = 6, run_id: str = "run-test-1") -> Log:
     log = Log(evidence)
-    log.checkpointer.begin_run("run-test-1", {"name": "drawbridge", "version": "test"})
+    log.checkpointer.begin_run(run_id, {"name": "drawbridge", "version": "test"})
     log.calls(calls)
     log.checkpointer.end_run()
     log.close()
@@ -354,3 +355,84 @@ def test_a_trace_its_checkpoint_does_not_match_is_reported_as_such(tmp_path: Pat
     assert "come after the last signed checkpoint" not in messages
     assert "no signed checkpoint covers its run_end" not in messages
     assert "the signed checkpoint does not match the trace" in messages
+
+
+def test_a_latest_checkpoint_replaced_by_an_older_one_fails_as_rolled_back(tmp_path: Path) -> None:
+    """checkpoint is written before its history line, so a history line larger than checkpoint is an
+    older note put back in its place: a rollback, not lines that merely wait for a signature."""
+    evidence = tmp_path / "ev"
+    history = _history_run(evidence)
+    (evidence / CHECKPOINT_FILE).write_text(json.loads(history[1])["note"])  # the checkpoint of size 5
+    code, report = verify(evidence)
+    assert code == 1 and report["status"] == "failed" and "checkpoint_history" in codes(report), report["problems"]
+    messages = " ".join(p["message"] for p in report["problems"])
+    assert "signs 5 lines, but the log's history holds a checkpoint of 8" in messages
+    assert "replaced by an older one (rolled back)" in messages
+    assert "come after the last signed checkpoint" not in messages and "not_covered" not in codes(report)
+
+
+def test_a_deleted_latest_checkpoint_with_its_history_present_fails_as_deleted(tmp_path: Path) -> None:
+    evidence = tmp_path / "ev"
+    _history_run(evidence)
+    (evidence / CHECKPOINT_FILE).unlink()
+    code, report = verify(evidence)
+    assert code == 1 and report["status"] == "failed" and "checkpoint_history" in codes(report), report["problems"]
+    messages = " ".join(p["message"] for p in report["problems"])
+    assert "the latest checkpoint is missing, but the log's history holds 4 checkpoint(s): it was deleted" in messages
+    assert "no signed checkpoint: no line is covered" not in messages
+
+
+def test_checkpoint_is_written_before_its_history_line(tmp_path: Path) -> None:
+    """The order trace_audit relies on: a history line is only appended once checkpoint holds its note,
+    so a write cut between the two leaves checkpoint ahead of the history, never behind it."""
+    evidence = tmp_path / "ev"
+    history = _history_run(evidence)
+    (evidence / CHECKPOINT_FILE).unlink()
+    (evidence / CHECKPOINT_FILE).mkdir()  # checkpoint cannot be replaced: the write stops there
+    (evidence / CHECKPOINT_FILE / "x").write_text("x")
+    files = CheckpointFiles(evidence, durable=False)
+    with pytest.raises(OSError):
+        files.write(99, "a note")
+    files.close()
+    assert (evidence / CHECKPOINTS_FILE).read_text() == "".join(history)
+
+
+def _rebuilt(evidence: Path, traces: list[Path]) -> None:
+    """The lines of ``traces`` one after the other, chained anew, signed with ``evidence``'s own key."""
+    rebuilt = TraceLog(evidence.parent / "rebuilt.ndjson", "never")
+    for trace in traces:
+        for line in split_lines(trace.read_bytes()):
+            entry = json.loads(line)
+            rebuilt.append(entry["kind"], entry["at"], entry["body"])
+    rebuilt.close()
+    _resign(evidence, split_lines((evidence.parent / "rebuilt.ndjson").read_bytes()))
+
+
+def test_a_trace_re_signed_with_the_key_of_another_origin_fails(tmp_path: Path) -> None:
+    """A gateway refuses keys of another origin than the trace's run_start entries name; a trace whose
+    runs name another origin than the key that signs it was re-signed under another log's key."""
+    sealed_run(tmp_path / "a")
+    sealed_run(tmp_path / "b", run_id="run-test-b")
+    _rebuilt(tmp_path / "a", [tmp_path / "b" / "trace.ndjson"])  # b's run, signed by a's key
+    code, report = verify(tmp_path / "a")
+    assert code == 1 and report["status"] == "failed" and codes(report) == {"origin_mismatch"}, report["problems"]
+    origin_a, origin_b = load_keys(tmp_path / "a" / "keys").origin, load_keys(tmp_path / "b" / "keys").origin
+    message = report["problems"][0]["message"]
+    assert f"run run-test-b (line 0) names origin {origin_b!r}" in message and repr(origin_a) in message
+
+
+def test_a_run_ended_by_another_runs_run_end_is_reported_spliced(tmp_path: Path) -> None:
+    """One run of a trace, then another trace's run (the same keys), chained anew and re-signed: the
+    second run's run_end names start_index 0, its own run_start is line 8. That is the finding, not a
+    missing run_end."""
+    sealed_run(tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    shutil.copytree(tmp_path / "a" / "keys", tmp_path / "b" / "keys")
+    sealed_run(tmp_path / "b", run_id="run-test-b")
+    _rebuilt(tmp_path / "a", [tmp_path / "a" / "trace.ndjson", tmp_path / "b" / "trace.ndjson"])
+    code, report = verify(tmp_path / "a")
+    assert code == 1 and report["status"] == "failed" and codes(report) == {"spliced_run"}, report["problems"]
+    message = report["problems"][0]["message"]
+    assert "run run-test-b (lines 8..15) is spliced: the run_end at line 15 names start_index 0" in message
+    assert "this run started at line 8" in message and "no run_end" not in message
+    assert [run["state"] for run in report["runs"]] == ["sealed", "spliced"]

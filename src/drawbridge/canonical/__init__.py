@@ -13,11 +13,13 @@ from drawbridge.canonical.digests import (
 from drawbridge.canonical.jcs import (
     Canonical,
     CanonicalizationError,
+    DuplicateKeyError,
     canonical_bytes,
     canonical_text,
     canonicalize_text,
     parse_json,
     scalar_bytes,
+    unique_object,
 )
 from drawbridge.canonical.text import RUST_WHITESPACE, escape_unsafe, rust_trim, sanitize
 
@@ -25,6 +27,7 @@ __all__ = [
     "RUST_WHITESPACE",
     "Canonical",
     "CanonicalizationError",
+    "DuplicateKeyError",
     "canonical_bytes",
     "canonical_text",
     "canonicalize_text",
@@ -41,4 +44,5 @@ __all__ = [
     "scalar_bytes",
     "sha256_hex",
     "sha256_prefixed",
+    "unique_object",
 ]

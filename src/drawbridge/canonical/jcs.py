@@ -206,6 +206,25 @@ def canonical_text(value: Any) -> str:
     return canonical_bytes(value).decode("utf-8")
 
 
+class DuplicateKeyError(CanonicalizationError):
+    """An object gives a key twice: readers that keep the first and readers that keep the last read it
+    two ways. ``key`` is the key (a caller decides how much of it a message may show)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__("a key is given twice in one object")
+        self.key = key
+
+
+def unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook`` that refuses a key given twice (``DuplicateKeyError``)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
 def _reject_constant(name: str) -> Any:
     raise CanonicalizationError(f"{name} is not JSON")
 

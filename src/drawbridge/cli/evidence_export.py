@@ -7,7 +7,9 @@ with the keys the auditor pins (``--vkey``, ``--attestation-key``) or, failing t
 own (reported as such).
 
 Exit codes: ``export`` 0 written, 1 the evidence does not verify or lacks a record its trace names,
-2 usage error or unreadable input; ``verify-export`` 0 verified, 1 failed, 2 unreadable.
+2 usage error or unreadable input (keys of another origin or key than the log's are refused, as the
+gateway refuses them); ``verify-export`` 0 verified, 1 failed, 2 unreadable (a file the layout requires
+is missing).
 """
 
 from __future__ import annotations
@@ -130,10 +132,14 @@ def verify_export_cmd(
 
     Exit codes: 0 verified, 1 failed, 2 unreadable input.
     """
-    from drawbridge.evidence.export_verify import verify_export
+    from drawbridge.evidence.export_verify import missing, verify_export
     from drawbridge.state.signing_keys import KeyFileError, read_public_pem
 
     files = read_package(package)
+    lacking = missing(files)
+    if lacking:
+        raise InputError(f"{package}: {', '.join(lacking)} {'is' if len(lacking) == 1 else 'are'} missing: "
+                         "not a whole auditor package (docs/auditor-package.md, Layout)")
     pinned = vkey is not None and attestation_key is not None
     root = Path(package)
     try:

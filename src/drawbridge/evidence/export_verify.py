@@ -9,9 +9,12 @@ checkpoint held elsewhere agree; the run is sealed; the bundle's checkpoint even
 package's checkpoint (its fields recomputed from the note) and covers the run, as the export
 statement's predicate says; every bundle event is
 named by the run's trace lines and every record they name is in the bundle, in order, each at the
-time (``at``) of the trace line that names it and with the source of the log's origin; every
-tlog-proof verifies. Changing any byte of any file fails
-at least one check.
+time (``at``) of the trace line that names it and with the source of the log's origin; the package
+holds exactly one tlog-proof for each trace line of the run that names a bundled record (no other), in
+the package's checkpoint, and each verifies. Changing any byte of any file fails at least one check.
+A file the layout requires (``REQUIRED``) that is absent fails every check that reads it, as "<name> is
+missing" (the CLI refuses such a directory as unreadable before any check); a check that needs the
+verified bundle fails when the bundle does not verify, never passes on no events.
 
 Keys: the checkpoint verifier key and the attestation key are the auditor's (pinned out of band)
 when given; otherwise the package's own ``keys/``, which proves only that the package is consistent
@@ -71,6 +74,9 @@ PROOFS: Final = "trace/proofs/"
 AUDIT_IMPORT: Final = "audit-import/"
 VKEY: Final = "keys/checkpoint.vkey"
 ATTESTATION_PUB: Final = "keys/attestation.pub.pem"
+REQUIRED: Final = (BUNDLE, BUNDLE_ATTESTATION, EXPORT_ATTESTATION, TRACE, CHECKPOINT, CHECKPOINTS, VKEY,
+                   ATTESTATION_PUB)
+"""The files every package holds (auditor-package.md, Layout); ``audit-import/`` and the proofs vary."""
 CLAIMS_NOT_MADE: Final = (
     "completeness_after_last_external_checkpoint",
     "provider_side_persistence",
@@ -94,6 +100,18 @@ class _Checks:
             return self.add(check_id, False, str(exc) or type(exc).__name__)
 
 
+def missing(files: Mapping[str, bytes]) -> list[str]:
+    """The files of ``REQUIRED`` that the package lacks."""
+    return [name for name in REQUIRED if name not in files]
+
+
+def _file(files: Mapping[str, bytes], name: str) -> bytes:
+    try:
+        return files[name]
+    except KeyError:
+        raise ValueError(f"{name} is missing") from None
+
+
 def _json(data: bytes, what: str) -> Any:
     try:
         return parse_json(data)
@@ -114,7 +132,7 @@ def verify_export(
     predicate: list[Any] = []  # the export statement's predicate, once its envelope verifies
 
     def attested() -> str:
-        envelope = files[EXPORT_ATTESTATION]
+        envelope = _file(files, EXPORT_ATTESTATION)
         if not envelope_bytes_are_canonical(envelope):
             raise ValueError(f"{EXPORT_ATTESTATION} is not in its one written form (one signature, pretty JSON)")
         statement = open_envelope(envelope, attestation_key)
@@ -143,14 +161,16 @@ def verify_export(
 
     checks.run("export_attestation", attested)
     bundle: VerifiedBundle | None = None
-    try:
-        bundle = verify_bundle(files[BUNDLE])
-        checks.add("bundle_integrity", True, f"{len(bundle.events)} events, run_root {bundle.manifest['run_root']}")
-    except (BundleError, KeyError) as exc:
-        checks.add("bundle_integrity", False, str(exc))
+
+    def bundle_verified() -> str:
+        nonlocal bundle
+        bundle = verify_bundle(_file(files, BUNDLE))
+        return f"{len(bundle.events)} events, run_root {bundle.manifest['run_root']}"
+
+    checks.run("bundle_integrity", bundle_verified)
 
     def bundle_attested() -> str:
-        verify_bundle_attestation(files[BUNDLE_ATTESTATION], attestation_key, files[BUNDLE])
+        verify_bundle_attestation(_file(files, BUNDLE_ATTESTATION), attestation_key, _file(files, BUNDLE))
         return "evidence-bundle/v1 statement over the archive's sha256 (ADR-044)"
 
     checks.run("bundle_attestation", bundle_attested)
@@ -160,6 +180,7 @@ def verify_export(
         by_type.setdefault(event["type"], []).append(event)
 
     def truth() -> str:
+        _needs(bundle)
         carriers = [e["data"] for e in by_type.get(CARRIER_SCHEMA, [])]
         rows = [e["data"] for e in by_type.get(RECIPE_ROW_TYPE, [])]
         if not carriers and not rows:
@@ -173,6 +194,7 @@ def verify_export(
     checks.run("tool_decision_truth", truth)
 
     def side_effects() -> str:
+        _needs(bundle)
         decisions = [d for e in by_type.get(SURFACE_SCHEMA, []) for d in e["data"].get("observed_tool_decisions", [])]
         document = {"schema": SURFACE_SCHEMA, "observed_tool_decisions": decisions, "non_claims": []}
         records = [(name, package_audit_record(name, data)) for name, data in sorted(files.items())
@@ -196,6 +218,12 @@ def verify_export(
     run_id = bundle.manifest["run_id"] if bundle is not None else None
     return {"schema": REPORT_SCHEMA, "ok": ok, "run_id": run_id, "keys": "pinned" if keys_pinned else "package",
             "checks": checks.rows, "claims_not_made": claims}
+
+
+def _needs(bundle: VerifiedBundle | None) -> VerifiedBundle:
+    if bundle is None:
+        raise ValueError("the bundle does not verify (bundle_integrity): there is nothing to check")
+    return bundle
 
 
 def _trace_checks(
@@ -237,9 +265,9 @@ def _trace_checks(
     chain = failing("chain")
     checks.add("trace_chain", not chain, "; ".join(chain) or f"{audit.chain['entries']} entries, hash-linked")
     signed = failing("checkpoint_signature", "checkpoint_root_mismatch", "checkpoint_history", "cut_tail",
-                     "not_covered") + unreadable
+                     "origin_mismatch", "not_covered") + unreadable
     if latest is None:
-        signed.append("the package has no trace/checkpoint")
+        signed.append(f"{CHECKPOINT} is missing")
     checks.add("checkpoint", not signed, "; ".join(signed) or f"signed by {vkey.name} over all {audit.lines} lines")
     if known:
         bad = [row for row in audit.known if not row["ok"]]
@@ -247,8 +275,12 @@ def _trace_checks(
         checks.add("known_checkpoints", not bad, detail or f"{len(known)} held elsewhere, each a prefix of the log")
     run_id = bundle.manifest["run_id"] if bundle is not None else None
     run = next((r for r in runs_of([line for line in lines if line.endswith(b"\n")]) if r.run_id == run_id), None)
-    if run is None:
+    if bundle is None:
+        checks.add("run_sealed", False, "the bundle does not verify (bundle_integrity): it names no run to find")
+    elif run is None:
         checks.add("run_sealed", False, f"the trace holds no run {run_id}")
+    elif run.spliced is not None:
+        checks.add("run_sealed", False, f"run {run_id} is spliced: {run.spliced}")
     else:
         sealed = run.sealed(audit.checkpoint["tree_size"] if audit.checkpoint else 0)
         checks.add("run_sealed", sealed, f"run {run_id}: run_end and a covering checkpoint" if sealed
@@ -334,21 +366,40 @@ def _trace_checks(
     checks.run("observed_confirmed", observed)
 
     def proofs() -> str:
-        count = 0
-        for name in sorted(files):
-            if not name.startswith(PROOFS):
-                continue
-            proof = parse_tlog_proof(files[name].decode("utf-8"))
-            if name != f"{PROOFS}{proof.index}.tlog-proof" or proof.index >= len(lines):
-                raise ValueError(f"{name} names another line, or one the trace does not hold")
+        if run is None:
+            raise ValueError("no run: the proofs the package must hold are not known")
+        complete = [line for line in lines if line.endswith(b"\n")]
+        wanted = {f"{PROOFS}{index}.tlog-proof" for index, _at, _kind, _digest in named_records(complete, run)}
+        held = {name for name in files if name.startswith(PROOFS)}
+        if held != wanted:
+            lacking, extra = sorted(wanted - held, key=_proof_order), sorted(held - wanted, key=_proof_order)
+            raise ValueError(f"the proofs are not one for each line of the run that names a bundled record: "
+                             f"lacking {_few(lacking)}; not such a line {_few(extra)}")
+        for name in sorted(wanted, key=_proof_order):
             try:
+                proof = parse_tlog_proof(files[name].decode("utf-8"))
+                if name != f"{PROOFS}{proof.index}.tlog-proof":
+                    raise CheckpointError("it proves another line than its name says")
+                if latest is None or proof.note != latest.note:
+                    raise CheckpointError(f"its checkpoint is not the package's {CHECKPOINT}")
                 verify_tlog_proof(proof, lines[proof.index], vkey)
-            except CheckpointError as exc:
-                raise ValueError(f"{name}: {exc}") from None
-            count += 1
-        return f"{count} tlog-proofs, each leading to a signed root"
+            except (CheckpointError, UnicodeDecodeError) as exc:
+                reason = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else str(exc)
+                raise ValueError(f"{name}: {reason}") from None
+        return f"{len(wanted)} tlog-proofs, one for each line of the run naming a record, each to the signed root"
 
     checks.run("tlog_proofs", proofs)
 
 
-__all__ = ["CLAIMS_NOT_MADE", "REPORT_SCHEMA", "verify_export"]
+def _proof_order(name: str) -> tuple[int, str]:
+    index = name.removeprefix(PROOFS).removesuffix(".tlog-proof")
+    return (int(index), name) if index.isdigit() else (-1, name)
+
+
+def _few(names: Sequence[str]) -> str:
+    if not names:
+        return "none"
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+__all__ = ["CLAIMS_NOT_MADE", "REPORT_SCHEMA", "REQUIRED", "missing", "verify_export"]

@@ -2,8 +2,11 @@
 
 Invariant: a run is sealed only when its ``run_end`` entry is in the trace and a signed checkpoint
 covers that entry; a run without both (the process crashed, was killed, or its end was cut) is
-"incomplete", never clean. The trace file holds the runs of every process that wrote it, one after
-the other; entries before the first ``run_start`` belong to no run.
+"incomplete", never clean. A ``run_end`` that is not the open run's own (another run id, or a
+``start_index`` other than the line of the open run's ``run_start``) ends that run as ``spliced``:
+the writer never writes one, so its lines come from another trace or were moved. The trace file
+holds the runs of every process that wrote it, one after the other; entries before the first
+``run_start`` belong to no run.
 
 Entry bodies: ``run_start`` ``{"run_id", "origin", "producer": {"name", "version"}}``, with
 ``"replica"`` (the replica id) when the gateway is one of several replicas on a shared state: the
@@ -53,12 +56,16 @@ class Run:
     end_index: int | None
     """The index of its ``run_end`` entry; None when the trace holds none."""
     last_index: int
-    """The last entry of the run: its ``run_end``, else the entry before the next ``run_start``, else
-    the last entry of the trace."""
+    """The last entry of the run: its ``run_end`` (or the foreign one that ends it), else the entry
+    before the next ``run_start``, else the last entry of the trace."""
+    origin: Any = None
+    """What its ``run_start`` names as ``origin`` (a string, as the gateway writes it)."""
+    spliced: str | None = None
+    """Why the ``run_end`` at ``last_index`` is not this run's own (None when it is, or there is none)."""
 
     def sealed(self, signed_size: int) -> bool:
         """Whether the run ended cleanly and a signed tree of ``signed_size`` leaves covers its end."""
-        return self.end_index is not None and signed_size > self.end_index
+        return self.spliced is None and self.end_index is not None and signed_size > self.end_index
 
 
 def _marked(index: int, line: bytes) -> tuple[str, Mapping[str, Any]] | None:
@@ -79,7 +86,7 @@ def _marked(index: int, line: bytes) -> tuple[str, Mapping[str, Any]] | None:
 def runs_of(lines: Iterable[bytes]) -> list[Run]:
     """The runs of a trace given as its lines (index = line number from 0 = seq)."""
     runs: list[Run] = []
-    open_run: tuple[str, int] | None = None
+    open_run: tuple[str, int, Any] | None = None
     last = -1
     for index, line in enumerate(lines):
         last = index
@@ -89,13 +96,21 @@ def runs_of(lines: Iterable[bytes]) -> list[Run]:
         kind, body = marked
         if kind == RUN_START:
             if open_run is not None:
-                runs.append(Run(open_run[0], open_run[1], None, index - 1))
-            open_run = (body["run_id"], index)
-        elif open_run is not None and body["run_id"] == open_run[0] and body.get("start_index") == open_run[1]:
-            runs.append(Run(open_run[0], open_run[1], index, index))
+                runs.append(Run(open_run[0], open_run[1], None, index - 1, open_run[2]))
+            open_run = (body["run_id"], index, body.get("origin"))
+        elif open_run is not None:
+            run_id, start, origin = open_run
+            if body["run_id"] == run_id and body.get("start_index") == start:
+                runs.append(Run(run_id, start, index, index, origin))
+            else:
+                named = f"run {body['run_id']}" if body["run_id"] != run_id else \
+                    f"start_index {body.get('start_index')}"
+                why = (f"the run_end at line {index} names {named}, but this run started at line {start}: "
+                       "its lines were spliced from another trace or moved")
+                runs.append(Run(run_id, start, index, index, origin, why))
             open_run = None
     if open_run is not None:
-        runs.append(Run(open_run[0], open_run[1], None, last))
+        runs.append(Run(open_run[0], open_run[1], None, last, open_run[2]))
     return runs
 
 

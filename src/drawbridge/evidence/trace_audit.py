@@ -7,9 +7,14 @@ line, every run in the trace is sealed (``runs``), every line of the log's histo
 increase), and every checkpoint held elsewhere is a prefix of the signed log by an RFC 6962
 consistency proof. Anything that shows tampering is ``failed`` (``cut_tail``, ``rollback``, a
 signature or root that does not match, a history line that disagrees with its note or is out of
-order, a broken chain); lines no signature covers or a run without its end and final checkpoint are
-``incomplete``. Neither is clean. When the latest checkpoint does not match the trace, that is the
-finding: its lines and runs are not reported again as merely uncovered.
+order, a history line larger than the latest checkpoint or a history without it (the latest was
+replaced by an older one, or deleted: the writer puts ``checkpoint`` in place before the history line
+that records it), a run whose ``run_start`` names another origin than the checkpoint's signer
+(``origin_mismatch``: a gateway refuses keys of another origin, so only a re-signed trace holds one),
+a run ended by another run's ``run_end`` (``spliced_run``), a broken chain); lines no signature
+covers or a run without its end and final checkpoint are ``incomplete``. Neither is clean. When the
+latest checkpoint does not match the trace, that is the finding: its lines and runs are not reported
+again as merely uncovered.
 
 Theory of operation. ``audit_trace`` takes the trace's bytes split into lines, the pinned verifier
 key, the log's own checkpoints (the latest, and its history from ``checkpoints.ndjson``) and those an
@@ -30,13 +35,14 @@ from typing import Any, Final
 
 from drawbridge.evidence.chain import ChainHead, verify_chain
 from drawbridge.evidence.merkle import MerkleTree, verify_consistency
-from drawbridge.evidence.runs import runs_of
+from drawbridge.evidence.runs import Run, runs_of
 from drawbridge.evidence.signed_note import NoteVerifier
 from drawbridge.evidence.tlog import Checkpoint, CheckpointError, open_checkpoint, trace_leaf
 
 REPORT_SCHEMA: Final = "drawbridge.trace_audit.report.v0"
 FAILING: Final = frozenset(
-    {"chain", "checkpoint_signature", "checkpoint_root_mismatch", "checkpoint_history", "cut_tail", "rollback"}
+    {"chain", "checkpoint_signature", "checkpoint_root_mismatch", "checkpoint_history", "cut_tail", "rollback",
+     "origin_mismatch", "spliced_run"}
 )
 """Problem codes that show tampering (``failed``); the others leave the trace ``incomplete``."""
 CLAIMS_NOT_MADE: Final = (
@@ -178,11 +184,14 @@ def _known(
     row.update(finding="consistent", ok=True)
 
 
-def _history(history: Sequence[HeldCheckpoint], verifier: NoteVerifier, tree: MerkleTree, audit: TraceAudit) -> None:
+def _history(
+    history: Sequence[HeldCheckpoint], verifier: NoteVerifier, tree: MerkleTree, audit: TraceAudit
+) -> Checkpoint | None:
     """Each checkpoint of the log's history against the lines, its line's stated size against the size
     its note signs, and the order: the log signs in increasing sizes, so a line whose size does not
-    exceed the one before was moved, repeated or edited."""
+    exceed the one before was moved, repeated or edited. Returns the largest that opens."""
     previous: Checkpoint | None = None
+    largest: Checkpoint | None = None
     for held in history:
         checkpoint = _open(held, verifier, audit)
         if checkpoint is None:
@@ -203,6 +212,50 @@ def _history(history: Sequence[HeldCheckpoint], verifier: NoteVerifier, tree: Me
                 source=held.source,
             )
         previous = checkpoint
+        if largest is None or checkpoint.size > largest.size:
+            largest = checkpoint
+    return largest
+
+
+def _latest_against_history(
+    latest: HeldCheckpoint | None,
+    checkpoint: Checkpoint | None,
+    largest: Checkpoint | None,
+    history_lines: int,
+    audit: TraceAudit,
+) -> bool:
+    """The latest checkpoint is the last the log signed: the writer replaces ``checkpoint`` before it
+    appends the history line, so a history line larger than it, or a history without it, is a latest
+    checkpoint replaced by an older one or deleted."""
+    if latest is None and history_lines:
+        audit.problem(
+            "checkpoint_history",
+            f"the latest checkpoint is missing, but the log's history holds {history_lines} checkpoint(s): "
+            "it was deleted",
+        )
+    elif latest is not None and checkpoint is not None and largest is not None and largest.size > checkpoint.size:
+        # checkpoint is written before its history line: a larger history line is a later checkpoint
+        audit.problem(
+            "checkpoint_history",
+            f"{latest.source} signs {checkpoint.size} lines, but the log's history holds a checkpoint of "
+            f"{largest.size}: the latest checkpoint was replaced by an older one (rolled back)",
+            source=latest.source,
+        )
+        return True
+    return False
+
+
+def _origins(runs: Sequence[Run], checkpoint: Checkpoint, source: str, audit: TraceAudit) -> None:
+    """Every run was written under the origin that signs the log: a gateway refuses keys of another."""
+    for run in runs:
+        if run.origin != checkpoint.origin:
+            audit.problem(
+                "origin_mismatch",
+                f"run {run.run_id} (line {run.start_index}) names origin {run.origin!r}, but {source} is signed "
+                f"as origin {checkpoint.origin!r}: a log keeps its origin, so the trace was re-signed under "
+                "another log's key",
+                run_id=run.run_id,
+            )
 
 
 def audit_trace(
@@ -224,6 +277,7 @@ def audit_trace(
     tree = MerkleTree([trace_leaf(line) for line in complete])
     signed_size = 0
     mismatched = False  # the latest checkpoint verifies but the trace does not hold what it signs
+    rolled_back = False  # the latest checkpoint is older than one of the log's history: that is the finding
     latest_checkpoint: Checkpoint | None = None
     if (latest is not None or history or known) and verifier is None:
         audit.problem("checkpoint_signature", "no verifier key: the checkpoints cannot be checked")
@@ -242,26 +296,34 @@ def audit_trace(
                 signed_size = latest_checkpoint.size
             else:
                 mismatched = True
-        _history(history, verifier, tree, audit)
+        largest = _history(history, verifier, tree, audit)
+        rolled_back = _latest_against_history(latest, latest_checkpoint, largest, len(history), audit)
         for held in known:
             _known(held, verifier, latest_checkpoint, tree, audit)
     if latest_checkpoint is None and not any(p["code"] == "checkpoint_signature" for p in audit.problems):
-        if latest is None and verifier is not None:
+        if latest is None and verifier is not None and not history:
             audit.problem("not_covered", "no signed checkpoint: no line is covered by a signature")
-    if signed_size < tree.size and latest_checkpoint is not None and not mismatched:
+    if signed_size < tree.size and latest_checkpoint is not None and not mismatched and not rolled_back:
         audit.problem(
             "not_covered",
             f"lines {signed_size}..{tree.size - 1} come after the last signed checkpoint: no signature covers them",
             first_index=signed_size,
             lines=tree.size - signed_size,
         )
-    for run in runs_of(complete):
+    runs = runs_of(complete)
+    if latest_checkpoint is not None:
+        _origins(runs, latest_checkpoint, latest.source if latest else "the checkpoint", audit)
+    for run in runs:
         sealed = run.sealed(signed_size)
         audit.runs.append(
             {"run_id": run.run_id, "first_index": run.start_index, "last_index": run.last_index,
-             "run_end": run.end_index, "state": "sealed" if sealed else "incomplete"}
+             "run_end": run.end_index,
+             "state": "sealed" if sealed else "spliced" if run.spliced is not None else "incomplete"}
         )
-        if not sealed:
+        if run.spliced is not None:
+            where = f"lines {run.start_index}..{run.last_index}"
+            audit.problem("spliced_run", f"run {run.run_id} ({where}) is spliced: {run.spliced}", run_id=run.run_id)
+        elif not sealed:
             why = ("it has no run_end entry" if run.end_index is None
                    else "the signed checkpoint does not match the trace" if mismatched
                    else "no signed checkpoint covers its run_end")

@@ -2,7 +2,9 @@
 
 Invariant: a package is written only from an evidence directory whose trace verifies against its own
 signed checkpoints (a cut or rewritten trace, or a checkpoint history edited or out of order, is
-refused, never re-signed), with keys whose public files are their own, into a directory that is
+refused, never re-signed), with keys whose public files are their own and whose origin and key are
+the log's (its latest checkpoint's, its ``run_start`` entries': refused as the gateway refuses them at
+startup, a usage error naming both), into a directory that is
 new or empty; it holds public material only (no private key, no raw argument), and every file is
 named with its SHA-256 in ``export.intoto.json``, a DSSE envelope signed by the attestation key.
 
@@ -51,9 +53,17 @@ from drawbridge.state.checkpoint_files import (
     CHECKPOINTS_FILE,
     CheckpointFiles,
     checkpoint_line,
+    log_origins,
     parse_checkpoint_lines,
 )
-from drawbridge.state.signing_keys import ATTESTATION_PUB, CHECKPOINT_VKEY, KEYS_DIR, load_keys
+from drawbridge.state.signing_keys import (
+    ATTESTATION_PUB,
+    CHECKPOINT_VKEY,
+    KEYS_DIR,
+    load_keys,
+    refuse_other_key,
+    refuse_other_origin,
+)
 
 TRACE_FILE = "trace.ndjson"
 SURFACE_FILE = "tool-decisions.ndjson"
@@ -127,10 +137,15 @@ def build_package(
     from drawbridge import __version__
 
     evidence = Path(evidence_dir)
-    keys = load_keys(Path(keys_dir) if keys_dir is not None else evidence / KEYS_DIR)
+    keys_path = Path(keys_dir) if keys_dir is not None else evidence / KEYS_DIR
+    keys = load_keys(keys_path)
     lines = [line for line in split_lines(_read(evidence / TRACE_FILE, "the trace")) if line.endswith(b"\n")]
     latest_path = evidence / CHECKPOINT_FILE
-    latest = _read(latest_path, "the checkpoint").decode("utf-8") if latest_path.exists() else None
+    latest_bytes = _read(latest_path, "the checkpoint") if latest_path.exists() else b""
+    # The gateway's startup rule (trace-chain.md, Keys): a log keeps its origin and its key.
+    refuse_other_origin(keys_path, keys.origin, log_origins(latest_bytes, evidence / TRACE_FILE))
+    refuse_other_key(keys_path, keys, latest_bytes)
+    latest = latest_bytes.decode("utf-8") if latest_path.exists() else None
     history_path = evidence / CHECKPOINTS_FILE
     stored = parse_checkpoint_lines(_read(history_path, "the checkpoint log"), str(history_path)) \
         if history_path.exists() else []

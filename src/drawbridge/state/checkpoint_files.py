@@ -2,7 +2,8 @@
 
 Invariant: ``checkpoints.ndjson`` only grows, one whole line per checkpoint, in the order they were
 signed; ``checkpoint`` is always one whole signed note (replaced atomically: a reader sees the old
-note or the new one, never a mixture), the latest line of ``checkpoints.ndjson``. Both reach the disk
+note or the new one, never a mixture), the latest line of ``checkpoints.ndjson`` (or, after a crash
+between the two writes, one line ahead of it: ``checkpoint`` is written first). Both reach the disk
 before ``write`` returns, after the trace lines they cover (the caller syncs the trace first), so a
 power loss never leaves a checkpoint that signs lines the trace lost.
 
@@ -73,8 +74,11 @@ class CheckpointFiles:
         )
 
     def write(self, tree_size: int, note: str) -> None:
-        self._log.append_line(checkpoint_line(tree_size, note), f"the checkpoint of size {tree_size}")
+        """``checkpoint`` first, then its history line: a crash between the two leaves the latest ahead of
+        the history, never behind it (``trace_audit`` fails a history line larger than ``checkpoint``, or
+        a history without it, as a latest checkpoint rolled back or deleted)."""
         replace_file(self.directory / CHECKPOINT_FILE, note.encode("utf-8"), durable=self._durable)
+        self._log.append_line(checkpoint_line(tree_size, note), f"the checkpoint of size {tree_size}")
 
     def close(self) -> None:
         self._log.close()

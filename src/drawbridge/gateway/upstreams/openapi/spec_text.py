@@ -22,6 +22,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.constructor import SafeConstructor
 from ruamel.yaml.error import YAMLError
 
+from drawbridge.canonical import DuplicateKeyError, unique_object
 from drawbridge.policy.strict_yaml import YamlProblem, check_bounds, yaml_problem
 
 MAX_SPEC_BYTES: Final = 16 * 1024 * 1024
@@ -32,12 +33,10 @@ class SpecError(ValueError):
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise SpecError(f"the key {key!r} is given twice in one object")
-        out[key] = value
-    return out
+    try:
+        return unique_object(pairs)
+    except DuplicateKeyError as exc:
+        raise SpecError(f"the key {exc.key!r} is given twice in one object") from None
 
 
 class _SafeConstructor(SafeConstructor):
