@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from drawbridge.policy.conditions import ConditionError, compile_condition
@@ -133,8 +133,6 @@ def to_json(node: Any, ctx: _Ctx, line: int) -> Any:
         return bool(node)
     if isinstance(node, str):
         return str(node)
-    if isinstance(node, TaggedScalar) and str(node.tag) == "tag:yaml.org,2002:str":
-        return str(node.value)
     if isinstance(node, int):
         return int(node)
     if isinstance(node, float):
