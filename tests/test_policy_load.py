@@ -661,6 +661,23 @@ def test_assay_format_is_detected_and_converted() -> None:
     assert "`enum` fails at /env" in refused.reason
 
 
+def test_an_assay_format_file_in_a_policy_directory_is_refused_with_its_line(tmp_path: Path) -> None:
+    """In a directory it became an allow-all policy for every agent, sorted before the native ones."""
+    (tmp_path / "assay.yaml").write_text('# Assay\nversion: "2.0"\ntools:\n  deny: ["exec*"]\n', encoding="utf-8")
+    (tmp_path / "team.yaml").write_text("name: team\nagent: bot\nrules:\n  - tools: ['*']\n    action: deny\n",
+                                        encoding="utf-8")
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dir(tmp_path)
+    assert (info.value.file, info.value.line) == (str(tmp_path / "assay.yaml"), 2)
+    assert info.value.problem.startswith(
+        "an Assay-format policy (`version`, no `agent` or `rules`) is read only as a single file"
+    )
+    with pytest.raises(PolicyLoadError, match="read only as a single file"):
+        load_policy_path(tmp_path)
+    single = load_policy_file(tmp_path / "assay.yaml").policies[0]  # as one file it is what §8 says
+    assert (single.agent.text, single.assay_policy is not None) == ("*", True)
+
+
 def test_assay_unconstrained_deny_and_no_allowlist() -> None:
     body = 'version: "2.0"\nenforcement: {unconstrained_tools: deny}\nschemas:\n  t: {type: object}\n'
     ps = load_policy_text(body, "u.yaml")
