@@ -168,6 +168,13 @@ def test_text_whose_meaning_depends_on_the_reader_is_refused(text: str, line: in
     _one_line(_policy_error(text), "/etc/policies/p.yaml", line, problem)
 
 
+def test_a_yaml_1_1_file_is_refused_before_ruamel_can_warn_about_a_value(capfd: pytest.CaptureFixture[str]) -> None:
+    """ruamel warned on stderr, quoting the value and its line, about a 1.1 float such as 1e3."""
+    error = _policy_error("%YAML 1.1\n---\n" + POLICY_HEAD + _RULE % "1e3")
+    assert error.line == 2
+    assert capfd.readouterr().err == ""
+
+
 def test_the_configuration_refuses_what_readers_read_differently_without_quoting_it() -> None:
     error = _config_error(CONFIG_HEAD + "limits: {max_message_bytes: 4_194_304}\n")
     _one_line(error, "/etc/drawbridge.yaml", 4, "an integer " + _SPELLING)

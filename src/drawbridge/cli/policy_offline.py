@@ -149,9 +149,11 @@ def _rule_shown(decision: Decision) -> str:
     """Where the decision comes from, said as the reason and ``considered first`` say it: a rule by its
     index in its file's ``rules`` and by its line (``file:N`` is only ever a line)."""
     if decision.rule_index is not None:
-        return f"rule {decision.rule_index} of {decision.source_file} (line {decision.line}) in policy {decision.policy!r}"
+        where = f"rule {decision.rule_index} of {decision.source_file}"
+        return f"{where} (line {decision.line}) in policy {decision.policy!r}"
     if decision.policy is not None:  # a schema decides: its policy, file and line, no rule
-        return f"none: the schema in {decision.source_file} (line {decision.line}) of policy {decision.policy!r}"
+        where = f"the schema in {decision.source_file}"
+        return f"none: {where} (line {decision.line}) of policy {decision.policy!r}"
     return "none (no rule matched)"
 
 

@@ -244,7 +244,8 @@ def why_unknown(condition: Condition, arguments: Any) -> str:
     family = _family(current)
     if condition.op is Op.MATCHES and family == "string":
         if len(current) <= MAX_SUBJECT_CHARS:
-            return f"the call's regexes ran out of their budget before argument `{condition.arg_text}` was matched"
+            return (f"the call's regexes ran out of their budget before argument `{condition.arg_text}` "
+                    "was matched")
         return f"argument `{condition.arg_text}` is longer than {MAX_SUBJECT_CHARS} characters"
     if condition.op in (Op.LT, Op.LE, Op.GT, Op.GE) and family == "number":
         return f"argument `{condition.arg_text}` is not a finite number"

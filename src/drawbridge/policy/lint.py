@@ -99,7 +99,8 @@ def dead_rules(policies: PolicySet, names: Sequence[str]) -> list[Finding]:
             if len(dead) == len(rule.tools):
                 found.append(Finding(
                     "dead", policy.name, policy.source_file, rule.index, rule.line,
-                    f"matches no tool the upstreams serve (tools {_patterns(rule)}){_hint(rule.tools, names)}",
+                    f"matches no tool the upstreams serve (tools {_patterns(rule)})"
+                    f"{_hint(rule.tools, names)}",
                 ))
                 continue
             for pattern in dead:

@@ -19,7 +19,8 @@ and no ``(?m)`` flag (under ``(?m)``, ``^`` matches after every line break,
 so a subject of line breaks is as bad as no anchor at all).
 
 Invariant (per call): one evaluation spends at most ``BUDGET`` steps of
-that bound on regexes, however many strings the arguments hold. Each run
+that bound on regexes, however many strings the arguments hold (and as
+much again when a schema refuses the call, to name the failure). Each run
 is charged ``cost(pattern, len(subject))`` against the ``RegexBudget`` the
 evaluation opened (``call_budget``); a run the budget no longer covers is
 not made, and its caller refuses (a ``matches`` condition cannot be

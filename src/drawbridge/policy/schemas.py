@@ -18,8 +18,9 @@ than it was checked for. Every run is charged to the call's regex budget
 (``regexes.call_budget``): a ``pattern`` run it no longer covers fails, and
 property names are charged before validation (jsonschema matches them with
 ``re`` itself, in up to three places), so the number of strings in the
-arguments cannot multiply a pattern's worst case. ``check_arguments`` runs the fast ``is_valid`` first
-and only on failure asks for the most relevant error, which it reduces to
+arguments cannot multiply a pattern's worst case. ``check_arguments`` runs
+the fast ``is_valid`` first and only on failure asks, under a budget of its
+own, for the most relevant error, which it reduces to
 (pointer, keyword). ``format`` is an annotation, as the draft says: it is not
 asserted.
 

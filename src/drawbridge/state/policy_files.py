@@ -77,7 +77,8 @@ def read_source(path: Path, name: str | None = None) -> PolicySource:
 
 def read_policy_dir(directory: Path) -> list[PolicySource]:
     """The directory's policy files, marked as such (an Assay-format file is refused there)."""
-    return [replace(read_source(directory / name, name), in_directory=True) for name in policy_file_names(directory)]
+    return [replace(read_source(directory / name, name), in_directory=True)
+            for name in policy_file_names(directory)]
 
 
 def load_policy_dir(directory: Path | str) -> PolicySet:

@@ -9,7 +9,8 @@ Refused, with the line: several documents, duplicate keys, non-string keys, merg
 tags other than the core ones, recursive aliases, non-finite numbers, and numeric spellings whose
 meaning differs between YAML readers (``1_000``, ``012``, ``0b1``): quote them or write them
 plainly. The numbers follow ``canonical.yaml_numbers``, the rule the strict reader of native
-policies and the configuration (``policy.strict_yaml``) shares. A plain scalar that looks like a date stays a string, as in Assay's reader. A document
+policies and the configuration (``policy.strict_yaml``) shares.
+A plain scalar that looks like a date stays a string, as in Assay's reader. A document
 that expands to more nodes than ``_NODE_BUDGET`` (an alias bomb) or nests too deeply is refused
 too, as is text that is not UTF-8 and a root that is not a mapping.
 """
