@@ -411,6 +411,13 @@ def test_acceptable_regexes_compile(rx: str, matching: str, other: str) -> None:
         ),
         ("schemas:\n  t: {properties: {a: {pattern: '(?m)^a*a*x'}}}\n", 5, r"could backtrack too much"),
         ("schemas:\n  t: {patternProperties: {'(x|xy)+': {}}}\n", 5, r"regex at /patternProperties/"),
+        # additionalProperties runs them as '^a|(?i)^b', which does not compile: every call raised re.error.
+        (
+            "schemas:\n  t: {patternProperties: {'^a': {}, '(?i)^b': {}}, additionalProperties: false}\n",
+            5,
+            r"the regexes at /patternProperties, joined with \| as a validator runs them, is not valid: global "
+            r"flags not at the start .*scoped: \(\?i:\.\.\.\)\)$",
+        ),
     ],
 )
 def test_bad_schema(schemas: str, line: int, pattern: str) -> None:

@@ -9,7 +9,9 @@ Theory of operation. ``compile_schema`` checks the schema against the
 2020-12 metaschema, refuses a ``$schema`` that names another draft, refuses
 ``$ref``/``$dynamicRef`` that leave the document (drawbridge never fetches a
 schema) and local references that point nowhere, checks every ``pattern``
-and ``patternProperties`` regex with ``regexes.check_regex``, then builds one
+and ``patternProperties`` regex with ``regexes.check_regex`` (the regexes of one
+``patternProperties`` also joined with ``|``, as jsonschema's ``additionalProperties``
+runs them: a global ``(?i)`` past the start would fail there at run time), then builds one
 validator with an empty registry. That validator's ``pattern`` keyword
 refuses a string longer than ``MAX_PATTERN_SUBJECT`` instead of running the
 regex on it, and property names that long are refused before validation when
@@ -115,6 +117,7 @@ class _Found:
     refs: list[tuple[str, str]]
     regexes: list[tuple[str, str]]
     name_regexes: set[str]
+    joined: list[tuple[str, str]]
 
 
 def _walk(node: Any, at: list[Any], root: bool, found: _Found) -> None:
@@ -132,6 +135,8 @@ def _walk(node: Any, at: list[Any], root: bool, found: _Found) -> None:
                 found.regexes.append((value, where))
             elif key == "patternProperties" and isinstance(value, dict):
                 found.name_regexes.update(value)
+                if len(value) > 1:  # jsonschema's additionalProperties runs them joined with "|"
+                    found.joined.append(("|".join(value), _pointer([*at, key])))
                 for name, sub in value.items():
                     found.regexes.append((name, _pointer([*at, key, name])))
                     _walk(sub, [*at, key, name], False, found)
@@ -163,7 +168,7 @@ def compile_schema(tool: str, schema: Any, line: int) -> ToolSchema:
         raise SchemaLoadError(
             f"not a valid Draft 2020-12 schema: {exc.message} (at {_pointer(exc.path) or 'the top level'})"
         ) from None
-    found = _Found([], [], set())
+    found = _Found([], [], set(), [])
     if isinstance(schema, dict):
         _walk(schema, [], True, found)
         for regex, where in found.regexes:
@@ -171,6 +176,14 @@ def compile_schema(tool: str, schema: Any, line: int) -> ToolSchema:
                 check_regex(regex, subject_max=MAX_PATTERN_SUBJECT, search=True)
             except RegexError as exc:
                 raise SchemaLoadError(f"regex at {where} {exc}") from None
+        for regex, where in found.joined:
+            try:
+                check_regex(regex, subject_max=MAX_PATTERN_SUBJECT, search=True)
+            except RegexError as exc:
+                raise SchemaLoadError(
+                    f"the regexes at {where}, joined with | as a validator runs them, {exc} "
+                    "(a flag such as (?i) applies to one regex only when scoped: (?i:...))"
+                ) from None
         base = schema.get("$id") if isinstance(schema.get("$id"), str) else _BASE_URI
         registry: Any = Registry().with_resource(base, DRAFT202012.create_resource(schema))
         resolver = registry.resolver(base_uri=base)
