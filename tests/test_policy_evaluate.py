@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import pytest
+from conftest import scaled
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -383,6 +385,50 @@ def test_schema_regexes_never_run_on_overlong_input() -> None:
     d = evaluate(ps, "x", "t", {"nested": {"k" * 4097: 1}})
     assert d.action is D
     assert "`patternProperties` fails at /nested (a property name is longer than 4096 characters)" in d.reason
+
+
+def test_anchored_patterns_still_load_and_match() -> None:
+    schemas = "schemas:\n  t:\n    properties: {a: {pattern: '^a*a*x'}, b: {pattern: '\\Aa*a*x'}}\n"
+    ps = single("  - tools: [t]\n    action: allow\n", schemas=schemas)
+    assert evaluate(ps, "x", "t", {"a": "aax", "b": "ax"}).action is A
+    assert "`pattern` fails at /a" in evaluate(ps, "x", "t", {"a": "\nax"}).reason
+
+
+def test_one_call_spends_one_regex_budget_however_many_strings_it_holds() -> None:
+    """Each string is within the bound (16.7 million steps over 4,096 characters); 200 of them made one
+    call take seconds. The call's budget covers one such run, and the rest fail ``pattern``."""
+    schemas = "schemas:\n  t:\n    properties: {tags: {type: array, items: {type: string, pattern: '^.*.*x'}}}\n"
+    ps = single("  - tools: [t]\n    action: allow\n", schemas=schemas)
+    assert evaluate(ps, "x", "t", {"tags": ["a" * 100 + "x"] * 200}).action is A  # short strings: well within
+    began = time.monotonic()
+    d = evaluate(ps, "x", "t", {"tags": ["a" * 4096] * 200})
+    assert time.monotonic() - began < scaled(1.5)
+    assert (d.action, d.basis) == (D, Basis.SCHEMA)
+    assert "`pattern` fails at /tags/" in d.reason
+    assert "(the call's strings are too long, together, for the schema's patterns to be checked)" in d.reason
+
+
+def test_property_names_are_charged_to_the_call_budget_before_jsonschema_matches_them() -> None:
+    schemas = "schemas:\n  t:\n    patternProperties: {'^.*.*x': {type: string}}\n    additionalProperties: false\n"
+    ps = single("  - tools: [t]\n    action: allow\n", schemas=schemas)
+    assert evaluate(ps, "x", "t", {"a" * 50 + str(i) + "x": "v" for i in range(20)}).action is A
+    began = time.monotonic()
+    d = evaluate(ps, "x", "t", {"a" * 4000 + str(i): "v" for i in range(200)})
+    assert time.monotonic() - began < scaled(1.5)
+    assert d.action is D
+    assert "`patternProperties` fails at the top level (the property names are too long, together" in d.reason
+
+
+def test_matches_conditions_share_the_call_budget() -> None:
+    """Each run of `.*.*q` over 1,024 characters is bounded by about a million steps: the call's budget
+    covers 19 of them, so the 20th condition cannot be evaluated (a deny rule then denies)."""
+    rule = "  - tools: [t]\n    action: deny\n    when: [{arg: m, op: matches, value: '.*.*q'}]\n"
+    ps = single(rule * 25 + "  - tools: [t]\n    action: allow\n")
+    assert evaluate(ps, "x", "t", {"m": "a" * 10}).action is A
+    d = evaluate(ps, "x", "t", {"m": "a" * 1024})
+    assert (d.action, d.rule_index, d.basis) == (D, 19, Basis.CONDITION_UNKNOWN)
+    assert "the call's regexes ran out of their budget before argument `m` was matched" in d.reason
+    assert evaluate(ps, "x", "t", {"m": "a" * 1024}).rule_index == 19  # a new call, a new budget
 
 
 def test_schema_is_not_consulted_when_the_policy_denies() -> None:

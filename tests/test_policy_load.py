@@ -401,9 +401,23 @@ def test_acceptable_regexes_compile(rx: str, matching: str, other: str) -> None:
         (
             "schemas:\n  t: {properties: {a: {pattern: '[a-z]+-[0-9]+$'}}}\n",
             5,
-            r"could backtrack too much .*\(anchor it with \^\)",
+            r"could backtrack too much .*\(anchor it with \^, without \(\?m\)\)",
         ),
+        # Under (?m), ^ matches after every line break: 4096 of them made one call run for 80 s.
+        (
+            "schemas:\n  t: {properties: {a: {pattern: '(?m)^[\\s\\S]*[\\s\\S]*x'}}}\n",
+            5,
+            r"regex at /properties/a/pattern could backtrack too much",
+        ),
+        ("schemas:\n  t: {properties: {a: {pattern: '(?m)^a*a*x'}}}\n", 5, r"could backtrack too much"),
         ("schemas:\n  t: {patternProperties: {'(x|xy)+': {}}}\n", 5, r"regex at /patternProperties/"),
+        # additionalProperties runs them as '^a|(?i)^b', which does not compile: every call raised re.error.
+        (
+            "schemas:\n  t: {patternProperties: {'^a': {}, '(?i)^b': {}}, additionalProperties: false}\n",
+            5,
+            r"the regexes at /patternProperties, joined with \| as a validator runs them, is not valid: global "
+            r"flags not at the start .*scoped: \(\?i:\.\.\.\)\)$",
+        ),
     ],
 )
 def test_bad_schema(schemas: str, line: int, pattern: str) -> None:
@@ -652,6 +666,23 @@ def test_assay_format_is_detected_and_converted() -> None:
     refused = evaluate(ps, "any-agent", "deploy", {"env": "dev"})
     assert (refused.action, refused.rule_index, refused.line) == (Action.DENY, None, 13)
     assert "`enum` fails at /env" in refused.reason
+
+
+def test_an_assay_format_file_in_a_policy_directory_is_refused_with_its_line(tmp_path: Path) -> None:
+    """In a directory it became an allow-all policy for every agent, sorted before the native ones."""
+    (tmp_path / "assay.yaml").write_text('# Assay\nversion: "2.0"\ntools:\n  deny: ["exec*"]\n', encoding="utf-8")
+    (tmp_path / "team.yaml").write_text("name: team\nagent: bot\nrules:\n  - tools: ['*']\n    action: deny\n",
+                                        encoding="utf-8")
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy_dir(tmp_path)
+    assert (info.value.file, info.value.line) == (str(tmp_path / "assay.yaml"), 2)
+    assert info.value.problem.startswith(
+        "an Assay-format policy (`version`, no `agent` or `rules`) is read only as a single file"
+    )
+    with pytest.raises(PolicyLoadError, match="read only as a single file"):
+        load_policy_path(tmp_path)
+    single = load_policy_file(tmp_path / "assay.yaml").policies[0]  # as one file it is what §8 says
+    assert (single.agent.text, single.assay_policy is not None) == ("*", True)
 
 
 def test_assay_unconstrained_deny_and_no_allowlist() -> None:

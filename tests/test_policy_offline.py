@@ -57,6 +57,22 @@ def test_check_with_the_live_catalogue_finds_the_rule_that_matches_no_tool(tmp_p
     assert "4 served tools" in result.stdout
 
 
+def test_check_with_the_live_catalogue_flags_a_dead_pattern_in_a_live_rule(tmp_path: Path) -> None:
+    """`delete_repo` (no prefix) does nothing beside the live `github.get_repo`: the rule was meant to deny both."""
+    policy = ("name: team\nagent: '*'\nrules:\n"
+              "  - tools: ['delete_repo', 'github.get_repo']\n    action: deny\n"
+              "  - tools: ['github.*']\n    action: allow\n")
+    config = write_config(tmp_path, [GITHUB], policies={"team.yaml": policy})
+    result = drawbridge("policy", "check", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    dead = [line for line in result.stdout.splitlines() if "matches no tool" in line]
+    assert dead == [
+        "warning: team.yaml:4: policy 'team' rule 0: pattern 'delete_repo' matches no tool the upstreams serve "
+        "(its other patterns do); did you mean github.delete_repo?"
+    ], result.stdout
+    assert "1 warning(s)" in result.stdout
+
+
 def test_check_exits_1_on_a_policy_that_does_not_load(tmp_path: Path) -> None:
     policies = _policies(tmp_path, "name: broken\nagent: '*'\nrules:\n  - tools: ['x']\n    action: maybe\n")
     result = drawbridge("policy", "check", "--policy", str(policies))
@@ -70,9 +86,13 @@ def test_explain_names_the_rule_the_gateway_would_apply(tmp_path: Path) -> None:
     policies = str(_policies(tmp_path))
     plain = drawbridge("policy", "explain", "--policy", policies, "--agent", "claude", "github.get_repo")
     assert plain.returncode == 0, plain.stderr
-    assert "action: human_approval" in plain.stdout and "team.yaml:2" in plain.stdout
+    assert "action: human_approval" in plain.stdout
+    # Rule 2 stands on line 8: `file:N` is a line everywhere, the rule's index is said as one.
+    assert "rule: rule 2 of team.yaml (line 8) in policy 'team'\n" in plain.stdout, plain.stdout
+    assert "human_approval by rule 2 of policy 'team' (team.yaml:8)" in plain.stdout
+    assert "team.yaml:2" not in plain.stdout
     nothing = drawbridge("policy", "explain", "--policy", policies, "--agent", "claude", "slack.post")
-    assert "action: deny" in nothing.stdout and "no rule matched" in nothing.stdout
+    assert "action: deny" in nothing.stdout and "rule: none (no rule matched)\n" in nothing.stdout
     bad = drawbridge("policy", "explain", "--policy", policies, "--agent", "c", "--args", "{nope", "x")
     assert bad.returncode == 2 and "not JSON" in bad.stderr
 

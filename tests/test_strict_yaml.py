@@ -139,6 +139,90 @@ def test_str_tags_anchors_and_aliases_within_the_bounds_still_load() -> None:
     }
 
 
+_SPELLING = ("spelled so that YAML readers read it differently (such as 1_000, 012, 0b1, 0x_1, 1e_3): "
+             "write it plainly (1000, 12) or quote it")
+_RULE = "rules:\n  - tools: [x]\n    action: allow\n    when: [{arg: n, op: '==', value: %s}]\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "problem"),
+    [
+        # A merge key: `action: deny` overrode the merged allow without a duplicate-key error.
+        (POLICY_HEAD + "rules:\n  - <<: {action: allow}\n    tools: [x]\n    action: deny\n", 4,
+         "merge keys (`<<`) are refused: readers differ on what they merge and which value wins; write the keys out"),
+        (POLICY_HEAD + "rules:\n  - &b {tools: [x], action: deny}\n  - <<: *b\n    tools: [y]\n", 5,
+         "merge keys (`<<`) are refused: readers differ on what they merge and which value wins; write the keys out"),
+        # YAML 1.1 reads `no` as false, `1:20` as 80 and `010` as 8.
+        ("%YAML 1.1\n---\n" + POLICY_HEAD + _RULE % "no", 2,
+         "a %YAML directive other than 1.2 is refused: YAML 1.1 reads values differently (no is false, 1:20 is 80, "
+         "010 is 8); remove the directive"),
+        (POLICY_HEAD + _RULE % "1_000", 6, "an integer " + _SPELLING),
+        (POLICY_HEAD + _RULE % "0x_1", 6, "an integer " + _SPELLING),
+        (POLICY_HEAD + _RULE % "0b11", 6, "an integer " + _SPELLING),
+        (POLICY_HEAD + _RULE % "010", 6, "an integer " + _SPELLING),
+        (POLICY_HEAD + _RULE % "0.1_0", 6, "a number " + _SPELLING),
+        (POLICY_HEAD + _RULE % "!!int 1_000", 6, "an integer " + _SPELLING),
+    ],
+)
+def test_text_whose_meaning_depends_on_the_reader_is_refused(text: str, line: int, problem: str) -> None:
+    _one_line(_policy_error(text), "/etc/policies/p.yaml", line, problem)
+
+
+def test_a_yaml_1_1_file_is_refused_before_ruamel_can_warn_about_a_value(capfd: pytest.CaptureFixture[str]) -> None:
+    """ruamel warned on stderr, quoting the value and its line, about a 1.1 float such as 1e3."""
+    error = _policy_error("%YAML 1.1\n---\n" + POLICY_HEAD + _RULE % "1e3")
+    assert error.line == 2
+    assert capfd.readouterr().err == ""
+
+
+def test_the_configuration_refuses_what_readers_read_differently_without_quoting_it() -> None:
+    error = _config_error(CONFIG_HEAD + "limits: {max_message_bytes: 4_194_304}\n")
+    _one_line(error, "/etc/drawbridge.yaml", 4, "an integer " + _SPELLING)
+    assert "4_194_304" not in str(error)
+    error = _config_error("%YAML 1.1\n---\n" + CONFIG_HEAD)
+    assert error.line == 2 and "%YAML directive other than 1.2" in error.problem
+
+
+def test_numbers_every_reader_agrees_on_still_load() -> None:
+    for text, value in (("1000", 1000), ("-0", 0), ("+7", 7), ("0x1F", 31), ("0o17", 15), ("1.5e3", 1500.0),
+                        (".5", 0.5), ("'010'", "010"), ("!!str 1_000", "1_000"), ("1:20", "1:20")):
+        policy = load_policy_text(POLICY_HEAD + _RULE % text).policies[0]
+        assert policy.rules[0].conditions[0].value == value, text
+
+
+def test_the_assay_reader_and_the_strict_reader_share_one_rule_for_numbers() -> None:
+    from drawbridge.evidence.truth.assay_errors import AssayPolicyError
+    from drawbridge.evidence.truth.assay_yaml import load_text
+
+    for text in ("1_000", "012", "0b1", "0x_1"):
+        with pytest.raises(AssayPolicyError, match="ambiguous integer spelling"):
+            load_text(f"limits: {{n: {text}}}\n")
+        assert _policy_error(POLICY_HEAD + _RULE % text).problem == "an integer " + _SPELLING
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "problem"),
+    [
+        (POLICY_HEAD.replace("name: p\n", "name: a\n!!str name: b\n") + "rules: []\n", 2,
+         'invalid YAML: duplicate key "name"'),
+        (POLICY_HEAD + "rules:\n  - tools: [x]\n    action: allow\n    !!str action: deny\n", 6,
+         'invalid YAML: duplicate key "action"'),
+    ],
+)
+def test_a_str_tagged_key_is_the_plain_key_so_a_duplicate_is_named(text: str, line: int, problem: str) -> None:
+    _one_line(_policy_error(text), "/etc/policies/p.yaml", line, problem)
+
+
+def test_str_tagged_values_load_as_their_plain_value() -> None:
+    body = "name: !!str p\nagent: !!str '*'\nrules:\n  - tools: [!!str x, !!str 'y*']\n    action: !!str deny\n"
+    policy = load_policy_text(body).policies[0]
+    assert (policy.name, policy.agent.text) == ("p", "*")
+    assert [t.text for t in policy.rules[0].tools] == ["x", "y*"]
+    assert policy.rules[0].action.value == "deny"
+    error = _policy_error(POLICY_HEAD + "rules:\n  - tools: [x]\n    action: !!str alow\n")
+    _one_line(error, "/etc/policies/p.yaml", 5, "unknown action 'alow' (allowed: allow, human_approval, deny)")
+
+
 def test_an_alias_bomb_in_a_policy_is_refused_at_once_and_a_recursive_alias_too() -> None:
     began = time.monotonic()
     error = _policy_error(POLICY_HEAD + "rules: []\nschemas:\n  t:\n    " + _bomb().replace("\n", "\n    "))

@@ -26,7 +26,7 @@ from drawbridge.config import ConfigError, GatewayConfig, load_config
 from drawbridge.policy.lint import Finding, dead_rules, shadowed_rules
 from drawbridge.policy.expectations import Case, Table, TableError, read_table
 from drawbridge.policy.load import PolicyLoadError
-from drawbridge.policy.model import Action, PolicySet
+from drawbridge.policy.model import Action, Decision, PolicySet
 from drawbridge.state.policy_files import missing_policy_problem
 from drawbridge.state.policy_store import PolicyStore
 
@@ -74,7 +74,8 @@ def lint(policies: PolicySet, names: list[str] | None, missing: list[str]) -> li
         unknown = tuple(f"{name}." for name in missing)
         findings += [
             finding for finding in dead_rules(policies, names)
-            if not any(text.startswith(unknown) for text in _rule_texts(policies, finding))
+            if not any(text.startswith(unknown) for text in
+                       ([finding.pattern] if finding.pattern is not None else _rule_texts(policies, finding)))
         ]
     return sorted(findings, key=lambda f: (f.source_file, f.rule_index, f.kind))
 
@@ -144,6 +145,18 @@ def _arguments(text: str | None, tool: str) -> Any:
     raise click.BadParameter(f"the gateway refuses such a call before any rule: {problem}", param_hint="--args")
 
 
+def _rule_shown(decision: Decision) -> str:
+    """Where the decision comes from, said as the reason and ``considered first`` say it: a rule by its
+    index in its file's ``rules`` and by its line (``file:N`` is only ever a line)."""
+    if decision.rule_index is not None:
+        where = f"rule {decision.rule_index} of {decision.source_file}"
+        return f"{where} (line {decision.line}) in policy {decision.policy!r}"
+    if decision.policy is not None:  # a schema decides: its policy, file and line, no rule
+        where = f"the schema in {decision.source_file}"
+        return f"none: {where} (line {decision.line}) of policy {decision.policy!r}"
+    return "none (no rule matched)"
+
+
 @click.command(name="explain")
 @click.option("--policy", metavar="DIR|FILE", help="The policy directory or file (default: the configuration's).")
 @click.option("--config", "config_path", metavar="FILE",
@@ -171,9 +184,8 @@ def explain(
     store = _store(policy, config)
     arguments = _arguments(args_json, tool)
     decision = store.evaluate(agent, tool, arguments)
-    rule = f"{decision.source_file}:{decision.rule_index} (line {decision.line})" if decision.rule_index is not None else "-"
     click.echo(f"action: {decision.action.value}")
-    click.echo(f"rule: {rule}" + (f" of policy {decision.policy!r}" if decision.policy else " (no rule matched)"))
+    click.echo(f"rule: {_rule_shown(decision)}")
     click.echo(f"basis: {decision.basis.value}")
     click.echo(f"reason: {decision.reason}")
     if decision.action.value == "human_approval":

@@ -1,7 +1,8 @@
 """Conditions on call arguments: checked and compiled at load, three-valued at run time.
 
 Invariant: a condition that cannot be evaluated for a call (its argument is
-missing, has the wrong JSON type, or is too long to match safely) is
+missing, has the wrong JSON type, is too long to match safely, or the call's
+regex budget is spent, ``regexes.call_budget``) is
 ``Truth.UNKNOWN``, never ``FALSE`` and never ``TRUE``. The evaluator resolves
 UNKNOWN to the stricter of the two outcomes the rule could have led to, so an
 undecidable condition can never turn into an allow.
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from drawbridge.policy.model import Condition, Op, Truth
-from drawbridge.policy.regexes import RegexError, check_regex
+from drawbridge.policy.regexes import RegexError, check_regex, current_budget
 
 TRUE, FALSE, UNKNOWN = Truth.TRUE, Truth.FALSE, Truth.UNKNOWN
 
@@ -123,11 +124,14 @@ def _starts_with_test(prefix: str) -> Callable[[Any], Truth]:
 
 
 def _matches_test(regex: re.Pattern[str]) -> Callable[[Any], Truth]:
-    fullmatch = regex.fullmatch
+    fullmatch, pattern = regex.fullmatch, regex.pattern
 
     def test(a: Any) -> Truth:
         if type(a) is not str or len(a) > MAX_SUBJECT_CHARS:
             return UNKNOWN
+        budget = current_budget()
+        if budget is not None and not budget.spend(pattern, len(a), False):
+            return UNKNOWN  # the call's regexes have run as long as one call may
         return TRUE if fullmatch(a) is not None else FALSE
 
     return test
@@ -239,6 +243,9 @@ def why_unknown(condition: Condition, arguments: Any) -> str:
         current = current[key]
     family = _family(current)
     if condition.op is Op.MATCHES and family == "string":
+        if len(current) <= MAX_SUBJECT_CHARS:
+            return (f"the call's regexes ran out of their budget before argument `{condition.arg_text}` "
+                    "was matched")
         return f"argument `{condition.arg_text}` is longer than {MAX_SUBJECT_CHARS} characters"
     if condition.op in (Op.LT, Op.LE, Op.GT, Op.GE) and family == "number":
         return f"argument `{condition.arg_text}` is not a finite number"

@@ -31,7 +31,8 @@ brings a new set and an empty memo). The memo entry keeps only the reachable
 candidates (up to the first unconditional one) and, when no condition is
 involved, the final decision itself, precomputed at load: the common call is
 two dict lookups and no allocation. Conditions run their precompiled tests;
-schemas their precompiled validators.
+schemas their precompiled validators, and all the regexes of one call share
+one budget (``regexes.call_budget``), so no argument can make a call stall.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from drawbridge.policy.model import (
     ToolSchema,
     Truth,
 )
+from drawbridge.policy.regexes import call_budget
 from drawbridge.policy.schemas import check_arguments
 
 MEMO_MAX_ENTRIES = 4096
@@ -181,14 +183,17 @@ def evaluate(policy_set: PolicySet, agent: str, tool: str, arguments: Any = None
     """Decide one call. ``arguments`` is the call's JSON-decoded ``arguments`` (None = none)."""
     plan = _lookup(policy_set, agent, tool)
     decision = plan.fixed
-    if decision is None:
-        decision = _walk(plan.steps, arguments)
-    if plan.schemas and decision.action is not _DENY:
-        for policy, schema in plan.schemas:
-            refused = _schema_deny(policy, schema, arguments)
-            if refused is not None:
-                return refused
-    return decision
+    if decision is not None and (not plan.schemas or decision.action is _DENY):
+        return decision  # the common call: no condition to run, no schema to check
+    with call_budget():  # every regex this call runs shares one budget (``regexes``)
+        if decision is None:
+            decision = _walk(plan.steps, arguments)
+        if plan.schemas and decision.action is not _DENY:
+            for policy, schema in plan.schemas:
+                refused = _schema_deny(policy, schema, arguments)
+                if refused is not None:
+                    return refused
+        return decision
 
 
 # ----------------------------------------------------------------------------- views for tables

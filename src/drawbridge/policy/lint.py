@@ -3,7 +3,8 @@
 Invariant: a finding is only reported when it is certain: a rule is *shadowed* when an earlier
 unconditional rule of the same policy matches every name it could match (so the later rule is never
 reached), and *dead* when, against a given catalogue of served names, none of its patterns matches a
-served tool. Without a catalogue only shadowing is judged, and only where one pattern plainly covers
+served tool; a pattern that matches no served tool in a rule that other patterns keep alive is reported
+too, on its own. Without a catalogue only shadowing is judged, and only where one pattern plainly covers
 another (``*``, the same text, or a literal name the earlier pattern matches); a rule that might be
 shadowed is not reported. Each finding names the file, the rule's index and line.
 
@@ -31,6 +32,8 @@ class Finding:
     rule_index: int
     line: int
     message: str
+    pattern: str | None = None
+    """For a dead pattern of a rule that other patterns keep alive: that pattern's text."""
 
     def describe(self) -> str:
         return f"{self.source_file}:{self.line}: policy {self.policy!r} rule {self.rule_index}: {self.message}"
@@ -80,19 +83,33 @@ def _suggestions(pattern: ToolPattern, names: Sequence[str]) -> list[str]:
     return sorted(name for name in names if name.endswith("." + pattern.text))[:3]
 
 
+def _hint(patterns: Sequence[ToolPattern], names: Sequence[str]) -> str:
+    hints = [hint for pattern in patterns for hint in _suggestions(pattern, names)]
+    return f"; did you mean {', '.join(hints)}?" if hints else ""
+
+
 def dead_rules(policies: PolicySet, names: Sequence[str]) -> list[Finding]:
-    """Rules none of whose patterns matches a served tool name."""
+    """Rules none of whose patterns matches a served tool name, and each dead pattern of a rule that
+    another pattern keeps alive (``tools: [get_secret, fake.get_report]`` under serve: the first one
+    was meant to deny or allow something and does nothing)."""
     found: list[Finding] = []
     for policy in policies.policies:
         for rule in policy.rules:
-            if any(rule.matches_tool(name) for name in names):
+            dead = [pattern for pattern in rule.tools if not any(pattern.matches(name) for name in names)]
+            if len(dead) == len(rule.tools):
+                found.append(Finding(
+                    "dead", policy.name, policy.source_file, rule.index, rule.line,
+                    f"matches no tool the upstreams serve (tools {_patterns(rule)})"
+                    f"{_hint(rule.tools, names)}",
+                ))
                 continue
-            hints = [hint for pattern in rule.tools for hint in _suggestions(pattern, names)]
-            hint = f"; did you mean {', '.join(hints)}?" if hints else ""
-            found.append(Finding(
-                "dead", policy.name, policy.source_file, rule.index, rule.line,
-                f"matches no tool the upstreams serve (tools {_patterns(rule)}){hint}",
-            ))
+            for pattern in dead:
+                found.append(Finding(
+                    "dead", policy.name, policy.source_file, rule.index, rule.line,
+                    f"pattern {pattern.text!r} matches no tool the upstreams serve (its other patterns do)"
+                    f"{_hint([pattern], names)}",
+                    pattern.text,
+                ))
     return found
 
 

@@ -16,7 +16,9 @@ against a table of allowed keys, then compiled through ``globs``,
 policy each), sorted by file name, refuses duplicate policy names, and orders
 the result by agent specificity (``PolicySet.from_policies``). A file with
 neither ``agent`` nor ``rules`` but with Assay's top-level keys is an
-Assay-format policy and goes through ``policy.assay`` instead.
+Assay-format policy and goes through ``policy.assay`` instead, when it is
+read as a single file; in a policy directory it is a load error (it would
+apply to every agent, beside the directory's own policies).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from drawbridge.policy.conditions import ConditionError, compile_condition
@@ -81,6 +83,8 @@ class PolicySource:
     name: str
     text: str
     path: str | None = None
+    in_directory: bool = False
+    """Read from a policy directory: every file there is a native policy (Assay format is one file's)."""
 
     @property
     def shown(self) -> str:
@@ -133,8 +137,6 @@ def to_json(node: Any, ctx: _Ctx, line: int) -> Any:
         return bool(node)
     if isinstance(node, str):
         return str(node)
-    if isinstance(node, TaggedScalar) and str(node.tag) == "tag:yaml.org,2002:str":
-        return str(node.value)
     if isinstance(node, int):
         return int(node)
     if isinstance(node, float):
@@ -363,6 +365,14 @@ def _parse(source: PolicySource) -> Policy:
     if not isinstance(root, CommentedMap):
         raise ctx.fail(_line(root), "the top level must be a mapping with `name`, `agent` and `rules`")
     if is_assay_format(root):
+        if source.in_directory:
+            first = next(k for k in root if isinstance(k, str) and k in ASSAY_KEYS)
+            raise ctx.fail(
+                _key_line(root, first),
+                f"an Assay-format policy (`{first}`, no `agent` or `rules`) is read only as a single file "
+                "(--policy FILE, policy_file), never from a policy directory, where it would apply to every "
+                "agent; give it `name`, `agent` and `rules`, or move it out of the directory",
+            )
         from drawbridge.policy.assay import convert_assay_policy
 
         return convert_assay_policy(source, root)

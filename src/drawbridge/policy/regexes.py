@@ -14,18 +14,36 @@ search multiplies by the subject length again (one attempt per start
 position). Nested repetition or alternation under an unbounded repeat is
 exponential and refused outright, as are backreferences and conditional
 groups. Over the budget, the pattern is refused with a message saying why.
+A search counts as anchored only when it starts with ``\\A``, or with ``^``
+and no ``(?m)`` flag (under ``(?m)``, ``^`` matches after every line break,
+so a subject of line breaks is as bad as no anchor at all).
+
+Invariant (per call): one evaluation spends at most ``BUDGET`` steps of
+that bound on regexes, however many strings the arguments hold (and as
+much again when a schema refuses the call, to name the failure). Each run
+is charged ``cost(pattern, len(subject))`` against the ``RegexBudget`` the
+evaluation opened (``call_budget``); a run the budget no longer covers is
+not made, and its caller refuses (a ``matches`` condition cannot be
+evaluated, a schema ``pattern`` fails). So an argument of a thousand
+strings cannot multiply a pattern's worst case by a thousand. ``re``
+holds the GIL while it runs, so moving evaluation to a thread would not
+spare the other calls: the budget is what bounds a call's stall (about
+20 million steps, tens of milliseconds).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import lru_cache
 from typing import Any
 
 BUDGET = 20_000_000
 MAX_PATTERN_CHARS = 512
 
 _REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
-_ANCHORS = ("AT_BEGINNING", "AT_BEGINNING_STRING")
 
 
 class RegexError(ValueError):
@@ -88,11 +106,83 @@ def _cost(items: Any, subject: int, unbounded: int) -> int:
     return total
 
 
+def _anchored(tree: Any) -> bool:
+    """The search can only match at the start: ``\\A``, or ``^`` without a global ``(?m)``."""
+    first = tree.data[0] if len(tree.data) else None
+    if first is None or str(first[0]) != "AT":
+        return False
+    where = str(first[1])
+    if where == "AT_BEGINNING_STRING":
+        return True
+    return where == "AT_BEGINNING" and not tree.state.flags & re.MULTILINE
+
+
+def _search_cost(tree: Any, subject: int, search: bool) -> int:
+    cost = _cost(tree, subject, _max_repeat())
+    if search and not _anchored(tree):
+        cost *= max(subject, 1)
+    return cost
+
+
+@lru_cache(maxsize=256)
+def _tree(pattern: str) -> Any:
+    import re._parser as sre_parser
+
+    return sre_parser.parse(pattern)
+
+
+@lru_cache(maxsize=4096)
+def run_cost(pattern: str, length: int, search: bool) -> int:
+    """The bound on one run of a checked ``pattern`` over a subject of ``length`` characters."""
+    return max(_search_cost(_tree(pattern), length, search), 1)
+
+
+class RegexBudget:
+    """What one evaluation may still spend on regexes (in steps of the bound)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, steps: int = BUDGET) -> None:
+        self.left = steps
+
+    def spend(self, pattern: str, length: int, search: bool) -> bool:
+        """Charge one run; False when the budget does not cover it (the run must not be made)."""
+        cost = run_cost(pattern, length, search)
+        if cost > self.left:
+            self.left = 0
+            return False
+        self.left -= cost
+        return True
+
+
+_CURRENT: ContextVar[RegexBudget | None] = ContextVar("drawbridge_regex_budget", default=None)
+
+
+def current_budget() -> RegexBudget | None:
+    """The budget of the evaluation under way (None outside one)."""
+    return _CURRENT.get()
+
+
+@contextmanager
+def call_budget(*, fresh: bool = False) -> Iterator[RegexBudget]:
+    """Open one evaluation's budget (``BUDGET`` steps), unless one is already open (or ``fresh``)."""
+    budget = _CURRENT.get()
+    if budget is not None and not fresh:
+        yield budget
+        return
+    budget = RegexBudget()
+    token = _CURRENT.set(budget)
+    try:
+        yield budget
+    finally:
+        _CURRENT.reset(token)
+
+
 def check_regex(pattern: str, *, subject_max: int, search: bool) -> re.Pattern[str]:
     """Compile ``pattern`` if its worst case over ``subject_max`` characters is within budget.
 
     ``search`` says the pattern is used unanchored (JSON Schema ``pattern``),
-    not as a whole-string match; a leading ``^`` or ``\\A`` makes it anchored.
+    not as a whole-string match; a leading ``\\A``, or ``^`` without ``(?m)``, makes it anchored.
     """
     import re._parser as sre_parser
 
@@ -104,14 +194,9 @@ def check_regex(pattern: str, *, subject_max: int, search: bool) -> re.Pattern[s
     except re.error as exc:
         where = f" at position {exc.pos}" if exc.pos is not None else ""
         raise RegexError(f"is not valid: {exc.msg}{where}") from None
-    cost = _cost(tree, subject_max, _max_repeat())
-    if search:
-        first = tree.data[0] if len(tree.data) else None
-        anchored = first is not None and str(first[0]) == "AT" and str(first[1]) in _ANCHORS
-        if not anchored:
-            cost *= subject_max
+    cost = _search_cost(tree, subject_max, search)
     if cost > BUDGET:
-        hint = " (anchor it with ^)" if search else ""
+        hint = " (anchor it with ^, without (?m))" if search else ""
         raise RegexError(
             "could backtrack too much (too many unbounded repetitions or alternatives)" + hint
         )

@@ -9,13 +9,20 @@ Theory of operation. ``compile_schema`` checks the schema against the
 2020-12 metaschema, refuses a ``$schema`` that names another draft, refuses
 ``$ref``/``$dynamicRef`` that leave the document (drawbridge never fetches a
 schema) and local references that point nowhere, checks every ``pattern``
-and ``patternProperties`` regex with ``regexes.check_regex``, then builds one
+and ``patternProperties`` regex with ``regexes.check_regex`` (the regexes of one
+``patternProperties`` also joined with ``|``, as jsonschema's ``additionalProperties``
+runs them: a global ``(?i)`` past the start would fail there at run time), then builds one
 validator with an empty registry. That validator's ``pattern`` keyword
 refuses a string longer than ``MAX_PATTERN_SUBJECT`` instead of running the
 regex on it, and property names that long are refused before validation when
 the schema matches names against regexes: no regex ever runs on more input
-than it was checked for. ``check_arguments`` runs the fast ``is_valid`` first
-and only on failure asks for the most relevant error, which it reduces to
+than it was checked for. Every run is charged to the call's regex budget
+(``regexes.call_budget``): a ``pattern`` run it no longer covers fails, and
+property names are charged before validation (jsonschema matches them with
+``re`` itself, in up to three places), so the number of strings in the
+arguments cannot multiply a pattern's worst case. ``check_arguments`` runs
+the fast ``is_valid`` first and only on failure asks, under a budget of its
+own, for the most relevant error, which it reduces to
 (pointer, keyword). ``format`` is an annotation, as the draft says: it is not
 asserted.
 
@@ -32,7 +39,7 @@ from functools import cache
 from typing import Any
 
 from drawbridge.policy.model import ToolSchema
-from drawbridge.policy.regexes import RegexError, check_regex
+from drawbridge.policy.regexes import RegexBudget, RegexError, call_budget, check_regex, current_budget
 
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _BASE_URI = "urn:drawbridge:policy-schema"
@@ -43,13 +50,23 @@ _MAX_POINTER_CHARS = 200
 MAX_PATTERN_SUBJECT = 4096
 
 
+#: ``pattern`` runs of one call that its regex budget no longer covers fail with this message.
+_BUDGET_SPENT = "the call's strings are too long, together, for the schema's patterns to be checked"
+#: Places a Draft 2020-12 validator matches a property name against ``patternProperties``
+#: (``patternProperties``, ``additionalProperties``, ``unevaluatedProperties``): each is charged.
+_NAME_SITES = 3
+
+
 def _bounded_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
     from jsonschema.exceptions import ValidationError
 
     if not validator.is_type(instance, "string"):
         return
+    budget = current_budget()
     if len(instance) > MAX_PATTERN_SUBJECT:
         yield ValidationError(f"string longer than {MAX_PATTERN_SUBJECT} characters is not checked")
+    elif budget is not None and not budget.spend(pattern, len(instance), True):
+        yield ValidationError(_BUDGET_SPENT)
     elif not re.search(pattern, instance):
         yield ValidationError("does not match the pattern")
 
@@ -99,7 +116,8 @@ def _pointer(parts: Any) -> str:
 class _Found:
     refs: list[tuple[str, str]]
     regexes: list[tuple[str, str]]
-    names_by_regex: bool = False
+    name_regexes: set[str]
+    joined: list[tuple[str, str]]
 
 
 def _walk(node: Any, at: list[Any], root: bool, found: _Found) -> None:
@@ -116,7 +134,9 @@ def _walk(node: Any, at: list[Any], root: bool, found: _Found) -> None:
             elif key == "pattern" and isinstance(value, str):
                 found.regexes.append((value, where))
             elif key == "patternProperties" and isinstance(value, dict):
-                found.names_by_regex = True
+                found.name_regexes.update(value)
+                if len(value) > 1:  # jsonschema's additionalProperties runs them joined with "|"
+                    found.joined.append(("|".join(value), _pointer([*at, key])))
                 for name, sub in value.items():
                     found.regexes.append((name, _pointer([*at, key, name])))
                     _walk(sub, [*at, key, name], False, found)
@@ -148,7 +168,7 @@ def compile_schema(tool: str, schema: Any, line: int) -> ToolSchema:
         raise SchemaLoadError(
             f"not a valid Draft 2020-12 schema: {exc.message} (at {_pointer(exc.path) or 'the top level'})"
         ) from None
-    found = _Found([], [])
+    found = _Found([], [], set(), [])
     if isinstance(schema, dict):
         _walk(schema, [], True, found)
         for regex, where in found.regexes:
@@ -156,6 +176,14 @@ def compile_schema(tool: str, schema: Any, line: int) -> ToolSchema:
                 check_regex(regex, subject_max=MAX_PATTERN_SUBJECT, search=True)
             except RegexError as exc:
                 raise SchemaLoadError(f"regex at {where} {exc}") from None
+        for regex, where in found.joined:
+            try:
+                check_regex(regex, subject_max=MAX_PATTERN_SUBJECT, search=True)
+            except RegexError as exc:
+                raise SchemaLoadError(
+                    f"the regexes at {where}, joined with | as a validator runs them, {exc} "
+                    "(a flag such as (?i) applies to one regex only when scoped: (?i:...))"
+                ) from None
         base = schema.get("$id") if isinstance(schema.get("$id"), str) else _BASE_URI
         registry: Any = Registry().with_resource(base, DRAFT202012.create_resource(schema))
         resolver = registry.resolver(base_uri=base)
@@ -169,24 +197,33 @@ def compile_schema(tool: str, schema: Any, line: int) -> ToolSchema:
             except Unresolvable:
                 raise SchemaLoadError(f"reference {ref!r} at {where} points nowhere") from None
     validator = _validator_class()(schema, registry=Registry())
-    return ToolSchema(tool, schema, line, _Compiled(validator, found.names_by_regex))
+    return ToolSchema(tool, schema, line, _Compiled(validator, tuple(sorted(found.name_regexes))))
 
 
 @dataclass(frozen=True, slots=True)
 class _Compiled:
     validator: Any
-    names_by_regex: bool
+    name_regexes: tuple[str, ...]
+    """The ``patternProperties`` regexes: every property name of the arguments may meet them."""
 
 
-def _long_name(node: Any, at: list[Any]) -> list[Any] | None:
-    """Path of the first object holding a property name too long for a regex, if any."""
-    stack: list[tuple[Any, list[Any]]] = [(node, at)]
+def _names_unchecked(node: Any, regexes: tuple[str, ...], budget: RegexBudget) -> Violation | None:
+    """Where property names cannot be matched against ``regexes``: a name too long for a regex, or
+    names that are too long together for the call's budget (each charged once per regex and per place
+    a validator matches names, before any runs: jsonschema runs ``re`` on them itself)."""
+    stack: list[tuple[Any, list[Any]]] = [(node, [])]
     while stack:
         value, path = stack.pop()
         if isinstance(value, dict):
             for key, item in value.items():
-                if isinstance(key, str) and len(key) > MAX_PATTERN_SUBJECT:
-                    return path
+                if isinstance(key, str):
+                    if len(key) > MAX_PATTERN_SUBJECT:
+                        detail = f"a property name is longer than {MAX_PATTERN_SUBJECT} characters"
+                        return Violation(_pointer(path), "patternProperties", detail)
+                    for regex in regexes:
+                        if not all(budget.spend(regex, len(key), True) for _ in range(_NAME_SITES)):
+                            detail = "the property names are too long, together, for the schema's patterns"
+                            return Violation(_pointer(path), "patternProperties", detail)
                 stack.append((item, [*path, key]))
         elif isinstance(value, list):
             stack.extend((item, [*path, i]) for i, item in enumerate(value))
@@ -200,16 +237,17 @@ def check_arguments(schema: ToolSchema, arguments: Any) -> Violation | None:
 
     compiled: _Compiled = schema.validator
     instance = {} if arguments is None else arguments
-    if compiled.names_by_regex:
-        path = _long_name(instance, [])
-        if path is not None:
-            detail = f"a property name is longer than {MAX_PATTERN_SUBJECT} characters"
-            return Violation(_pointer(path), "patternProperties", detail)
     validator = compiled.validator
     try:
-        if validator.is_valid(instance):
-            return None
-        error = best_match(validator.iter_errors(instance))
+        with call_budget() as budget:
+            if compiled.name_regexes:
+                unchecked = _names_unchecked(instance, compiled.name_regexes, budget)
+                if unchecked is not None:
+                    return unchecked
+            if validator.is_valid(instance):
+                return None
+        with call_budget(fresh=True):  # the second pass names the failure the first one met
+            error = best_match(validator.iter_errors(instance))
     except Unresolvable:
         return Violation("", "$ref", "the schema could not be evaluated")
     except RecursionError:
@@ -224,4 +262,6 @@ def check_arguments(schema: ToolSchema, arguments: Any) -> Violation | None:
         missing = [k for k in error.validator_value if isinstance(k, str) and k not in error.instance]
         if missing:
             detail = "missing " + ", ".join(f"`{_clean(k)}`" for k in missing)
+    if error.validator == "pattern" and error.message == _BUDGET_SPENT:
+        detail = _BUDGET_SPENT
     return Violation(_pointer(error.absolute_path), str(error.validator), detail)

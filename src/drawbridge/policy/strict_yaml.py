@@ -14,9 +14,12 @@ not); custom tags (``!foo``, ``!<tag:...>``, ``!`` and tags of another namespace
 or a mapping, the document's root included; YAML types that are not JSON (``date``, ``timestamp``,
 ``!!binary``, ``!!set``, ``!!omap``, ``!!pairs``); a core tag on a node it does not fit (``!!str
 {...}``); a value that does not read as its core tag says (``!!int abc``); recursive aliases; and
-text past the two bounds. The core tags of JSON values (``!!str``, ``!!int``, ``!!float``, ``!!bool``,
-``!!null``, ``!!map``, ``!!seq``) are kept: ``!!str 5`` is the string ``"5"`` (ruamel's
-``TaggedScalar``).
+text past the two bounds. Refused too, because YAML readers give them different meanings (the rule of
+the Assay reader, shared through ``canonical.yaml_numbers``): merge keys (``<<``), a ``%YAML``
+directive other than 1.2 (1.1 reads ``no`` as false, ``1:20`` as 80, ``010`` as 8), and numbers
+spelled ``1_000``, ``012``, ``0b11``, ``0x_1``. The core tags of JSON values (``!!str``, ``!!int``,
+``!!float``, ``!!bool``, ``!!null``, ``!!map``, ``!!seq``) are kept: ``!!str 5`` is the plain string
+``"5"``, as a value and as a key (so ``!!str name`` beside ``name`` is a duplicate key).
 
 Theory of operation. The text is read twice. First as a stream of parser events, which ruamel
 produces without recursion, so any depth is safe to look at: depth, the expanded count (each
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +54,8 @@ from ruamel.yaml.events import (
 )
 from ruamel.yaml.nodes import ScalarNode
 
+from drawbridge.canonical.yaml_numbers import NumberSpelling, float_value, integer_value
+
 MAX_DEPTH = 64
 """Levels of lists and mappings a document may nest (an alias counts as the levels of its anchor)."""
 MAX_VALUES = 100_000
@@ -63,6 +69,7 @@ _FITTING = {
 }
 _NOT_JSON_TAGS = frozenset({"binary", "timestamp", "set", "omap", "pairs"})
 _SHOWN_CHARS = 80
+_NON_FINITE = re.compile(r"[-+]?\.(?:inf|Inf|INF|nan|NaN|NAN)")
 
 
 class YamlProblem(Exception):
@@ -117,7 +124,8 @@ class _Open:
 class _Bounds:
     """The event pass: depth, expanded size, recursive aliases, tags and documents."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, yaml_1_2_only: bool = False) -> None:
+        self.yaml_1_2_only = yaml_1_2_only
         self.values = 0
         self.open: list[_Open] = []
         self.sizes: dict[str, tuple[int, int]] = {}  # anchor -> (values, levels of lists and mappings)
@@ -145,6 +153,12 @@ class _Bounds:
             if self.documents > 1:
                 raise YamlProblem(
                     line, "invalid YAML: more than one YAML document (a file holds exactly one)"
+                )
+            version = getattr(event, "version", None)
+            if self.yaml_1_2_only and version is not None and tuple(version) != (1, 2):
+                raise YamlProblem(
+                    line, "a %YAML directive other than 1.2 is refused: YAML 1.1 reads values differently "
+                    "(no is false, 1:20 is 80, 010 is 8); remove the directive",
                 )
         elif isinstance(event, AliasEvent):
             if any(frame.anchor == event.anchor for frame in self.open):
@@ -200,6 +214,16 @@ class _Constructor(RoundTripConstructor):
             raise YamlProblem(line, f"invalid YAML: duplicate key {_key_shown(key)}")
         return True
 
+    def flatten_mapping(self, node: Any) -> Any:
+        for key_node, _ in node.value:
+            if str(getattr(key_node.tag, "value", key_node.tag)) == _CORE + "merge":
+                raise YamlProblem(
+                    key_node.start_mark.line + 1,
+                    "merge keys (`<<`) are refused: readers differ on what they merge and which value wins; "
+                    "write the keys out",
+                )
+        return super().flatten_mapping(node)
+
     def construct_non_recursive_object(self, node: Any, tag: str | None = None) -> Any:
         line = node.start_mark.line + 1
         try:
@@ -210,11 +234,32 @@ class _Constructor(RoundTripConstructor):
             shown = _tag_shown(str(getattr(node.tag, "value", node.tag)))
             problem = f"invalid YAML: the value does not read as its tag {shown} says"
             raise YamlProblem(line, problem) from None
+        if isinstance(node, ScalarNode):
+            _check_number(node, line)
+        if isinstance(data, TaggedScalar):
+            tag = str(getattr(data.tag, "value", data.tag))
+            if tag == _CORE + "str":
+                return str(data.value)  # ``!!str x`` is the string x, a key like any other
         if isinstance(node, ScalarNode) and not (data is None or isinstance(data, (str, int, float))):
-            tag = str(getattr(data.tag, "value", data.tag)) if isinstance(data, TaggedScalar) else None
-            if tag != _CORE + "str":
-                raise YamlProblem(line, f"a value of YAML type {_type_name(data)} is not plain JSON")
+            raise YamlProblem(line, f"a value of YAML type {_type_name(data)} is not plain JSON")
         return data
+
+
+def _check_number(node: ScalarNode, line: int) -> None:
+    """An integer or a float (resolved or tagged) spelled as every YAML reader reads it
+    (``canonical.yaml_numbers``); ``.inf`` and ``.nan`` are left to the callers, which say why."""
+    tag = str(getattr(node.tag, "value", node.tag))
+    try:
+        if tag == _CORE + "int":
+            integer_value(node.value)
+        elif tag == _CORE + "float" and not _NON_FINITE.fullmatch(node.value):
+            float_value(node.value)
+    except NumberSpelling as exc:
+        what = "an integer" if exc.integer else "a number"
+        raise YamlProblem(
+            line, f"{what} spelled so that YAML readers read it differently (such as 1_000, 012, 0b1, "
+            "0x_1, 1e_3): write it plainly (1000, 12) or quote it",
+        ) from None
 
 
 def key_line(node: CommentedMap, key: Any) -> int:
@@ -263,11 +308,12 @@ def yaml_problem(exc: YAMLError) -> YamlProblem:
     return YamlProblem(None, f"invalid YAML: {_one_line(str(exc)) or type(exc).__name__}")
 
 
-def check_bounds(text: str) -> None:
+def check_bounds(text: str, *, yaml_1_2_only: bool = False) -> None:
     """The event pass alone (depth, expanded size, recursive aliases, tags, one document), for a reader
-    that builds its own values, such as an OpenAPI document's; raises ``YamlProblem``."""
+    that builds its own values, such as an OpenAPI document's; raises ``YamlProblem``. ``read_yaml``
+    also refuses a ``%YAML`` directive other than 1.2 (``yaml_1_2_only``)."""
     try:
-        bounds = _Bounds()
+        bounds = _Bounds(yaml_1_2_only=yaml_1_2_only)
         for event in YAML(typ="safe", pure=True).parse(text):
             bounds.event(event)
     except YAMLError as exc:
@@ -276,7 +322,7 @@ def check_bounds(text: str) -> None:
 
 def read_yaml(text: str) -> Any:
     """The round-trip tree of ``text`` (None when it holds no document), or ``YamlProblem``."""
-    check_bounds(text)
+    check_bounds(text, yaml_1_2_only=True)
     yaml = YAML(typ="rt")
     yaml.Constructor = _Constructor
     try:

@@ -17,6 +17,7 @@ plane and console use it to find the file again.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from drawbridge.canonical import canonical_bytes, sha256_prefixed
@@ -75,7 +76,9 @@ def read_source(path: Path, name: str | None = None) -> PolicySource:
 
 
 def read_policy_dir(directory: Path) -> list[PolicySource]:
-    return [read_source(directory / name, name) for name in policy_file_names(directory)]
+    """The directory's policy files, marked as such (an Assay-format file is refused there)."""
+    return [replace(read_source(directory / name, name), in_directory=True)
+            for name in policy_file_names(directory)]
 
 
 def load_policy_dir(directory: Path | str) -> PolicySet:

@@ -8,29 +8,26 @@ and converted by us, so we control what a scalar means and keep a line/column fo
 Refused, with the line: several documents, duplicate keys, non-string keys, merge keys (``<<``),
 tags other than the core ones, recursive aliases, non-finite numbers, and numeric spellings whose
 meaning differs between YAML readers (``1_000``, ``012``, ``0b1``): quote them or write them
-plainly. A plain scalar that looks like a date stays a string, as in Assay's reader. A document
+plainly. The numbers follow ``canonical.yaml_numbers``, the rule the strict reader of native
+policies and the configuration (``policy.strict_yaml``) shares.
+A plain scalar that looks like a date stays a string, as in Assay's reader. A document
 that expands to more nodes than ``_NODE_BUDGET`` (an alias bomb) or nests too deeply is refused
 too, as is text that is not UTF-8 and a root that is not a mapping.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from typing import Any, NoReturn
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from drawbridge.canonical.yaml_numbers import NumberSpelling, float_value, integer_value
 from drawbridge.evidence.truth.assay_errors import AssayPolicyError, Path
 
 __all__ = ["load_text"]
 
-_INT_DEC = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
-_INT_HEX = re.compile(r"0x[0-9a-fA-F]+")
-_INT_OCT = re.compile(r"0o[0-7]+")
-_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
 _TAG = "tag:yaml.org,2002:"
 _NODE_BUDGET = 1_000_000
 
@@ -89,20 +86,13 @@ class _YamlReader:
             return None
         if tag == _TAG + "bool":
             return text.lower() == "true"
-        if tag == _TAG + "int":
-            if _INT_DEC.fullmatch(text):
-                return int(text)
-            if _INT_HEX.fullmatch(text):
-                return int(text[2:], 16)
-            if _INT_OCT.fullmatch(text):
-                return int(text[2:], 8)
-            self.fail(node, "ambiguous integer spelling; write it plainly or quote it", path)
-        if tag == _TAG + "float":
-            if _FLOAT.fullmatch(text):
-                number = float(text)
-                if math.isfinite(number):
-                    return number
-            self.fail(node, "number is not a finite JSON number", path)
+        try:
+            if tag == _TAG + "int":
+                return integer_value(text)
+            if tag == _TAG + "float":
+                return float_value(text)
+        except NumberSpelling as exc:
+            self.fail(node, exc.problem, path)
         self.fail(node, "unsupported tag on a scalar", path)
 
 
