@@ -539,12 +539,8 @@ def test_pinned_tool_changed(pins: dict[str, Run], transport: str) -> None:
     assert keys(first)[1:] == [decision("echo", "allow", "ok", POLICY_NAME, RULE_ECHO)], first.describe()
 
     second = step_of(pins, transport, "second_run")
-    if transport == "wrap":  # wrap relays the server's tools/list as it is; only the floors hold
-        assert second.tools == [
-            {"name": "echo", "description": RUG_PULL}, {"name": NEW_TOOL, "description": f"The tool {NEW_TOOL}."},
-        ], second.describe()
-    else:  # serve lists only what was accepted: echo as pinned, the new tool not at all
-        assert second.tools == [{"name": "echo", "description": HONEST}], second.describe()
+    # Every transport lists only what was accepted: echo as pinned, the new tool not at all.
+    assert second.tools == [{"name": "echo", "description": HONEST}], second.describe()
     assert second.entries[:1] == [HELD_BACK], second.describe()
     changed, new = second.answers
     assert changed.is_error is True and changed.text is not None, second.describe()
@@ -579,16 +575,14 @@ def test_pinned_tool_changed(pins: dict[str, Run], transport: str) -> None:
 
 def test_pinned_tool_changed_parity(pins: dict[str, Run]) -> None:
     check_parity(pins, "first_run")
-    # Where no operator channel exists (both stdio transports), the whole second run is the same but for
-    # the listing (test_pinned_tool_changed checks each)...
-    assert_same({t: {**comparable(step_of(pins, t, "second_run")), "tools": None} for t in ("wrap", "serve-stdio")},
-                "scenario 'second_run' but for its listing")
+    # Where no operator channel exists (both stdio transports), the whole second run is the same...
+    stdio = ("wrap", "serve-stdio")
+    assert_same({t: comparable(step_of(pins, t, "second_run")) for t in stdio}, "scenario 'second_run'")
     # ... and over HTTP too, but for the changed tool's call (test_pinned_tool_changed checks that one).
     without_echo = {}
     for transport in TRANSPORTS:
         value = comparable(step_of(pins, transport, "second_run"))
         value["answers"] = value["answers"][1:]
-        value["tools"] = None
         value["trace"] = [entry for entry in value["trace"] if entry.get("tool") != "echo"]
         without_echo[transport] = value
     assert_same(without_echo, "scenario 'second_run' without the changed tool's call")

@@ -13,7 +13,8 @@ The runtime is the one serve builds (``gateway.runtime``): the same pipeline dec
 the same floors and the same fail-closed rules. Calls are resolved in the server's own tool
 catalogue, which the gateway lists itself: a name the server does not list is refused. With
 ``--pin-tools`` that catalogue is pinned in the state file (trust on first use), and a tool that
-changed needs a person, a new one is denied, as under ``serve``'s ``pin_tools``.
+changed needs a person, a new one is denied, as under ``serve``'s ``pin_tools``; the agent's
+``tools/list`` shows a changed tool as pinned and a new one not at all.
 
 Human approval (``human_approval`` rules; ``gateway.pipeline.approvals``). The queue, grants and approval
 memory live in the SQLite file ``--state`` (default: ``drawbridge.db`` inside ``--evidence-dir``, so
@@ -161,7 +162,8 @@ if TYPE_CHECKING:
     "--pin-tools",
     is_flag=True,
     help="Pin the server's tool catalogue in the state file (trust on first use): a changed tool needs a "
-    "person, a new one is denied, until the change is accepted (drawbridge pins accept).",
+    "person and is listed as pinned, a new one is denied and not listed, until the change is accepted "
+    "(drawbridge pins accept).",
 )
 @click.option(
     "--checkpoint-every-lines",

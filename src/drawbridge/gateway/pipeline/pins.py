@@ -25,9 +25,10 @@ awaits ``check(server)`` on each such report, before agents see the new list. A 
 4. publishes the statuses for that catalogue version and, when tools are held back or pinned tools
    are gone, records ``mesh.pin_held_back`` with both descriptions.
 
-What agents read follows the pins too (``listed``, used by serve's ``tools/list``): a ``changed``
-tool is listed as its pinned definition, a ``new`` one not at all, so a definition nobody accepted
-never reaches a model; its calls are still decided by the floors above.
+What agents read follows the pins too (``listed``: serve's ``tools/list`` of its merged catalogue;
+``shown``: each page of the server's own ``tools/list`` answer that wrap relays): a ``changed`` tool
+is listed as its pinned definition, a ``new`` one not at all, so a definition nobody accepted never
+reaches a model; its calls are still decided by the floors above.
 
 A failure anywhere publishes "unavailable" for that version (recorded as
 ``mesh.pin_store_unavailable``). Checks of one server are serialized; a call that arrives while its
@@ -385,6 +386,20 @@ class CataloguePins:
         shown = {key: value for key, value in item.items() if key not in PINNED_FIELDS or key == "name"}
         shown.update((key, value) for key, value in document.items() if key != "name" and value is not None)
         return shown
+
+    def shown(self, server: str, tools: Sequence[Any]) -> list[Any] | None:
+        """One page of ``server``'s ``tools/list`` answer as agents are shown it (``listed`` for each
+        tool; an item without a name is not listed either). None when every tool is shown as listed,
+        so that an answer holding only accepted definitions can pass as the server wrote it."""
+        shown: list[Any] = []
+        rewritten = False
+        for item in tools:
+            name = item.get("name") if isinstance(item, Mapping) else None
+            listed = self.listed(server, name, item) if isinstance(name, str) else None
+            if listed is not None:
+                shown.append(listed)
+            rewritten = rewritten or listed is not item
+        return shown if rewritten else None
 
     async def _record(self, kind: str, body: Mapping[str, Any]) -> None:
         try:

@@ -3,9 +3,10 @@
 Invariant: wrap adds a transport and one upstream, never a second decision path: the relay hands
 every tools/call to the runtime's pipeline, which resolves it in the server's own catalogue (listed
 by the gateway), raises it to the floors of the runtime's pins (``--pin-tools`` puts that catalogue
-under them, in the same state file and with the same statuses as serve) and records it through the
-runtime's guard. The truth producer's key variables never reach the child (its environment filter,
-set by the command, denies them).
+under them, in the same state file and with the same statuses as serve, and shows the agent's
+``tools/list`` through them as serve does) and records it through the runtime's guard. The truth
+producer's key variables never reach the child (its environment filter, set by the command, denies
+them).
 
 SIGINT and SIGTERM stop wrap as the agent closing its end does, but at once (``StdioRelay.stop``):
 every call in flight is settled (the gateway stopped), recorded and answered, the server's process
@@ -69,12 +70,7 @@ async def run_wrap(
                 pins = runtime.pins
                 if pins is not None:
                     runtime.guard_catalogue(catalogue)
-                    server = catalogue.name
-
-                    async def check() -> None:
-                        await pins.check(server)
-
-                    catalogue.on_catalogue = check
+                    catalogue.pin(pins)
                 if control is not None:
                     # The control plane's web stack is loaded only when it is served.
                     from drawbridge.gateway.runtime.control import (

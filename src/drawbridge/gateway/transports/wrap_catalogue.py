@@ -3,7 +3,13 @@
 Invariant: wrap forwards a tools/call only for a tool the server listed in the catalogue the gateway
 read from it (every page, on its own request ids), exactly as serve routes only what its merged
 catalogue holds; a name the server does not list is refused as unknown. With ``--pin-tools`` that
-same catalogue is what the pins check (``pipeline.pins``), so wrap's floors are serve's.
+same catalogue is what the pins check (``pipeline.pins``), so wrap's floors are serve's, and the
+agent reads only what a person accepted, as under serve: each page of the server's answer to the
+agent's own ``tools/list`` that holds a tool not pinned as it is now is rewritten
+(``CataloguePins.shown``: a ``changed`` tool as its pinned definition, a ``new`` one left out, no tool
+while the pins cannot be read); a page of accepted definitions only passes as the server wrote it.
+Before the first check nothing can be shown, so an agent's ``tools/list`` waits for it
+(``listing_waits``, ``checked``) before it is sent to the server.
 
 Theory of operation. The catalogue is read once the agent's session is initialized (2025-11-25), or,
 when no handshake comes first (2026-07-28), by the first call, which waits for the listing (one
@@ -16,6 +22,7 @@ catalogue in force; with none, calls are refused, saying why.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -25,6 +32,8 @@ import anyio
 from drawbridge.catalogue.names import tool_name_problem
 from drawbridge.gateway.pipeline.call import WAIT, CatalogueUnavailable, Forwarder, Resolved
 from drawbridge.gateway.pipeline.floors import route_of
+from drawbridge.gateway.pipeline.pins import CataloguePins
+from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, Message, encode_line, error_line
 from drawbridge.gateway.protocol.methods import TOOLS_LIST
 from drawbridge.gateway.protocol.modern import envelope, with_envelope
 from drawbridge.gateway.protocol.paging import ListingFailed, list_all
@@ -34,6 +43,9 @@ logger = logging.getLogger("drawbridge.gateway")
 LIST_TIMEOUT_SECONDS: Final = 30.0
 GATEWAY_CAPABILITIES: Final[Mapping[str, Any]] = {}
 """What the gateway declares about itself on its own listing requests (it asks nothing of the agent)."""
+
+NOT_FILTERED: Final = "the tool list could not be filtered for the agent"
+"""The error that answers a ``tools/list`` whose tools cannot be read or written (serve says the same)."""
 
 Ask = Callable[[str, dict[str, Any] | None], Awaitable[dict[str, Any]]]
 """Send the server a request of the gateway's own; its response body."""
@@ -66,6 +78,13 @@ class ChildCatalogue:
         self._loading: anyio.Event | None = None
         self._problem: str | None = None
         self._again = False
+        self._pins: CataloguePins | None = None
+
+    def pin(self, pins: CataloguePins) -> None:
+        """``--pin-tools`` (the pins guard this catalogue already): every listing is checked before
+        calls resolve in it, and the agent's ``tools/list`` answers are shown through the pins."""
+        self._pins = pins
+        self.on_catalogue = functools.partial(pins.check, self.name)
 
     # -- Resolver
 
@@ -137,6 +156,37 @@ class ChildCatalogue:
         self.catalogue_version += 1
         self._routes = routes
         self._problem = None
+
+    # -- the agent's own tools/list, under --pin-tools
+
+    def listing_waits(self) -> bool:
+        """Whether an agent's ``tools/list`` must wait for ``checked`` before it is sent: no check of
+        this server was published yet, and without one no tool can be shown."""
+        return self._pins is not None and self._pins.state(self.name) is None
+
+    async def checked(self) -> None:
+        """List the catalogue and check it against the pins, unless a check was published (a listing
+        in progress is waited for; one that fails leaves nothing checked, so nothing is shown)."""
+        if self._pins is not None and self._pins.state(self.name) is None:
+            await self.load()
+
+    def shown(self, message: Message, line: bytes) -> bytes:
+        """The line that answers the agent's ``tools/list``: ``line`` (the server's own) unless it holds
+        a tool not pinned as it is now; then the same answer with only what a person accepted, or an
+        error when its tools cannot be read or the rewritten answer cannot be written."""
+        result = message.body.get("result")
+        if self._pins is None or not isinstance(result, dict):
+            return line  # not pinned, or an error: nothing to show
+        tools = result.get("tools")
+        if not isinstance(tools, list):
+            return error_line(message.id, INTERNAL_ERROR, NOT_FILTERED)
+        shown = self._pins.shown(self.name, tools)
+        if shown is None:
+            return line
+        try:
+            return encode_line({**message.body, "result": {**result, "tools": shown}})
+        except ValueError:  # a number JSON cannot write (NaN) in what the server sent
+            return error_line(message.id, INTERNAL_ERROR, NOT_FILTERED)
 
     async def _list(self) -> list[Any]:
         hop = envelope(GATEWAY_CAPABILITIES) if self._modern() else None

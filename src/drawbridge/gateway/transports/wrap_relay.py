@@ -5,7 +5,10 @@ upstream's own line, byte for byte, or an error or refusal written by the gatewa
 none while the gateway runs. When the gateway is stopped (``stop``: SIGINT, SIGTERM) every request
 in flight is answered that it stopped, and every tools/call in flight is settled and recorded first. Only ``tools/call`` is decided, and it is decided by the pipeline
 (``pipeline.call``), to which the relay hands every one; every other message, in both directions,
-is passed on as the exact bytes received. The relay only moves bytes.
+is passed on as the exact bytes received, but for one: under ``--pin-tools`` an answer to the
+agent's ``tools/list`` that holds a definition nobody accepted is written anew by the gateway
+(``ChildCatalogue.shown``), and until the first pin check such a request waits before it is sent.
+The relay only moves bytes.
 
 Theory of operation. Two loops run concurrently. The client loop frames the agent's stdin into lines,
 parses each strictly (``jsonrpc.read_client_line``) and either answers it (bad input), forwards it
@@ -97,6 +100,7 @@ from drawbridge.gateway.protocol.methods import (
     INITIALIZE,
     INITIALIZED,
     TOOLS_CALL,
+    TOOLS_LIST,
     TOOLS_LIST_CHANGED,
     looks_like_tools_call,
 )
@@ -575,11 +579,32 @@ class StdioRelay:
             return
         pending = Pending(message, method)
         self._inflight[key] = pending
-        if not await self._to_upstream(message.raw + b"\n") and self._inflight.get(key) is pending:
-            del self._inflight[key]
-            await self._to_client(error_line(message.id, UPSTREAM_EXITED, f"the upstream is gone; {method} was not sent"))
-        elif self._tasks is not None and method != INITIALIZE:  # the server may take its time to start
+        catalogue = self.catalogue
+        if method == TOOLS_LIST and isinstance(catalogue, ChildCatalogue) and catalogue.listing_waits():
+            assert self._tasks is not None
+            self._tasks.start_soon(self._list_when_checked, key, pending, catalogue)
+        elif not await self._forward(key, pending):
+            return
+        if self._tasks is not None and method != INITIALIZE:  # the server may take its time to start
             self._tasks.start_soon(self._time_out_pending, key, pending)
+
+    async def _forward(self, key: IdKey, pending: Pending) -> bool:
+        """Send a relayed request to the upstream; False when it could not be sent (then answered so)."""
+        if await self._to_upstream(pending.message.raw + b"\n"):
+            return True
+        if self._inflight.get(key) is pending:
+            del self._inflight[key]
+            detail = f"the upstream is gone; {pending.method} was not sent"
+            await self._to_client(error_line(pending.message.id, UPSTREAM_EXITED, detail))
+        return False
+
+    async def _list_when_checked(self, key: IdKey, pending: Pending, catalogue: ChildCatalogue) -> None:
+        """``--pin-tools``: the agent's tools/list goes out once the server's catalogue was checked
+        against the pins (before that, nothing could be shown of the answer); unless it was answered
+        meanwhile (timed out, the upstream gone, the gateway stopped)."""
+        await catalogue.checked()
+        if self._inflight.get(key) is pending:
+            await self._forward(key, pending)
 
     async def _time_out_pending(self, key: IdKey, pending: Pending) -> None:
         """The call timeout holds for every forwarded request but ``initialize``: one the upstream has not
@@ -662,7 +687,10 @@ class StdioRelay:
         elif entry is not None:
             del self._inflight[key]
             await self.pipeline.flush()
-            await self._to_client(item + b"\n")
+            line = item + b"\n"
+            if entry.method == TOOLS_LIST and isinstance(self.catalogue, ChildCatalogue):
+                line = self.catalogue.shown(message, line)
+            await self._to_client(line)
             if entry.method == INITIALIZE:
                 result = message.body.get("result")
                 version = result.get("protocolVersion") if isinstance(result, dict) else None
