@@ -3,7 +3,9 @@
 Invariant: ``PostgresDB`` keeps every promise of ``drawbridge.state.sqlite.StateDB`` -- one
 transaction per ``read``/``write``, every failure (cannot connect, connection lost, pool
 exhausted, server restarted) surfaced as ``StateUnavailable`` naming the database (never its
-password) and the operation, a schema newer than this code refused -- and adds one: write
+password, in the userinfo or in any query parameter: ``redacted`` masks both, ``scrubbed`` masks them
+in the driver's own words) and the operation, with a ``detail`` that names neither for what an agent
+reads, a schema newer than this code refused -- and adds one: write
 transactions are serialised across every replica by a transaction-level advisory lock, so
 "check the row, then change it" is atomic against the other replicas exactly as ``BEGIN
 IMMEDIATE`` makes it atomic against other processes on one SQLite file. Of two replicas
@@ -33,6 +35,7 @@ import functools
 import logging
 import re
 import sqlite3
+from urllib.parse import unquote
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
@@ -72,12 +75,60 @@ DEFAULT_TIMEOUT: Final = 3.0
 LISTEN_BACKOFF_MAX: Final = 2.0
 _PLACEHOLDER: Final = re.compile(r"\?")
 _OR_IGNORE: Final = re.compile(r"^\s*INSERT OR IGNORE INTO", re.IGNORECASE)
+_SECRET_NAMES: Final = ("pass", "key", "secret", "token")
 _PLAIN_INSERT: Final = re.compile(r"^\s*INSERT INTO(?!.*\bON CONFLICT\b)", re.IGNORECASE | re.DOTALL)
 
 
+def _split(url: str) -> tuple[str, str, str, str]:
+    """``scheme://``, the userinfo (without ``@``; empty when none), the host and path, and the query
+    (from ``?``), cut as libpq cuts a URI: the userinfo ends at the first ``@`` before any ``/``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "", "", "", url  # not a URL: all of it is treated as secret
+    head = rest.split("/", 1)[0]
+    userinfo = ""
+    if "@" in head:
+        userinfo, rest = rest.split("@", 1)
+    location, query_sep, query = rest.partition("?")
+    return scheme + sep, userinfo, location, query_sep + query
+
+
+def _secret_values(url: str) -> list[str]:
+    """Every part of ``url`` that may be a password: the userinfo after its user name and every query
+    value (``password``, ``passfile``, ``sslpassword``, ...), raw and percent-decoded."""
+    _, userinfo, _, query = _split(url)
+    found = [userinfo.split(":", 1)[1]] if ":" in userinfo else []
+    for name, _, value in (item.partition("=") for item in query.lstrip("?").split("&")):
+        if value and (len(value) >= 8 or any(word in name.lower() for word in _SECRET_NAMES)):
+            found.append(value)  # a short value of an ordinary option (sslmode=require) is no secret
+    if not url.partition("://")[1]:
+        found.append(url)
+    decoded = [unquote(value) for value in found]
+    return sorted({v for v in found + decoded if v}, key=len, reverse=True)
+
+
 def redacted(url: str) -> str:
-    """The URL without its password, for every message that names the database."""
-    return re.sub(r"(//[^/:@]*):[^@/]*@", r"\1:***@", url)
+    """The URL without a password in any form, for every message that names the database: the
+    userinfo keeps its user name only, and every query value is masked (libpq reads ``password``,
+    ``passfile``, ``sslpassword`` and more from there; masking all of them leaves nothing to miss)."""
+    scheme, userinfo, location, query = _split(url)
+    if not scheme:
+        return "the configured database URL"
+    user = userinfo.split(":", 1)[0].split("?", 1)[0]
+    shown = scheme + (f"{user}:***@" if user != userinfo else f"{user}@" if userinfo else "") + location
+    if query:
+        shown += "?" + "&".join(
+            f"{name}=***" if sep else name for name, sep, _ in (item.partition("=") for item in query[1:].split("&"))
+        )
+    return shown
+
+
+def scrubbed(url: str, text: str) -> str:
+    """``text`` with every secret part of ``url`` masked: a driver's message may quote the connection
+    string it could not parse."""
+    for value in _secret_values(url):
+        text = text.replace(value, "***")
+    return text
 
 
 @functools.lru_cache(maxsize=512)
@@ -154,7 +205,7 @@ class PostgresDB:
         except (psycopg_pool.PoolTimeout, psycopg.Error) as exc:
             pool.close()
             raise StateUnavailable(
-                f"cannot connect to the state database {redacted(url)}: {_describe(exc)}"
+                f"cannot connect to the state database {redacted(url)}: {scrubbed(url, _describe(exc))}"
             ) from None
         finally:
             pool_log.setLevel(level)
@@ -176,18 +227,24 @@ class PostgresDB:
     def closed(self) -> bool:
         return self._closed
 
+    def _describe(self, exc: BaseException) -> str:
+        return scrubbed(self._url, _describe(exc))
+
     # -- transactions --------------------------------------------------------------------------
 
     def _run(self, fn: Callable[[Any], T], what: str, *, write: bool) -> T:
         if self._closed:
-            raise StateUnavailable(f"state database {self.label} is closed ({what})")
+            raise StateUnavailable(f"state database {self.label} is closed ({what})", detail=f"{what}: closed")
         try:
             with self._pool.connection() as conn, conn.transaction():
                 if write:
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
                 return fn(_PgConnection(conn))
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise StateUnavailable(f"state database {self.label}: {what}: {_describe(exc)}") from None
+            raise StateUnavailable(
+                f"state database {self.label}: {what}: {self._describe(exc)}",
+                detail=f"{what}: {_kind_of_failure(exc)}",
+            ) from None
 
     def read_sync(self, fn: Callable[[Any], T], what: str) -> T:
         return self._run(fn, what, write=False)
@@ -234,7 +291,7 @@ class PostgresDB:
                 conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
             except psycopg.Error as exc:
                 if not started:
-                    raise StateUnavailable(f"cannot listen on {self.label}: {_describe(exc)}") from None
+                    raise StateUnavailable(f"cannot listen on {self.label}: {self._describe(exc)}") from None
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, LISTEN_BACKOFF_MAX)
                 continue
@@ -253,8 +310,15 @@ class PostgresDB:
                     async for note in conn.notifies():
                         await on_event(note.channel, note.payload)
             except psycopg.Error as exc:
-                logger.warning("state notifications from %s interrupted (%s)", self.label, _describe(exc))
+                logger.warning("state notifications from %s interrupted (%s)", self.label, self._describe(exc))
                 await anyio.sleep(backoff)
+
+
+def _kind_of_failure(exc: BaseException) -> str:
+    """What failed, without the server's words (which name its host and port)."""
+    if isinstance(exc, (psycopg_pool.PoolTimeout, psycopg.OperationalError)):
+        return f"the database could not be reached ({type(exc).__name__})"
+    return f"the database refused the transaction ({type(exc).__name__})"
 
 
 def _describe(exc: BaseException) -> str:
@@ -270,4 +334,4 @@ def _migrate(conn: _PgConnection) -> None:
     apply_migrations(conn, MIGRATIONS, "the state database")
 
 
-__all__ = ["DEFAULT_POOL_SIZE", "LOCK_KEY", "PostgresDB", "redacted", "translate"]
+__all__ = ["DEFAULT_POOL_SIZE", "LOCK_KEY", "PostgresDB", "redacted", "scrubbed", "translate"]

@@ -85,7 +85,21 @@ class StateError(Exception):
 
 
 class StateUnavailable(StateError):
-    """The state database cannot be opened, read or written. Callers fail closed."""
+    """The state database cannot be opened, read or written. Callers fail closed.
+
+    The message names the database (a file path, or a URL without its password) for the operator;
+    ``detail`` says what failed without naming it, for what an agent may be told."""
+
+    def __init__(self, message: str, *, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail if detail is not None else "the state could not be read or written"
+
+
+def failure_text(exc: BaseException) -> str:
+    """What to log of a failure that refused a call: a state failure's whole message (the database and
+    the cause, never an argument or a password), otherwise only the exception's type, whose text may
+    quote arguments."""
+    return str(exc) if isinstance(exc, StateUnavailable) else type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,7 +416,7 @@ class StateDB:
         with self._lock:
             conn = self._conn
             if conn is None:
-                raise StateUnavailable(f"state database {self._path} is closed ({what})")
+                raise StateUnavailable(f"state database {self._path} is closed ({what})", detail=f"{what}: closed")
             try:
                 conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 try:
@@ -413,7 +427,9 @@ class StateDB:
                         conn.execute("ROLLBACK")
                     raise
             except sqlite3.Error as exc:
-                raise StateUnavailable(f"state database {self._path}: {what}: {_describe(exc)}") from None
+                raise StateUnavailable(
+                    f"state database {self._path}: {what}: {_describe(exc)}", detail=f"{what}: {_describe(exc)}"
+                ) from None
             return result
 
     def read_sync(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:

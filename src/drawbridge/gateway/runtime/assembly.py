@@ -373,6 +373,8 @@ class Runtime:
                 tg.start_soon(functools.partial(watch_policies, store, on_reload=self._policy_reloaded))
             if self.engine is not None:
                 await tg.start(self._run_approvals)
+            if self.pins is not None:
+                await tg.start(self.pins.retry_unavailable, self.pins_changed_elsewhere)
             if isinstance(self.state_db, PostgresDB):
                 await tg.start(follow, self.state_db, self.engine, self.pins, self.pins_changed_elsewhere)
             task_status.started()
