@@ -37,6 +37,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from drawbridge.canonical import sanitize
+from drawbridge.config_state import URL_AS_PATH, looks_like_url
 from drawbridge.gateway.pipeline.activity import log_decision
 from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalGate, build_approval_engine, run_approvals
@@ -65,6 +66,7 @@ from drawbridge.state.signing_keys import KEYS_DIR, KeyFileError, open_keys
 from drawbridge.state.backend import StateBackend
 from drawbridge.state.key_ring import KeyRingMismatch
 from drawbridge.state.postgres import PostgresDB
+from drawbridge.state.private_files import make_private_dirs
 from drawbridge.state.sqlite import StateDB, StateError
 from drawbridge.state.trace_log import TraceLogCorrupt
 
@@ -221,13 +223,18 @@ def open_state(path: str | None) -> tuple[StateDB, str | None]:
 
         temp_dir = tempfile.mkdtemp(prefix="drawbridge-")
         path = str(Path(temp_dir) / STATE_FILE)
+    elif looks_like_url(path):
+        raise StartupProblem(f"the state file path {URL_AS_PATH}")
     try:
-        Path(path).absolute().parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(Path(path).absolute().parent)
         return StateDB.open(path), temp_dir
-    except (OSError, StateError) as exc:
+    except OSError as exc:
         _remove_temporary(temp_dir)
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        reason = exc.strerror or str(exc)
         raise StartupProblem(f"cannot open the state database {path}: {reason}; the gateway does not start without it") from None
+    except StateError as exc:
+        _remove_temporary(temp_dir)
+        raise StartupProblem(f"{exc}; the gateway does not start without it") from None
 
 
 def open_any_state(settings: RuntimeSettings, replica_id: str | None) -> tuple[StateBackend, str | None]:
