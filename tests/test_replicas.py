@@ -31,7 +31,7 @@ from replica_support import (
     replica_config,
     upstream_calls,
 )
-from serve_support import http_client, http_gateway
+from serve_support import background, http_client, http_gateway, serve_argv
 
 from drawbridge.evidence.chain import verify_chain
 
@@ -384,3 +384,29 @@ async def test_pins_unreadable_while_postgresql_is_down_are_read_again_once_it_i
             after = await http.get(readyz)
             assert after.status_code == 200 and after.json()["pins_unavailable"] == [], after.text
         assert "S3cretPw" not in a.text() and "password=***" in a.text()
+
+
+async def test_the_drivers_own_warnings_follow_the_json_log_format(
+    tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
+) -> None:
+    """While PostgreSQL is down the pool's reconnection warnings (two lines from psycopg: the error and the
+    server's hint) come out as one JSON object each, like every other line, without the password."""
+    url = postgres_url + "?password=S3cretPw"
+    config = replica_config(tmp_path, "a", url, tmp_path / "calls.log")
+    with background(serve_argv(config, "--log-format", "json"), env=KEY_ENV) as a:
+        assert a.wait_until(lambda text: a.url is not None), a.text()
+        assert a.url is not None
+        async with http_client(a.url) as client:
+            await anyio.to_thread.run_sync(postgres_cluster.stop)
+            with anyio.fail_after(CALL_TIMEOUT):
+                refused = await client.call_tool("rec.delete_all", {"during": True})  # the pool reconnects
+            assert refused.is_error and "state unavailable" in text_of(refused)
+            seen = await anyio.to_thread.run_sync(
+                lambda: a.wait_until(lambda text: '"logger":"psycopg' in text, RECOVERY_TIMEOUT)
+            )
+            assert seen, a.text()
+            await anyio.to_thread.run_sync(postgres_cluster.start)
+    lines = [line for line in a.text().splitlines() if line.strip()]
+    objects = [json.loads(line) for line in lines]  # every line one object
+    assert any(o["logger"].startswith("psycopg") for o in objects)
+    assert "S3cretPw" not in a.text()

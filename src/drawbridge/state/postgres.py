@@ -25,6 +25,8 @@ Theory of operation.
   transaction gets a fresh one, and the calls in between were refused. The listener
   (``listen``) reconnects with a bounded backoff and, after each reconnection, reports a resync
   (``None``), because notifications sent while it was away are lost.
+* The driver's log. psycopg's own loggers go through ``_DriverLog``: one line per message, the
+  password masked, written by the gateway's handlers (so ``--log-format json`` holds for them too).
 * Schema. ``schema_version`` as on SQLite, migrated under the same advisory lock, so replicas
   starting together migrate once. A database newer than ``SCHEMA_VERSION`` is refused.
 """
@@ -131,6 +133,40 @@ def scrubbed(url: str, text: str) -> str:
     return text
 
 
+class _DriverLog(logging.Handler):
+    """psycopg's own log lines (the pool's "error connecting ..."), written as the gateway's: folded onto
+    one line (the server's hint follows on a second), every open database's password masked, and
+    handed to ``drawbridge.state.driver``, whose handlers write them in the chosen ``--log-format``."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.urls: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = " ".join(record.getMessage().split())
+            for url in list(self.urls):
+                text = scrubbed(url, text)
+        except Exception:  # noqa: BLE001 -- a message that cannot be built is reported by its type
+            text = f"a driver log line could not be formatted ({record.levelname})"
+        record.msg, record.args, record.exc_info, record.exc_text, record.stack_info = text, None, None, None, None
+        logging.getLogger("drawbridge.state.driver").handle(record)
+
+
+_DRIVER_LOG: Final = _DriverLog()
+
+
+def _route_driver_log(url: str) -> None:
+    """Send psycopg's loggers through ``_DriverLog`` (once), masking ``url``'s password from now on."""
+    _DRIVER_LOG.urls.add(url)
+    driver_log = logging.getLogger("psycopg")
+    if _DRIVER_LOG not in driver_log.handlers:
+        driver_log.addHandler(_DRIVER_LOG)
+        driver_log.propagate = False  # never Python's last-resort handler, which writes them raw
+        if driver_log.level == logging.NOTSET:
+            driver_log.setLevel(logging.WARNING)
+
+
 @functools.lru_cache(maxsize=512)
 def translate(sql: str) -> str:
     """SQLite's dialect of the stores' SQL, as PostgreSQL reads it (module docstring)."""
@@ -190,6 +226,7 @@ class PostgresDB:
             raise StateUnavailable(
                 "state on PostgreSQL needs the postgresql extra: pip install 'drawbridge[postgresql]'"
             )
+        _route_driver_log(url)
         pool = psycopg_pool.ConnectionPool(
             url, min_size=1, max_size=max(1, pool_size), timeout=timeout, open=False,
             check=psycopg_pool.ConnectionPool.check_connection, name="drawbridge-state",
