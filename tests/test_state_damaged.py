@@ -4,7 +4,7 @@ at start stops serve with one line and status 2, never a traceback."""
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import sqlite3
 import subprocess
@@ -13,12 +13,17 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from approval_support import text_of
-from conftest import PYTHON, child_env, scaled
+from approval_support import text_of, trace_log_appender
+from conftest import PYTHON, child_env, eventually_async, scaled
 from replica_support import CALL_TIMEOUT, POLICIES, approval_id_of, recording_upstream
 from serve_support import http_client, http_gateway, write_config
 
-from drawbridge.state.sqlite import StateDB
+from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
+from drawbridge.gateway.pipeline.approvals.gate import BindingKey
+from drawbridge.gateway.pipeline.deciders import decider_failure
+from drawbridge.gateway.pipeline.verdicts import Action
+from drawbridge.state.sqlite import StateDB, StateUnavailable
+from drawbridge.state.trace_log import TraceLog
 
 BAD_ID = "badbadbadbadbad0"
 
@@ -92,3 +97,41 @@ def test_a_state_that_cannot_be_read_at_start_stops_serve_with_one_line(tmp_path
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "recover approvals after restart" in lines[0] and "does not start without its state" in lines[0], lines
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.mark.anyio
+async def test_a_failed_sweep_is_logged_with_its_cause_not_only_its_type(tmp_path: Path) -> None:
+    db = StateDB.open(tmp_path / "state.db")
+    log = TraceLog(tmp_path / "trace.ndjson", fsync="never")
+    engine = ApprovalEngine.on_state_db(
+        db, trace_log_appender(log), key_for_args_digest=BindingKey(b"k" * 32, "k1"), state_keys=[b"s" * 32]
+    )
+    lines = _Lines()
+    logging.getLogger("drawbridge.approval").addHandler(lines)
+    try:
+        db.close()  # every transaction now fails: the sweep's cause must say so
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.run_sweeper, 3600.0)
+            await eventually_async(lambda: lines.lines, scaled(5), "the sweep's error line")
+            tg.cancel_scope.cancel()
+    finally:
+        logging.getLogger("drawbridge.approval").removeHandler(lines)
+        log.close()
+    (line,) = lines.lines
+    assert line == f"approval sweep failed: state database {tmp_path / 'state.db'} is closed (expire approvals)", line
+
+
+def test_what_an_agent_reads_of_a_state_failure_claims_no_cause_it_does_not_know() -> None:
+    refused = decider_failure(StateUnavailable("state database /srv/state.db: submit approval: database or disk is full"))
+    assert refused.action is Action.DENY
+    assert "could not read or write its state database" in refused.reason and "cannot reach" not in refused.reason
+    assert "/srv/state.db" not in refused.reason and "disk is full" not in refused.reason  # the log has the cause
