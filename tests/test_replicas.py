@@ -410,3 +410,28 @@ async def test_the_drivers_own_warnings_follow_the_json_log_format(
     objects = [json.loads(line) for line in lines]  # every line one object
     assert any(o["logger"].startswith("psycopg") for o in objects)
     assert "S3cretPw" not in a.text()
+
+
+async def test_a_second_replica_under_a_running_replicas_id_does_not_start_nor_end_its_approvals(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    log = tmp_path / "calls.log"
+    approval = {"timeout_seconds": 60, "non_blocking": True}
+    config_a = replica_config(tmp_path, "a", postgres_url, log, approval=approval)
+    twin = replica_config(tmp_path / "twin", "a", postgres_url, log, approval=approval)  # the same replica.id
+    with http_gateway(config_a, env=KEY_ENV) as a:
+        assert a.url is not None
+        async with http_client(a.url) as on_a:
+            with anyio.fail_after(CALL_TIMEOUT):
+                asked = await on_a.call_tool("rec.delete_all", {"scope": "x"})
+            approval_id = approval_id_of(text_of(asked))
+        with pytest.raises(AssertionError) as refused:
+            with http_gateway(twin, env=KEY_ENV):
+                pass
+        message = str(refused.value)
+        assert "replica.id 'a' is in use by a running replica" in message and "Traceback" not in message, message
+        async with httpx.AsyncClient(base_url=a.control(), headers=a.control_headers(), trust_env=False) as op_a:
+            shown = (await op_a.get(f"/approvals/{approval_id}")).json()
+            assert shown["status"] == "pending", shown  # the twin ended nothing
+    with http_gateway(twin, env=KEY_ENV):  # once A is gone, the id is free for its restart
+        pass

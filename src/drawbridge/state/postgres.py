@@ -27,6 +27,9 @@ Theory of operation.
   (``None``), because notifications sent while it was away are lost.
 * The driver's log. psycopg's own loggers go through ``_DriverLog``: one line per message, the
   password masked, written by the gateway's handlers (so ``--log-format json`` holds for them too).
+* The replica's id. ``claim`` holds a session advisory lock keyed by the replica's id on a connection
+  of its own for the life of the process, so a second process started under a running replica's id is
+  refused (``ReplicaIdInUse``) before it could end that replica's approvals as its own.
 * Schema. ``schema_version`` as on SQLite, migrated under the same advisory lock, so replicas
   starting together migrate once. A database newer than ``SCHEMA_VERSION`` is refused.
 """
@@ -34,6 +37,7 @@ Theory of operation.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import re
 import sqlite3
@@ -206,10 +210,12 @@ class PostgresDB:
     kind: Final = "postgresql"
     shared: Final = True
 
-    def __init__(self, url: str, pool: Any, *, replica_id: str | None = None) -> None:
+    def __init__(self, url: str, pool: Any, *, replica_id: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         self._url = url
         self._pool = pool
         self._closed = False
+        self._timeout = timeout
+        self._lease: Any = None
         self.replica_id = replica_id
 
     @classmethod
@@ -246,7 +252,7 @@ class PostgresDB:
             ) from None
         finally:
             pool_log.setLevel(level)
-        db = cls(url, pool, replica_id=replica_id)
+        db = cls(url, pool, replica_id=replica_id, timeout=timeout)
         try:
             db.write_sync(_migrate, "migrate")
         except BaseException:
@@ -310,6 +316,52 @@ class PostgresDB:
         if not self._closed:
             self._closed = True
             self._pool.close()
+            if self._lease is not None:
+                self._lease.close()  # the replica id is free again
+
+    # -- the replica's name ----------------------------------------------------------------------
+
+    def claim(self, replica_id: str) -> None:
+        """Hold ``replica_id`` for as long as this process runs: a session advisory lock on a connection
+        of its own, which the server drops with the connection (the process ended, or died: the server's
+        keepalive probes notice a vanished host within a minute). ``ReplicaIdInUse`` when a running
+        replica holds it: a second process under the same id would end the first one's approvals as
+        "of a previous run" and resolve them as its own."""
+        key = int.from_bytes(hashlib.sha256(f"drawbridge replica {replica_id}".encode()).digest()[:8], "big", signed=True)
+        try:
+            conn = psycopg.connect(self._url, autocommit=True, connect_timeout=max(1, int(self._timeout)))
+        except psycopg.Error as exc:
+            raise StateUnavailable(f"cannot connect to the state database {self.label}: {self._describe(exc)}") from None
+        try:
+            for setting, value in (("idle", 10), ("interval", 5), ("count", 3)):
+                conn.execute(f"SET tcp_keepalives_{setting} = {value}")  # noqa: S608 -- constants
+            held = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+        except psycopg.Error as exc:
+            conn.close()
+            raise StateUnavailable(f"state database {self.label}: claim replica id: {self._describe(exc)}") from None
+        if not held:
+            conn.close()
+            raise ReplicaIdInUse(
+                f"replica.id {replica_id!r} is in use by a running replica on {self.label}; give each replica "
+                "an id of its own (or stop the other first)"
+            )
+        self._lease = conn
+
+    def _reclaim(self) -> None:
+        """After the server came back (a restart drops every session lock): hold the id again."""
+        lease = self._lease
+        if lease is None or self.replica_id is None:
+            return
+        try:
+            lease.execute("SELECT 1")
+            return  # the session, and so its lock, outlived the interruption
+        except psycopg.Error:
+            lease.close()
+        self._lease = None
+        try:
+            self.claim(self.replica_id)
+        except StateUnavailable as exc:
+            logger.error("%s", exc)
 
     # -- notifications -------------------------------------------------------------------------
 
@@ -338,6 +390,7 @@ class PostgresDB:
                         await conn.execute(f'LISTEN "{channel}"')
                     if started:
                         logger.warning("state notifications resumed from %s", self.label)
+                        await anyio.to_thread.run_sync(self._reclaim)
                         for channel in channels:
                             await on_event(channel, None)
                     else:
@@ -349,6 +402,10 @@ class PostgresDB:
             except psycopg.Error as exc:
                 logger.warning("state notifications from %s interrupted (%s)", self.label, self._describe(exc))
                 await anyio.sleep(backoff)
+
+
+class ReplicaIdInUse(StateUnavailable):
+    """Another running replica holds this replica's id (``PostgresDB.claim``)."""
 
 
 def _kind_of_failure(exc: BaseException) -> str:
@@ -371,4 +428,4 @@ def _migrate(conn: _PgConnection) -> None:
     apply_migrations(conn, MIGRATIONS, "the state database")
 
 
-__all__ = ["DEFAULT_POOL_SIZE", "LOCK_KEY", "PostgresDB", "redacted", "scrubbed", "translate"]
+__all__ = ["DEFAULT_POOL_SIZE", "LOCK_KEY", "PostgresDB", "ReplicaIdInUse", "redacted", "scrubbed", "translate"]

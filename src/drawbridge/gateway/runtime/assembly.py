@@ -70,7 +70,7 @@ from drawbridge.state.policy_store import ReloadResult, watch_policies
 from drawbridge.state.signing_keys import KEYS_DIR, KeyFileError, open_keys
 from drawbridge.state.backend import StateBackend
 from drawbridge.state.key_ring import KeyRingMismatch
-from drawbridge.state.postgres import PostgresDB
+from drawbridge.state.postgres import PostgresDB, ReplicaIdInUse
 from drawbridge.state.private_files import make_private_dirs
 from drawbridge.state.sqlite import StateDB, StateError
 from drawbridge.state.trace_log import TraceLogCorrupt
@@ -250,7 +250,7 @@ def open_any_state(settings: RuntimeSettings, replica_id: str | None) -> tuple[S
     assert replica_id is not None
     try:
         return open_shared(shared, replica_id), None
-    except KeyRingMismatch as exc:
+    except (KeyRingMismatch, ReplicaIdInUse) as exc:
         raise StartupProblem(str(exc)) from None
     except StateError as exc:
         raise StartupProblem(f"{exc}; the gateway does not start without its state") from None
