@@ -13,8 +13,8 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from approval_support import text_of, trace_log_appender
-from conftest import PYTHON, child_env, eventually_async, scaled
+from approval_support import cli, text_of, trace_log_appender, write_policy
+from conftest import GITHUB_LIKE, PYTHON, child_env, eventually_async, scaled
 from replica_support import CALL_TIMEOUT, POLICIES, approval_id_of, recording_upstream
 from serve_support import http_client, http_gateway, write_config
 
@@ -135,3 +135,15 @@ def test_what_an_agent_reads_of_a_state_failure_claims_no_cause_it_does_not_know
     assert refused.action is Action.DENY
     assert "could not read or write its state database" in refused.reason and "cannot reach" not in refused.reason
     assert "/srv/state.db" not in refused.reason and "disk is full" not in refused.reason  # the log has the cause
+
+
+def test_a_state_that_cannot_be_read_at_start_stops_wrap_with_one_line(tmp_path: Path) -> None:
+    state = tmp_path / "state.db"
+    StateDB.open(state).close()
+    _corrupt_approvals(state)
+    done = cli("wrap", "--policy", str(write_policy(tmp_path)), "--evidence-dir", str(tmp_path / "ev"),
+               "--state", str(state), "--", *GITHUB_LIKE)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "recover approvals after restart" in lines[0], lines
