@@ -31,7 +31,7 @@ from replica_support import (
     replica_config,
     upstream_calls,
 )
-from serve_support import http_client, http_gateway
+from serve_support import background, http_client, http_gateway, serve_argv
 
 from drawbridge.evidence.chain import verify_chain
 
@@ -224,9 +224,9 @@ def _rugpull(root: Path, name: str, extra: list[str]) -> dict[str, Any]:
     }
 
 
-async def _until_ok(client: Any, tool: str, deadline: float) -> Any:
+async def _until_ok(client: Any, tool: str, deadline: float, arguments: dict[str, Any] | None = None) -> Any:
     async def ran() -> Any:
-        result = await client.call_tool(tool, {})
+        result = await client.call_tool(tool, arguments or {})
         return None if result.is_error else result
 
     return await eventually_async(ran, deadline, f"{tool} running")
@@ -349,3 +349,89 @@ async def test_a_grant_made_on_one_replica_lifts_the_approval_on_the_other(tmp_p
     kinds = [e["kind"] for e in trace(tmp_path / "b" / "evidence") if e["kind"].startswith(("approval_", "grant_"))]
     assert kinds == ["approval_by_grant"]  # B asked nobody; the grant's creation is in A's chain
     assert [e["kind"] for e in trace(tmp_path / "a" / "evidence", "grant_created")] == ["grant_created"]
+
+
+async def test_pins_unreadable_while_postgresql_is_down_are_read_again_once_it_is_back(
+    tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
+) -> None:
+    """A pin check that failed during an outage is retried until it reads the pins; meanwhile /readyz
+    says not ready, and neither the agent nor the log sees the database's password (given as a query
+    parameter, which libpq reads and the trusting test cluster ignores)."""
+    allow = "name: p\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"
+    url = postgres_url + "?password=S3cretPw&connect_timeout=2"
+    config = replica_config(tmp_path, "a", url, tmp_path / "log", upstream=_rugpull(tmp_path, "a", []), pin_tools=True)
+    for policy in (tmp_path / "a" / "policies").iterdir():
+        policy.unlink()
+    (tmp_path / "a" / "policies" / "p.yaml").write_text(allow, encoding="utf-8")
+    with http_gateway(config, env=KEY_ENV) as a:
+        assert a.url is not None
+        readyz = a.url.rsplit("/mcp", 1)[0] + "/readyz"
+        async with http_client(a.url) as client, httpx.AsyncClient(trust_env=False) as http:
+            await _until_ok(client, "rugpull.echo", CALL_TIMEOUT, {"text": "x"})
+            await anyio.to_thread.run_sync(postgres_cluster.stop)
+            os.kill(int((tmp_path / "rugpull-a.pid").read_text()), signal.SIGKILL)  # its catalogue is checked again
+
+            async def held() -> str | None:
+                result = await client.call_tool("rugpull.echo", {"text": "x"})
+                return text_of(result) if result.is_error and "pin store unavailable" in text_of(result) else None
+
+            refusal = await eventually_async(held, RECOVERY_TIMEOUT, "the pins unreadable", ignoring=(MCPError,))
+            assert "postgresql" not in refusal and "127.0.0.1" not in refusal and "S3cretPw" not in refusal, refusal
+            during = await http.get(readyz)
+            assert during.status_code == 503 and during.json()["pins_unavailable"] == ["rugpull"], during.text
+            await anyio.to_thread.run_sync(postgres_cluster.start)
+            await _until_ok(client, "rugpull.echo", RECOVERY_TIMEOUT, {"text": "x"})
+            after = await http.get(readyz)
+            assert after.status_code == 200 and after.json()["pins_unavailable"] == [], after.text
+        assert "S3cretPw" not in a.text() and "password=***" in a.text()
+
+
+async def test_the_drivers_own_warnings_follow_the_json_log_format(
+    tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
+) -> None:
+    """While PostgreSQL is down the pool's reconnection warnings (two lines from psycopg: the error and the
+    server's hint) come out as one JSON object each, like every other line, without the password."""
+    url = postgres_url + "?password=S3cretPw"
+    config = replica_config(tmp_path, "a", url, tmp_path / "calls.log")
+    with background(serve_argv(config, "--log-format", "json"), env=KEY_ENV) as a:
+        assert a.wait_until(lambda text: a.url is not None), a.text()
+        assert a.url is not None
+        async with http_client(a.url) as client:
+            await anyio.to_thread.run_sync(postgres_cluster.stop)
+            with anyio.fail_after(CALL_TIMEOUT):
+                refused = await client.call_tool("rec.delete_all", {"during": True})  # the pool reconnects
+            assert refused.is_error and "state unavailable" in text_of(refused)
+            seen = await anyio.to_thread.run_sync(
+                lambda: a.wait_until(lambda text: '"logger":"psycopg' in text, RECOVERY_TIMEOUT)
+            )
+            assert seen, a.text()
+            await anyio.to_thread.run_sync(postgres_cluster.start)
+    lines = [line for line in a.text().splitlines() if line.strip()]
+    objects = [json.loads(line) for line in lines]  # every line one object
+    assert any(o["logger"].startswith("psycopg") for o in objects)
+    assert "S3cretPw" not in a.text()
+
+
+async def test_a_second_replica_under_a_running_replicas_id_does_not_start_nor_end_its_approvals(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    log = tmp_path / "calls.log"
+    approval = {"timeout_seconds": 60, "non_blocking": True}
+    config_a = replica_config(tmp_path, "a", postgres_url, log, approval=approval)
+    twin = replica_config(tmp_path / "twin", "a", postgres_url, log, approval=approval)  # the same replica.id
+    with http_gateway(config_a, env=KEY_ENV) as a:
+        assert a.url is not None
+        async with http_client(a.url) as on_a:
+            with anyio.fail_after(CALL_TIMEOUT):
+                asked = await on_a.call_tool("rec.delete_all", {"scope": "x"})
+            approval_id = approval_id_of(text_of(asked))
+        with pytest.raises(AssertionError) as refused:
+            with http_gateway(twin, env=KEY_ENV):
+                pass
+        message = str(refused.value)
+        assert "replica.id 'a' is in use by a running replica" in message and "Traceback" not in message, message
+        async with httpx.AsyncClient(base_url=a.control(), headers=a.control_headers(), trust_env=False) as op_a:
+            shown = (await op_a.get(f"/approvals/{approval_id}")).json()
+            assert shown["status"] == "pending", shown  # the twin ended nothing
+    with http_gateway(twin, env=KEY_ENV):  # once A is gone, the id is free for its restart
+        pass

@@ -23,7 +23,7 @@ from drawbridge.state.backend import StateBackend, open_backend
 from drawbridge.state.grants import SqliteGrantStore
 from drawbridge.state.key_ring import KeyRingMismatch, check_and_register
 from drawbridge.state.pins import SqlitePinStore, ToolDefinition
-from drawbridge.state.postgres import PostgresDB, translate
+from drawbridge.state.postgres import PostgresDB, redacted, translate
 from drawbridge.state.sqlite import SCHEMA_VERSION, StateUnavailable
 
 pytestmark = pytest.mark.anyio
@@ -182,3 +182,20 @@ def test_an_unreachable_database_is_a_one_line_refusal_without_its_password() ->
         PostgresDB.open("postgresql://drawbridge:s3cret@127.0.0.1:1/none", timeout=1)
     assert "s3cret" not in str(refused.value) and "\n" not in str(refused.value)
     assert "cannot connect to the state database postgresql://drawbridge:***@127.0.0.1:1/none" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://drawbridge@127.0.0.1:1/none?password=S3cretPw",
+        "postgresql://127.0.0.1:1/none?sslmode=disable&password=S3cretPw",
+        "postgres://drawbridge:S3cretPw@127.0.0.1:1/none?passfile=/S3cretPw/pgpass",
+        "postgresql://127.0.0.1:1?password=S3cretPw",
+    ],
+)
+def test_a_password_in_any_part_of_the_url_is_never_shown(url: str) -> None:
+    with pytest.raises(StateUnavailable) as refused:
+        PostgresDB.open(url, timeout=1)
+    assert "S3cretPw" not in str(refused.value) and "\n" not in str(refused.value), refused.value
+    assert "127.0.0.1:1" in str(refused.value)  # still says which database
+    assert "S3cretPw" not in redacted(url) and "=***" in redacted(url)

@@ -137,7 +137,7 @@ def test_garbage_file_is_refused_with_the_path(tmp_path: Path) -> None:
     with pytest.raises(StateUnavailable) as info:
         StateDB.open(path)
     assert str(path) in str(info.value)
-    assert "not a database" in str(info.value)
+    assert "not a drawbridge state database (not a SQLite file)" in str(info.value)
 
 
 def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:

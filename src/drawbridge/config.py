@@ -43,7 +43,7 @@ from drawbridge.config_local import (
 from drawbridge.config_evidence import checkpoints_section, telemetry_section
 from drawbridge.config_headers import header_map
 from drawbridge.config_rates import RateLimits, rate_limits_section
-from drawbridge.config_state import SharedState, state_section
+from drawbridge.config_state import SharedState, state_file, state_section
 from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
 from drawbridge.config_hosts import is_loopback_address, split_authority
 from drawbridge.config_oauth import OAuthConfig, oauth_section
@@ -386,7 +386,7 @@ def parse_config(
         policy_dir=_resolve(base, policy_dir),
         policy_file=_resolve(base, policy_file),
         evidence_dir=_resolve(base, top.get("evidence_dir", str, default="./evidence")) or "",
-        state_path=_resolve(base, top.get("state_path", str, default="./drawbridge.db")) or "",
+        state_path=_resolve(base, state_file(top)) or "",
         fsync=fsync,
         listen_host=host,
         listen_port=port,
@@ -459,7 +459,7 @@ def control_access(path: str | os.PathLike[str]) -> ControlAccess:
     shown = f"[{host}]" if ":" in host else host
     return ControlAccess(
         url=f"http://{shown}:{port}",
-        state_path=_resolve(base, top.get("state_path", str, default="./drawbridge.db")) or "",
+        state_path=_resolve(base, state_file(top)) or "",
         token_env=token_env,
         token_configured=configured,
     )

@@ -81,6 +81,28 @@ def _ring(section: Reader, key: str, env: Mapping[str, str]) -> tuple[RingKey, .
     return tuple(ring)
 
 
+_ANY_URL: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+URL_AS_PATH: Final = (
+    "is a URL, not a SQLite file path; state on PostgreSQL is `state: postgresql://...` with a replica "
+    "section (docs/deployment.md)"
+)
+"""Why a state file path that is a URL is refused, without the URL (it may hold a password): taken as a
+path it would name a local file in a directory named after the URL, credentials and all."""
+
+
+def looks_like_url(location: str) -> bool:
+    """Whether a location given as a SQLite file path is a URL (``scheme://...``) instead."""
+    return _ANY_URL.match(location) is not None
+
+
+def state_file(top: Reader) -> str:
+    """``state_path`` as written: a SQLite file path, never a URL (``URL_AS_PATH``; its value is not repeated)."""
+    path = top.get("state_path", str, default="./drawbridge.db")
+    if looks_like_url(path):
+        raise top.fail("state_path", f"state_path {URL_AS_PATH}")
+    return path
+
+
 def state_section(top: Reader, env: Mapping[str, str]) -> SharedState | None:
     """``state`` and ``replica``: None keeps the SQLite file of ``state_path``."""
     if "state" in top.node and top.node["state"] is None:
@@ -126,4 +148,4 @@ def state_section(top: Reader, env: Mapping[str, str]) -> SharedState | None:
     )
 
 
-__all__ = ["MIN_KEY_BYTES", "RingKey", "SharedState", "state_section"]
+__all__ = ["MIN_KEY_BYTES", "URL_AS_PATH", "RingKey", "SharedState", "looks_like_url", "state_file", "state_section"]

@@ -174,6 +174,10 @@ async def _run(
         local = await open_local_upstreams(config)
     except StartError as exc:
         raise _Startup(str(exc)) from None
+    try:
+        await runtime.prepare()
+    except StartupProblem as exc:
+        raise _Startup(str(exc)) from None
     parts = build_serve(runtime, config, control_open=socks.control is not None, local=local)
     runtime.metrics.upstreams = parts.upstream_up
     gateway = parts.hub

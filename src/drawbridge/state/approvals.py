@@ -31,6 +31,12 @@ and every other gets ``AlreadyResolved`` carrying the winning state. Ids are
 or a unique prefix of at least 4 characters (``drawbridge.state.ids``).
 ``memory_counts`` feeds approval memory (``drawbridge.approval.memory``).
 
+A malformed row (a field this code cannot read: a bad timestamp, an unknown status, a damaged
+value) fails closed for that row alone: reading it by id raises ``StateUnavailable`` (it can be
+neither resolved nor used), the lists and the expiries leave it out and log its id and the kind of
+fault, and the expiries still end it when it was pending. One damaged row thus never refuses every
+other approval, nor stops the gateway from starting.
+
 What goes into the trace chain: ``Approval.request_record()`` when the
 approval is created and ``Approval.resolution_record()`` when it ends, with
 who (``resolved_by``), when, the channel, the strength that channel carries
@@ -45,8 +51,9 @@ row leaves ``pending`` can be read in one place.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -277,6 +284,8 @@ class ApprovalStore(Protocol):
 
 # -- SQLite ------------------------------------------------------------------------------------
 
+logger = logging.getLogger("drawbridge.state")
+
 _COLUMNS: Final = (
     "id, agent, tool, args_digest, args_shape, shape_digest, reason, policy, source_file, rule_index, "
     "injection, status, created_at, expires_at, resolved_by, channel, resolution_reason, resolved_at, "
@@ -306,6 +315,19 @@ def _row_to_approval(row: sqlite3.Row | tuple[Any, ...]) -> Approval:
         raise StateUnavailable(
             f"approval row {str(row[0])[:16]!r} is malformed ({type(exc).__name__}); refusing to use it"
         ) from None
+
+
+def _readable(rows: Iterable[sqlite3.Row | tuple[Any, ...]]) -> list[Approval]:
+    """The rows this code can read, in order; each malformed one is left out and logged (its id and the
+    kind of fault, never its contents). A malformed row is never acted on -- it cannot be approved,
+    used or shown as pending -- but it no longer stops every other approval from being read."""
+    readable = []
+    for row in rows:
+        try:
+            readable.append(_row_to_approval(row))
+        except StateUnavailable as exc:
+            logger.error("%s; left out of the approvals read", exc)
+    return readable
 
 
 def _decode(row: sqlite3.Row | tuple[Any, ...]) -> Approval:
@@ -373,7 +395,7 @@ def _expire(
             (by, str(Channel.SYSTEM), reason, now, approval_id),
         )
     select = f"SELECT {_COLUMNS} FROM approvals WHERE id = ?"
-    return [_row_to_approval(conn.execute(select, (i,)).fetchone()) for i in ids]
+    return _readable(conn.execute(select, (i,)).fetchone() for i in ids)  # a malformed one is expired all the same
 
 
 def _void_unused(
@@ -404,7 +426,7 @@ def _void_unused(
             "resolved_at = ? WHERE id = ? AND status = 'approved'",
             (RESOLVED_BY_RESTART, str(Channel.SYSTEM), reason, now, approval_id),
         )
-        voided.append(_find(conn, approval_id))
+        voided.extend(_readable(conn.execute(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (approval_id,))))
     return voided
 
 
@@ -507,9 +529,7 @@ class SqliteApprovalStore:
                 raise InvalidApproval("limit must be a positive integer")
             limit_sql = f" LIMIT {limit}"
         sql = f"SELECT {_COLUMNS} FROM approvals {where} ORDER BY created_at DESC, id DESC{limit_sql}"
-        return await self._db.read(
-            lambda conn: [_row_to_approval(r) for r in conn.execute(sql, params)], "list approvals"
-        )
+        return await self._db.read(lambda conn: _readable(conn.execute(sql, params)), "list approvals")
 
     async def resolve(
         self,

@@ -58,13 +58,15 @@ MAX_NAME: Final = 1024
 class PinStoreUnavailable(StateUnavailable):
     """The pins of ``server`` cannot be read or written: hold every tool of that server back."""
 
-    def __init__(self, server: str, detail: str) -> None:
+    def __init__(self, server: str, detail: str, *, cause: str | None = None) -> None:
         super().__init__(
             f"pin store unavailable for server {sanitize(server)!r}: {detail}; "
-            "every tool of this server is held back until the pin store can be read"
+            "every tool of this server is held back until the pin store can be read",
+            detail=detail,
         )
         self.server = server
-        self.detail = detail
+        self.cause = cause if cause is not None else detail
+        """What failed, for the log and the records: the database named (never its password)."""
 
 
 class PinError(StateError):
@@ -319,7 +321,7 @@ class SqlitePinStore:
         except PinStoreUnavailable:
             raise
         except StateUnavailable as exc:
-            raise PinStoreUnavailable(server, str(exc)) from None
+            raise PinStoreUnavailable(server, exc.detail, cause=str(exc)) from None
 
     async def _write(self, server: str, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
         try:
@@ -327,7 +329,7 @@ class SqlitePinStore:
         except PinStoreUnavailable:
             raise
         except StateUnavailable as exc:
-            raise PinStoreUnavailable(server, str(exc)) from None
+            raise PinStoreUnavailable(server, exc.detail, cause=str(exc)) from None
 
     async def load(self, server: str) -> dict[str, PinnedTool]:
         """The pins of ``server`` ({} when it has none); ``PinStoreUnavailable`` when they cannot be read."""

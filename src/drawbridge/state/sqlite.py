@@ -10,11 +10,14 @@ into "every tool of this server held back").
 
 Theory of operation.
 
-* The file. ``StateDB.open(path)`` creates the file with mode 0600 if needed
-  (and tightens a wider mode on an existing file it owns), because it holds
-  who approved what and the pinned catalogues. SQLite creates the ``-wal``
-  and ``-shm`` files with the mode of the database file. The directory must
-  exist. PRAGMAs: ``journal_mode=WAL`` (readers never block the writer, and
+* The file. ``StateDB.open(path)`` creates the file with mode 0600 if needed,
+  because it holds who approved what and the pinned catalogues, and tightens a
+  wider mode on an existing file only when the running user owns it and it is
+  empty or already a drawbridge state file (its SQLite header's application
+  id): another program's or another user's file is refused unchanged. SQLite
+  creates the ``-wal`` and ``-shm`` files with the mode of the database file.
+  The directory must exist (the gateway makes it, and its missing parents,
+  with mode 0700 whatever the umask). ``state.private_files`` holds both rules. PRAGMAs: ``journal_mode=WAL`` (readers never block the writer, and
   another process such as the CLI can resolve an approval while the gateway
   runs), ``busy_timeout`` (5 s by default: a writer waits for another writer
   instead of failing at once), ``synchronous=FULL`` (a decision the gateway
@@ -61,7 +64,6 @@ import functools
 import os
 import re
 import sqlite3
-import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,20 +74,14 @@ from typing import Any, Final, TypeVar
 
 import anyio.to_thread
 
+from drawbridge.state.errors import StateError, StateUnavailable, failure_text  # noqa: F401 -- re-exported: the stores import them from here
+from drawbridge.state.private_files import secure_file
+
 T = TypeVar("T")
 
-FILE_MODE: Final = 0o600
 APPLICATION_ID: Final = 0x64726272  # "drbr"
 DEFAULT_BUSY_TIMEOUT: Final = 5.0
 _TIME_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", re.ASCII)
-
-
-class StateError(Exception):
-    """Base of errors raised by the state layer."""
-
-
-class StateUnavailable(StateError):
-    """The state database cannot be opened, read or written. Callers fail closed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,41 +230,6 @@ def from_db_time(text: object) -> datetime:
     return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
 
 
-def _secure_file(path: Path) -> None:
-    """Create ``path`` with mode 0600, or tighten an existing regular file we own to 0600."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-    except FileNotFoundError:
-        raise StateUnavailable(
-            f"cannot open state database {path}: directory {path.parent} does not exist"
-        ) from None
-    except OSError as exc:
-        raise StateUnavailable(f"cannot open state database {path}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise StateUnavailable(f"cannot open state database {path}: not a regular file")
-        if stat.S_IMODE(info.st_mode) & 0o077:
-            try:
-                os.fchmod(fd, FILE_MODE)
-            except OSError as exc:
-                raise StateUnavailable(
-                    f"state database {path} is readable by others (mode {stat.S_IMODE(info.st_mode):o}) "
-                    f"and cannot be restricted to 0600: {exc.strerror}"
-                ) from None
-    finally:
-        os.close(fd)
-    for suffix in ("-wal", "-shm"):
-        side = path.with_name(path.name + suffix)
-        try:
-            if stat.S_IMODE(side.stat().st_mode) & 0o077:
-                side.chmod(FILE_MODE)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise StateUnavailable(f"cannot restrict {side} to mode 0600: {exc.strerror}") from None
-
-
 def apply_migrations(conn: Any, migrations: tuple[Migration, ...], where: str) -> None:
     """Run the migrations ``conn``'s ``schema_version`` lacks, in order, in the caller's transaction;
     a schema newer than the last of ``migrations`` is refused (an older drawbridge must not write it)."""
@@ -313,13 +274,13 @@ class StateDB:
     def open(cls, path: str | os.PathLike[str], *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> StateDB:
         """Open (creating if needed) and migrate the database. Blocking: call at startup or via open_async."""
         db_path = Path(path)
-        _secure_file(db_path)
+        secure_file(db_path, APPLICATION_ID)
         try:
             conn = sqlite3.connect(
                 str(db_path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
         except sqlite3.Error as exc:
-            raise StateUnavailable(f"cannot open state database {db_path}: {_describe(exc)}") from None
+            raise StateUnavailable(f"cannot open the state database {db_path}: {_describe(exc)}") from None
         try:
             cls._configure(conn, db_path, busy_timeout)
             cls._migrate(conn, db_path)
@@ -341,14 +302,14 @@ class StateDB:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StateUnavailable(
-                    f"cannot open state database {path}: WAL journal mode unavailable (got {mode!r})"
+                    f"cannot open the state database {path}: WAL journal mode unavailable (got {mode!r})"
                 )
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA trusted_schema = OFF")
             conn.execute("PRAGMA cell_size_check = ON")
         except sqlite3.Error as exc:
-            raise StateUnavailable(f"cannot open state database {path}: {_describe(exc)}") from None
+            raise StateUnavailable(f"cannot open the state database {path}: {_describe(exc)}") from None
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection, path: Path) -> None:
@@ -380,7 +341,7 @@ class StateDB:
                     conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise StateUnavailable(f"cannot open state database {path}: {_describe(exc)}") from None
+            raise StateUnavailable(f"cannot open the state database {path}: {_describe(exc)}") from None
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -402,7 +363,7 @@ class StateDB:
         with self._lock:
             conn = self._conn
             if conn is None:
-                raise StateUnavailable(f"state database {self._path} is closed ({what})")
+                raise StateUnavailable(f"state database {self._path} is closed ({what})", detail=f"{what}: closed")
             try:
                 conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 try:
@@ -413,7 +374,9 @@ class StateDB:
                         conn.execute("ROLLBACK")
                     raise
             except sqlite3.Error as exc:
-                raise StateUnavailable(f"state database {self._path}: {what}: {_describe(exc)}") from None
+                raise StateUnavailable(
+                    f"state database {self._path}: {what}: {_describe(exc)}", detail=f"{what}: {_describe(exc)}"
+                ) from None
             return result
 
     def read_sync(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:

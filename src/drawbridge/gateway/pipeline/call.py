@@ -103,6 +103,7 @@ from drawbridge.gateway.protocol.jsonrpc import (
     MessageError,
     encode_line,
 )
+from drawbridge.state.sqlite import failure_text
 
 logger = logging.getLogger("drawbridge.gateway")
 
@@ -485,7 +486,7 @@ class CallPipeline:
         try:
             settled = await self.approvals.settle(call, verdict, link)
         except Exception as exc:  # noqa: BLE001 -- a failing approval stage is a deny, whatever it raised
-            logger.error("the approval stage raised %s; the call is refused", type(exc).__name__)
+            logger.error("the approval stage raised %s; the call is refused", failure_text(exc))
             return decider_failure(exc)
         if settled.action is Action.ALLOW and not link.retry:
             # A person may have taken minutes: decide again and run the call only if what was
@@ -506,7 +507,7 @@ class CallPipeline:
                     try:
                         verdict = await self._decide(flight)
                     except Exception as exc:  # noqa: BLE001 -- a stage that fails is a deny, whatever it raised
-                        logger.error("deciding a call failed (%s); the call is refused", type(exc).__name__)
+                        logger.error("deciding a call failed (%s); the call is refused", failure_text(exc))
                         verdict = decider_failure(exc)
         finally:
             flight.scope = None

@@ -21,7 +21,7 @@ from typing import Final, Protocol
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import GATEWAY_POLICY, Action, Provenance, Verdict
 from drawbridge.state.policy_store import PolicyStore
-from drawbridge.state.sqlite import StateUnavailable
+from drawbridge.state.sqlite import StateUnavailable, failure_text
 
 _log = logging.getLogger("drawbridge.gateway")
 
@@ -64,9 +64,11 @@ RECORDING_FAILED: Final = "evidence recording failed earlier in this session; fa
 the contract)."""
 
 STATE_UNAVAILABLE: Final = (
-    "state unavailable: the gateway cannot reach its state database, and this call needs it (approvals, "
-    "grants, rate limits); refused, retry once the database is back"
+    "state unavailable: the gateway could not read or write its state database, and this call needs it "
+    "(approvals, grants, rate limits); refused, retry later"
 )
+"""What an agent is told whatever the state's failure was (unreachable, full, locked, a malformed row): the
+cause names the database, so it goes to the log (``failure_text``), never to the agent."""
 
 
 def _checked(verdict: object) -> Verdict:
@@ -81,7 +83,7 @@ async def guarded_decision(decide: Decider, call: ToolCall) -> Verdict:
     try:
         verdict = await decide(call)
     except Exception as exc:  # noqa: BLE001 -- a failing decider is a deny, whatever it raised
-        _log.error("the decider raised %s; the call is refused", type(exc).__name__)
+        _log.error("the decider raised %s; the call is refused", failure_text(exc))
         return decider_failure(exc)
     return _checked(verdict)
 
@@ -91,7 +93,7 @@ def guarded_decision_now(decide_now: Callable[[ToolCall], Verdict | None], call:
     try:
         verdict = decide_now(call)
     except Exception as exc:  # noqa: BLE001 -- a failing decider is a deny, whatever it raised
-        _log.error("the decider raised %s; the call is refused", type(exc).__name__)
+        _log.error("the decider raised %s; the call is refused", failure_text(exc))
         return decider_failure(exc)
     return None if verdict is None else _checked(verdict)
 

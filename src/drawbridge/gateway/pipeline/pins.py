@@ -31,7 +31,10 @@ is listed as its pinned definition, a ``new`` one not at all, so a definition no
 reaches a model; its calls are still decided by the floors above.
 
 A failure anywhere publishes "unavailable" for that version (recorded as
-``mesh.pin_store_unavailable``). Checks of one server are serialized; a call that arrives while its
+``mesh.pin_store_unavailable``; the reason agents read names no database, the cause with the database
+goes to the log and the record's ``failure``), and is checked again after a backoff until a check
+reads the pins (``retry_unavailable``): a database back from an outage lifts the hold by itself. Checks
+of one server are serialized; a call that arrives while its
 server's catalogue is being checked waits for the check (at most ``wait_seconds``) and is then held
 back if it is still unchecked. The floor stage applies the floor to the policy's verdict for
 ``tools/call`` (``floors.Floors``); acceptance (``after_accept``) re-runs the check so the new pins are
@@ -49,6 +52,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 import anyio
+from anyio.abc import TaskStatus
 
 from drawbridge.canonical import canonical_bytes, sanitize, sha256_prefixed
 from drawbridge.catalogue.fingerprint import PINNED_FIELDS, PinStatus, compare, pinned_document, tool_fingerprint
@@ -63,6 +67,9 @@ PIN_FIRST_USE_KIND: Final = "mesh.pin_first_use"
 PIN_HELD_BACK_KIND: Final = "mesh.pin_held_back"
 PIN_STORE_UNAVAILABLE_KIND: Final = "mesh.pin_store_unavailable"
 DEFAULT_WAIT_SECONDS: Final = 5.0
+RETRY_FIRST_SECONDS: Final = 0.5
+RETRY_MAX_SECONDS: Final = 5.0
+"""A check that could not read the pins is tried again after these, doubling (``retry_unavailable``)."""
 
 TraceAppend = Callable[[str, Mapping[str, Any]], Awaitable[Any]]
 
@@ -177,6 +184,8 @@ class CataloguePins:
         self._published: dict[str, anyio.Event] = {}
         self._checked_once: set[str] = set()
         self._generation_seen: dict[str, int] = {}
+        self._failed = anyio.Event()
+        """Set when a check publishes "unavailable": ``retry_unavailable`` starts retrying."""
         self.revision = 0
         """Counts published checks; a view computed from the floors is current while it is unchanged."""
 
@@ -219,6 +228,10 @@ class CataloguePins:
                 "yet; every tool of this server is held back"
             )
         return state.unavailable
+
+    def unavailable(self) -> list[str]:
+        """The guarded servers whose current catalogue's check could not read their pins (``/readyz``)."""
+        return sorted(s for s in self._sources if (state := self._current(s)) is not None and state.unavailable)
 
     def floor(self, server: str, name: str) -> Floor:
         """The floor of a call to ``name`` of ``server`` now, without waiting for a check."""
@@ -280,9 +293,12 @@ class CataloguePins:
                 state, events = await self._compare(server, version, tools, cause)
             except Exception as exc:  # noqa: BLE001 -- whatever failed, the server is held back
                 reason = _unavailable_reason(server, exc)
-                logger.error("%s", reason)
+                body = {"server": server, "cause": cause, "reason": reason}
+                if isinstance(exc, PinStoreUnavailable) and exc.cause != exc.detail:
+                    body["failure"] = exc.cause  # names the database: for the operator, never the agent
+                logger.error("%s%s", reason, f" ({body['failure']})" if "failure" in body else "")
                 state = ServerPins(version, {}, reason)
-                events = [(PIN_STORE_UNAVAILABLE_KIND, {"server": server, "cause": cause, "reason": reason})]
+                events = [(PIN_STORE_UNAVAILABLE_KIND, body)]
             previous = self._servers.get(server)
             changed = previous is None or (previous.statuses, previous.unavailable) != (
                 state.statuses,
@@ -293,6 +309,8 @@ class CataloguePins:
             event = self._published.pop(server, None)
             if event is not None:
                 event.set()
+            if state.unavailable is not None:
+                self._failed.set()
             for kind, body in events:
                 await self._record(kind, body)
             return changed
@@ -407,6 +425,29 @@ class CataloguePins:
         except Exception as exc:  # noqa: BLE001 -- the trace appender marks the gateway as failed
             logger.error("recording %s failed (%s)", kind, type(exc).__name__)
 
+    async def retry_unavailable(
+        self,
+        on_change: Sequence[Callable[[str], Awaitable[Any]]] = (),
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Forever: check again every server whose pins could not be read, after a backoff that doubles
+        up to ``RETRY_MAX_SECONDS``, until each check reads them; then ``on_change(server)`` when its
+        floors changed. Without it a check that failed while the database was away (a restart) would
+        hold every tool back until the upstream's catalogue changed again."""
+        task_status.started()
+        while True:
+            await self._failed.wait()
+            self._failed = anyio.Event()  # a failure from now on starts another round
+            backoff = RETRY_FIRST_SECONDS
+            while self.unavailable():
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, RETRY_MAX_SECONDS)
+                for server in self.unavailable():
+                    if await self.check(server, "retry") and self._current(server) is not None:
+                        for callback in on_change:
+                            await callback(server)
+
     async def after_accept(self, server: str) -> None:
         """Pins of ``server`` changed (``POST /tools/pins/accept``): put the new floors in force now."""
         if server in self._sources:
@@ -435,6 +476,7 @@ def _unavailable_reason(server: str, exc: BaseException) -> str:
 
 __all__ = [
     "DEFAULT_WAIT_SECONDS",
+    "RETRY_MAX_SECONDS",
     "PIN_FIRST_USE_KIND",
     "PIN_HELD_BACK_KIND",
     "PIN_STORE_UNAVAILABLE_KIND",

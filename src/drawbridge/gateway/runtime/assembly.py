@@ -37,9 +37,15 @@ import anyio
 from anyio.abc import TaskStatus
 
 from drawbridge.canonical import sanitize
+from drawbridge.config_state import URL_AS_PATH, looks_like_url
 from drawbridge.gateway.pipeline.activity import log_decision
 from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
-from drawbridge.gateway.pipeline.approvals.gate import ApprovalGate, build_approval_engine, run_approvals
+from drawbridge.gateway.pipeline.approvals.gate import (
+    ApprovalGate,
+    build_approval_engine,
+    recover_approvals,
+    run_approvals,
+)
 from drawbridge.gateway.pipeline.call import CallPipeline
 from drawbridge.gateway.pipeline.deciders import Decider, PolicyDecider, allow_all, deny_all, policy_decider
 from drawbridge.gateway.pipeline.floors import Floors
@@ -64,7 +70,8 @@ from drawbridge.state.policy_store import ReloadResult, watch_policies
 from drawbridge.state.signing_keys import KEYS_DIR, KeyFileError, open_keys
 from drawbridge.state.backend import StateBackend
 from drawbridge.state.key_ring import KeyRingMismatch
-from drawbridge.state.postgres import PostgresDB
+from drawbridge.state.postgres import PostgresDB, ReplicaIdInUse
+from drawbridge.state.private_files import make_private_dirs
 from drawbridge.state.sqlite import StateDB, StateError
 from drawbridge.state.trace_log import TraceLogCorrupt
 
@@ -221,13 +228,18 @@ def open_state(path: str | None) -> tuple[StateDB, str | None]:
 
         temp_dir = tempfile.mkdtemp(prefix="drawbridge-")
         path = str(Path(temp_dir) / STATE_FILE)
+    elif looks_like_url(path):
+        raise StartupProblem(f"the state file path {URL_AS_PATH}")
     try:
-        Path(path).absolute().parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(Path(path).absolute().parent)
         return StateDB.open(path), temp_dir
-    except (OSError, StateError) as exc:
+    except OSError as exc:
         _remove_temporary(temp_dir)
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        reason = exc.strerror or str(exc)
         raise StartupProblem(f"cannot open the state database {path}: {reason}; the gateway does not start without it") from None
+    except StateError as exc:
+        _remove_temporary(temp_dir)
+        raise StartupProblem(f"{exc}; the gateway does not start without it") from None
 
 
 def open_any_state(settings: RuntimeSettings, replica_id: str | None) -> tuple[StateBackend, str | None]:
@@ -238,7 +250,7 @@ def open_any_state(settings: RuntimeSettings, replica_id: str | None) -> tuple[S
     assert replica_id is not None
     try:
         return open_shared(shared, replica_id), None
-    except KeyRingMismatch as exc:
+    except (KeyRingMismatch, ReplicaIdInUse) as exc:
         raise StartupProblem(str(exc)) from None
     except StateError as exc:
         raise StartupProblem(f"{exc}; the gateway does not start without its state") from None
@@ -288,6 +300,7 @@ class Runtime:
     """Called with a server whose pins another replica changed, after they are checked here."""
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     """What ``/metrics`` shows, fed by every recorded call."""
+    _prepared: bool = field(default=False, repr=False)
 
     @classmethod
     def build(cls, settings: RuntimeSettings) -> Runtime:
@@ -361,18 +374,37 @@ class Runtime:
     def policy_store(self) -> Any:
         return self.policy.store if isinstance(self.policy, PolicyDecider) else None
 
+    async def prepare(self) -> None:
+        """What comes before the first call, once: the policy set recorded, and the approvals a previous
+        run left expired (``recover_approvals``). Raises ``StartupProblem`` when the state cannot be read
+        (a malformed page, a locked file): the command reports it in one line, before its task groups,
+        rather than as a traceback. ``run`` calls it when the command did not."""
+        if self._prepared:
+            return
+        self._prepared = True
+        if isinstance(self.policy, PolicyDecider):
+            store = self.policy.store
+            await self.guard.append(POLICY_SET_KIND, {
+                "policy_set_digest": store.digest, "files": dict(store.files), "generation": store.generation,
+            })
+        if self.engine is not None:
+            try:
+                await recover_approvals(self.engine)
+            except StateError as exc:
+                raise StartupProblem(f"{exc}; the gateway does not start without its state") from None
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """What runs beside the calls (module docstring); start with ``tg.start`` before any call."""
+        await self.prepare()
         async with anyio.create_task_group() as tg:
             await tg.start(self.pipeline.run)
             if isinstance(self.policy, PolicyDecider):
                 store = self.policy.store
-                await self.guard.append(POLICY_SET_KIND, {
-                    "policy_set_digest": store.digest, "files": dict(store.files), "generation": store.generation,
-                })
                 tg.start_soon(functools.partial(watch_policies, store, on_reload=self._policy_reloaded))
             if self.engine is not None:
                 await tg.start(self._run_approvals)
+            if self.pins is not None:
+                await tg.start(self.pins.retry_unavailable, self.pins_changed_elsewhere)
             if isinstance(self.state_db, PostgresDB):
                 await tg.start(follow, self.state_db, self.engine, self.pins, self.pins_changed_elsewhere)
             task_status.started()
@@ -391,7 +423,9 @@ class Runtime:
 
     async def _run_approvals(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         assert self.engine is not None
-        await run_approvals(self.engine, sweep_seconds=self.settings.approval.sweep_seconds, task_status=task_status)
+        await run_approvals(
+            self.engine, sweep_seconds=self.settings.approval.sweep_seconds, recover=False, task_status=task_status
+        )
 
     def close(self) -> None:
         """The run is sealed (``run_end`` and a checkpoint covering it), then everything is closed."""

@@ -8,8 +8,11 @@ control-plane route (``control.auth.AdminAuth``), and holds counts and timings, 
 tool name or an argument.
 
 ``/readyz`` answers 503 when a call could not be served as configured now: the evidence can no longer
-be written (every call is refused), or no upstream is up. An upstream that is down while others are
-up is named, and the gateway stays ready: the calls to the others are served.
+be written (every call is refused), or no upstream is up with its pins readable (``pin_tools``: an
+upstream whose pins cannot be read has every tool held back, as if it were down, until a retry reads
+them). An upstream that is down, or whose pins cannot be read, while others serve is named
+(``upstreams_down``, ``pins_unavailable``), and the gateway stays ready: the calls to the others are
+served.
 """
 
 from __future__ import annotations
@@ -34,13 +37,18 @@ def readiness(runtime: Runtime, upstreams: UpstreamStates) -> tuple[bool, dict[s
     states = upstreams()
     down = sorted(name for name, up in states.items() if not up)
     evidence_ok = not runtime.guard.failed
+    pins = runtime.pins
+    unreadable = pins.unavailable() if pins is not None else []
     body: dict[str, Any] = {
         "policies": "loaded" if store is not None else "none: every call is refused",
         "policy_reload_failed": store is not None and store.last_error is not None,
         "evidence": "writable" if evidence_ok else "failed",
         "upstreams_down": down,
     }
-    ready = evidence_ok and (not states or len(down) < len(states))
+    if pins is not None:
+        body["pins_unavailable"] = unreadable
+    serving = [name for name in states if name not in down and name not in unreadable]
+    ready = evidence_ok and (not states or bool(serving))
     body["status"] = "ready" if ready else "not ready"
     return ready, body
 

@@ -11,7 +11,8 @@ is checked again), so nothing said while it was away is missed for longer than t
 Theory of operation. ``open_shared`` connects (``state.postgres``), migrates, checks and records
 the key ring, and names the replica (``replica.id``, or ``replica-<random>``: a replica without a
 stable id leaves the approvals it had pending at a crash to the timeout, which every replica's
-sweeper applies). ``approval_keys`` turns the configured rings into the approval engine's binding
+sweeper applies), holding that name for its life (``PostgresDB.claim``): a second process under a
+running replica's id does not start, so it never ends that replica's approvals as "of a previous run". ``approval_keys`` turns the configured rings into the approval engine's binding
 key and ``requestState`` ring. ``follow`` runs beside the calls and dispatches the database's
 notifications (``state.postgres_schema``).
 """
@@ -50,6 +51,7 @@ def open_shared(shared: SharedState, replica_id: str) -> PostgresDB:
     ``StateError`` (``StateUnavailable``, ``KeyRingMismatch``) says why not."""
     db = PostgresDB.open(shared.url, pool_size=shared.pool_size, replica_id=replica_id)
     try:
+        db.claim(replica_id)
         check_and_register(
             db,
             {

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import anyio
 
-from drawbridge.gateway.runtime.assembly import Runtime
+from drawbridge.gateway.runtime.assembly import Runtime, StartupProblem
 from drawbridge.gateway.transports.process_stdio import process_stdio
 from drawbridge.gateway.transports.relay_requests import RelayConfig
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
@@ -46,6 +46,10 @@ async def run_wrap(
     could not be started, if it could not. The command may have started the server already, while
     the runtime was built (``server.started``); else it is started here, once the runtime runs."""
     relays: list[StdioRelay] = []
+    try:
+        await runtime.prepare()
+    except StartupProblem as exc:
+        return str(exc)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope, relays)
         await tg.start(runtime.run)

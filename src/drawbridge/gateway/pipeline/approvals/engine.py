@@ -119,6 +119,7 @@ from drawbridge.state.approval_uses import ApprovalUses, SqliteApprovalUses
 from drawbridge.state.approvals import Approval, ApprovalStatus, ApprovalStore, SqliteApprovalStore
 from drawbridge.state.grants import GrantStore, SqliteGrantStore
 from drawbridge.state.backend import StateBackend
+from drawbridge.state.sqlite import failure_text
 
 logger = logging.getLogger("drawbridge.approval")
 
@@ -253,7 +254,7 @@ class ApprovalEngine:
             try:
                 await self.sweep()
             except Exception as exc:  # noqa: BLE001 -- keep sweeping; the next settle sweeps too
-                logger.error("approval sweep failed: %s", type(exc).__name__)
+                logger.error("approval sweep failed: %s", failure_text(exc))
             await anyio.sleep(interval_seconds)
 
     def shown_arguments(self, approval_id: str) -> ShownArguments | None:

@@ -155,19 +155,27 @@ def build_approval_engine(
     )
 
 
-async def run_approvals(
-    engine: ApprovalEngine,
-    *,
-    sweep_seconds: float = DEFAULT_SWEEP_SECONDS,
-    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Expire what a previous process left pending (recorded), report started, then sweep forever."""
+async def recover_approvals(engine: ApprovalEngine) -> None:
+    """Expire what a previous process left pending (recorded); ``StateUnavailable`` when the state
+    cannot be read, which stops the start."""
     recovered = await engine.start()
     if recovered:
         logger.warning(
             "%d approval(s) of a previous run expired (pending, or approved and never used: a restart never "
             "approves)", len(recovered)
         )
+
+
+async def run_approvals(
+    engine: ApprovalEngine,
+    *,
+    sweep_seconds: float = DEFAULT_SWEEP_SECONDS,
+    recover: bool = True,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """``recover_approvals`` (unless the caller did), report started, then sweep forever."""
+    if recover:
+        await recover_approvals(engine)
     task_status.started()
     await engine.run_sweeper(sweep_seconds)
 
@@ -259,6 +267,7 @@ __all__ = [
     "ApprovalSettings",
     "BindingKey",
     "build_approval_engine",
+    "recover_approvals",
     "run_approvals",
     "verdict_of",
 ]
