@@ -216,7 +216,7 @@ async def test_corrupt_pin_pages_hold_the_server_back(tmp_path: Path) -> None:
 async def test_garbage_file_cannot_even_be_opened(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     path.write_bytes(b"\x00garbage" * 4096)
-    with pytest.raises(StateUnavailable, match="not a database"):
+    with pytest.raises(StateUnavailable, match="is not a drawbridge state database"):
         StateDB.open(path)
 
 
