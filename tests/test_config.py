@@ -272,6 +272,10 @@ def test_telemetry_section(tmp_path):
         parse_config(BASE + "telemetry: {endpoint: 'collector:4317'}\n", str(tmp_path / "drawbridge.yaml"), ENV)
     with pytest.raises(ConfigError, match="http/protobuf or grpc"):
         parse_config(BASE + "telemetry: {endpoint: 'http://c:4318', protocol: thrift}\n", str(tmp_path / "d.yaml"), ENV)
+    for blank in ("''", "'  '"):
+        with pytest.raises(ConfigError, match="service_name: the telemetry's service name must not be empty"):
+            parse_config(BASE + f"telemetry: {{endpoint: 'http://c:4318', service_name: {blank}}}\n",
+                         str(tmp_path / "d.yaml"), ENV)
 
 
 @pytest.mark.parametrize("name", ["Bad Header", "X-Token\\r\\nX-Injected", "X:Y", "", "Caf\\u00e9"])

@@ -33,6 +33,8 @@ POLICIES = {
         "name: alice\nagent: alice\nrules:\n"
         "  - tools: ['github.list_repos']\n    action: allow\n"
         "  - tools: ['github.*']\n    action: deny\n"
+        "schemas:\n  github.list_repos:\n    type: object\n    properties:\n"
+        "      owner: {not: {const: refused-by-schema}}\n"
     ),
 }
 DOWN = {
@@ -103,6 +105,18 @@ async def test_each_decision_is_one_line_without_argument_values(gateway: Runnin
     assert deny["action"] == "deny" and deny["outcome"] == "refused" and deny["rule"].endswith("alice.yaml:1")
     assert float(allow["ms"]) > 0
     assert SECRET not in gateway.text()
+
+
+@pytest.mark.anyio
+async def test_a_schema_refusal_names_its_file_in_the_decision_line(gateway: Running) -> None:
+    """A schema has no rule index: the line says ``file:schema``, never just the policy's name."""
+    assert gateway.url is not None
+    async with http_client(gateway.url, "legacy", ALICE) as alice:
+        refused = dump(await alice.call_tool("github.list_repos", {"owner": "refused-by-schema"}))
+    assert refused.get("isError")
+    lines = wait_for(gateway, "decision")
+    (line,) = [line for line in lines if line["action"] == "deny" and line["tool"] == "github.list_repos"]
+    assert line["rule"].endswith("alice.yaml:schema") and line["outcome"] == "refused", line
 
 
 def test_upstream_stderr_is_prefixed_and_each_failure_is_one_warning_with_one_cause(gateway: Running) -> None:

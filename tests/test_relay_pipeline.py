@@ -141,3 +141,6 @@ def test_env_policy() -> None:
     assert strict(environ) == {"PATH": "/bin"}
     extra = EnvPolicy(deny_names=frozenset({"OTHER"}), extra={"NEW": "n", "DRAWBRIDGE_Y": "y"})
     assert extra(environ) == {"PATH": "/bin", "GITHUB_TOKEN": "g", "NEW": "n"}
+    # A denied name the upstream's own env sets passes, with that value, never the gateway's.
+    given = EnvPolicy(deny_names=frozenset({"OTHER", "GITHUB_TOKEN"}), extra={"OTHER": "from-config"})
+    assert given(environ) == {"PATH": "/bin", "OTHER": "from-config"}

@@ -43,11 +43,11 @@ from drawbridge.config_local import (
 from drawbridge.config_evidence import checkpoints_section, telemetry_section
 from drawbridge.config_headers import header_map
 from drawbridge.config_rates import RateLimits, rate_limits_section
-from drawbridge.config_state import SharedState, state_file, state_section
+from drawbridge.config_state import SharedState, state_env_names, state_file, state_section
 from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
 from drawbridge.config_hosts import is_loopback_address, split_authority
 from drawbridge.config_oauth import OAuthConfig, oauth_section
-from drawbridge.config_secrets import USES_ALL, token_digest
+from drawbridge.config_secrets import USES_ALL, token_digest, token_env_names
 from drawbridge.config_reader import AGENT_ID, AGENT_ID_CHARS, ConfigError, env_map, url_problem
 from drawbridge.config_reader import Reader as _Reader
 from drawbridge.config_reader import resolve_path as _resolve
@@ -144,6 +144,9 @@ class GatewayConfig:
     shared_state: SharedState | None = None
     """State on PostgreSQL shared by replicas (``state``, ``replica``); None: the SQLite ``state_path``."""
     rate_limits: RateLimits | None = None
+    credential_env: frozenset[str] = frozenset()
+    """Every variable the file reads a credential from (tokens, headers, state URL, key rings): never a
+    child's unless a stdio upstream's own ``env`` sets it (``runtime.settings.secret_env_names``)."""
 
     @property
     def upstream_names(self) -> tuple[str, ...]:
@@ -379,6 +382,8 @@ def parse_config(
 
     every_lines, every_seconds, keys_dir, origin = checkpoints_section(top, base)
     otlp_endpoint, otlp_protocol, otlp_headers, service_name = telemetry_section(top, env)
+    shared_state = state_section(top, env)
+    headers = [entry.headers_env for entry in (*upstreams, *openapi)] + [otlp_headers]
 
     return GatewayConfig(
         source_file=str(Path(source_file).resolve()),
@@ -423,8 +428,9 @@ def parse_config(
         telemetry_protocol=otlp_protocol,
         telemetry_headers_env=otlp_headers,
         telemetry_service_name=service_name,
-        shared_state=state_section(top, env),
+        shared_state=shared_state,
         rate_limits=rate_limits_section(top),
+        credential_env=token_env_names(top) | state_env_names(top) | {n for h in headers for n in h.values()},
     )
 
 

@@ -5,8 +5,12 @@ Invariant: what loads here is in range and complete -- a checkpoint cadence that
 origin that is a C2SP key name, an OTLP endpoint that is an http(s) URL with a host and nothing
 that could be a credential (no user name or password, no query, no fragment: the exporter appends
 ``/v1/traces`` to the URL and prints it in its own errors, so a token there would be sent to the
-wrong path and land in logs), and every header variable the telemetry section names set (its value
-is never read into the configuration, only checked). A refused endpoint is never echoed.
+wrong path and land in logs), every header an HTTP token whose variable holds a valid header value
+(its value is never read into the configuration, only checked: one with CR, LF or leading whitespace
+would make the exporter print it, the credential, in its error at every export), and a service name
+that names something. ``wrap``'s ``--otlp-header`` and ``--service-name`` are held to the same
+checks (``telemetry_header_problem``, ``service_name_problem``). A refused endpoint or header value
+is never echoed.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from drawbridge.config_headers import header_map, header_value_problem
-from drawbridge.config_reader import Reader, resolve_path
+from drawbridge.config_headers import HEADER_NAME, header_map, header_value_problem
+from drawbridge.config_reader import ENV_NAME, Reader, resolve_path
 
 _ORIGIN_RE = re.compile(r"[!-*,-~]{1,255}")
 """A checkpoint origin: printable ASCII, no space, no '+' (a C2SP key name)."""
@@ -65,6 +69,31 @@ def otlp_endpoint_problem(url: str) -> str | None:
     return None
 
 
+def telemetry_header_problem(header: str, env_name: str, env: Mapping[str, str]) -> str | None:
+    """Why the collector cannot be sent header ``header`` from variable ``env_name``; None when it can.
+    Names the header and the variable, never the value (a credential)."""
+    if not HEADER_NAME.fullmatch(header):
+        return (f"telemetry header {header!r} is not an HTTP header name "
+                "(letters, digits and !#$%&'*+-.^_`|~ only; no spaces or control characters)")
+    if not ENV_NAME.fullmatch(env_name):
+        return f"telemetry header {header}: {env_name!r} is not an environment variable name"
+    value = env.get(env_name)
+    if not value:
+        return f"telemetry header {header} needs environment variable {env_name}, which is missing or empty"
+    problem = header_value_problem(header, env_name, value)
+    return None if problem is None else f"telemetry {problem}"
+
+
+def service_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be the telemetry's ``service.name`` (None: it can): an empty or blank name
+    files every span under no service, and a control character breaks the log lines that show it."""
+    if not name.strip():
+        return "the telemetry's service name must not be empty"
+    if not name.isprintable():
+        return "the telemetry's service name must be printable (no control character)"
+    return None
+
+
 def telemetry_section(top: Reader, env: Mapping[str, str]) -> tuple[str | None, str, dict[str, str], str]:
     """``telemetry``: the OTLP endpoint (None: off), its protocol, header variables and service name."""
     otlp_endpoint, otlp_protocol, otlp_headers, service_name = None, "http/protobuf", {}, "drawbridge"
@@ -78,13 +107,15 @@ def telemetry_section(top: Reader, env: Mapping[str, str]) -> tuple[str | None, 
             raise telemetry.fail("protocol", f"telemetry.protocol must be http/protobuf or grpc, not {otlp_protocol!r}")
         otlp_headers = header_map(telemetry, "headers_env")
         for header, env_name in otlp_headers.items():
-            if not env.get(env_name):
-                raise telemetry.fail("headers_env", f"telemetry header {header} needs environment variable {env_name}, "
-                                     "which is missing or empty")
-            if (problem := header_value_problem(header, env_name, env[env_name])) is not None:
-                raise telemetry.fail("headers_env", f"telemetry {problem}")
+            if (problem := telemetry_header_problem(header, env_name, env)) is not None:
+                raise telemetry.fail("headers_env", problem)
         service_name = telemetry.get("service_name", str, default=service_name)
+        if (problem := service_name_problem(service_name)) is not None:
+            raise telemetry.fail("service_name", f"telemetry.service_name: {problem}")
     return otlp_endpoint, otlp_protocol, otlp_headers, service_name
 
 
-__all__ = ["checkpoints_section", "otlp_endpoint_problem", "telemetry_section"]
+__all__ = [
+    "checkpoints_section", "otlp_endpoint_problem", "service_name_problem", "telemetry_header_problem",
+    "telemetry_section",
+]

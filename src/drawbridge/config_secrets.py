@@ -45,4 +45,16 @@ def token_digest(
     return None
 
 
-__all__ = ["HEX64", "USES_ALL", "token_digest"]
+def token_env_names(top: Reader) -> frozenset[str]:
+    """The variables ``auth`` reads tokens from (``auth.admin``, each of ``auth.agents``), once the
+    section is accepted: named whether this command uses the token or not, none may reach a child."""
+    auth = top.node.get("auth")
+    if not isinstance(auth, Mapping):
+        return frozenset()
+    admin, agents = auth.get("admin"), auth.get("agents")
+    entries = [admin, *(agents if isinstance(agents, list) else ())]
+    return frozenset(entry["token_env"] for entry in entries
+                     if isinstance(entry, Mapping) and isinstance(entry.get("token_env"), str))
+
+
+__all__ = ["HEX64", "USES_ALL", "token_digest", "token_env_names"]

@@ -148,4 +148,20 @@ def state_section(top: Reader, env: Mapping[str, str]) -> SharedState | None:
     )
 
 
-__all__ = ["MIN_KEY_BYTES", "URL_AS_PATH", "RingKey", "SharedState", "looks_like_url", "state_file", "state_section"]
+def state_env_names(top: Reader) -> frozenset[str]:
+    """The variables ``state`` and ``replica`` read a credential from (``url_env``, each key ring
+    entry's ``env``), for a section ``state_section`` has accepted: none of them may reach a child."""
+    names: set[str] = set()
+    state, replica = top.node.get("state"), top.node.get("replica")
+    if isinstance(state, Mapping) and isinstance(state.get("url_env"), str):
+        names.add(state["url_env"])
+    keys = replica.get("keys") if isinstance(replica, Mapping) else None
+    for ring in keys.values() if isinstance(keys, Mapping) else ():
+        names.update(entry["env"] for entry in ring or () if isinstance(entry, Mapping) and isinstance(entry.get("env"), str))
+    return frozenset(names)
+
+
+__all__ = [
+    "MIN_KEY_BYTES", "URL_AS_PATH", "RingKey", "SharedState", "looks_like_url", "state_env_names", "state_file",
+    "state_section",
+]

@@ -69,6 +69,16 @@ if TYPE_CHECKING:
 # runtime) is imported in ``command``, after the server has been started.
 
 
+def _service_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """``--service-name`` held to serve's ``telemetry.service_name`` rule (imported here: the config
+    readers are not needed to start the server)."""
+    from drawbridge.config_evidence import service_name_problem
+
+    if (problem := service_name_problem(value)) is not None:
+        raise click.BadParameter(problem)
+    return value
+
+
 @click.command(
     name="wrap",
     context_settings={"help_option_names": ["-h", "--help"], "allow_interspersed_args": False},
@@ -190,7 +200,8 @@ if TYPE_CHECKING:
               help="The OTLP transport.")
 @click.option("--otlp-header", "otlp_headers", multiple=True, metavar="NAME=ENV_VAR",
               help="A header sent to the collector, its value read from the environment variable ENV_VAR. Repeatable.")
-@click.option("--service-name", default="drawbridge", show_default=True, help="The telemetry's service.name.")
+@click.option("--service-name", default="drawbridge", show_default=True, callback=_service_name,
+              help="The telemetry's service.name.")
 @click.option("--verbose", "-v", is_flag=True,
               help="Also log informational events: one line per decision, policy reloads, shutdown.")
 @log_format_option
@@ -259,7 +270,8 @@ def command(
 
         telemetry = None
         if otlp_endpoint is not None:
-            telemetry = TelemetrySettings(otlp_endpoint, otlp_protocol, header_names, service_name)
+            telemetry = TelemetrySettings(otlp_endpoint, otlp_protocol, header_names, service_name,
+                                          withheld_env=frozenset(TRUTH_KEY_NAMES))
         settings = RuntimeSettings.for_wrap(
             policy=policy,
             allow_all=allow_everything,
@@ -338,17 +350,22 @@ def _telemetry_header_names(endpoint: str | None, headers: tuple[str, ...]) -> d
         if headers:
             raise click.UsageError("--otlp-header goes with --otlp-endpoint")
         return {}
-    from drawbridge.config_evidence import otlp_endpoint_problem
+    from drawbridge.config_evidence import otlp_endpoint_problem, telemetry_header_problem
 
     if (problem := otlp_endpoint_problem(endpoint)) is not None:
         raise click.BadParameter(problem, param_hint="--otlp-endpoint")
     names: dict[str, str] = {}
     for item in headers:
         name, separator, variable = item.partition("=")
-        if not separator or not name or not variable.replace("_", "a").isalnum() or variable[0].isdigit():
+        if not separator:
             raise click.BadParameter(f"{item!r} is not NAME=ENV_VAR", param_hint="--otlp-header")
+        # serve's check of its telemetry headers: the value is read here, checked, never shown.
+        if (problem := telemetry_header_problem(name, variable, os.environ)) is not None:
+            startup_failed(f"drawbridge: --otlp-header: {problem}")
+            sys.exit(EXIT_INPUT)
         names[name] = variable
     return names
+
 
 
 async def _serve(runtime: Runtime, server: Upstream, config: RelayConfig, sock: socket.socket | None) -> str | None:

@@ -8,9 +8,16 @@ channel, the agent's ``traceparent`` / ``tracestate``, trace index, HTTP session
 result. It writes nothing to the gateway's stdin or stdout (it has neither); its own and the SDK's
 warnings (a collector that is down) go to its stderr, one line each (``LEVEL logger: message``, an
 exception by its type only), which the gateway reads and logs in its own log format. It ends when
-its input ends, after one last export bounded by the exporters' timeouts, and only then: SIGINT and
-SIGTERM sent to the whole process group (Ctrl-C, a service manager) are the gateway's to act on,
-which then closes the input. It runs at a lower priority than the gateway (``NICENESS``).
+its input ends, after one last export of spans, metrics and log records at once, bounded by
+``last_export_seconds`` (what the collector has not taken by then is dropped, and said in one line
+with the number of spans lost), and only then: SIGINT and SIGTERM sent to the whole process group
+(Ctrl-C, a service manager) are the gateway's to act on, which then closes the input. It never
+outlives the gateway: a gateway that dies (SIGKILL) takes it along (``PR_SET_PDEATHSIG`` where Linux
+has it, and its input's end). It runs at a lower priority than the gateway (``NICENESS``).
+
+Spans are sampled always, whatever the agent's ``traceparent`` says: its flags cannot switch off the
+gateway's SERVER span for a call (the agent's span stays the parent). The header values (the
+collector's credentials) come in the settings frame, not in the worker's environment.
 
 Frames on stdin: a 4-byte big-endian length, then a pickled tuple: ``("calls", [summary, ...])``
 or ``("checkpoint", tree_size, note)``. The first frame is ``("settings", {...})``. Spans and
@@ -21,12 +28,15 @@ Run as ``python -m drawbridge.gateway.recording.telemetry_worker`` (the gateway 
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import pickle
 import signal
 import sys
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any, BinaryIO, Final
 
 BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
@@ -38,9 +48,7 @@ TOOL, REQUEST_ID, PROTOCOL, EFFECT, POLICY, RULE, ERROR_CODE, TOOL_ERROR, ERROR,
 
 
 def _exporters(settings: Mapping[str, Any]) -> tuple[Any, Any, Any]:
-    headers = None
-    if settings["headers_env"]:
-        headers = {name: os.environ.get(variable, "") for name, variable in settings["headers_env"].items()}
+    headers = dict(settings["headers"]) or None
     timeout = settings["timeout_seconds"]
     endpoint = settings["endpoint"]
     if settings["protocol"] == "grpc":
@@ -60,6 +68,29 @@ def _exporters(settings: Mapping[str, Any]) -> tuple[Any, Any, Any]:
             HttpLogs(endpoint=f"{base}/v1/logs", headers=headers, timeout=timeout))
 
 
+class CountingSpans:
+    """The span exporter, counting the spans the collector took: the last export says how many of
+    the spans made were lost."""
+
+    def __init__(self, exporter: Any) -> None:
+        self._exporter = exporter
+        self.exported = 0
+
+    def export(self, spans: Sequence[Any]) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        result = self._exporter.export(spans)
+        if result is SpanExportResult.SUCCESS:
+            self.exported += len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self._exporter.force_flush(timeout_millis))
+
+
 class Exporter:
     """The SDK's providers, and the spans and points of each summary."""
 
@@ -71,15 +102,21 @@ class Exporter:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         spans, metrics, logs = _exporters(settings)
+        self.spans = CountingSpans(spans)
+        self.made = 0
         version = settings["version"]
         resource = Resource.create({"service.name": settings["service_name"], "service.version": version})
-        self.tracer_provider = TracerProvider(resource=resource)
-        self.tracer_provider.add_span_processor(BatchSpanProcessor(spans, max_queue_size=QUEUE_MAX))
-        self.meter_provider = MeterProvider(resource=resource, metric_readers=[PeriodicExportingMetricReader(metrics)])
-        self.logger_provider = LoggerProvider(resource=resource)
+        # ALWAYS_ON, not the default parent-based sampler: an agent's traceparent with flags 00 would
+        # otherwise switch the gateway's spans off (module docstring).
+        self.tracer_provider = TracerProvider(sampler=ALWAYS_ON, resource=resource, shutdown_on_exit=False)
+        self.tracer_provider.add_span_processor(BatchSpanProcessor(self.spans, max_queue_size=QUEUE_MAX))
+        self.meter_provider = MeterProvider(resource=resource, metric_readers=[PeriodicExportingMetricReader(metrics)],
+                                            shutdown_on_exit=False)
+        self.logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
         self.logger_provider.add_log_record_processor(BatchLogRecordProcessor(logs))
         self.tracer = self.tracer_provider.get_tracer("drawbridge", version)
         meter = self.meter_provider.get_meter("drawbridge", version)
@@ -142,14 +179,29 @@ class Exporter:
         if error_type is not None:
             server.set_status(Status(StatusCode.ERROR, s[ERROR] or error_type))
         server.end(end_time=end)
+        self.made += 2 if s[FORWARDED] else 1
         self.server_duration.record(s[LATENCY] / 1000.0, metric)
 
-    def shutdown(self) -> None:
-        for provider in (self.tracer_provider, self.meter_provider, self.logger_provider):
+    def shutdown(self, seconds: float) -> None:
+        """The last export, of the three signals at once, for at most ``seconds``; what the collector
+        has not taken by then is dropped, and said once."""
+        def stop(provider: Any) -> None:
             try:
                 provider.shutdown()
             except Exception as exc:  # noqa: BLE001 -- a collector that is down does not stop the shutdown
                 logging.getLogger("drawbridge.telemetry").warning("telemetry export at shutdown failed (%s)", type(exc).__name__)
+
+        threads = [threading.Thread(target=stop, args=(provider,), daemon=True)
+                   for provider in (self.tracer_provider, self.meter_provider, self.logger_provider)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + seconds
+        for thread in threads:
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        if any(thread.is_alive() for thread in threads):
+            logging.getLogger("drawbridge.telemetry").warning(
+                "the collector did not take the last export within %g s: %d span(s) dropped, with the last "
+                "metrics and checkpoint records not yet sent", seconds, max(self.made - self.spans.exported, 0))
 
 
 def read_frame(stream: BinaryIO) -> Any:
@@ -181,6 +233,19 @@ def _log_to_stderr() -> None:
 NICENESS: Final = 10
 """The worker yields the CPU to the gateway: on a busy host telemetry falls behind (and drops what its
 queues cannot hold), the calls do not."""
+PR_SET_PDEATHSIG: Final = 1
+
+
+def _die_with(parent: int) -> None:
+    """SIGKILL this worker when the gateway's thread that started it ends (Linux); a gateway already
+    gone (reparented before the call) ends it at once."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 def main(stream: BinaryIO) -> int:
@@ -194,7 +259,10 @@ def main(stream: BinaryIO) -> int:
     first = read_frame(stream)
     if not isinstance(first, tuple) or first[0] != "settings":
         return 2
-    exporter = Exporter(first[1])
+    settings = first[1]
+    if settings.get("die_with") is not None:
+        _die_with(settings["die_with"])
+    exporter = Exporter(settings)
     failures = 0
     while (frame := read_frame(stream)) is not None:
         try:
@@ -207,9 +275,13 @@ def main(stream: BinaryIO) -> int:
             failures += 1
             if failures <= 3:
                 logging.getLogger("drawbridge.telemetry").warning("a span could not be made (%s)", type(exc).__name__)
-    exporter.shutdown()
+    if settings.get("die_with") is not None and os.getppid() != settings["die_with"]:
+        return 0  # the gateway is gone: nobody waits for a last export
+    exporter.shutdown(settings["last_export_seconds"])
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.stdin.buffer))
+    code = main(sys.stdin.buffer)
+    sys.stderr.flush()
+    os._exit(code)  # not sys.exit: a last export still under way (dropped) must not hold the exit

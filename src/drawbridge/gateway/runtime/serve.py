@@ -25,9 +25,9 @@ from drawbridge.catalogue.floors import Floor
 from drawbridge.catalogue.merged import Catalogue, CatalogueEntry
 from drawbridge.config import GatewayConfig
 from drawbridge.control import ControlServices
-from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
 from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.gateway.runtime.control import CatalogueView, ServedTool, control_services
+from drawbridge.gateway.runtime.settings import secret_env_names
 from drawbridge.gateway.serve.hub import Gateway, GatewaySettings
 from drawbridge.gateway.serve.pinned_listing import PinnedListing
 from drawbridge.gateway.serve.visible_tools import VisibleTools
@@ -39,15 +39,6 @@ logger = logging.getLogger("drawbridge.gateway")
 
 POLICY_POLL_SECONDS: Final = 0.25
 """How often the policy generation is checked for ``announce_policy_changes``."""
-
-
-def secret_env_names(config: GatewayConfig) -> frozenset[str]:
-    """Environment variables that hold the gateway's own credentials: never passed to stdio children
-    (``DRAWBRIDGE_*`` never is either, see ``EnvPolicy``)."""
-    names = {name for upstream in config.upstreams for name in upstream.headers_env.values()}
-    names |= {name for service in config.openapi for name in service.headers_env.values()}
-    names |= set(config.telemetry_headers_env.values())  # the collector's credentials too
-    return frozenset(names | set(TRUTH_KEY_NAMES))
 
 
 async def open_local_upstreams(config: GatewayConfig, environ: Mapping[str, str] | None = None) -> list[LocalUpstream]:

@@ -21,10 +21,19 @@ from drawbridge.config_state import SharedState
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalSettings
 from drawbridge.gateway.pipeline.call import DEFAULT_CALL_TIMEOUT_SECONDS
 from drawbridge.gateway.recording.checkpoints import CheckpointSettings
-from drawbridge.gateway.recording.telemetry import TelemetrySettings
+from drawbridge.gateway.recording.telemetry import SERVE_LAST_EXPORT_SECONDS, TelemetrySettings
+from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
 
 GATEWAY_SERVER_ID: Final = "drawbridge"
 STATE_FILE: Final = "drawbridge.db"
+
+
+def secret_env_names(config: GatewayConfig) -> frozenset[str]:
+    """Environment variables that hold the gateway's own credentials: every one the file names
+    (``GatewayConfig.credential_env``: tokens, headers, state, key rings) and the truth key's. None is
+    passed to a stdio child, unless that upstream's own ``env`` sets it (``DRAWBRIDGE_*`` never is,
+    see ``EnvPolicy``): an upstream holding the admin token could approve its own calls."""
+    return config.credential_env | frozenset(TRUTH_KEY_NAMES)
 
 
 def upstream_of(tool: str) -> str:
@@ -73,7 +82,9 @@ class RuntimeSettings:
         telemetry = None
         if config.telemetry_endpoint is not None:
             telemetry = TelemetrySettings(config.telemetry_endpoint, config.telemetry_protocol,
-                                          dict(config.telemetry_headers_env), config.telemetry_service_name)
+                                          dict(config.telemetry_headers_env), config.telemetry_service_name,
+                                          last_export_seconds=SERVE_LAST_EXPORT_SECONDS,
+                                          withheld_env=secret_env_names(config))
         return cls(
             policy=config.policy_dir or config.policy_file,
             evidence_dir=config.evidence_dir,
@@ -151,4 +162,4 @@ class RuntimeSettings:
         )
 
 
-__all__ = ["GATEWAY_SERVER_ID", "STATE_FILE", "RuntimeSettings", "upstream_of"]
+__all__ = ["GATEWAY_SERVER_ID", "STATE_FILE", "RuntimeSettings", "secret_env_names", "upstream_of"]

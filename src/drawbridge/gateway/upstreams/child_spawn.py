@@ -35,9 +35,11 @@ class EnvPolicy:
 
     By default it inherits everything except the gateway's own variables (an MCP client configures the
     server's credentials in the environment it launches the gateway with, so they must pass). Names
-    in ``deny_names`` and names starting with a prefix in ``deny_prefixes`` never pass, even when listed
-    in ``allow``. With ``inherit=False`` only ``allow`` passes. ``extra`` is added last (and is itself
-    subject to the deny rules).
+    in ``deny_names`` and names starting with a prefix in ``deny_prefixes`` are never inherited, even
+    when listed in ``allow``. With ``inherit=False`` only ``allow`` passes. ``extra`` (the upstream's
+    own ``env``) is added last: a name of ``deny_names`` set there passes with the value the
+    configuration gives it (the operator passed it on purpose; the gateway's value never does), a
+    name with a denied prefix never does.
     """
 
     inherit: bool = True
@@ -55,7 +57,7 @@ class EnvPolicy:
             for name, value in environ.items()
             if (self.inherit or name in self.allow) and not self.denied(name)
         }
-        chosen.update((name, value) for name, value in self.extra.items() if not self.denied(name))
+        chosen.update((name, value) for name, value in self.extra.items() if not name.startswith(self.deny_prefixes))
         return chosen
 
 
