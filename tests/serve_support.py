@@ -64,7 +64,8 @@ def write_config(
     policy_dir.mkdir(exist_ok=True)
     for name, text in (policies if policies is not None else ALLOW_ALL).items():
         (policy_dir / name).write_text(text, encoding="utf-8")
-    document: dict[str, Any] = {"upstreams": list(upstreams), "policy_dir": "./policies", "listen": {"port": 0}}
+    document: dict[str, Any] = {"upstreams": list(upstreams), "policy_dir": "./policies", "listen": {"port": 0},
+                                "control": {"port": 0}}  # never serve's default 8788: tests run side by side
     document.update(top)
     path = directory / "drawbridge.yaml"
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
