@@ -112,6 +112,10 @@ INPUT_REQUIRED_FOR_HANDSHAKE: Final = (
     "the upstream asks for input before it runs this call (a 2026-07-28 InputRequiredResult), which a "
     "2025-11-25 connection cannot answer; connect at 2026-07-28 to answer it"
 )
+CONTINUATION_UNSEALED: Final = (
+    "the upstream asks for input after the call was approved, with a requestState the gateway cannot "
+    "carry past the approval (not text, or too large); the call did not complete"
+)
 DECISION_CHANGED: Final = (
     "the decision changed while the approval was pending (the policy or the tool's catalogue entry "
     "changed; it now says {action}); call again"
@@ -384,13 +388,13 @@ class CallPipeline:
         if awaited:
             flight.done = anyio.Event()
         params = message.body.get("params")
-        if is_gateway_retry(params):
-            # The gateway's requestState and the answers beside it are the gateway's: verified by the
-            # approval stage, never forwarded (``client_link``).
+        if is_gateway_retry(params, self._owns_state):
+            # The gateway's requestState (and the answers to its own question) are the gateway's:
+            # verified by the approval stage, never forwarded (``client_link``).
             assert isinstance(params, dict)
             body = {**message.body, "params": forwardable_params(params)}
             flight.message = dataclasses.replace(message, raw=encode_line(body)[:-1], body=body)
-            flight.link = retry_link(params)
+            flight.link = retry_link(params, owns=self._owns_state)
         try:
             flight.call = parse_tool_call(flight.message, agent, version)
         except MessageError as exc:
@@ -404,6 +408,29 @@ class CallPipeline:
             assert isinstance(resolved, Resolved)
             flight.resolved = resolved
         return flight
+
+    def _owns_state(self, state: object) -> bool:
+        """Whether a retry's ``requestState`` is this gateway's; without approvals, none is."""
+        return self.approvals is not None and self.approvals.engine.owns_state(state)
+
+    def _continued(self, flight: Flight, body: Mapping[str, Any]) -> Answer | None:
+        """An approved call that its upstream answers with a question of its own: the agent gets the
+        question with a continuation in place of the upstream's ``requestState``, so that the call's
+        retries run on the approval already given (``approvals.request_states``). None when the call
+        was not approved by a person (its retries are decided as any call)."""
+        verdict, call = flight.verdict, flight.call
+        approval_id = (verdict.approval or {}).get("approval_id") if verdict is not None else None
+        if self.approvals is None or call is None or not isinstance(approval_id, str):
+            return None
+        result = body["result"]
+        upstream_state = result.get("requestState")
+        token = None
+        if upstream_state is None or isinstance(upstream_state, str):
+            token = self.approvals.engine.continue_call(call, approval_id, upstream_state)
+        if token is None:
+            return GatewayError(INTERNAL_ERROR, CONTINUATION_UNSEALED)
+        continued = {**body, "result": {**result, "requestState": token}}
+        return UpstreamAnswer(continued, encode_line(continued)[:-1])
 
     def _unknown(self, flight: Flight) -> None:
         flight.call = None  # recorded as an invalid request: no decision, nothing digested
@@ -591,6 +618,10 @@ class CallPipeline:
             # A 2026-07-28 upstream asks for input by a result a handshake-era agent cannot answer.
             error, code = INPUT_REQUIRED_FOR_HANDSHAKE, INTERNAL_ERROR
             answer = GatewayError(code, error)
+        elif outcome is Outcome.INPUT_REQUIRED and (continued := self._continued(flight, body)) is not None:
+            answer = continued
+            if isinstance(continued, GatewayError):
+                outcome, error, code = Outcome.UPSTREAM_ERROR, continued.message, continued.code
         elif outcome is Outcome.UPSTREAM_ERROR and "error" not in body:
             assert error is not None
             code = INTERNAL_ERROR
