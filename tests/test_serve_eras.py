@@ -155,3 +155,22 @@ async def test_a_2026_upstreams_question_to_a_handshake_agent_ends_the_call_with
             await client.call_tool("asking.delete_note", {"name": "groceries"})
     assert "asks for input before it runs this call" in refused.value.message
     assert "connect at 2026-07-28" in refused.value.message
+
+
+async def test_a_2026_upstream_asks_only_what_the_agent_declared_it_can_answer(tmp_path: Path) -> None:
+    """The agent's declared client capabilities go on with its request (the spec: a server MUST NOT
+    send ``inputRequests`` the client has not declared); the gateway never declares for it."""
+    config = write_config(tmp_path, [ASKING], fsync="never")
+
+    def meta(capabilities: dict[str, Any]) -> dict[str, Any]:
+        return {"io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": capabilities}
+
+    params = {"name": "asking.delete_note", "arguments": {"name": "groceries"}}
+    async with raw_pipe(serve_argv(config, "--stdio")) as pipe:
+        undeclared = await pipe.request(1, "tools/call", {**params, "_meta": meta({})})
+        declared = await pipe.request(2, "tools/call", {**params, "_meta": meta({"elicitation": {"form": {}}})})
+    assert "result" not in undeclared and undeclared["error"]["code"] == -32021
+    assert declared["result"]["resultType"] == "input_required"
+    assert declared["result"]["inputRequests"]["__main__:ask"]["method"] == "elicitation/create"

@@ -29,10 +29,9 @@ from typing import Any, Final
 from drawbridge.approval.request_state import PREFIX as GATEWAY_STATE_PREFIX
 from drawbridge.approval.request_state import carried_upstream_state
 from drawbridge.gateway.pipeline.tool_call import ToolCall
-from drawbridge.gateway.protocol.eras import RESERVED_PREFIX
+from drawbridge.gateway.protocol.eras import CLIENT_CAPABILITIES_META_KEY
 
 RETRY_FIELDS: Final = ("requestState", "inputResponses")
-CLIENT_CAPABILITIES_META_KEY: Final = RESERVED_PREFIX + "clientCapabilities"
 
 Owns = Callable[[object], bool]
 """Whether a ``requestState`` was sealed by this gateway (``ApprovalEngine.owns_state``)."""

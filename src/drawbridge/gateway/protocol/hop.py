@@ -14,7 +14,10 @@ these, which belong to one hop and are rewritten by the gateway:
   Tasks extension is declared upstream for a 2026-07-28 agent, which gets its answer at once;
 * the reserved envelope keys of ``_meta`` (``io.modelcontextprotocol/protocolVersion``, ``clientInfo``,
   ``clientCapabilities``, ``serverInfo``, ``logLevel``), which describe one connection and are removed
-  when crossing, so a 2026-07-28 agent's envelope never reaches a handshake-era upstream;
+  when crossing, so a 2026-07-28 agent's envelope never reaches a handshake-era upstream; only what a
+  2026-07-28 agent declares it can answer (elicitation, sampling, roots) goes on to a 2026-07-28
+  upstream, as the ``clientCapabilities`` of that request, because the upstream's ``inputRequests``
+  reach the agent unchanged and may only be of kinds it declared;
 * on results for a 2026-07-28 agent: ``resultType`` is added when absent, and list and read results get
   ``ttlMs`` (the upstream's, or 0) and ``cacheScope: "private"``, because what the gateway serves can
   differ per agent and a shared cache must never hand one agent's answer to another.
@@ -28,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from drawbridge.gateway.protocol.eras import RESERVED_PREFIX
+from drawbridge.gateway.protocol.eras import CLIENT_CAPABILITIES_META_KEY, RESERVED_PREFIX
 from drawbridge.gateway.protocol.methods import (
     DISCOVER,
     PROMPTS_LIST,
@@ -46,6 +49,9 @@ CACHEABLE_METHODS: Final = frozenset(
     {TOOLS_LIST, PROMPTS_LIST, RESOURCES_LIST, RESOURCE_TEMPLATES_LIST, RESOURCES_READ, DISCOVER}
 )
 PRIVATE: Final = "private"
+RELAYED_CLIENT_CAPABILITIES: Final = frozenset({"elicitation", "sampling", "roots"})
+"""What a 2026-07-28 agent declares that the gateway passes on: the kinds of ``inputRequests`` it can
+answer, which the gateway relays to it unchanged."""
 
 _KEEP: Final = object()
 
@@ -72,12 +78,16 @@ def outbound_params(
     name_key: str = "name",
     progress: Any = _KEEP,
     task: bool = False,
+    agent_capabilities: bool = False,
 ) -> dict[str, Any] | None:
     """The params to send on the next hop: a shallow copy with the per-hop parts rewritten.
 
     ``name`` replaces ``params[name_key]``; ``progress`` replaces an existing ``_meta.progressToken``;
-    ``task`` keeps a task augmentation (the next hop runs it as a task). A ``_meta`` left empty only
-    because its envelope keys were removed is dropped.
+    ``task`` keeps a task augmentation (the next hop runs it as a task). ``agent_capabilities`` (the
+    next hop is a 2026-07-28 upstream) keeps what a 2026-07-28 agent's envelope declares it can
+    answer (``RELAYED_CLIENT_CAPABILITIES``), so that the upstream sends it only ``inputRequests`` it
+    declared; the rest of the envelope becomes the gateway's (``modern.with_envelope``). A ``_meta``
+    left empty only because its envelope keys were removed is dropped.
     """
     if params is None:
         return None
@@ -91,6 +101,11 @@ def outbound_params(
         new_meta = strip_per_hop(meta)
         if progress is not _KEEP and "progressToken" in new_meta:
             new_meta["progressToken"] = progress
+        declared = meta.get(CLIENT_CAPABILITIES_META_KEY)
+        if agent_capabilities and isinstance(declared, Mapping):
+            new_meta[CLIENT_CAPABILITIES_META_KEY] = {
+                key: value for key, value in declared.items() if key in RELAYED_CLIENT_CAPABILITIES
+            }
         if new_meta or not meta:
             out["_meta"] = new_meta
         else:

@@ -366,7 +366,9 @@ class DownstreamSession:
             gateway_token = self.gateway.new_progress_route(upstream, self, token, entry.message.id)  # type: ignore[arg-type]
             rewrite["progress"] = gateway_token
         try:
-            call = await upstream.send_request(method, outbound_params(params, **rewrite))
+            call = await upstream.send_request(
+                method, outbound_params(params, agent_capabilities=upstream.modern, **rewrite)
+            )
             self.gateway.track(upstream, call, self, entry.message.id)  # type: ignore[arg-type]
             try:
                 with anyio.move_on_after(self.gateway.settings.call_timeout) as timer:
