@@ -174,3 +174,22 @@ async def test_a_2026_upstream_asks_only_what_the_agent_declared_it_can_answer(t
     assert "result" not in undeclared and undeclared["error"]["code"] == -32021
     assert declared["result"]["resultType"] == "input_required"
     assert declared["result"]["inputRequests"]["__main__:ask"]["method"] == "elicitation/create"
+
+
+async def test_a_handshake_upstreams_log_lines_reach_a_2026_agent_only_as_asked(tmp_path: Path) -> None:
+    """logging.mdx: no ``notifications/message`` for a request without ``logLevel``, and only lines at
+    or above the level it asked for (the upstream logs at ``info`` while it lists)."""
+    config = write_config(tmp_path, [GITHUB], fsync="never")
+    envelope = {"io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": {}}
+    logs: dict[str, list[str]] = {}
+    async with raw_pipe(serve_argv(config, "--stdio")) as pipe:
+        for asked in (None, "error", "debug", "info"):
+            meta = envelope if asked is None else {**envelope, "io.modelcontextprotocol/logLevel": asked}
+            params = {"name": "github.list_repos", "arguments": {"owner": "acme"}, "_meta": meta}
+            answered = await pipe.request(str(asked), "tools/call", params)
+            assert answered["result"]["resultType"] == "complete"
+            logs[str(asked)] = [n["params"]["level"] for n in pipe.notifications if n["method"] == "notifications/message"]
+            pipe.notifications.clear()
+    assert logs == {"None": [], "error": [], "debug": ["info"], "info": ["info"]}

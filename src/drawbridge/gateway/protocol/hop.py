@@ -18,6 +18,9 @@ these, which belong to one hop and are rewritten by the gateway:
   2026-07-28 agent declares it can answer (elicitation, sampling, roots) goes on to a 2026-07-28
   upstream, as the ``clientCapabilities`` of that request, because the upstream's ``inputRequests``
   reach the agent unchanged and may only be of kinds it declared;
+* log lines (``notifications/message``) of a handshake-era upstream reach a 2026-07-28 agent only on
+  the request that asked for them (``io.modelcontextprotocol/logLevel``) and at or above that level
+  (``log_line_wanted``; logging.mdx: never for a request without the key);
 * on results for a 2026-07-28 agent: ``resultType`` is added when absent, and list and read results get
   ``ttlMs`` (the upstream's, or 0) and ``cacheScope: "private"``, because what the gateway serves can
   differ per agent and a shared cache must never hand one agent's answer to another.
@@ -65,6 +68,22 @@ def progress_token(params: Any) -> str | int | None:
     meta = params.get("_meta") if isinstance(params, Mapping) else None
     token = meta.get("progressToken") if isinstance(meta, Mapping) else None
     return token if valid_token(token) else None
+
+
+LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+"""RFC 5424 severities, least severe first, as MCP names them."""
+LOG_LEVEL_META_KEY: Final = RESERVED_PREFIX + "logLevel"
+
+
+def log_line_wanted(request_params: Any, line_params: Any) -> bool:
+    """Whether a log line may go to a 2026-07-28 agent on the request with ``request_params``: that
+    request asked for logs (``logLevel``) and the line is at or above the level asked for."""
+    meta = request_params.get("_meta") if isinstance(request_params, Mapping) else None
+    asked = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, Mapping) else None
+    level = line_params.get("level") if isinstance(line_params, Mapping) else None
+    if asked not in LOG_LEVELS or level not in LOG_LEVELS:
+        return False
+    return LOG_LEVELS.index(level) >= LOG_LEVELS.index(asked)
 
 
 def strip_per_hop(meta: Mapping[str, Any]) -> dict[str, Any]:

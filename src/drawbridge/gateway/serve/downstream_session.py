@@ -31,7 +31,13 @@ from typing import Any
 import anyio
 
 from drawbridge.gateway.protocol.eras import MODERN_VERSION, PROTOCOL_VERSION_META_KEY
-from drawbridge.gateway.protocol.hop import downstream_result, gateway_result, outbound_params, progress_token
+from drawbridge.gateway.protocol.hop import (
+    downstream_result,
+    gateway_result,
+    log_line_wanted,
+    outbound_params,
+    progress_token,
+)
 from drawbridge.gateway.protocol.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -52,6 +58,7 @@ from drawbridge.gateway.protocol.methods import (
     CANCELLED,
     INITIALIZE,
     INITIALIZED,
+    LOG_MESSAGE,
     PING,
     PROGRESS,
     TOOLS_CALL,
@@ -294,6 +301,10 @@ class DownstreamSession:
             related = None
         if related is None and (self.modern or self.version is None or not self.outbound.unsolicited):
             return False
+        if related is not None and message.get("method") == LOG_MESSAGE:
+            entry = self._inflight[id_key(related)]
+            if entry.modern and not log_line_wanted(entry.message.params, message.get("params")):
+                return False
         try:
             await self.outbound.send(message, related)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
