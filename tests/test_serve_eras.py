@@ -193,3 +193,38 @@ async def test_a_handshake_upstreams_log_lines_reach_a_2026_agent_only_as_asked(
             logs[str(asked)] = [n["params"]["level"] for n in pipe.notifications if n["method"] == "notifications/message"]
             pipe.notifications.clear()
     assert logs == {"None": [], "error": [], "debug": ["info"], "info": ["info"]}
+
+
+async def test_codes_and_result_types_2026_forbids_never_reach_a_2026_agent(tmp_path: Path) -> None:
+    """basic/index.mdx "Error Codes": -32002 became -32602; -32042 and undefined codes of
+    -32020..-32099 may not be sent. An unrecognised ``resultType`` is not a result; each is recorded as
+    what the agent got."""
+    upstream = {"name": "old", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "era_answers.py")]}
+    config = write_config(tmp_path, [upstream], fsync="never")
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    codes: list[int] = []
+    async with raw_pipe(serve_argv(config, "--stdio")) as pipe:
+        for number, code in enumerate((-32002, -32042, -32050, -32021, -32010)):
+            params = {"name": "old.fail", "arguments": {"code": code}, "_meta": meta}
+            codes.append((await pipe.request(number, "tools/call", params))["error"]["code"])
+        for value in ("task", "bogus", "complete"):
+            params = {"name": "old.typed", "arguments": {"value": value}, "_meta": meta}
+            answered = await pipe.request(value, "tools/call", params)
+            if value == "complete":
+                assert answered["result"]["content"][0]["text"] == "done"
+            else:
+                assert answered["error"]["code"] == -32603 and "resultType" in answered["error"]["message"]
+        gone = await pipe.request("r", "resources/read", {"uri": "note://gone", "_meta": meta})
+        assert gone["error"] == {"code": -32602, "message": "Resource not found", "data": {"uri": "note://gone"}}
+    async with raw_pipe(serve_argv(config, "--stdio")) as pipe:
+        assert "result" in await pipe.initialize()
+        kept = await pipe.request("l", "tools/call", {"name": "old.fail", "arguments": {"code": -32002}})
+        assert kept["error"]["code"] == -32002  # a 2025-11-25 agent gets its era's code
+    assert codes == [-32602, -32603, -32603, -32021, -32010]
+    entries = [json.loads(line)["body"] for line in (tmp_path / "evidence" / "trace.ndjson").read_text().splitlines()]
+    typed = [(e["outcome"], e.get("error_code")) for e in entries if e.get("tool") == "old.typed"]
+    assert typed == [("upstream_error", -32603), ("upstream_error", -32603), ("ok", None)]
+    failed = [e.get("error_code") for e in entries if e.get("tool") == "old.fail"]
+    assert failed == [-32602, -32603, -32603, -32021, -32010, -32002]

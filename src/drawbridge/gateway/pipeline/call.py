@@ -92,6 +92,7 @@ from drawbridge.gateway.pipeline.verdicts import (
     refusal_for,
     refusal_result,
 )
+from drawbridge.gateway.protocol.hop import modern_error
 from drawbridge.gateway.protocol.jsonrpc import (
     EVIDENCE_UNWRITTEN,
     INTERNAL_ERROR,
@@ -622,6 +623,13 @@ class CallPipeline:
             answer = continued
             if isinstance(continued, GatewayError):
                 outcome, error, code = Outcome.UPSTREAM_ERROR, continued.message, continued.code
+        elif outcome is Outcome.UPSTREAM_ERROR and call is not None and call.modern and "error" in body:
+            translated = modern_error(body["error"])
+            if translated is not body["error"]:  # a code 2026-07-28 forbids: the agent gets the spec's
+                code = translated["code"]
+                error = f"{error} (answered as {code}: 2026-07-28 does not allow the upstream's code)"
+                body = {**body, "error": translated}
+                answer = UpstreamAnswer(body, encode_line(body)[:-1])
         elif outcome is Outcome.UPSTREAM_ERROR and "error" not in body:
             assert error is not None
             code = INTERNAL_ERROR

@@ -21,6 +21,10 @@ these, which belong to one hop and are rewritten by the gateway:
 * log lines (``notifications/message``) of a handshake-era upstream reach a 2026-07-28 agent only on
   the request that asked for them (``io.modelcontextprotocol/logLevel``) and at or above that level
   (``log_line_wanted``; logging.mdx: never for a request without the key);
+* on errors for a 2026-07-28 agent, the codes that era forbids (``modern_error``): ``-32002`` (resource
+  not found before 2026) becomes ``-32602``, as the spec replaced it; ``-32042`` (URL elicitation
+  required, 2025-11-25 only) and codes of ``-32020..-32099`` the spec does not define become
+  ``-32603``, whose message names the upstream's code;
 * on results for a 2026-07-28 agent: ``resultType`` is added when absent, and list and read results get
   ``ttlMs`` (the upstream's, or 0) and ``cacheScope: "private"``, because what the gateway serves can
   differ per agent and a shared cache must never hand one agent's answer to another.
@@ -35,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from drawbridge.gateway.protocol.eras import CLIENT_CAPABILITIES_META_KEY, RESERVED_PREFIX
+from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 from drawbridge.gateway.protocol.methods import (
     DISCOVER,
     PROMPTS_LIST,
@@ -84,6 +89,31 @@ def log_line_wanted(request_params: Any, line_params: Any) -> bool:
     if asked not in LOG_LEVELS or level not in LOG_LEVELS:
         return False
     return LOG_LEVELS.index(level) >= LOG_LEVELS.index(asked)
+
+
+RESOURCE_NOT_FOUND_2025: Final = -32002  # read, never answered
+URL_ELICITATION_REQUIRED_2025: Final = -32042  # read, never answered
+MCP_RESERVED_CODES: Final = range(-32099, -32019)  # read, never answered
+MCP_DEFINED_CODES: Final = frozenset({-32020, -32021, -32022})
+"""HeaderMismatch, MissingRequiredClientCapability, UnsupportedProtocolVersion: the only codes of the
+reserved band -32020..-32099 that 2026-07-28 defines (basic/index.mdx, "Error Codes")."""
+
+
+def modern_error(error: Any) -> Any:
+    """An upstream's JSON-RPC ``error`` as a 2026-07-28 agent may receive it (module docstring);
+    anything else is returned as it is."""
+    if not isinstance(error, Mapping):
+        return error
+    code = error.get("code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        return error
+    if code == RESOURCE_NOT_FOUND_2025:
+        return {**error, "code": INVALID_PARAMS}
+    if code == URL_ELICITATION_REQUIRED_2025 or (code in MCP_RESERVED_CODES and code not in MCP_DEFINED_CODES):
+        said = error.get("message")
+        message = f"the upstream answered with JSON-RPC error {code}, which 2026-07-28 does not allow"
+        return {**error, "code": INTERNAL_ERROR, "message": f"{message}: {said}" if isinstance(said, str) else message}
+    return error
 
 
 def strip_per_hop(meta: Mapping[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from drawbridge.gateway.protocol.hop import (
     downstream_result,
     gateway_result,
     log_line_wanted,
+    modern_error,
     outbound_params,
     progress_token,
 )
@@ -421,9 +422,10 @@ class DownstreamSession:
 
     def answer(self, entry: Inflight, body: Mapping[str, Any]) -> dict[str, Any]:
         """The agent's response to an upstream's answer: an error as it came, a result with only the
-        per-hop parts rewritten for the request's era (``hop.downstream_result``)."""
+        per-hop parts rewritten for the request's era (``hop.downstream_result``, ``hop.modern_error``)."""
         if "error" in body:
-            return _response(entry.message.id, body)
+            error = modern_error(body["error"]) if entry.modern else body["error"]
+            return _response(entry.message.id, {"error": error})
         result = downstream_result(body.get("result"), method=entry.message.method, modern=entry.modern)
         return _response(entry.message.id, {"result": result})
 
