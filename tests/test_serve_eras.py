@@ -113,11 +113,13 @@ async def test_modern_stdio_requests_are_checked_and_decorated(tmp_path: Path) -
         assert listed["result"]["resultType"] == "complete"
         assert listed["result"]["cacheScope"] == "private" and listed["result"]["ttlMs"] == 0
         discovered = await pipe.request("d", "server/discover", {"_meta": envelope})
-        assert discovered["result"]["supportedVersions"] == [MODERN]
+        served = [MODERN, "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]  # newest first
+        assert discovered["result"]["supportedVersions"] == served
         wrong = await pipe.request(
             "w", "tools/list", {"_meta": {**envelope, "io.modelcontextprotocol/protocolVersion": "1999-01-01"}}
         )
-        assert wrong["error"]["code"] == -32022 and wrong["error"]["data"]["requested"] == "1999-01-01"
+        assert wrong["error"]["code"] == -32022
+        assert wrong["error"]["data"] == {"supported": served, "requested": "1999-01-01"}
         called = await pipe.request(
             "c", "tools/call", {"_meta": envelope, "name": "github.list_repos", "arguments": {"owner": "octo"}}
         )
@@ -228,3 +230,28 @@ async def test_codes_and_result_types_2026_forbids_never_reach_a_2026_agent(tmp_
     assert typed == [("upstream_error", -32603), ("upstream_error", -32603), ("ok", None)]
     failed = [e.get("error_code") for e in entries if e.get("tool") == "old.fail"]
     assert failed == [-32602, -32603, -32603, -32021, -32010, -32002]
+
+
+async def test_the_2026_envelope_rules_at_the_edges(tmp_path: Path) -> None:
+    """``initialize`` on a 2026-07-28 connection is an invalid request (errors.md), client capabilities
+    that are not an object are invalid params like missing ones, and an interim InputRequiredResult
+    to a cacheable request carries no caching hints (caching.mdx)."""
+    upstream = {"name": "old", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "era_answers.py")]}
+    config = write_config(tmp_path, [upstream], fsync="never")
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    async with raw_pipe(serve_argv(config, "--stdio")) as pipe:
+        assert "result" in await pipe.request(1, "server/discover", {"_meta": meta})
+        again = await pipe.request(2, "initialize", {"protocolVersion": LEGACY_VERSION, "capabilities": {},
+                                                     "clientInfo": {"name": "c", "version": "1"}})
+        assert again["error"] == {"code": -32600, "message": "invalid request: initialize is not part of 2026-07-28"}
+        for number, capabilities in enumerate((None, [], "form"), start=3):
+            bad = {**meta, "io.modelcontextprotocol/clientCapabilities": capabilities}
+            refused = await pipe.request(number, "tools/list", {"_meta": bad})
+            assert refused["error"]["code"] == -32602 and "clientCapabilities" in refused["error"]["message"]
+        interim = (await pipe.request(9, "resources/read", {"uri": "note://ask", "_meta": meta}))["result"]
+        assert interim["resultType"] == "input_required" and interim["requestState"] == "s1"
+        assert "ttlMs" not in interim and "cacheScope" not in interim
+        listed = (await pipe.request(10, "resources/list", {"_meta": meta}))["result"]
+        assert (listed["ttlMs"], listed["cacheScope"]) == (0, "private")

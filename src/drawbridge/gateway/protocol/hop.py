@@ -27,7 +27,8 @@ these, which belong to one hop and are rewritten by the gateway:
   ``-32603``, whose message names the upstream's code;
 * on results for a 2026-07-28 agent: ``resultType`` is added when absent, and list and read results get
   ``ttlMs`` (the upstream's, or 0) and ``cacheScope: "private"``, because what the gateway serves can
-  differ per agent and a shared cache must never hand one agent's answer to another.
+  differ per agent and a shared cache must never hand one agent's answer to another; an interim
+  ``InputRequiredResult`` carries no caching hints at all (caching.mdx: it is not cacheable).
 
 Everything else (annotations, ``_meta`` keys of other namespaces, ``outputSchema``, ``title``, unknown
 fields) is copied as parsed. Pure: no I/O.
@@ -176,7 +177,10 @@ def downstream_result(result: Any, *, method: str | None, modern: bool) -> Any:
             del out["_meta"]
     if modern:
         out.setdefault("resultType", "complete")
-        if method in CACHEABLE_METHODS:
+        if out["resultType"] == "input_required":  # interim: not cacheable, no hints (caching.mdx)
+            out.pop("ttlMs", None)
+            out.pop("cacheScope", None)
+        elif method in CACHEABLE_METHODS:
             ttl = out.get("ttlMs")
             if not (isinstance(ttl, int) and not isinstance(ttl, bool) and ttl >= 0):
                 out["ttlMs"] = 0

@@ -46,6 +46,19 @@ def with_envelope(params: Any, hop: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
+MISMATCH_WORDS: Final = " header does not match "
+
+
+def header_missing_said(message: str, headers: Mapping[str, str]) -> str:
+    """An SDK header-mismatch message (-32020) that names a routing header the request did not send
+    at all, reworded to say that it is missing rather than that it does not match the body.
+    ``headers`` are the request's, by lowercase name."""
+    name, found, rest = message.partition(MISMATCH_WORDS)
+    if not found or name.lower() in headers:
+        return message
+    return f"{name} header is missing; 2026-07-28 requires it, equal to {rest}"
+
+
 def read_discover(result: Any) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
     """(capabilities, server info, instructions) of a ``server/discover`` result; ``ValueError``
     naming the problem when the upstream cannot be spoken to in this era."""
@@ -102,6 +115,7 @@ def without_subscription_id(body: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "SUBSCRIPTION_ID_KEY",
+    "header_missing_said",
     "envelope",
     "honored_uris",
     "listen_filter",

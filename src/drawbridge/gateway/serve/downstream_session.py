@@ -26,11 +26,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import anyio
 
-from drawbridge.gateway.protocol.eras import MODERN_VERSION, PROTOCOL_VERSION_META_KEY
+from drawbridge.gateway.protocol.eras import (
+    CLIENT_CAPABILITIES_META_KEY,
+    MODERN_VERSION,
+    PROTOCOL_VERSION_META_KEY,
+    unsupported_version_data,
+)
 from drawbridge.gateway.protocol.hop import (
     downstream_result,
     gateway_result,
@@ -41,9 +46,11 @@ from drawbridge.gateway.protocol.hop import (
 )
 from drawbridge.gateway.protocol.jsonrpc import (
     INTERNAL_ERROR,
+    INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     UPSTREAM_EXITED,
+    UNSUPPORTED_PROTOCOL_VERSION,
     UPSTREAM_TIMEOUT,
     IdKey,
     Kind,
@@ -73,6 +80,12 @@ from drawbridge.gateway.upstreams.session import UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
 
+INITIALIZE_IN_MODERN: Final = "invalid request: initialize is not part of 2026-07-28"
+NO_CAPABILITIES: Final = (
+    f"invalid params: params._meta['{CLIENT_CAPABILITIES_META_KEY}'] must be an object (the client "
+    "capabilities of the 2026-07-28 envelope; {} declares none)"
+)
+
 
 def _response(request_id: RequestId | None, body: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
@@ -84,7 +97,10 @@ def _response(request_id: RequestId | None, body: Mapping[str, Any]) -> dict[str
 
 
 def error_response(request_id: RequestId | None, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """A JSON-RPC error answer; an unsupported-version error names every version served."""
     error: dict[str, Any] = {"code": code, "message": message}
+    if code == UNSUPPORTED_PROTOCOL_VERSION:
+        data = unsupported_version_data(data)
     if data is not None:
         error["data"] = data
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
@@ -202,11 +218,15 @@ class DownstreamSession:
         params = message.body.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         if self.modern or (isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta):
+            if method == INITIALIZE:  # before the envelope, which initialize does not carry
+                return error_response(message.id, INVALID_REQUEST, INITIALIZE_IN_MODERN)
             if not envelope_checked:
                 ladder = inbound()
                 verdict = ladder.classify_inbound_request(message.body)
                 if isinstance(verdict, ladder.InboundLadderRejection):
                     return error_response(message.id, verdict.code, verdict.message, verdict.data)
+            if not isinstance(meta, dict) or not isinstance(meta.get(CLIENT_CAPABILITIES_META_KEY), dict):
+                return error_response(message.id, INVALID_PARAMS, NO_CAPABILITIES)
             modern, version = True, MODERN_VERSION
             if self.version is None:
                 self.version = MODERN_VERSION  # like an SDK server, the connection now serves 2026-07-28
