@@ -84,6 +84,7 @@ from drawbridge.gateway.pipeline.outcomes import Outcome, outcome_of_response
 from drawbridge.gateway.pipeline.rate_limits import RateLimiter
 from drawbridge.gateway.pipeline.records import CallRecord
 from drawbridge.gateway.pipeline.tool_call import ToolCall, parse_tool_call, requested_tool_name
+from drawbridge.gateway.pipeline.upstream_answers import INPUT_REQUIRED_FOR_HANDSHAKE, rewritten
 from drawbridge.gateway.pipeline.verdicts import (
     GATEWAY_POLICY,
     Action,
@@ -92,7 +93,6 @@ from drawbridge.gateway.pipeline.verdicts import (
     refusal_for,
     refusal_result,
 )
-from drawbridge.gateway.protocol.hop import modern_error
 from drawbridge.gateway.protocol.jsonrpc import (
     EVIDENCE_UNWRITTEN,
     INTERNAL_ERROR,
@@ -109,14 +109,6 @@ logger = logging.getLogger("drawbridge.gateway")
 
 DEFAULT_CALL_TIMEOUT_SECONDS: Final = 120.0
 UNKNOWN_TOOL: Final = "unknown tool: the gateway serves no tool of this name (see tools/list)"
-INPUT_REQUIRED_FOR_HANDSHAKE: Final = (
-    "the upstream asks for input before it runs this call (a 2026-07-28 InputRequiredResult), which a "
-    "2025-11-25 connection cannot answer; connect at 2026-07-28 to answer it"
-)
-CONTINUATION_UNSEALED: Final = (
-    "the upstream asks for input after the call was approved, with a requestState the gateway cannot "
-    "carry past the approval (not text, or too large); the call did not complete"
-)
 DECISION_CHANGED: Final = (
     "the decision changed while the approval was pending (the policy or the tool's catalogue entry "
     "changed; it now says {action}); call again"
@@ -410,28 +402,8 @@ class CallPipeline:
             flight.resolved = resolved
         return flight
 
-    def _owns_state(self, state: object) -> bool:
-        """Whether a retry's ``requestState`` is this gateway's; without approvals, none is."""
+    def _owns_state(self, state: object) -> bool:  # without approvals, no requestState is the gateway's
         return self.approvals is not None and self.approvals.engine.owns_state(state)
-
-    def _continued(self, flight: Flight, body: Mapping[str, Any]) -> Answer | None:
-        """An approved call that its upstream answers with a question of its own: the agent gets the
-        question with a continuation in place of the upstream's ``requestState``, so that the call's
-        retries run on the approval already given (``approvals.request_states``). None when the call
-        was not approved by a person (its retries are decided as any call)."""
-        verdict, call = flight.verdict, flight.call
-        approval_id = (verdict.approval or {}).get("approval_id") if verdict is not None else None
-        if self.approvals is None or call is None or not isinstance(approval_id, str):
-            return None
-        result = body["result"]
-        upstream_state = result.get("requestState")
-        token = None
-        if upstream_state is None or isinstance(upstream_state, str):
-            token = self.approvals.engine.continue_call(call, approval_id, upstream_state)
-        if token is None:
-            return GatewayError(INTERNAL_ERROR, CONTINUATION_UNSEALED)
-        continued = {**body, "result": {**result, "requestState": token}}
-        return UpstreamAnswer(continued, encode_line(continued)[:-1])
 
     def _unknown(self, flight: Flight) -> None:
         flight.call = None  # recorded as an invalid request: no decision, nothing digested
@@ -615,21 +587,9 @@ class CallPipeline:
         outcome, error, code = outcome_of_response(body)
         answer: Answer = UpstreamAnswer(body, raw)
         call = flight.call
-        if outcome is Outcome.INPUT_REQUIRED and call is not None and not call.modern:
-            # A 2026-07-28 upstream asks for input by a result a handshake-era agent cannot answer.
-            error, code = INPUT_REQUIRED_FOR_HANDSHAKE, INTERNAL_ERROR
-            answer = GatewayError(code, error)
-        elif outcome is Outcome.INPUT_REQUIRED and (continued := self._continued(flight, body)) is not None:
-            answer = continued
-            if isinstance(continued, GatewayError):
-                outcome, error, code = Outcome.UPSTREAM_ERROR, continued.message, continued.code
-        elif outcome is Outcome.UPSTREAM_ERROR and call is not None and call.modern and "error" in body:
-            translated = modern_error(body["error"])
-            if translated is not body["error"]:  # a code 2026-07-28 forbids: the agent gets the spec's
-                code = translated["code"]
-                error = f"{error} (answered as {code}: 2026-07-28 does not allow the upstream's code)"
-                body = {**body, "error": translated}
-                answer = UpstreamAnswer(body, encode_line(body)[:-1])
+        if call is not None and (changed := rewritten(body, outcome, error, call, flight.verdict, self.approvals)):
+            outcome, error, code, new_body = changed  # ``upstream_answers``: the agent's era, an approval
+            answer = UpstreamAnswer(new_body, encode_line(new_body)[:-1]) if new_body else GatewayError(INTERNAL_ERROR, str(error))
         elif outcome is Outcome.UPSTREAM_ERROR and "error" not in body:
             assert error is not None
             code = INTERNAL_ERROR

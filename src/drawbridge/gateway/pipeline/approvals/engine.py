@@ -397,23 +397,18 @@ class ApprovalEngine:
         digest = self._digest(call)
         if digest is None:
             return denied("unbindable", UNBINDABLE)
-        operator_only = verdict is not None and verdict.operator_only
-        return await self._states.settle_retry(
-            call, digest, request_state, input_responses, operator_only=operator_only
-        )
+        only = verdict is not None and verdict.operator_only
+        return await self._states.settle_retry(call, digest, request_state, input_responses, operator_only=only)
 
     def owns_state(self, token: object) -> bool:
         """Whether a retry's ``requestState`` is this gateway's (the others belong further upstream)."""
         return self._states.issued_here(token)
 
     def continue_call(self, call: ToolCall, approval_id: str, upstream_state: str | None) -> str | None:
-        """The ``requestState`` that carries the approved ``call`` past its upstream's own question
-        (``request_states.RequestStates.continue_call``); None when it cannot be sealed."""
+        """``request_states.RequestStates.continue_call`` for ``call``; None when it cannot be sealed."""
         digest = self._digest(call)
-        if digest is None:
-            return None
         try:
-            return self._states.continue_call(call, digest, approval_id, upstream_state)
+            return None if digest is None else self._states.continue_call(call, digest, approval_id, upstream_state)
         except ValueError:
             return None
 
