@@ -238,5 +238,6 @@ def test_a_continuation_carries_the_upstreams_state_and_only_our_kid_is_ours() -
     assert issued_here(KEY, token) and issued_here([OLD_KEY, KEY], token)
     assert not issued_here(OLD_KEY, token) and not issued_here(KEY, "upstream-opaque")
     assert issued_here(KEY, "dbrs1.bm90LWEtc3RhdGU.AAAA")
-    with pytest.raises(RequestStateMismatch):
-        open_state(KEY, token, now=T0, **{**BINDING, "args_digest": OTHER_DIGEST})
+    for other in ({"args_digest": OTHER_DIGEST}, {"agent": "another-bot"}, {"tool": "fs.delete"}):
+        with pytest.raises(RequestStateMismatch):
+            open_state(KEY, token, now=T0, **{**BINDING, **other})
