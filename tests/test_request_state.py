@@ -21,8 +21,11 @@ from drawbridge.approval.request_state import (
     RequestStateForged,
     RequestStateMalformed,
     RequestStateMismatch,
+    carried_upstream_state,
+    issued_here,
     open_state,
     seal,
+    seal_continuation,
 )
 
 KEY = bytes(range(32))
@@ -48,18 +51,19 @@ def b64u(data: bytes) -> str:
 
 
 def test_the_token_is_the_documented_format_recomputed_by_hand() -> None:
+    derived = hmac.new(KEY, b"drawbridge/request_state/v1/hmac-key", hashlib.sha256).digest()
     payload = {
         "agent": "ci-bot",
         "approval_id": APPROVAL,
         "args_digest": DIGEST,
         "exp": "2026-07-28T12:05:00.000000Z",
+        "kid": b64u(hmac.new(derived, b"drawbridge/request_state/v1/key-id", hashlib.sha256).digest()[:9]),
         "nonce": NONCE,
         "purpose": "drawbridge.approval.request_state.v1",
         "tool": "fs.write_file",
         "v": 1,
     }
     body = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()  # JCS for ASCII + small ints
-    derived = hmac.new(KEY, b"drawbridge/request_state/v1/hmac-key", hashlib.sha256).digest()
     signed = "dbrs1." + b64u(body)
     expected = signed + "." + b64u(hmac.new(derived, signed.encode(), hashlib.sha256).digest())
     assert mint() == expected
@@ -220,3 +224,20 @@ def test_weak_or_missing_keys_are_configuration_errors(ring: object) -> None:
 def test_seal_refuses_what_it_could_not_bind_honestly(override: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         mint(**override)
+
+
+def test_a_continuation_carries_the_upstreams_state_and_only_our_kid_is_ours() -> None:
+    token = seal_continuation(KEY, **BINDING, approval_id=APPROVAL, expires_at=EXPIRES, nonce=NONCE,
+                              upstream_state="upstream-opaque")
+    opened = open_state(KEY, token, now=T0, **BINDING)
+    assert opened.continuation and opened.upstream_state == "upstream-opaque"
+    assert carried_upstream_state(token) == (True, "upstream-opaque")
+    assert carried_upstream_state(mint()) == (False, None)
+    assert not open_state(KEY, mint(), now=T0, **BINDING).continuation
+    # Another gateway's state (another key) is not ours; a state we cannot read at all is ours, and refused.
+    assert issued_here(KEY, token) and issued_here([OLD_KEY, KEY], token)
+    assert not issued_here(OLD_KEY, token) and not issued_here(KEY, "upstream-opaque")
+    assert issued_here(KEY, "dbrs1.bm90LWEtc3RhdGU.AAAA")
+    for other in ({"args_digest": OTHER_DIGEST}, {"agent": "another-bot"}, {"tool": "fs.delete"}):
+        with pytest.raises(RequestStateMismatch):
+            open_state(KEY, token, now=T0, **{**BINDING, **other})

@@ -113,11 +113,13 @@ async def test_modern_stdio_requests_are_checked_and_decorated(tmp_path: Path) -
         assert listed["result"]["resultType"] == "complete"
         assert listed["result"]["cacheScope"] == "private" and listed["result"]["ttlMs"] == 0
         discovered = await pipe.request("d", "server/discover", {"_meta": envelope})
-        assert discovered["result"]["supportedVersions"] == [MODERN]
+        served = [MODERN, "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]  # newest first
+        assert discovered["result"]["supportedVersions"] == served
         wrong = await pipe.request(
             "w", "tools/list", {"_meta": {**envelope, "io.modelcontextprotocol/protocolVersion": "1999-01-01"}}
         )
-        assert wrong["error"]["code"] == -32022 and wrong["error"]["data"]["requested"] == "1999-01-01"
+        assert wrong["error"]["code"] == -32022
+        assert wrong["error"]["data"] == {"supported": served, "requested": "1999-01-01"}
         called = await pipe.request(
             "c", "tools/call", {"_meta": envelope, "name": "github.list_repos", "arguments": {"owner": "octo"}}
         )
@@ -155,3 +157,101 @@ async def test_a_2026_upstreams_question_to_a_handshake_agent_ends_the_call_with
             await client.call_tool("asking.delete_note", {"name": "groceries"})
     assert "asks for input before it runs this call" in refused.value.message
     assert "connect at 2026-07-28" in refused.value.message
+
+
+async def test_a_2026_upstream_asks_only_what_the_agent_declared_it_can_answer(tmp_path: Path) -> None:
+    """The agent's declared client capabilities go on with its request (the spec: a server MUST NOT
+    send ``inputRequests`` the client has not declared); the gateway never declares for it."""
+    config = write_config(tmp_path, [ASKING], fsync="never")
+
+    def meta(capabilities: dict[str, Any]) -> dict[str, Any]:
+        return {"io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": capabilities}
+
+    params = {"name": "asking.delete_note", "arguments": {"name": "groceries"}}
+    async with raw_pipe(serve_argv(config, "--stdio")) as pipe:
+        undeclared = await pipe.request(1, "tools/call", {**params, "_meta": meta({})})
+        declared = await pipe.request(2, "tools/call", {**params, "_meta": meta({"elicitation": {"form": {}}})})
+    assert "result" not in undeclared and undeclared["error"]["code"] == -32021
+    assert declared["result"]["resultType"] == "input_required"
+    assert declared["result"]["inputRequests"]["__main__:ask"]["method"] == "elicitation/create"
+
+
+async def test_a_handshake_upstreams_log_lines_reach_a_2026_agent_only_as_asked(tmp_path: Path) -> None:
+    """logging.mdx: no ``notifications/message`` for a request without ``logLevel``, and only lines at
+    or above the level it asked for (the upstream logs at ``info`` while it lists)."""
+    config = write_config(tmp_path, [GITHUB], fsync="never")
+    envelope = {"io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": {}}
+    logs: dict[str, list[str]] = {}
+    async with raw_pipe(serve_argv(config, "--stdio")) as pipe:
+        for asked in (None, "error", "debug", "info"):
+            meta = envelope if asked is None else {**envelope, "io.modelcontextprotocol/logLevel": asked}
+            params = {"name": "github.list_repos", "arguments": {"owner": "acme"}, "_meta": meta}
+            answered = await pipe.request(str(asked), "tools/call", params)
+            assert answered["result"]["resultType"] == "complete"
+            logs[str(asked)] = [n["params"]["level"] for n in pipe.notifications if n["method"] == "notifications/message"]
+            pipe.notifications.clear()
+    assert logs == {"None": [], "error": [], "debug": ["info"], "info": ["info"]}
+
+
+async def test_codes_and_result_types_2026_forbids_never_reach_a_2026_agent(tmp_path: Path) -> None:
+    """basic/index.mdx "Error Codes": -32002 became -32602; -32042 and undefined codes of
+    -32020..-32099 may not be sent. An unrecognised ``resultType`` is not a result; each is recorded as
+    what the agent got."""
+    upstream = {"name": "old", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "era_answers.py")]}
+    config = write_config(tmp_path, [upstream], fsync="never")
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    codes: list[int] = []
+    async with raw_pipe(serve_argv(config, "--stdio")) as pipe:
+        for number, code in enumerate((-32002, -32042, -32050, -32021, -32010)):
+            params = {"name": "old.fail", "arguments": {"code": code}, "_meta": meta}
+            codes.append((await pipe.request(number, "tools/call", params))["error"]["code"])
+        for value in ("task", "bogus", "complete"):
+            params = {"name": "old.typed", "arguments": {"value": value}, "_meta": meta}
+            answered = await pipe.request(value, "tools/call", params)
+            if value == "complete":
+                assert answered["result"]["content"][0]["text"] == "done"
+            else:
+                assert answered["error"]["code"] == -32603 and "resultType" in answered["error"]["message"]
+        gone = await pipe.request("r", "resources/read", {"uri": "note://gone", "_meta": meta})
+        assert gone["error"] == {"code": -32602, "message": "Resource not found", "data": {"uri": "note://gone"}}
+    async with raw_pipe(serve_argv(config, "--stdio")) as pipe:
+        assert "result" in await pipe.initialize()
+        kept = await pipe.request("l", "tools/call", {"name": "old.fail", "arguments": {"code": -32002}})
+        assert kept["error"]["code"] == -32002  # a 2025-11-25 agent gets its era's code
+    assert codes == [-32602, -32603, -32603, -32021, -32010]
+    entries = [json.loads(line)["body"] for line in (tmp_path / "evidence" / "trace.ndjson").read_text().splitlines()]
+    typed = [(e["outcome"], e.get("error_code")) for e in entries if e.get("tool") == "old.typed"]
+    assert typed == [("upstream_error", -32603), ("upstream_error", -32603), ("ok", None)]
+    failed = [e.get("error_code") for e in entries if e.get("tool") == "old.fail"]
+    assert failed == [-32602, -32603, -32603, -32021, -32010, -32002]
+
+
+async def test_the_2026_envelope_rules_at_the_edges(tmp_path: Path) -> None:
+    """``initialize`` on a 2026-07-28 connection is an invalid request (errors.md), client capabilities
+    that are not an object are invalid params like missing ones, and an interim InputRequiredResult
+    to a cacheable request carries no caching hints (caching.mdx)."""
+    upstream = {"name": "old", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "era_answers.py")]}
+    config = write_config(tmp_path, [upstream], fsync="never")
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    async with raw_pipe(serve_argv(config, "--stdio")) as pipe:
+        assert "result" in await pipe.request(1, "server/discover", {"_meta": meta})
+        again = await pipe.request(2, "initialize", {"protocolVersion": LEGACY_VERSION, "capabilities": {},
+                                                     "clientInfo": {"name": "c", "version": "1"}})
+        assert again["error"] == {"code": -32600, "message": "invalid request: initialize is not part of 2026-07-28"}
+        for number, capabilities in enumerate((None, [], "form"), start=3):
+            bad = {**meta, "io.modelcontextprotocol/clientCapabilities": capabilities}
+            refused = await pipe.request(number, "tools/list", {"_meta": bad})
+            assert refused["error"]["code"] == -32602 and "clientCapabilities" in refused["error"]["message"]
+        interim = (await pipe.request(9, "resources/read", {"uri": "note://ask", "_meta": meta}))["result"]
+        assert interim["resultType"] == "input_required" and interim["requestState"] == "s1"
+        assert "ttlMs" not in interim and "cacheScope" not in interim
+        listed = (await pipe.request(10, "resources/list", {"_meta": meta}))["result"]
+        assert (listed["ttlMs"], listed["cacheScope"]) == (0, "private")

@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import pytest
 from conftest import LEGACY_VERSION, MODERN, PYTHON, SERVERS, scaled
+
+SERVED = (MODERN, "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 from serve_support import GITHUB, Running, http_gateway, initialize_request, sha256, write_config
 
 TOKEN = "token-of-agent-a"
@@ -54,7 +56,7 @@ def test_an_unsupported_protocol_version_gets_32022_naming_the_versions_served(g
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == -32022
-    assert error["data"] == {"supported": [MODERN], "requested": version}
+    assert error["data"] == {"supported": list(SERVED), "requested": version}  # the handshake era is served too
 
 
 @pytest.mark.parametrize(
@@ -74,6 +76,9 @@ def test_a_2026_body_is_held_to_the_routing_header_rules_whatever_order_its_head
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == -32020, response.text
     assert response.json()["id"] == 7 and "mcp-session-id" not in response.headers
+    said = response.json()["error"]["message"]
+    if not versions:  # said to be missing, not to differ from the body
+        assert said.startswith("mcp-protocol-version header is missing"), said
 
 
 @pytest.mark.parametrize(
@@ -121,3 +126,17 @@ def test_a_task_augmented_call_is_decided_and_run_as_one_request(gateway: Any) -
     refused = {**call, "id": 3, "params": {**call["params"], "name": "rec.delete_all"}}
     policy_refusal = httpx.post(running.url, headers=session, content=json.dumps(refused), timeout=scaled(30)).json()
     assert policy_refusal["result"]["isError"] is True  # decided by the policy, not left to a task
+
+
+def test_a_missing_name_header_is_said_to_be_missing(gateway: Any) -> None:
+    running, _ = gateway
+    body = {"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+            "params": {"_meta": ENVELOPE, "name": "github.list_repos", "arguments": {"owner": "o"}}}
+    headers = {"content-type": "application/json", "accept": "application/json", "authorization": f"Bearer {TOKEN}",
+               "mcp-protocol-version": MODERN, "mcp-method": "tools/call"}
+    response = httpx.post(running.url, headers=headers, content=json.dumps(body), timeout=scaled(30))
+    assert response.status_code == 400 and response.json()["error"]["code"] == -32020
+    assert response.json()["error"]["message"].startswith("mcp-name header is missing"), response.text
+    wrong = httpx.post(running.url, headers={**headers, "mcp-name": "github.get_repo"}, content=json.dumps(body),
+                       timeout=scaled(30))
+    assert "does not match" in wrong.json()["error"]["message"]

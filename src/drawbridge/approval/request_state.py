@@ -15,11 +15,24 @@ pure: keys, nonce and time are passed in.
 Theory of operation.
 
 * Payload. A JSON object with exactly the fields ``v`` (1), ``purpose``
-  (``PURPOSE``), ``agent``, ``tool``, ``args_digest`` (the keyed argument
-  digest the approval queue stores), ``approval_id`` (16 hex), ``exp``
-  (fixed-width RFC 3339 UTC, microseconds) and ``nonce`` (drawn by the caller,
-  so two states for the same approval differ). It is serialised as RFC 8785
-  canonical JSON, so one payload has one byte form.
+  (``PURPOSE``), ``kid`` (the sealing key's id, ``key_id``), ``agent``,
+  ``tool``, ``args_digest`` (the keyed argument digest the approval queue
+  stores), ``approval_id`` (16 hex), ``exp`` (fixed-width RFC 3339 UTC,
+  microseconds) and ``nonce`` (drawn by the caller, so two states for the same
+  approval differ). It is serialised as RFC 8785 canonical JSON, so one
+  payload has one byte form.
+* Continuation. Once a person approved a call, the upstream may answer it
+  with an ``InputRequiredResult`` of its own; the gateway then hands the agent
+  a continuation state (``seal_continuation``: purpose
+  ``CONTINUATION_PURPOSE``, the same fields plus ``upstream``, the upstream's
+  own ``requestState`` or null) so that the call's own retries run on the
+  approval already given, and the upstream gets its state back unchanged.
+* Ownership. ``issued_here`` tells a state this gateway sealed (its ``kid``
+  names a key of the ring) from one that only looks alike (another gateway's,
+  further upstream, which is passed on untouched). It reads the payload
+  without verifying it: a state that names our key is then opened, and
+  refused if anything in it was altered; a state whose payload cannot be
+  read at all is taken as ours, and refused.
 * Token. ``dbrs1.`` + base64url(payload bytes) + ``.`` + base64url(tag),
   without padding. The tag is HMAC-SHA256 over the ASCII text before the
   second dot (prefix and encoded payload together), so the version prefix and
@@ -67,12 +80,16 @@ from drawbridge.canonical import (
 PREFIX: Final = "dbrs1."
 """Version prefix of a drawbridge request state, format 1."""
 PURPOSE: Final = "drawbridge.approval.request_state.v1"
+CONTINUATION_PURPOSE: Final = "drawbridge.approval.continuation.v1"
 KEY_LABEL: Final = b"drawbridge/request_state/v1/hmac-key"
+KEY_ID_LABEL: Final = b"drawbridge/request_state/v1/key-id"
 MIN_KEY_BYTES: Final = 32
-MAX_TOKEN_CHARS: Final = 8192
+MAX_TOKEN_CHARS: Final = 65536
+"""Room for an upstream's own ``requestState`` inside a continuation."""
 TAG_BYTES: Final = 32
 VERSION: Final = 1
-_FIELDS: Final = frozenset({"v", "purpose", "agent", "tool", "args_digest", "approval_id", "exp", "nonce"})
+_FIELDS: Final = frozenset({"v", "purpose", "kid", "agent", "tool", "args_digest", "approval_id", "exp", "nonce"})
+_FIELDS_OF: Final = {PURPOSE: _FIELDS, CONTINUATION_PURPOSE: _FIELDS | {"upstream"}}
 _APPROVAL_ID_RE: Final = re.compile(r"[0-9a-f]{16}")
 _NONCE_RE: Final = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _TIME_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
@@ -130,6 +147,10 @@ class RequestStatePayload:
     approval_id: str
     expires_at: datetime
     nonce: str
+    continuation: bool = False
+    """Sealed by ``seal_continuation``: the approval was given and used; the call goes on."""
+    upstream_state: str | None = None
+    """The upstream's own ``requestState`` a continuation carries (None: the upstream sent none)."""
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -185,6 +206,10 @@ def _ring(keys: bytes | Sequence[bytes]) -> list[bytes]:
     return derived
 
 
+def _key_id(derived_key: bytes) -> str:
+    return _b64u(hmac.new(derived_key, KEY_ID_LABEL, hashlib.sha256).digest()[:9])
+
+
 def check_key_ring(key: bytes | Sequence[bytes]) -> None:
     """Raise the error ``seal`` would raise for this key ring (for checking configuration at startup)."""
     _ring(key)
@@ -211,6 +236,36 @@ def _is_args_digest(value: object) -> bool:
 # -- sealing and opening -----------------------------------------------------------------------
 
 
+def _seal(key: bytes | Sequence[bytes], purpose: str, binding: dict[str, Any], extra: dict[str, Any]) -> str:
+    derived = _ring(key)[0]
+    _check_text(binding["agent"], "agent")
+    _check_text(binding["tool"], "tool")
+    if not _is_args_digest(binding["args_digest"]):
+        raise ValueError("args_digest must be hmac-sha256:<key_id>:<hex> or sha256:<hex>")
+    approval_id, nonce = binding["approval_id"], binding["nonce"]
+    if not isinstance(approval_id, str) or _APPROVAL_ID_RE.fullmatch(approval_id) is None:
+        raise ValueError("approval_id must be 16 lowercase hex characters")
+    if not isinstance(nonce, str) or _NONCE_RE.fullmatch(nonce) is None:
+        raise ValueError("nonce must be 16 to 128 characters of [A-Za-z0-9_-]")
+    payload = {
+        "v": VERSION,
+        "purpose": purpose,
+        "kid": _key_id(derived),
+        **{k: v for k, v in binding.items() if k != "expires_at"},
+        "exp": _time_text(binding["expires_at"]),
+        **extra,
+    }
+    try:
+        body = canonical_bytes(payload)
+    except CanonicalizationError as exc:  # lone surrogates in a name
+        raise ValueError("agent, tool or upstream state cannot be encoded") from exc
+    signed = PREFIX + _b64u(body)
+    token = signed + "." + _b64u(_tag(derived, signed))
+    if len(token) > MAX_TOKEN_CHARS:
+        raise ValueError(f"request state would exceed {MAX_TOKEN_CHARS} characters")
+    return token
+
+
 def seal(
     key: bytes | Sequence[bytes],
     *,
@@ -222,34 +277,60 @@ def seal(
     nonce: str,
 ) -> str:
     """Mint the opaque ``requestState`` for one approval question; the first key of the ring signs."""
-    derived = _ring(key)[0]
-    _check_text(agent, "agent")
-    _check_text(tool, "tool")
-    if not _is_args_digest(args_digest):
-        raise ValueError("args_digest must be hmac-sha256:<key_id>:<hex> or sha256:<hex>")
-    if not isinstance(approval_id, str) or _APPROVAL_ID_RE.fullmatch(approval_id) is None:
-        raise ValueError("approval_id must be 16 lowercase hex characters")
-    if not isinstance(nonce, str) or _NONCE_RE.fullmatch(nonce) is None:
-        raise ValueError("nonce must be 16 to 128 characters of [A-Za-z0-9_-]")
-    payload = {
-        "v": VERSION,
-        "purpose": PURPOSE,
-        "agent": agent,
-        "tool": tool,
-        "args_digest": args_digest,
-        "approval_id": approval_id,
-        "exp": _time_text(expires_at),
-        "nonce": nonce,
-    }
+    binding = {"agent": agent, "tool": tool, "args_digest": args_digest, "approval_id": approval_id,
+               "expires_at": expires_at, "nonce": nonce}
+    return _seal(key, PURPOSE, binding, {})
+
+
+def seal_continuation(
+    key: bytes | Sequence[bytes],
+    *,
+    agent: str,
+    tool: str,
+    args_digest: str,
+    approval_id: str,
+    expires_at: datetime,
+    nonce: str,
+    upstream_state: str | None,
+) -> str:
+    """Mint the state that carries an approved call's own retries past the approval (module docstring,
+    Continuation): the upstream's ``requestState`` rides inside, signed, and goes back to it unchanged."""
+    if upstream_state is not None and not isinstance(upstream_state, str):
+        raise ValueError("the upstream's requestState must be text")
+    binding = {"agent": agent, "tool": tool, "args_digest": args_digest, "approval_id": approval_id,
+               "expires_at": expires_at, "nonce": nonce}
+    return _seal(key, CONTINUATION_PURPOSE, binding, {"upstream": upstream_state})
+
+
+def _unverified_payload(token: object) -> dict[str, Any] | None:
+    """The payload of a token of our form, read WITHOUT checking its tag; None when unreadable."""
+    if not isinstance(token, str) or not token.startswith(PREFIX) or len(token) > MAX_TOKEN_CHARS:
+        return None
     try:
-        body = canonical_bytes(payload)
-    except CanonicalizationError as exc:  # lone surrogates in a name
-        raise ValueError("agent or tool cannot be encoded") from exc
-    signed = PREFIX + _b64u(body)
-    token = signed + "." + _b64u(_tag(derived, signed))
-    if len(token) > MAX_TOKEN_CHARS:
-        raise ValueError(f"request state would exceed {MAX_TOKEN_CHARS} characters")
-    return token
+        payload = parse_json(_b64u_decode(token[len(PREFIX):].split(".")[0]))
+    except (CanonicalizationError, ValueError, UnicodeDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def issued_here(key: bytes | Sequence[bytes], token: object) -> bool:
+    """Whether ``token`` is this gateway's to open (module docstring, Ownership); never verifies it."""
+    if not isinstance(token, str) or not token.startswith(PREFIX):
+        return False
+    payload = _unverified_payload(token)
+    if payload is None or not isinstance(payload.get("kid"), str):
+        return True
+    return payload["kid"] in {_key_id(derived) for derived in _ring(key)}
+
+
+def carried_upstream_state(token: object) -> tuple[bool, str | None]:
+    """Whether ``token`` reads as a continuation, and the upstream state it carries. Unverified: for
+    routing only; a call runs on it only once ``open_state`` has verified the same bytes."""
+    payload = _unverified_payload(token)
+    if payload is None or payload.get("purpose") != CONTINUATION_PURPOSE:
+        return False, None
+    upstream = payload.get("upstream")
+    return True, upstream if isinstance(upstream, str) else None
 
 
 def _verified_body(ring: list[bytes], token: object) -> bytes:
@@ -289,11 +370,16 @@ def _decode_payload(body: bytes) -> dict[str, Any]:
             raise bad
     except (CanonicalizationError, ValueError, UnicodeDecodeError):
         raise bad from None
-    if not isinstance(payload, dict) or set(payload) != _FIELDS:
+    if not isinstance(payload, dict):
         raise bad
-    if payload["v"] != VERSION or isinstance(payload["v"], bool) or payload["purpose"] != PURPOSE:
+    fields = _FIELDS_OF.get(payload.get("purpose"))  # type: ignore[arg-type]
+    if payload.get("v") != VERSION or isinstance(payload.get("v"), bool) or fields is None:
         raise RequestStateMalformed("request_state has another version or purpose")
-    for field in ("agent", "tool", "args_digest", "approval_id", "exp", "nonce"):
+    if set(payload) != fields:
+        raise bad
+    if "upstream" in payload and payload["upstream"] is not None and not isinstance(payload["upstream"], str):
+        raise bad
+    for field in ("kid", "agent", "tool", "args_digest", "approval_id", "exp", "nonce"):
         if not isinstance(payload[field], str) or not payload[field]:
             raise bad
     if _APPROVAL_ID_RE.fullmatch(payload["approval_id"]) is None:
@@ -341,10 +427,13 @@ def open_state(
         approval_id=payload["approval_id"],
         expires_at=expires_at,
         nonce=payload["nonce"],
+        continuation=payload["purpose"] == CONTINUATION_PURPOSE,
+        upstream_state=payload.get("upstream"),
     )
 
 
 __all__ = [
+    "CONTINUATION_PURPOSE",
     "MIN_KEY_BYTES",
     "PREFIX",
     "PURPOSE",
@@ -354,7 +443,10 @@ __all__ = [
     "RequestStateMalformed",
     "RequestStateMismatch",
     "RequestStatePayload",
+    "carried_upstream_state",
     "check_key_ring",
+    "issued_here",
     "open_state",
     "seal",
+    "seal_continuation",
 ]

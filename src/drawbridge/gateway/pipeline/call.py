@@ -84,6 +84,7 @@ from drawbridge.gateway.pipeline.outcomes import Outcome, outcome_of_response
 from drawbridge.gateway.pipeline.rate_limits import RateLimiter
 from drawbridge.gateway.pipeline.records import CallRecord
 from drawbridge.gateway.pipeline.tool_call import ToolCall, parse_tool_call, requested_tool_name
+from drawbridge.gateway.pipeline.upstream_answers import INPUT_REQUIRED_FOR_HANDSHAKE, rewritten
 from drawbridge.gateway.pipeline.verdicts import (
     GATEWAY_POLICY,
     Action,
@@ -109,10 +110,6 @@ logger = logging.getLogger("drawbridge.gateway")
 
 DEFAULT_CALL_TIMEOUT_SECONDS: Final = 120.0
 UNKNOWN_TOOL: Final = "unknown tool: the gateway serves no tool of this name (see tools/list)"
-INPUT_REQUIRED_FOR_HANDSHAKE: Final = (
-    "the upstream asks for input before it runs this call (a 2026-07-28 InputRequiredResult), which a "
-    "2025-11-25 connection cannot answer; connect at 2026-07-28 to answer it"
-)
 DECISION_CHANGED: Final = (
     "the decision changed while the approval was pending (the policy or the tool's catalogue entry "
     "changed; it now says {action}); call again"
@@ -385,13 +382,13 @@ class CallPipeline:
         if awaited:
             flight.done = anyio.Event()
         params = message.body.get("params")
-        if is_gateway_retry(params):
-            # The gateway's requestState and the answers beside it are the gateway's: verified by the
-            # approval stage, never forwarded (``client_link``).
+        if is_gateway_retry(params, self._owns_state):
+            # The gateway's requestState (and the answers to its own question) are the gateway's:
+            # verified by the approval stage, never forwarded (``client_link``).
             assert isinstance(params, dict)
             body = {**message.body, "params": forwardable_params(params)}
             flight.message = dataclasses.replace(message, raw=encode_line(body)[:-1], body=body)
-            flight.link = retry_link(params)
+            flight.link = retry_link(params, owns=self._owns_state)
         try:
             flight.call = parse_tool_call(flight.message, agent, version)
         except MessageError as exc:
@@ -405,6 +402,9 @@ class CallPipeline:
             assert isinstance(resolved, Resolved)
             flight.resolved = resolved
         return flight
+
+    def _owns_state(self, state: object) -> bool:  # without approvals, no requestState is the gateway's
+        return self.approvals is not None and self.approvals.engine.owns_state(state)
 
     def _unknown(self, flight: Flight) -> None:
         flight.call = None  # recorded as an invalid request: no decision, nothing digested
@@ -588,10 +588,9 @@ class CallPipeline:
         outcome, error, code = outcome_of_response(body)
         answer: Answer = UpstreamAnswer(body, raw)
         call = flight.call
-        if outcome is Outcome.INPUT_REQUIRED and call is not None and not call.modern:
-            # A 2026-07-28 upstream asks for input by a result a handshake-era agent cannot answer.
-            error, code = INPUT_REQUIRED_FOR_HANDSHAKE, INTERNAL_ERROR
-            answer = GatewayError(code, error)
+        if call is not None and (changed := rewritten(body, outcome, error, call, flight.verdict, self.approvals)):
+            outcome, error, code, new_body = changed  # ``upstream_answers``: the agent's era, an approval
+            answer = UpstreamAnswer(new_body, encode_line(new_body)[:-1]) if new_body else GatewayError(INTERNAL_ERROR, str(error))
         elif outcome is Outcome.UPSTREAM_ERROR and "error" not in body:
             assert error is not None
             code = INTERNAL_ERROR

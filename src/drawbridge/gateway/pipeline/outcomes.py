@@ -3,6 +3,8 @@
 Invariant: ``outcome_of_response`` is the only reading of an upstream's answer to a tools/call. An
 answer is ``ok`` only when its result is a JSON object without ``isError: true``; a JSON-RPC error,
 and a result that is not an object (no ``CallToolResult`` can be read from it), are upstream errors.
+A result whose ``resultType`` is neither absent, ``complete`` nor ``input_required`` (a task the
+gateway never asked for, a value no era defines) is an upstream error too: nothing can be read from it.
 A ``CreateTaskResult`` (only ever answered to a call forwarded with its task augmentation) is
 ``task_created``: the call was allowed and started, and how the task ends is recorded when the
 gateway learns it (a ``task_ended`` trace entry, ``serve/task_book.py``).
@@ -33,6 +35,8 @@ class Outcome(StrEnum):
 
 
 NOT_AN_OBJECT = "the upstream answered with a result that is not a JSON object"
+UNKNOWN_RESULT_TYPE = "the upstream answered with a result of a resultType the gateway does not know"
+KNOWN_RESULT_TYPES = (None, "complete", "input_required")
 
 
 def outcome_of_response(body: Mapping[str, Any]) -> tuple[Outcome, str | None, int | None]:
@@ -45,6 +49,8 @@ def outcome_of_response(body: Mapping[str, Any]) -> tuple[Outcome, str | None, i
     result = body.get("result")
     if not isinstance(result, dict):
         return Outcome.UPSTREAM_ERROR, NOT_AN_OBJECT, None
+    if result.get("resultType") not in KNOWN_RESULT_TYPES:
+        return Outcome.UPSTREAM_ERROR, UNKNOWN_RESULT_TYPE, None
     if result.get("isError") is True:
         return Outcome.TOOL_ERROR, None, None
     if result.get("resultType") == "input_required":
@@ -54,4 +60,4 @@ def outcome_of_response(body: Mapping[str, Any]) -> tuple[Outcome, str | None, i
     return Outcome.OK, None, None
 
 
-__all__ = ["NOT_AN_OBJECT", "Outcome", "outcome_of_response"]
+__all__ = ["NOT_AN_OBJECT", "UNKNOWN_RESULT_TYPE", "Outcome", "outcome_of_response"]

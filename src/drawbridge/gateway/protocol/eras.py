@@ -15,8 +15,20 @@ HANDSHAKE_PROTOCOL_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", 
 MODERN_PROTOCOL_VERSIONS: Final = ("2026-07-28",)
 RESERVED_PREFIX: Final = "io.modelcontextprotocol/"
 PROTOCOL_VERSION_META_KEY: Final = RESERVED_PREFIX + "protocolVersion"
+CLIENT_CAPABILITIES_META_KEY: Final = RESERVED_PREFIX + "clientCapabilities"
 LATEST_HANDSHAKE_VERSION: Final = HANDSHAKE_PROTOCOL_VERSIONS[-1]
 MODERN_VERSION: Final = MODERN_PROTOCOL_VERSIONS[-1]
+SERVED_VERSIONS: Final = (*reversed(MODERN_PROTOCOL_VERSIONS), *reversed(HANDSHAKE_PROTOCOL_VERSIONS))
+"""Every version an agent may speak to the gateway, newest first: ``server/discover``'s
+``supportedVersions`` and the ``supported`` of an unsupported-version error (-32022), so that a
+dual-era client may fall back to a handshake era (basic/versioning.mdx)."""
+
+
+def unsupported_version_data(data: Any) -> dict[str, Any]:
+    """The ``data`` of a -32022 answer: the version asked for, and every version served (the SDK's
+    inbound ladder, which speaks only 2026-07-28, names only that)."""
+    requested = data.get("requested") if isinstance(data, dict) else getattr(data, "requested", None)
+    return {"supported": list(SERVED_VERSIONS), "requested": requested}
 
 
 def is_modern(version: str | None) -> bool:
@@ -60,10 +72,13 @@ __all__ = [
     "MODERN_PROTOCOL_VERSIONS",
     "MODERN_VERSION",
     "PROTOCOL_VERSION_META_KEY",
+    "CLIENT_CAPABILITIES_META_KEY",
     "RESERVED_PREFIX",
+    "SERVED_VERSIONS",
     "envelope_version",
     "http_era_is_modern",
     "is_modern",
     "message_version",
     "negotiate_version",
+    "unsupported_version_data",
 ]

@@ -14,10 +14,21 @@ these, which belong to one hop and are rewritten by the gateway:
   Tasks extension is declared upstream for a 2026-07-28 agent, which gets its answer at once;
 * the reserved envelope keys of ``_meta`` (``io.modelcontextprotocol/protocolVersion``, ``clientInfo``,
   ``clientCapabilities``, ``serverInfo``, ``logLevel``), which describe one connection and are removed
-  when crossing, so a 2026-07-28 agent's envelope never reaches a handshake-era upstream;
+  when crossing, so a 2026-07-28 agent's envelope never reaches a handshake-era upstream; only what a
+  2026-07-28 agent declares it can answer (elicitation, sampling, roots) goes on to a 2026-07-28
+  upstream, as the ``clientCapabilities`` of that request, because the upstream's ``inputRequests``
+  reach the agent unchanged and may only be of kinds it declared;
+* log lines (``notifications/message``) of a handshake-era upstream reach a 2026-07-28 agent only on
+  the request that asked for them (``io.modelcontextprotocol/logLevel``) and at or above that level
+  (``log_line_wanted``; logging.mdx: never for a request without the key);
+* on errors for a 2026-07-28 agent, the codes that era forbids (``modern_error``): ``-32002`` (resource
+  not found before 2026) becomes ``-32602``, as the spec replaced it; ``-32042`` (URL elicitation
+  required, 2025-11-25 only) and codes of ``-32020..-32099`` the spec does not define become
+  ``-32603``, whose message names the upstream's code;
 * on results for a 2026-07-28 agent: ``resultType`` is added when absent, and list and read results get
   ``ttlMs`` (the upstream's, or 0) and ``cacheScope: "private"``, because what the gateway serves can
-  differ per agent and a shared cache must never hand one agent's answer to another.
+  differ per agent and a shared cache must never hand one agent's answer to another; an interim
+  ``InputRequiredResult`` carries no caching hints at all (caching.mdx: it is not cacheable).
 
 Everything else (annotations, ``_meta`` keys of other namespaces, ``outputSchema``, ``title``, unknown
 fields) is copied as parsed. Pure: no I/O.
@@ -28,7 +39,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from drawbridge.gateway.protocol.eras import RESERVED_PREFIX
+from drawbridge.gateway.protocol.eras import CLIENT_CAPABILITIES_META_KEY, RESERVED_PREFIX
+from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 from drawbridge.gateway.protocol.methods import (
     DISCOVER,
     PROMPTS_LIST,
@@ -46,6 +58,9 @@ CACHEABLE_METHODS: Final = frozenset(
     {TOOLS_LIST, PROMPTS_LIST, RESOURCES_LIST, RESOURCE_TEMPLATES_LIST, RESOURCES_READ, DISCOVER}
 )
 PRIVATE: Final = "private"
+RELAYED_CLIENT_CAPABILITIES: Final = frozenset({"elicitation", "sampling", "roots"})
+"""What a 2026-07-28 agent declares that the gateway passes on: the kinds of ``inputRequests`` it can
+answer, which the gateway relays to it unchanged."""
 
 _KEEP: Final = object()
 
@@ -61,6 +76,47 @@ def progress_token(params: Any) -> str | int | None:
     return token if valid_token(token) else None
 
 
+LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+"""RFC 5424 severities, least severe first, as MCP names them."""
+LOG_LEVEL_META_KEY: Final = RESERVED_PREFIX + "logLevel"
+
+
+def log_line_wanted(request_params: Any, line_params: Any) -> bool:
+    """Whether a log line may go to a 2026-07-28 agent on the request with ``request_params``: that
+    request asked for logs (``logLevel``) and the line is at or above the level asked for."""
+    meta = request_params.get("_meta") if isinstance(request_params, Mapping) else None
+    asked = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, Mapping) else None
+    level = line_params.get("level") if isinstance(line_params, Mapping) else None
+    if asked not in LOG_LEVELS or level not in LOG_LEVELS:
+        return False
+    return LOG_LEVELS.index(level) >= LOG_LEVELS.index(asked)
+
+
+RESOURCE_NOT_FOUND_2025: Final = -32002  # read, never answered
+URL_ELICITATION_REQUIRED_2025: Final = -32042  # read, never answered
+MCP_RESERVED_CODES: Final = range(-32099, -32019)  # read, never answered
+MCP_DEFINED_CODES: Final = frozenset({-32020, -32021, -32022})
+"""HeaderMismatch, MissingRequiredClientCapability, UnsupportedProtocolVersion: the only codes of the
+reserved band -32020..-32099 that 2026-07-28 defines (basic/index.mdx, "Error Codes")."""
+
+
+def modern_error(error: Any) -> Any:
+    """An upstream's JSON-RPC ``error`` as a 2026-07-28 agent may receive it (module docstring);
+    anything else is returned as it is."""
+    if not isinstance(error, Mapping):
+        return error
+    code = error.get("code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        return error
+    if code == RESOURCE_NOT_FOUND_2025:
+        return {**error, "code": INVALID_PARAMS}
+    if code == URL_ELICITATION_REQUIRED_2025 or (code in MCP_RESERVED_CODES and code not in MCP_DEFINED_CODES):
+        said = error.get("message")
+        message = f"the upstream answered with JSON-RPC error {code}, which 2026-07-28 does not allow"
+        return {**error, "code": INTERNAL_ERROR, "message": f"{message}: {said}" if isinstance(said, str) else message}
+    return error
+
+
 def strip_per_hop(meta: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in meta.items() if key not in PER_HOP_META_KEYS}
 
@@ -72,12 +128,16 @@ def outbound_params(
     name_key: str = "name",
     progress: Any = _KEEP,
     task: bool = False,
+    agent_capabilities: bool = False,
 ) -> dict[str, Any] | None:
     """The params to send on the next hop: a shallow copy with the per-hop parts rewritten.
 
     ``name`` replaces ``params[name_key]``; ``progress`` replaces an existing ``_meta.progressToken``;
-    ``task`` keeps a task augmentation (the next hop runs it as a task). A ``_meta`` left empty only
-    because its envelope keys were removed is dropped.
+    ``task`` keeps a task augmentation (the next hop runs it as a task). ``agent_capabilities`` (the
+    next hop is a 2026-07-28 upstream) keeps what a 2026-07-28 agent's envelope declares it can
+    answer (``RELAYED_CLIENT_CAPABILITIES``), so that the upstream sends it only ``inputRequests`` it
+    declared; the rest of the envelope becomes the gateway's (``modern.with_envelope``). A ``_meta``
+    left empty only because its envelope keys were removed is dropped.
     """
     if params is None:
         return None
@@ -91,6 +151,11 @@ def outbound_params(
         new_meta = strip_per_hop(meta)
         if progress is not _KEEP and "progressToken" in new_meta:
             new_meta["progressToken"] = progress
+        declared = meta.get(CLIENT_CAPABILITIES_META_KEY)
+        if agent_capabilities and isinstance(declared, Mapping):
+            new_meta[CLIENT_CAPABILITIES_META_KEY] = {
+                key: value for key, value in declared.items() if key in RELAYED_CLIENT_CAPABILITIES
+            }
         if new_meta or not meta:
             out["_meta"] = new_meta
         else:
@@ -112,7 +177,10 @@ def downstream_result(result: Any, *, method: str | None, modern: bool) -> Any:
             del out["_meta"]
     if modern:
         out.setdefault("resultType", "complete")
-        if method in CACHEABLE_METHODS:
+        if out["resultType"] == "input_required":  # interim: not cacheable, no hints (caching.mdx)
+            out.pop("ttlMs", None)
+            out.pop("cacheScope", None)
+        elif method in CACHEABLE_METHODS:
             ttl = out.get("ttlMs")
             if not (isinstance(ttl, int) and not isinstance(ttl, bool) and ttl >= 0):
                 out["ttlMs"] = 0

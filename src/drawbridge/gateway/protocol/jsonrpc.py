@@ -56,6 +56,7 @@ INTERNAL_ERROR: Final = -32603
 # inbound checks); -32000 and -32001 are the legacy band, kept because the mcp SDKs give them the same
 # meaning (connection closed, request timeout) and clients key on them; a code of the gateway's own
 # lies outside -32768..-32000. docs/errors.md lists every code the gateway answers with.
+UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
 UPSTREAM_EXITED: Final = -32000
 UPSTREAM_TIMEOUT: Final = -32001
 EVIDENCE_UNWRITTEN: Final = -31002

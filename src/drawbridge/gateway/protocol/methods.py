@@ -30,6 +30,7 @@ ROOTS_LIST: Final = "roots/list"
 
 CANCELLED: Final = "notifications/cancelled"
 PROGRESS: Final = "notifications/progress"
+LOG_MESSAGE: Final = "notifications/message"
 TOOLS_LIST_CHANGED: Final = "notifications/tools/list_changed"
 PROMPTS_LIST_CHANGED: Final = "notifications/prompts/list_changed"
 RESOURCES_LIST_CHANGED: Final = "notifications/resources/list_changed"

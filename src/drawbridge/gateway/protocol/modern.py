@@ -2,7 +2,10 @@
 
 Invariant: every request and notification the gateway sends such an upstream carries the gateway's
 own envelope in ``_meta`` (protocol version, client info, client capabilities), whatever the agent's
-era: the envelope describes this hop (``hop.py`` removes the agent's before forwarding).
+era: the envelope describes this hop (``hop.py`` removes the agent's before forwarding). The one
+exception is the client capabilities of a request made for a 2026-07-28 agent, which are what that
+agent declared it can answer (``hop.outbound_params``): the upstream's ``inputRequests`` go to the
+agent as they are, and may only be of kinds it declared.
 
 Theory of operation. There is no handshake: ``server/discover`` tells the supported versions, the
 capabilities and the instructions, and every later request stands alone. The upstream tells of
@@ -18,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import drawbridge
-from drawbridge.gateway.protocol.eras import MODERN_VERSION, RESERVED_PREFIX
+from drawbridge.gateway.protocol.eras import CLIENT_CAPABILITIES_META_KEY, MODERN_VERSION, RESERVED_PREFIX
 
 SUBSCRIPTION_ID_KEY: Final = RESERVED_PREFIX + "subscriptionId"
 SERVER_INFO_KEY: Final = RESERVED_PREFIX + "serverInfo"
@@ -33,11 +36,27 @@ def envelope(client_capabilities: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def with_envelope(params: Any, hop: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` with the gateway's envelope in ``_meta`` (other ``_meta`` keys kept)."""
+    """``params`` with the gateway's envelope in ``_meta`` (other ``_meta`` keys kept, and the client
+    capabilities an agent declared, where ``hop.outbound_params`` left them: module docstring)."""
     params = dict(params) if isinstance(params, Mapping) else {}
     meta = params.get("_meta")
-    params["_meta"] = {**(meta if isinstance(meta, Mapping) else {}), **hop}
+    meta = meta if isinstance(meta, Mapping) else {}
+    declared = {k: v for k, v in meta.items() if k == CLIENT_CAPABILITIES_META_KEY}
+    params["_meta"] = {**meta, **hop, **declared}
     return params
+
+
+MISMATCH_WORDS: Final = " header does not match "
+
+
+def header_missing_said(message: str, headers: Mapping[str, str]) -> str:
+    """An SDK header-mismatch message (-32020) that names a routing header the request did not send
+    at all, reworded to say that it is missing rather than that it does not match the body.
+    ``headers`` are the request's, by lowercase name."""
+    name, found, rest = message.partition(MISMATCH_WORDS)
+    if not found or name.lower() in headers:
+        return message
+    return f"{name} header is missing; 2026-07-28 requires it, equal to {rest}"
 
 
 def read_discover(result: Any) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
@@ -96,6 +115,7 @@ def without_subscription_id(body: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "SUBSCRIPTION_ID_KEY",
+    "header_missing_said",
     "envelope",
     "honored_uris",
     "listen_filter",

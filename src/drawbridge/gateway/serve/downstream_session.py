@@ -26,17 +26,31 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import anyio
 
-from drawbridge.gateway.protocol.eras import MODERN_VERSION, PROTOCOL_VERSION_META_KEY
-from drawbridge.gateway.protocol.hop import downstream_result, gateway_result, outbound_params, progress_token
+from drawbridge.gateway.protocol.eras import (
+    CLIENT_CAPABILITIES_META_KEY,
+    MODERN_VERSION,
+    PROTOCOL_VERSION_META_KEY,
+    unsupported_version_data,
+)
+from drawbridge.gateway.protocol.hop import (
+    downstream_result,
+    gateway_result,
+    log_line_wanted,
+    modern_error,
+    outbound_params,
+    progress_token,
+)
 from drawbridge.gateway.protocol.jsonrpc import (
     INTERNAL_ERROR,
+    INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     UPSTREAM_EXITED,
+    UNSUPPORTED_PROTOCOL_VERSION,
     UPSTREAM_TIMEOUT,
     IdKey,
     Kind,
@@ -52,6 +66,7 @@ from drawbridge.gateway.protocol.methods import (
     CANCELLED,
     INITIALIZE,
     INITIALIZED,
+    LOG_MESSAGE,
     PING,
     PROGRESS,
     TOOLS_CALL,
@@ -65,6 +80,12 @@ from drawbridge.gateway.upstreams.session import UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
 
+INITIALIZE_IN_MODERN: Final = "invalid request: initialize is not part of 2026-07-28"
+NO_CAPABILITIES: Final = (
+    f"invalid params: params._meta['{CLIENT_CAPABILITIES_META_KEY}'] must be an object (the client "
+    "capabilities of the 2026-07-28 envelope; {} declares none)"
+)
+
 
 def _response(request_id: RequestId | None, body: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
@@ -76,7 +97,10 @@ def _response(request_id: RequestId | None, body: Mapping[str, Any]) -> dict[str
 
 
 def error_response(request_id: RequestId | None, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """A JSON-RPC error answer; an unsupported-version error names every version served."""
     error: dict[str, Any] = {"code": code, "message": message}
+    if code == UNSUPPORTED_PROTOCOL_VERSION:
+        data = unsupported_version_data(data)
     if data is not None:
         error["data"] = data
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
@@ -194,11 +218,15 @@ class DownstreamSession:
         params = message.body.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         if self.modern or (isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta):
+            if method == INITIALIZE:  # before the envelope, which initialize does not carry
+                return error_response(message.id, INVALID_REQUEST, INITIALIZE_IN_MODERN)
             if not envelope_checked:
                 ladder = inbound()
                 verdict = ladder.classify_inbound_request(message.body)
                 if isinstance(verdict, ladder.InboundLadderRejection):
                     return error_response(message.id, verdict.code, verdict.message, verdict.data)
+            if not isinstance(meta, dict) or not isinstance(meta.get(CLIENT_CAPABILITIES_META_KEY), dict):
+                return error_response(message.id, INVALID_PARAMS, NO_CAPABILITIES)
             modern, version = True, MODERN_VERSION
             if self.version is None:
                 self.version = MODERN_VERSION  # like an SDK server, the connection now serves 2026-07-28
@@ -294,6 +322,10 @@ class DownstreamSession:
             related = None
         if related is None and (self.modern or self.version is None or not self.outbound.unsolicited):
             return False
+        if related is not None and message.get("method") == LOG_MESSAGE:
+            entry = self._inflight[id_key(related)]
+            if entry.modern and not log_line_wanted(entry.message.params, message.get("params")):
+                return False
         try:
             await self.outbound.send(message, related)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
@@ -366,7 +398,9 @@ class DownstreamSession:
             gateway_token = self.gateway.new_progress_route(upstream, self, token, entry.message.id)  # type: ignore[arg-type]
             rewrite["progress"] = gateway_token
         try:
-            call = await upstream.send_request(method, outbound_params(params, **rewrite))
+            call = await upstream.send_request(
+                method, outbound_params(params, agent_capabilities=upstream.modern, **rewrite)
+            )
             self.gateway.track(upstream, call, self, entry.message.id)  # type: ignore[arg-type]
             try:
                 with anyio.move_on_after(self.gateway.settings.call_timeout) as timer:
@@ -408,9 +442,10 @@ class DownstreamSession:
 
     def answer(self, entry: Inflight, body: Mapping[str, Any]) -> dict[str, Any]:
         """The agent's response to an upstream's answer: an error as it came, a result with only the
-        per-hop parts rewritten for the request's era (``hop.downstream_result``)."""
+        per-hop parts rewritten for the request's era (``hop.downstream_result``, ``hop.modern_error``)."""
         if "error" in body:
-            return _response(entry.message.id, body)
+            error = modern_error(body["error"]) if entry.modern else body["error"]
+            return _response(entry.message.id, {"error": error})
         result = downstream_result(body.get("result"), method=entry.message.method, modern=entry.modern)
         return _response(entry.message.id, {"result": result})
 

@@ -76,7 +76,7 @@ class UpstreamForwarder:
         params: Any = flight.message.params
         state = _InFlight()
         flight.handle = state
-        rewrite: dict[str, Any] = {"name": flight.resolved.route.tool}
+        rewrite: dict[str, Any] = {"name": flight.resolved.route.tool, "agent_capabilities": self._upstream.modern}
         if flight.call is not None and not flight.call.modern and offers_task_calls(self._upstream.capabilities):
             state.task = rewrite["task"] = True
         token = progress_token(params)

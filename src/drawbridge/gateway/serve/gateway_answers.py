@@ -18,11 +18,12 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import drawbridge
-from drawbridge.gateway.protocol.eras import MODERN_VERSION, negotiate_version
+from drawbridge.gateway.protocol.eras import SERVED_VERSIONS, negotiate_version
 from drawbridge.gateway.protocol.hop import gateway_result
 from drawbridge.gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
 from drawbridge.gateway.protocol.methods import DISCOVER
 from drawbridge.gateway.serve.downstream_session import (
+    INITIALIZE_IN_MODERN,
     DownstreamSession,
     Inflight,
     error_response,
@@ -38,7 +39,7 @@ TASKS_VERSION: Final = "2025-11-25"
 async def initialize(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
     message = entry.message
     if entry.modern:
-        return error_response(message.id, INVALID_REQUEST, "invalid request: initialize is not part of 2026-07-28")
+        return error_response(message.id, INVALID_REQUEST, INITIALIZE_IN_MODERN)
     if session.version is not None:
         return error_response(message.id, INVALID_REQUEST, "invalid request: the session is already initialized")
     params = message.params if isinstance(message.params, dict) else {}
@@ -58,7 +59,7 @@ async def initialize(session: DownstreamSession, entry: Inflight) -> dict[str, A
 
 async def discover(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
     result: dict[str, Any] = {
-        "supportedVersions": [MODERN_VERSION],
+        "supportedVersions": list(SERVED_VERSIONS),
         "capabilities": session.gateway.capabilities(),
         "_meta": {SERVER_INFO_META_KEY: dict(SERVER_INFO)},
     }

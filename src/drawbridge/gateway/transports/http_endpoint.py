@@ -58,6 +58,7 @@ from drawbridge.gateway.protocol.jsonrpc import (
     parse_client_message,
 )
 from drawbridge.gateway.protocol.methods import INITIALIZE
+from drawbridge.gateway.protocol.modern import header_missing_said
 from drawbridge.gateway.serve.downstream_session import DownstreamSession, error_response
 from drawbridge.gateway.serve.hub import Gateway
 from drawbridge.gateway.serve.routes import open_session
@@ -336,7 +337,8 @@ class McpEndpoint:
         else:
             verdict = ladder.classify_inbound_request(message.body, headers=dict(headers))
             if isinstance(verdict, ladder.InboundLadderRejection):
-                rejection = verdict
+                said = header_missing_said(verdict.message, headers)
+                rejection = ladder.InboundLadderRejection(code=verdict.code, message=said, data=verdict.data)
             else:
                 rejection = self.params.rejection(message, raw_headers(scope))
         if rejection is not None:

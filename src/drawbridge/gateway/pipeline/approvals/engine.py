@@ -398,7 +398,20 @@ class ApprovalEngine:
         digest = self._digest(call)
         if digest is None:
             return denied("unbindable", UNBINDABLE)
-        return await self._states.settle_retry(call, digest, request_state, input_responses)
+        only = verdict is not None and verdict.operator_only
+        return await self._states.settle_retry(call, digest, request_state, input_responses, operator_only=only)
+
+    def owns_state(self, token: object) -> bool:
+        """Whether a retry's ``requestState`` is this gateway's (the others belong further upstream)."""
+        return self._states.issued_here(token)
+
+    def continue_call(self, call: ToolCall, approval_id: str, upstream_state: str | None) -> str | None:
+        """``request_states.RequestStates.continue_call`` for ``call``; None when it cannot be sealed."""
+        digest = self._digest(call)
+        try:
+            return None if digest is None else self._states.continue_call(call, digest, approval_id, upstream_state)
+        except ValueError:
+            return None
 
     # -- steps ---------------------------------------------------------------------------------
 

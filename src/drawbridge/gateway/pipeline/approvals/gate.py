@@ -21,7 +21,9 @@ the call's ``client_link``:
 2. A 2026-07-28 retry carrying the gateway's ``requestState`` (``client_link``) goes to
    ``engine.settle_retry`` -- unless only an operator may approve the call now (an ``approval:
    operator`` rule, a changed pin): its answer is then ignored and the call settled as in 4: forged, altered, expired, mismatched or replayed states are refused; an
-   answer applies through the elicitation channel; the approval is used once.
+   answer applies through the elicitation channel; the approval is used once. A continuation (the
+   approved call's upstream asked a question of its own) goes there always, and runs the call on the
+   approval already given, if an operator gave it where only an operator may.
 3. Any other verdict but ``human_approval`` is returned as is.
 4. ``human_approval`` goes to ``engine.settle`` with what this call's client can do (nothing, when
    only an operator may approve): a 2026-07-28
@@ -230,7 +232,7 @@ class ApprovalGate:
     async def settle(self, call: ToolCall, verdict: Verdict, link: ClientLink) -> Verdict:
         """The verdict the pipeline acts on (``verdict_of`` the engine's settlement)."""
         operator_only = verdict.action is Action.HUMAN_APPROVAL and verdict.operator_only
-        if link.retry and not operator_only:
+        if link.retry and (not operator_only or link.continuation):
             settlement = await self.engine.settle_retry(
                 call, link.request_state, link.input_responses, verdict=verdict
             )
