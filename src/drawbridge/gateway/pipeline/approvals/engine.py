@@ -17,12 +17,10 @@ Theory of operation. ``settle(call, verdict, elicitation_supported=...)``
 follows this order:
 
 1. ``allow`` and ``deny`` verdicts pass through untouched.
-2. The keyed argument digest: ``binding(arguments)`` when given (the
-   gateway passes its own), else ``approval.binding.binding_digest`` under
-   ``key_for_args_digest``: it covers every key, secret-like ones included, so
-   a retry that changes only a password cannot ride on an approval;
-   a call whose arguments have no canonical form cannot be bound to an
-   approval and is denied.
+2. The keyed argument digest: ``binding(arguments)`` when given (the gateway passes its own), else
+   ``approval.binding.binding_digest`` under ``key_for_args_digest``: it covers every key, secret-like
+   ones included, so a retry that changes only a password cannot ride on an approval; a call whose
+   arguments have no canonical form cannot be bound to an approval and is denied.
 3. Active grant for (agent, tool) -> allow, recorded (not for a floor's
    ``person_only`` question).
 4. Expire what is due (recorded), then: the oldest resolution of this exact
@@ -85,6 +83,8 @@ argument values.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import logging
 import math
@@ -408,10 +408,9 @@ class ApprovalEngine:
     def continue_call(self, call: ToolCall, approval_id: str, upstream_state: str | None) -> str | None:
         """``request_states.RequestStates.continue_call`` for ``call``; None when it cannot be sealed."""
         digest = self._digest(call)
-        try:
+        with contextlib.suppress(ValueError):
             return None if digest is None else self._states.continue_call(call, digest, approval_id, upstream_state)
-        except ValueError:
-            return None
+        return None
 
     # -- steps ---------------------------------------------------------------------------------
 
