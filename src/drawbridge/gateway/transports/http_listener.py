@@ -56,10 +56,11 @@ async def serve_http(
     """Serve ``app`` on an already bound socket until cancelled; then stop accepting and finish. Every
     connection is read under ``limits`` (``http_deadlines``: read deadlines, a connection cap)."""
     # log_config=None: uvicorn's loggers write through the command's log format (cli.log_format), not
-    # through handlers of their own.
+    # through handlers of their own. ws="none": no route is a WebSocket, and no connection may leave the
+    # protocol that holds its deadlines.
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2,
-        log_config=None, http=protocol_for(limits),  # type: ignore[arg-type]
+        log_config=None, http=protocol_for(limits), ws="none",  # type: ignore[arg-type]
     )
     server = _Server(config)
     done = anyio.Event()
