@@ -94,6 +94,8 @@ class Issuer:
     url: str = ""
     token_requests: list[dict[str, str]] = field(default_factory=list)
     jwks_fetches: int = 0
+    jwks_uri: str = "{url}/jwks"
+    """The ``jwks_uri`` its metadata names (``{url}`` is its own URL)."""
 
     def rotate(self, new: SigningKey) -> SigningKey:
         """Publish only ``new`` from now on and sign with it; the old key is returned (withdrawn)."""
@@ -116,7 +118,7 @@ class Issuer:
                 "issuer": self.url,
                 "authorization_endpoint": f"{self.url}/authorize",
                 "token_endpoint": f"{self.url}/token",
-                "jwks_uri": f"{self.url}/jwks",
+                "jwks_uri": self.jwks_uri.format(url=self.url),
                 "grant_types_supported": ["client_credentials"],
                 "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
                 "response_types_supported": ["code"],

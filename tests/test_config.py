@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import pytest
 
@@ -37,7 +38,7 @@ hide_denied_tools: true
 approval: {timeout_seconds: 30}
 """ % hashlib.sha256(b"reviewer-token").hexdigest()
 
-ENV = {"ADMIN_TOKEN": "admin-secret", "CI_TOKEN": "ci-secret"}
+ENV = {"ADMIN_TOKEN": "admin-secret-0123456789", "CI_TOKEN": "ci-secret-0123456789"}
 
 
 def test_full_example_loads(tmp_path):
@@ -51,9 +52,9 @@ def test_full_example_loads(tmp_path):
     assert cfg.listen_port == 8899 and cfg.max_message_bytes == 2048 and cfg.call_timeout_seconds == 5.0
     assert cfg.pin_tools and cfg.hide_denied_tools and cfg.approval_timeout_seconds == 30.0
     # Tokens are held as digests only.
-    assert cfg.admin_token_sha256 == hashlib.sha256(b"admin-secret").hexdigest()
+    assert cfg.admin_token_sha256 == hashlib.sha256(b"admin-secret-0123456789").hexdigest()
     assert {a.agent: a.token_sha256 for a in cfg.agents} == {
-        "ci-bot": hashlib.sha256(b"ci-secret").hexdigest(),
+        "ci-bot": hashlib.sha256(b"ci-secret-0123456789").hexdigest(),
         "reviewer": hashlib.sha256(b"reviewer-token").hexdigest(),
     }
     assert "ci-secret" not in repr(cfg) and "admin-secret" not in repr(cfg)
@@ -72,6 +73,16 @@ def test_full_example_loads(tmp_path):
         (lambda t: t.replace("token_env: CI_TOKEN", "token_env: MISSING_VAR"), 18, "MISSING_VAR is missing"),
         (lambda t: t.replace("policy_dir: ./policies\n", ""), None, "set policy_dir"),
         (lambda t: t.replace("max_message_bytes: 2048", "max_message_bytes: 10"), 21, "at least 1024"),
+        (lambda t: t.replace("max_message_bytes: 2048", "max_message_bytes: 2048, header_read_seconds: 0"), 21,
+         "limits.header_read_seconds must be more than 0 and at most 3600"),
+        (lambda t: t.replace("max_message_bytes: 2048", "max_message_bytes: 2048, header_read_seconds: .nan"), 21,
+         "limits.header_read_seconds must be more than 0"),
+        (lambda t: t.replace("max_message_bytes: 2048", "max_message_bytes: 2048, body_read_seconds: 3601"), 21,
+         "limits.body_read_seconds must be more than 0 and at most 3600"),
+        (lambda t: t.replace("max_message_bytes: 2048", "max_message_bytes: 2048, body_read_seconds: -1"), 21,
+         "limits.body_read_seconds must be more than 0"),
+        (lambda t: t.replace("max_message_bytes: 2048", "max_message_bytes: 2048, max_connections: 0"), 21,
+         "limits.max_connections must be at least 1"),
         (lambda t: t.replace("url: http://127", "url: ftp://127"), 9, "http:// or https://"),
         (lambda t: t.replace("url: http://127.0.0.1:9000/mcp", 'url: "http://[::1/mcp"'), 9, "not a valid URL"),
         (lambda t: t.replace("url: http://127.0.0.1:9000/mcp", "url: http://127.0.0.1:90x/mcp"), 9, "not a valid URL"),
@@ -87,6 +98,19 @@ def test_bad_configs_name_line_and_problem(tmp_path, edit, line, fragment):
     assert info.value.file == path
     if line is not None:
         assert info.value.line == line
+
+
+@pytest.mark.parametrize("variable", ["ADMIN_TOKEN", "CI_TOKEN"])
+@pytest.mark.parametrize("value", ["x", "abc", "fifteen-chars-x", "a token with spaces", "tok\u00e9n-0123456789ab", "t" * 513,
+                                   "line-one-0123456789\nline-two"])
+def test_a_token_variable_that_holds_no_token_is_refused_by_name_never_by_value(tmp_path, variable, value):
+    """The rule the CLI holds an admin token to (``TOKEN_RULE``), for every token serve reads."""
+    with pytest.raises(ConfigError) as info:
+        parse_config(BASE, str(tmp_path / "drawbridge.yaml"), {**ENV, variable: value})
+    message = str(info.value)
+    assert f"environment variable {variable} does not hold a token (one line of 16 to 512 printable ASCII" in message
+    assert len(value) < 4 or value not in message  # ("x" is a letter of any message)
+    assert parse_config(BASE, str(tmp_path / "drawbridge.yaml"), {**ENV, variable: "t" * 16}).agents
 
 
 def test_shared_token_and_bad_digest_refused(tmp_path):
@@ -308,3 +332,13 @@ def test_the_anonymous_agent_is_an_agent_id_like_any_other(tmp_path, agent):
         parse_config(text, path, ENV)
     assert info.value.line == 15
     assert parse_config(BASE.replace("auth:\n", "auth:\n  anonymous_agent: ci.bot@example/x-1\n"), path, ENV).anonymous_agent == "ci.bot@example/x-1"
+
+
+def test_the_listeners_read_limits_have_defaults_and_load(tmp_path):
+    cfg = parse_config(BASE, str(tmp_path / "drawbridge.yaml"), ENV)
+    assert (cfg.header_read_seconds, cfg.body_read_seconds, cfg.max_connections) == (10.0, 30.0, 1024)
+    text = BASE.replace("call_timeout_seconds: 5}", "call_timeout_seconds: 5, header_read_seconds: 2.5, "
+                        "body_read_seconds: 60, max_connections: 8}")
+    cfg = parse_config(text, str(tmp_path / "drawbridge.yaml"), ENV)
+    assert (cfg.header_read_seconds, cfg.body_read_seconds, cfg.max_connections) == (2.5, 60.0, 8)
+    assert (cfg.max_message_bytes, cfg.call_timeout_seconds) == (2048, 5.0)

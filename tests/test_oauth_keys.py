@@ -10,7 +10,7 @@ import pytest
 from oauth_support import ec_key, running_issuer
 
 from drawbridge.config_oauth import IssuerConfig, OAuthConfig
-from drawbridge.gateway.transports.oauth_keys import IssuerKeys, metadata_urls
+from drawbridge.gateway.transports.oauth_keys import IssuerKeys, KeysUnavailable, metadata_urls
 
 pytestmark = pytest.mark.anyio
 
@@ -46,3 +46,21 @@ async def test_invented_kids_fetch_the_keys_at_most_once_per_interval() -> None:
             assert await keys.key(client, "key-2") is not None  # the interval passed: fetched again
             assert issuer.jwks_fetches == 2 and keys.generation == generation + 1
             assert keys.held("key-1") is None  # withdrawn by the issuer, gone from the set
+
+
+@pytest.mark.parametrize(
+    "jwks_uri",
+    ["{url}/gone?api_key=SECRETQ", "http://user:SECRETQ@{host}/gone", "{url}/gone#SECRETQ"],
+)
+async def test_a_failed_fetch_names_the_url_without_its_credentials_or_query(jwks_uri: str) -> None:
+    """The keys' address an issuer's metadata names may carry a secret: the failure (logged at WARNING)
+    names where it went, never the user name, password, query or fragment."""
+    with running_issuer() as issuer:
+        issuer.jwks_uri = jwks_uri.replace("{host}", issuer.url.removeprefix("http://"))
+        config = OAuthConfig(issuers=(IssuerConfig(issuer.url),))
+        keys = IssuerKeys(config.issuers[0], config)
+        async with httpx.AsyncClient() as client:
+            with pytest.raises(KeysUnavailable) as failed:
+                await keys.key(client, "key-1")
+    assert f"{issuer.url}/gone answered HTTP 404" in str(failed.value)
+    assert "SECRETQ" not in str(failed.value) and "user" not in str(failed.value)

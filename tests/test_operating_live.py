@@ -13,6 +13,7 @@ import json
 import re
 import shlex
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,6 +201,46 @@ def test_json_log_format_and_the_line_on_sigterm(tmp_path: Path) -> None:
         assert running.process.wait(LINE_WAIT) == 0
     lines = [json.loads(line) for line in running.text().splitlines() if line.startswith("{")]
     assert any(o.get("signal") == "SIGTERM" for o in lines), running.text()
+
+
+def _raw(port: int, data: bytes) -> bytes:
+    """``data`` sent on a connection of its own; what comes back until the gateway closes it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=LINE_WAIT) as sock:
+        sock.sendall(data)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+NOT_HTTP = (
+    b"GARBAGE\r\n\r\n",
+    b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+)
+
+
+@pytest.mark.parametrize("log_format", ["json", "text"])
+def test_what_the_http_server_logs_follows_the_log_format_on_both_listeners(tmp_path: Path, log_format: str) -> None:
+    """A request that is not HTTP (sent by anyone, before any credential) is logged by the HTTP server
+    itself; its line is one JSON object like every other under ``--log-format json``, and a
+    ``drawbridge:`` line in text, on the agents' listener and on the control plane's."""
+    with background(serve_argv(_config(tmp_path), "--log-format", log_format)) as running:
+        assert running.wait_until(lambda _: running.url is not None and running.control_url is not None), running.text()
+        assert running.url is not None and running.control_url is not None
+        for url in (running.url, running.control_url):
+            for data in NOT_HTTP:
+                assert _raw(httpx.URL(url).port or 0, data).startswith(b"HTTP/1.1 400 "), url
+        invalid = "Invalid HTTP request received."
+        assert running.wait_until(lambda text: text.count(invalid) >= 4, LINE_WAIT), running.text()
+    lines = [line for line in running.text().splitlines() if line.strip()]
+    if log_format == "json":
+        objects = [json.loads(line) for line in lines]  # every line, none of them plain text
+        assert all(isinstance(o, dict) and {"ts", "level", "logger"} <= o.keys() for o in objects), lines
+        told = [o for o in objects if o.get("message") == invalid]
+        assert len(told) == 4 and all(o["level"] == "WARNING" for o in told), told
+    else:
+        told = [line for line in lines if invalid in line]
+        assert told == [f"drawbridge: WARNING {invalid}"] * 4, lines
 
 
 def test_sigterm_is_said_in_text_too(tmp_path: Path) -> None:

@@ -186,8 +186,8 @@ def test_the_documented_full_example_is_a_valid_configuration(tmp_path: Path) ->
     blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
     assert len(blocks) == 1
     env = {
-        "DRAWBRIDGE_ADMIN_TOKEN": "admin-example",
-        "DRAWBRIDGE_TOKEN_CLAUDE": "claude-example",
+        "DRAWBRIDGE_ADMIN_TOKEN": "admin-example-0123456789",
+        "DRAWBRIDGE_TOKEN_CLAUDE": "claude-example-0123456789",
         "SEARCH_AUTHORIZATION": "Bearer x",
         "OTEL_COLLECTOR_AUTHORIZATION": "Bearer y",
     }
@@ -196,7 +196,7 @@ def test_the_documented_full_example_is_a_valid_configuration(tmp_path: Path) ->
     assert config.upstreams[1].headers_env == {"Authorization": "SEARCH_AUTHORIZATION"}
     agents = {a.agent: a.token_sha256 for a in config.agents}
     assert agents["ci-bot"] == hashlib.sha256(b"replace-me-ci-token").hexdigest()
-    assert agents["claude-code"] == hashlib.sha256(b"claude-example").hexdigest()
+    assert agents["claude-code"] == hashlib.sha256(b"claude-example-0123456789").hexdigest()
     assert config.anonymous_agent == "guest" and config.listen_port == 8787
     # Every key the loader accepts appears in the example.
     for key in (

@@ -136,6 +136,15 @@ def test_bad_bodies_get_http_and_json_rpc_errors(gateway: Running) -> None:
     too_big = _post(url, ALICE, big, **{"mcp-session-id": session})
     assert too_big.status_code == 413
     assert too_big.json()["error"]["code"] == -32600 and "4096" in too_big.json()["error"]["message"]
+    assert "it was discarded unread" in too_big.json()["error"]["message"]  # its Content-Length said so
+    # Sent in chunks, the size is known only once that much was read: the answer does not say "unread".
+    chunked = httpx.post(
+        url, content=iter([json.dumps(big).encode()]),
+        headers={**JSON_HEADERS, **_auth(ALICE), "mcp-session-id": session},
+    )
+    assert chunked.request.headers.get("transfer-encoding") == "chunked"
+    message = chunked.json()["error"]["message"]
+    assert chunked.status_code == 413 and "unread" not in message and "once that much was read" in message
     wrong_type = httpx.post(url, content=b"{}", headers={**_auth(ALICE), "content-type": "text/plain"})
     assert wrong_type.status_code == 415
     garbage = httpx.post(url, content=b"{not json", headers={**JSON_HEADERS, **_auth(ALICE), "mcp-session-id": session})

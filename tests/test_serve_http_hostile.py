@@ -83,6 +83,27 @@ def anonymous(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
 # ------------------------------------------------------------------------------------ DNS rebinding
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", "/mcp/"), ("GET", "/mcp/"), ("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/readyz/"),
+     ("GET", "/nowhere")],
+)
+def test_every_path_of_the_listener_answers_only_to_an_allowed_host(anonymous: Running, method: str, path: str) -> None:
+    """The Host check is in front of every route, not only /mcp: a rebinding page reads no status
+    (readyz names the upstreams) and is never redirected to its own name."""
+    assert anonymous.url is not None
+    base, port = anonymous.url.removesuffix("/mcp"), _port(anonymous)
+    with httpx.Client(timeout=scaled(30), follow_redirects=False) as client:
+        foreign = client.request(method, base + path, headers={**JSON_HEADERS, "host": "evil.example"}, json=INITIALIZE)
+        assert foreign.status_code == 421, (foreign.status_code, foreign.headers)
+        assert "location" not in foreign.headers and "github" not in foreign.text
+        own = client.request(method, base + path, headers={**JSON_HEADERS, "host": f"127.0.0.1:{port}"}, json=INITIALIZE)
+    # With the allowed name: the health checks answer, and /mcp/ is not /mcp (no redirect, 404).
+    assert own.status_code == (200 if path in ("/healthz", "/readyz") else 404), own.text
+    assert "location" not in own.headers
+
+
+
 def test_a_rebinding_page_opens_no_session_and_runs_no_call(anonymous: Running) -> None:
     url, port = anonymous.url, _port(anonymous)
     assert url is not None

@@ -30,6 +30,8 @@ from serve_support import Running, free_port, http_gateway, sha256, write_config
 pytestmark = pytest.mark.anyio
 
 STATIC_TOKEN = "static-token-of-the-ops-bot"
+OPS_SUBJECT = "ops-bot-client"
+"""An OAuth client the agents table maps to the static agent ``ops-bot``."""
 UPSTREAM_SECRET = "upstream-credential-7d1f"
 LOG_WAIT_SECONDS = scaled(20.0)
 """How long a line the gateway logs may take to reach the test (it is read from its stderr by a thread)."""
@@ -69,6 +71,8 @@ def _config(tmp_path: Path, issuer: Issuer, upstream_url: str, **oauth: Any) -> 
         "scopes": ["mcp"],
         "tool_scopes": {"regional:lookup": ["regional.lookup"]},
         "jwks_min_refresh_seconds": 0,
+        # Beside static agents the claim values are mapped; the ops bot's own subject reaches its agent id.
+        "agents": {"agent-a": "agent-a", "reader": "reader", OPS_SUBJECT: "ops-bot"},
         **oauth,
     }
     upstream = {
@@ -150,6 +154,9 @@ async def test_a_request_without_a_token_is_told_where_the_resource_metadata_is(
         assert document["resource"] == gateway.url
         assert document["authorization_servers"] == [issuer.url]
         assert document["scopes_supported"] == ["mcp", "regional:lookup"]
+        # The metadata answers only to the names /mcp answers to (listen.allowed_hosts), like every path.
+        foreign = httpx.get(origin + path, headers={"host": "evil.example"}, timeout=scaled(30))
+        assert foreign.status_code == 421 and "listen.allowed_hosts" in foreign.json()["error"]["message"]
 
 
 def _logged(gateway: Running, fragment: str) -> str:
@@ -232,6 +239,24 @@ async def test_a_static_token_and_oauth_are_both_on(world: Any) -> None:
         response = _post(gateway.url, token)
         assert response.status_code == 200, response.text
         assert response.json()["result"]["content"][0]["text"] == "tea in eu"
+
+
+async def test_a_session_belongs_to_the_credential_that_opened_it_not_only_to_its_agent_id(world: Any) -> None:
+    """The static token and a JWT whose subject the agents table maps to the same agent are two
+    credentials: neither reaches a session the other opened (404, as for an unknown id)."""
+    gateway, issuer, _ = world
+    legacy = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    jwt_token = issuer.mint(aud=gateway.url, sub=OPS_SUBJECT, scope="mcp regional:lookup")
+    for opener, other in ((STATIC_TOKEN, jwt_token), (jwt_token, STATIC_TOKEN)):
+        opened = _post(gateway.url, opener, legacy, initialize)
+        assert opened.status_code == 200, opened.text
+        session = {**legacy, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        assert _post(gateway.url, opener, session, listing).status_code == 200
+        taken = _post(gateway.url, other, session, listing)
+        assert taken.status_code == 404 and "unknown or ended session" in taken.text
 
 
 @pytest.mark.parametrize(("header", "problem"), [("us", "does not match"), (None, "missing")])

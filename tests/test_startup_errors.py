@@ -199,3 +199,42 @@ def test_every_seconds_option_refuses_what_is_not_a_finite_number(
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert f"Invalid value for '{option}'" in done.stderr and "not a finite number of seconds" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("auth", "variable"),
+    [
+        ("auth:\n  agents:\n    - {agent: bob, token_env: DRAWBRIDGE_TOKEN_BOB}\n", "DRAWBRIDGE_TOKEN_BOB"),
+        ("auth:\n  admin: {token_env: DRAWBRIDGE_ADMIN_SHORT}\n", "DRAWBRIDGE_ADMIN_SHORT"),
+    ],
+)
+@pytest.mark.parametrize("value", ["x", "abc", "short-token-15c", "a token with spaces inside"])
+def test_a_token_too_short_or_odd_for_the_cli_is_refused_at_load(tmp_path: Path, auth: str, variable: str, value: str) -> None:
+    """serve holds the tokens it reads to the CLI's rule (one line of 16 to 512 printable ASCII): exit 2
+    naming the variable, never the value, before anything is opened."""
+    config = _yaml_config(tmp_path, auth + "listen: {port: 0}\ncontrol: {port: 0}\n")
+    argv = [PYTHON, "-m", "drawbridge", "serve", "--config", str(config)]
+    result = subprocess.run(argv, input="", check=False, capture_output=True, text=True,
+                            env=child_env({variable: value}), timeout=scaled(60))
+    line = _one_line_error(result, f"environment variable {variable} does not hold a token",
+                           "16 to 512 printable ASCII")
+    assert len(value) < 4 or value not in line
+    assert not (tmp_path / "state.db").exists() and not (tmp_path / "evidence").exists()
+
+
+@pytest.mark.parametrize("listener", ["listen", "control"])
+def test_a_port_in_use_is_one_line_exit_2_and_leaves_nothing_behind(tmp_path: Path, listener: str) -> None:
+    """The listeners are bound before the state database, the admin token file or the trace is made."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        ports = {"listen": 0, "control": 0, listener: port}
+        config = _yaml_config(tmp_path, f"listen: {{port: {ports['listen']}}}\ncontrol: {{port: {ports['control']}}}\n")
+        argv = [PYTHON, "-m", "drawbridge", "serve", "--config", str(config)]
+        result = subprocess.run(argv, input="", check=False, capture_output=True, text=True, env=child_env(),
+                                timeout=scaled(60))
+    _one_line_error(result, f"cannot listen on 127.0.0.1:{port} ({listener}:")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["drawbridge.yaml", "policies"]

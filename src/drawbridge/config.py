@@ -42,6 +42,17 @@ from drawbridge.config_local import (
 )
 from drawbridge.config_evidence import checkpoints_section, telemetry_section
 from drawbridge.config_headers import header_map
+from drawbridge.config_limits import (
+    BODY_READ_SECONDS,
+    CALL_TIMEOUT_SECONDS,
+    HEADER_READ_SECONDS,
+    MAX_CONNECTIONS,
+    MAX_DEPTH,
+    MAX_MESSAGE_BYTES,
+    MAX_SESSIONS,
+    MAX_SESSIONS_PER_AGENT,
+    limits_section,
+)
 from drawbridge.config_rates import RateLimits, rate_limits_section
 from drawbridge.config_state import SharedState, state_env_names, state_file, state_section
 from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
@@ -58,8 +69,6 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 UPSTREAM_PROTOCOLS: tuple[str, ...] = ("2025-11-25", "2026-07-28")
 """The eras the gateway speaks to an upstream; the first is the default."""
 FSYNC_MODES = ("always", "batch", "never")
-MAX_SESSIONS_PER_AGENT = 64
-MAX_SESSIONS = 1024
 
 
 
@@ -112,12 +121,18 @@ class GatewayConfig:
     anonymous_agent: str | None = None
     oauth: OAuthConfig | None = None
     """``/mcp`` as an OAuth 2.1 resource server (``auth.oauth``); None: static tokens only."""
-    max_message_bytes: int = 4 * 1024 * 1024
-    max_depth: int = 64
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    max_depth: int = MAX_DEPTH
     """How deep an agent's message may nest arrays and objects (``limits.max_depth``)."""
     max_sessions_per_agent: int = MAX_SESSIONS_PER_AGENT
     max_sessions: int = MAX_SESSIONS
-    call_timeout_seconds: float = 120.0
+    header_read_seconds: float = HEADER_READ_SECONDS
+    """How long a peer of a listener (``/mcp``, the control plane) may take to send a request's headers."""
+    body_read_seconds: float = BODY_READ_SECONDS
+    """How long it may take to send the body its headers announce."""
+    max_connections: int = MAX_CONNECTIONS
+    """How many connections each listener holds at once."""
+    call_timeout_seconds: float = CALL_TIMEOUT_SECONDS
     tool_decision_truth_out: str | None = None
     pin_tools: bool = False
     hide_denied_tools: bool = False
@@ -307,32 +322,11 @@ def parse_config(
         if len({a.token_sha256 for a in agents}) != len(agents):
             raise auth.fail("agents", "two agents share one bearer token")
         anonymous = _agent_id(auth, "anonymous_agent")
-        oauth = oauth_section(auth, anonymous, host)
+        static_agents = bool(auth.get("agents", CommentedSeq, default=[]))
+        oauth = oauth_section(auth, anonymous, host, static_agents=static_agents)
 
-    max_bytes, timeout, max_depth = 4 * 1024 * 1024, 120.0, 64
-    per_agent, max_sessions = MAX_SESSIONS_PER_AGENT, MAX_SESSIONS
-    if (limits := top.child("limits")) is not None:
-        limits.check_keys({
-            "max_message_bytes", "call_timeout_seconds", "max_depth", "max_sessions_per_agent", "max_sessions",
-        })
-        max_bytes = limits.get("max_message_bytes", int, default=max_bytes)
-        timeout = limits.get("call_timeout_seconds", float, default=timeout)
-        max_depth = limits.get("max_depth", int, default=max_depth)
-        per_agent = limits.get("max_sessions_per_agent", int, default=per_agent)
-        max_sessions = limits.get("max_sessions", int, default=max_sessions)
-        if per_agent < 1:
-            raise limits.fail("max_sessions_per_agent", "limits.max_sessions_per_agent must be at least 1")
-        if max_sessions < per_agent:
-            raise limits.fail(
-                "max_sessions",
-                f"limits.max_sessions must be at least limits.max_sessions_per_agent ({per_agent})",
-            )
-        if max_bytes < 1024:
-            raise limits.fail("max_message_bytes", "limits.max_message_bytes must be at least 1024")
-        if not 2 <= max_depth <= 512:
-            raise limits.fail("max_depth", "limits.max_depth must be from 2 to 512")
-        if timeout <= 0:
-            raise limits.fail("call_timeout_seconds", "limits.call_timeout_seconds must be positive")
+    limits = limits_section(top)
+    timeout = float(limits.get("call_timeout_seconds", CALL_TIMEOUT_SECONDS))
 
     openapi = tuple(
         parse_openapi(source_file, node, i, base, timeout)
@@ -403,11 +397,7 @@ def parse_config(
         agents=tuple(agents),
         anonymous_agent=anonymous,
         oauth=oauth,
-        max_message_bytes=max_bytes,
-        max_depth=max_depth,
-        max_sessions_per_agent=per_agent,
-        max_sessions=max_sessions,
-        call_timeout_seconds=timeout,
+        **limits,  # type: ignore[arg-type]
         tool_decision_truth_out=tdt_out,
         pin_tools=bool(top.get("pin_tools", bool, default=False)),
         hide_denied_tools=bool(top.get("hide_denied_tools", bool, default=False)),

@@ -1,14 +1,17 @@
 """``auth.oauth``: ``/mcp`` as an OAuth 2.1 resource server, validated in one place.
 
 Invariant: an OAuth section that loads names at least one authorization server by its exact issuer
-identifier, fetched over https (plain http only on a loopback host, for a local issuer), a resource
-URI that is an absolute http(s) URL without query or fragment (RFC 8707: the audience every token must
-carry), a claim that names the agent, and scope globs already compiled. Nothing secret is in it: the
-gateway holds no client secret, only the issuers' public keys, which it fetches.
+identifier, fetched over https (plain http only on a loopback host, for a local issuer), a resource URI that
+is an absolute http(s) URL without query or fragment (RFC 8707: the audience every token must carry), a
+claim that names the agent, and scope globs already compiled. No URL it holds (issuer, ``jwks_uri``,
+resource) carries a user name, a password, a query or a fragment, so none can hold a secret that a log line
+showing it would leak; a URL refused is never repeated in the error. Nothing secret is in it: the gateway
+holds no client secret, only the issuers' public keys, which it fetches.
 
-Theory of operation. The section is read after ``auth.agents`` (static bearer tokens stay, and both
-may be on at once); ``auth.anonymous_agent`` is refused beside it, because a request without a token
-must get the 401 challenge that starts an MCP client's OAuth flow, not an anonymous session.
+Theory of operation. The section is read after ``auth.agents`` (static bearer tokens stay, and both may be
+on at once, but then only through the ``agents`` table, so that an issuer's subject cannot share a static
+agent's id by its name alone); ``auth.anonymous_agent`` is refused beside it, because a request without a
+token must get the 401 challenge that starts an MCP client's OAuth flow, not an anonymous session.
 """
 
 from __future__ import annotations
@@ -65,27 +68,37 @@ class OAuthConfig:
         return tuple(scope for scope, globs in self.tool_scopes if any(g.matches(tool) for g in globs))
 
 
-def _checked_url(text: str, what: str, *, allow_path_query: bool = False) -> str | None:
-    """Why ``text`` is not an acceptable https URL (http on loopback only), or None."""
+def _checked_url(text: str, what: str) -> str | None:
+    """Why ``text`` is not an acceptable https URL (http on loopback only), or None. The words name the
+    place and never repeat the URL: a user name, a password or a query key in it may be a secret."""
+    if not text.isprintable() or any(ch.isspace() for ch in text):
+        return f"{what} is not a URL (it holds a space or a control character)"
     try:
         parts = urlsplit(text)
         host = parts.hostname or ""
+        _port = parts.port
     except ValueError:
-        return f"{what} {text!r} is not a URL"
+        return f"{what} is not a URL (its host or port does not parse)"
     if parts.scheme not in ("https", "http") or not host:
-        return f"{what} {text!r} must be an absolute https URL"
+        return f"{what} must be an absolute https URL"
+    if "@" in parts.netloc:
+        return f"{what} must not hold a user name or password"
+    if parts.query or "?" in text:
+        return f"{what} must not have a query (?...)"
+    if "#" in text:
+        return f"{what} must not have a fragment (#...)"
     if parts.scheme == "http" and not is_loopback_address(host):
-        return f"{what} {text!r} uses plain http on a host that is not loopback: use https"
-    if parts.username or parts.password:
-        return f"{what} {text!r} must not carry credentials"
-    if parts.fragment or (parts.query and not allow_path_query):
-        return f"{what} {text!r} must not carry a query or fragment"
+        return f"{what} uses plain http on a host that is not loopback: use https"
     return None
 
 
-def oauth_section(auth: Reader, anonymous_agent: str | None, listen_host: str) -> OAuthConfig | None:
+def oauth_section(
+    auth: Reader, anonymous_agent: str | None, listen_host: str, static_agents: bool = False
+) -> OAuthConfig | None:
     """``auth.oauth``, checked; None when absent. Beyond a loopback listener the resource URI must be
-    given: the address a socket is bound to is not the URL agents reach it by."""
+    given: the address a socket is bound to is not the URL agents reach it by. Beside static agents
+    (``static_agents``) the ``agents`` table is required: without it a token's claim value is the agent
+    id, and an issuer's subject named like a static agent would act as that agent."""
     section = auth.child("oauth")
     if section is None:
         return None
@@ -107,7 +120,7 @@ def oauth_section(auth: Reader, anonymous_agent: str | None, listen_host: str) -
         issuer = entry.get("issuer", str, required=True)
         jwks_uri = entry.get("jwks_uri", str)
         for key, value in (("issuer", issuer), ("jwks_uri", jwks_uri)):
-            if value is not None and (problem := _checked_url(value, f"{entry.where}.{key}", allow_path_query=key == "jwks_uri")):
+            if value is not None and (problem := _checked_url(value, f"{entry.where}.{key}")):
                 raise entry.fail(key, problem)
         issuers.append(IssuerConfig(issuer, jwks_uri))
     if not issuers:
@@ -122,8 +135,20 @@ def oauth_section(auth: Reader, anonymous_agent: str | None, listen_host: str) -
             None, "auth.oauth.resource is required when listen.host is not loopback: give the https URL agents use for /mcp"
         )
     claim = section.get("agent_claim", str, default="sub")
+    if not claim.strip():
+        raise section.fail(
+            "agent_claim", "auth.oauth.agent_claim is empty: name the token claim that names the agent"
+        )
     agent_map: dict[str, str] | None = None
-    if (table := section.child("agents")) is not None:
+    if (table := section.child("agents")) is None and static_agents:
+        raise section.fail(
+            None,
+            "auth.oauth.agents is required beside auth.agents: map the claim values to agent ids, so that no "
+            "token's claim value can take a static agent's id",
+        )
+    if table is not None:
+        if not table.node:
+            raise section.fail("agents", "auth.oauth.agents is empty: no token could name an agent")
         agent_map = {}
         for value, agent in table.node.items():
             if not isinstance(value, str) or not isinstance(agent, str) or not AGENT_ID.fullmatch(agent):

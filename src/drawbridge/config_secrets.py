@@ -2,7 +2,10 @@
 
 Invariant: a token's value never leaves this module; what the configuration keeps is its SHA-256. A
 command reads only the secrets it uses (``USES_ALL`` for ``serve`` over HTTP; ``discover`` uses none,
-``serve --stdio`` no agent token), so a variable it does not use is not required.
+``serve --stdio`` no agent token), so a variable it does not use is not required. A token read from a
+variable is one line of 16 to 512 printable ASCII characters (``is_token``), the rule the CLI holds the
+admin token to (``gateway.runtime.admin_token``): a token that short or that odd is refused at load,
+naming the variable, never the value.
 """
 
 from __future__ import annotations
@@ -17,6 +20,14 @@ from drawbridge.config_reader import ENV_NAME, Reader
 HEX64: Final = re.compile(r"[0-9a-f]{64}")
 USES_ALL: Final = frozenset({"admin", "agents"})
 """The secrets ``serve`` over HTTP uses: the control plane's and the agents' tokens."""
+TOKEN_RULE: Final = "one line of 16 to 512 printable ASCII characters"
+"""What a bearer token is, said in the messages that refuse one."""
+
+
+def is_token(token: str) -> bool:
+    """Whether ``token`` is a bearer token this project accepts (``TOKEN_RULE``): long enough not to be
+    guessed, and plain enough to travel in a header and a file unchanged."""
+    return 16 <= len(token) <= 512 and all(0x21 <= ord(ch) <= 0x7E for ch in token)
 
 
 def token_digest(
@@ -41,6 +52,10 @@ def token_digest(
             return ""
         if not token:
             raise reader.fail("token_env", f"{what}: environment variable {env_name} is missing or empty")
+        if not is_token(token):
+            raise reader.fail(
+                "token_env", f"{what}: environment variable {env_name} does not hold a token ({TOKEN_RULE})"
+            )
         return hashlib.sha256(token.encode()).hexdigest()
     return None
 
@@ -57,4 +72,4 @@ def token_env_names(top: Reader) -> frozenset[str]:
                      if isinstance(entry, Mapping) and isinstance(entry.get("token_env"), str))
 
 
-__all__ = ["HEX64", "USES_ALL", "token_digest", "token_env_names"]
+__all__ = ["HEX64", "TOKEN_RULE", "USES_ALL", "is_token", "token_digest", "token_env_names"]

@@ -8,9 +8,12 @@ INFO with ``--verbose``. A field value is written so that it cannot start a new 
 text, a value with a space, a quote, an ``=`` or a control character is written as a JSON string.
 
 Theory of operation. ``configure_logging`` installs a queue on the ``drawbridge`` logger, drained by a
-thread of its own into one stream handler with the chosen formatter (no line is written on the event
-loop); ``activity`` fields travel in the log record's ``activity`` attribute
-(``drawbridge.gateway.pipeline.activity``) and other records carry only their message.
+thread of its own into one stream handler with the chosen formatter (no line is written on the event loop);
+the HTTP listeners' own loggers (``uvicorn``: a request that is not HTTP, a connection refused at the cap;
+``asyncio``: a socket error) write through the same queue at WARNING, so that every line on stderr is in the
+chosen format (uvicorn is started without a logging configuration of its own); ``activity`` fields travel in
+the log record's ``activity`` attribute (``drawbridge.gateway.pipeline.activity``) and other records carry
+only their message.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from typing import Any, Final, TextIO
 import click
 
 FORMATS: Final = ("text", "json")
+LISTENER_LOGGERS: Final = ("uvicorn", "asyncio")
+"""The loggers of the libraries that serve HTTP, written in the project's format (module docstring)."""
 _listener: QueueListener | None = None
 
 
@@ -121,6 +126,11 @@ def configure_logging(
     log.handlers[:] = [_Enqueue(queue)]
     log.setLevel(level if level is not None else (logging.INFO if verbose else logging.WARNING))
     log.propagate = False
+    for name in LISTENER_LOGGERS:
+        listener_log = logging.getLogger(name)
+        listener_log.handlers[:] = [_Enqueue(queue)]
+        listener_log.setLevel(max(logging.WARNING, log.level))
+        listener_log.propagate = False
     activity_level = logging.INFO if verbose or not quiet_activity else logging.WARNING
     logging.getLogger("drawbridge.activity").setLevel(activity_level)
 

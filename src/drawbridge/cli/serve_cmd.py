@@ -14,7 +14,9 @@ pins, approval engine, trace and the one call pipeline; ``runtime.serve`` adds t
 
 Invariant: nothing is started before the configuration, the policy and every environment variable the
 configuration names have been checked; a problem there is printed as ``file:line: problem`` (or
-``file: problem``) on stderr and the exit code is 2, with no child spawned and no port opened.
+``file: problem``) on stderr and the exit code is 2, with no child spawned and no port opened. The
+listeners are bound next, before the state database, the admin token file or the evidence is made:
+a port in use leaves nothing behind.
 
 Exit codes: 0 after a normal shutdown (the stdio agent closed the pipe, or SIGINT/SIGTERM); 2 for a
 configuration, policy, listen, state-database, evidence or upstream-start problem.
@@ -42,6 +44,7 @@ from drawbridge.gateway.runtime import control
 from drawbridge.gateway.runtime.assembly import Runtime, StartupProblem
 from drawbridge.gateway.runtime.serve import ServeParts, StartError, build_serve, open_local_upstreams
 from drawbridge.gateway.runtime.settings import RuntimeSettings
+from drawbridge.gateway.transports.http_deadlines import ListenerLimits
 from drawbridge.gateway.transports.http_listener import bind, serve_http
 
 STARTUP_WAIT_SECONDS: Final = 45.0
@@ -117,6 +120,11 @@ def command(config_path: str, stdio: bool, agent: str | None, verbose: bool, log
         # With --stdio a control plane is served only when the file asks for one, so that an MCP client
         # starting several stdio gateways does not make them fight over the default port.
         control_open = not stdio or config.control_configured
+        # The listeners first: a port in use stops the start before any state, token file or evidence is made.
+        if not stdio:
+            socks.mcp = _bind(config.listen_host, config.listen_port, "listen: the agents' /mcp")
+        if control_open:
+            socks.control = _bind(config.control_host, config.control_port, "control: the control plane")
         settings = RuntimeSettings.from_config(
             config, control_open=control_open, network_transport="pipe" if stdio else "tcp"
         )
@@ -124,10 +132,6 @@ def command(config_path: str, stdio: bool, agent: str | None, verbose: bool, log
             runtime = Runtime.build(settings)
         except StartupProblem as exc:
             raise _Startup(str(exc)) from None
-        if not stdio:
-            socks.mcp = _bind(config.listen_host, config.listen_port, "listen: the agents' /mcp")
-        if control_open:
-            socks.control = _bind(config.control_host, config.control_port, "control: the control plane")
         anyio.run(_serve, config, runtime, agent or config.anonymous_agent or "anonymous", socks, stdio)
     except _Startup as exc:
         startup_failed(str(exc) if str(exc).startswith(config.source_file) else f"drawbridge: {exc}")
@@ -194,7 +198,8 @@ async def _run(
             tg.cancel_scope.cancel()
         else:
             if socks.control is not None:
-                tg.start_soon(_serve_control_plane, parts, runtime, socks.control)
+                limits = ListenerLimits.from_config(config)
+                tg.start_soon(_serve_control_plane, parts, runtime, socks.control, limits)
             if pipes is not None:
                 from drawbridge.gateway.transports.stdio_session import serve_stdio_session
 
@@ -222,21 +227,23 @@ async def _run(
                 def ready(host: str, port: int) -> None:
                     print_summary(runtime, describe_url(host, port), parts.upstreams, local)
 
-                await serve_http(app, socks.mcp, ready)
+                await serve_http(app, socks.mcp, ready, ListenerLimits.from_config(config))
             tg.cancel_scope.cancel()
     if failed:
         raise _Startup("\n".join(failed))
 
 
-async def _serve_control_plane(parts: ServeParts, runtime: Runtime, sock: socket.socket) -> None:
-    """The control plane on its own listener (never beside ``/mcp``)."""
+async def _serve_control_plane(
+    parts: ServeParts, runtime: Runtime, sock: socket.socket, limits: ListenerLimits
+) -> None:
+    """The control plane on its own listener (never beside ``/mcp``), read under the same limits."""
 
     def ready(host: str, port: int) -> None:
         control.announce_console(runtime, host, port)
         announce(f"control plane on {control.control_url(host, port)} ({control.credential_note(runtime)})")
 
     assert parts.services is not None
-    await serve_http(control.app(parts.services, runtime), sock, ready)
+    await serve_http(control.app(parts.services, runtime), sock, ready, limits)
 
 
 async def _stop_on_signal(scope: anyio.CancelScope, runtime: Runtime) -> None:

@@ -28,6 +28,8 @@ import stat
 from pathlib import Path
 from typing import Final
 
+from drawbridge.config_secrets import TOKEN_RULE, is_token
+
 TOKEN_SUFFIX: Final = ".admin-token"
 TOKEN_BYTES: Final = 32
 _MAX_FILE_BYTES: Final = 4096
@@ -43,10 +45,6 @@ def token_file_for(state_path: str | os.PathLike[str]) -> Path:
     return state.with_name(state.stem + TOKEN_SUFFIX)
 
 
-def _valid(token: str) -> bool:
-    return 16 <= len(token) <= 512 and all(0x21 <= ord(ch) <= 0x7E for ch in token)
-
-
 def read_token_file(path: str | os.PathLike[str]) -> str:
     """The token a file holds (its first line, stripped); ``AdminTokenProblem`` when it holds none."""
     try:
@@ -58,9 +56,8 @@ def read_token_file(path: str | os.PathLike[str]) -> str:
         token = data.decode("ascii").split("\n", 1)[0].strip()
     except UnicodeDecodeError:
         token = ""
-    if len(data) > _MAX_FILE_BYTES or not _valid(token):
-        raise AdminTokenProblem(f"the admin token file {path} does not hold a token (one line of 16 to 512 "
-                                "printable ASCII characters)")
+    if len(data) > _MAX_FILE_BYTES or not is_token(token):
+        raise AdminTokenProblem(f"the admin token file {path} does not hold a token ({TOKEN_RULE})")
     return token
 
 

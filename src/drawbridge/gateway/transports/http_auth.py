@@ -36,7 +36,7 @@ from drawbridge.activity_log import login_refused
 from drawbridge.config_oauth import OAuthConfig
 from drawbridge.gateway.protocol.jsonrpc import Kind, Message
 from drawbridge.gateway.protocol.methods import TOOLS_CALL
-from drawbridge.gateway.transports.http_identity import AUTH_REQUIRED, HttpSettings, identify
+from drawbridge.gateway.transports.http_identity import AUTH_REQUIRED, HttpSettings, bearer_digest, identify
 
 if TYPE_CHECKING:
     from drawbridge.gateway.transports.oauth_keys import KeyStore
@@ -51,6 +51,10 @@ _AGENT_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu
 @dataclass(frozen=True)
 class Identity:
     agent: str
+    credential: str
+    """What proved the agent: ``token:<sha256>`` of a static token, ``anonymous``, or ``oauth:<issuer>
+    <claim value>`` of a JWT (the same subject whatever token it holds now). A ``/mcp`` session is
+    bound to it, so one credential never reaches a session another one opened, agent id alike or not."""
     scopes: frozenset[str] | None = None
     """The token's scopes; None for a static token (which holds every scope)."""
     expires: float | None = None
@@ -147,7 +151,8 @@ class Authenticator:
         """The identity the one ``Authorization`` value proves, or why not."""
         agent = identify(authorization, self.settings)
         if agent is not None:
-            return Identity(agent)
+            digest = bearer_digest(authorization) if authorization is not None else None
+            return Identity(agent, f"token:{digest}" if digest is not None else "anonymous")
         if authorization is None:
             return self.refuse(peer, "no credential presented", error=None, problem="missing")
         if not authorization.strip():
@@ -235,7 +240,9 @@ class Authenticator:
         agent = self._agent(claims)
         if agent is None:
             return self.refuse(peer, f"the token's {self.oauth.agent_claim} claim names no agent of this gateway")
-        identity = Identity(agent, _scopes(claims), float(claims["exp"]) + self.oauth.leeway_seconds)
+        credential = f"oauth:{issuer} {claims[self.oauth.agent_claim]}"
+        expires = float(claims["exp"]) + self.oauth.leeway_seconds
+        identity = Identity(agent, credential, _scopes(claims), expires)
         self._verified[digest] = (identity, generation)
         if len(self._verified) > VERIFIED_CACHE_SIZE:
             self._verified.popitem(last=False)

@@ -1,11 +1,14 @@
 """Streamable HTTP at ``/mcp``: the agents' side of ``drawbridge serve``, as a Starlette app.
 
-Invariant: an HTTP request reaches a ``DownstreamSession`` only when it names a host ``/mcp``
-answers to (``http_hosts``: ``Host``, and ``Origin`` when present, against ``listen.allowed_hosts``;
-421 and 403 otherwise, recorded) and with an identity (``http_auth``: one bearer token that matches a
-configured agent or, with ``auth.oauth``, a verified access token for this resource; or the anonymous
-agent when no ``Authorization`` is presented at all). A session belongs to the agent that created it; the same id presented by another agent is
-unknown (404). Session ids are minted by the gateway at ``initialize`` and never taken from the
+Invariant: an HTTP request reaches any route of the agents' listener (``/mcp``, ``/healthz``,
+``/readyz``, the OAuth metadata) only when it names a host the listener answers to (``HostGuard``,
+``http_hosts``: ``Host``, and ``Origin`` when present, against ``listen.allowed_hosts``; 421 and 403
+otherwise, recorded), and a ``DownstreamSession`` only with an identity (``http_auth``: one bearer
+token that matches a configured agent or, with ``auth.oauth``, a verified access token for this
+resource; or the anonymous agent when no ``Authorization`` is presented at all). A session belongs to
+the credential that created it (``Identity.credential``: a static token, the anonymous agent, or an
+OAuth issuer and subject), not only to its agent id; the same id presented with another credential
+is unknown (404). Session ids are minted by the gateway at ``initialize`` and never taken from the
 client (fixation defence). One agent's sessions never end another's: an agent holds at most
 ``max_sessions_per_agent`` (its least recently used one ends when it opens one more), and when the
 gateway holds ``max_sessions`` an agent with none of its own is refused (503), never given room.
@@ -29,8 +32,7 @@ order, so that a routing header missing, repeated or not matching the body is an
 
 Where a session's messages wait for their stream is ``http_mailbox.py``; the bytes on the wire (the
 body read, JSON answers, SSE framing) are ``http_wire.py``. ``build_app`` returns the Starlette app
-with this one route; other routes (the control plane) are added to the same app by passing them in
-or with ``app.router.routes.append``.
+with this route, the routes passed in (the health checks) and the Host check in front of them all.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from typing import Any, Final
 
 import anyio
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
@@ -63,6 +66,8 @@ from drawbridge.gateway.serve.downstream_session import DownstreamSession, error
 from drawbridge.gateway.serve.hub import Gateway
 from drawbridge.gateway.serve.routes import open_session
 from drawbridge.gateway.transports.http_auth import Authenticator, Identity, Refusal
+from drawbridge.gateway.transports.http_deadlines import peer_text
+from drawbridge.gateway.transports.http_hosts import HostGuard
 from drawbridge.gateway.transports.http_identity import AUTH_REPEATED, HttpSettings
 from drawbridge.gateway.transports.http_params import ParamHeaders
 from drawbridge.gateway.transports.http_mailbox import HttpOutbound, Mailbox
@@ -95,6 +100,7 @@ SESSIONS_FULL: Final = (
 class _HttpSession:
     id: str
     agent: str
+    credential: str
     session: DownstreamSession
     outbound: HttpOutbound
     last_used: float = field(default_factory=time.monotonic)
@@ -114,12 +120,6 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            return
-        hosts, origins = header_values(scope, "host"), header_values(scope, "origin")
-        refusal = self.settings.allowed_hosts.check(hosts, origins)
-        if refusal is not None:
-            await self.gateway.incident(refusal.incident, "client", refusal.message, INVALID_REQUEST)
-            await send_error(send, refusal.status, INVALID_REQUEST, refusal.message)
             return
         headers = headers_of(scope)
         method = scope["method"]
@@ -142,22 +142,23 @@ class McpEndpoint:
                 send, identity.status, INVALID_REQUEST, identity.message, extra=[("www-authenticate", identity.challenge)]
             )
             return
-        agent = identity.agent
         if method == "POST":
-            await self._post(scope, receive, send, headers, agent, identity)
+            await self._post(scope, receive, send, headers, identity)
         elif method == "GET":
-            await self._get(scope, receive, send, headers, agent)
+            await self._get(scope, receive, send, headers, identity)
         else:
-            await self._delete(send, headers, agent)
+            await self._delete(send, headers, identity)
 
     # -- sessions
 
-    def _lookup(self, headers: Mapping[str, str], agent: str) -> _HttpSession | None | str:
+    def _lookup(self, headers: Mapping[str, str], identity: Identity) -> _HttpSession | None | str:
         sid = headers.get(SESSION_HEADER)
         if not sid:
             return "missing"
         state = self.sessions.get(sid)
-        if state is None or state.agent != agent or state.session.closed:
+        if state is None or state.session.closed:
+            return None
+        if (state.agent, state.credential) != (identity.agent, identity.credential):
             return None
         state.last_used = time.monotonic()
         return state
@@ -173,12 +174,13 @@ class McpEndpoint:
             return True
         return False
 
-    async def _new_session(self, agent: str) -> _HttpSession | None:
-        """A session for ``agent``, or None when the gateway is full of other agents' sessions.
+    async def _new_session(self, identity: Identity) -> _HttpSession | None:
+        """A session for ``identity``'s agent, or None when the gateway is full of other agents' sessions.
 
         The room is made and the session registered before anything is awaited, so initializes that
         arrive together cannot pass a limit between them; the sessions that make room end after.
         """
+        agent = identity.agent
         ending = self._make_room(agent)
         state: _HttpSession | None = None
         if len(self.sessions) < self.settings.max_sessions:
@@ -186,7 +188,7 @@ class McpEndpoint:
             outbound = HttpOutbound(unsolicited=True)
             session = open_session(self.gateway, agent, outbound, transport="http")
             session.session_id = sid
-            state = _HttpSession(sid, agent, session, outbound)
+            state = _HttpSession(sid, agent, identity.credential, session, outbound)
             self.sessions[sid] = state
             self.by_agent.setdefault(agent, {})[sid] = state
         for old in ending:
@@ -244,8 +246,9 @@ class McpEndpoint:
     # -- POST
 
     async def _post(
-        self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], agent: str, identity: Identity
+        self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], identity: Identity
     ) -> None:
+        agent = identity.agent
         content_type = headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type != "application/json":
             await send_error(send, 415, INVALID_REQUEST, "invalid request: Content-Type must be application/json")
@@ -259,9 +262,10 @@ class McpEndpoint:
                 receive, self.settings.max_message_bytes, int(declared) if declared and declared.isdigit() else None
             )
         except TooLarge as exc:
+            fate = "it was discarded unread" if exc.unread else "it was discarded once that much was read"
             detail = (
                 f"invalid request: message of at least {exc.size} bytes exceeds the limit of "
-                f"{self.settings.max_message_bytes} bytes; it was discarded unread"
+                f"{self.settings.max_message_bytes} bytes; {fate}"
             )
             await self.gateway.incident("oversize", "client", detail, INVALID_REQUEST)
             await send_error(send, 413, INVALID_REQUEST, detail)
@@ -292,7 +296,7 @@ class McpEndpoint:
             await send_json(send, 400, refusal)
             return
         if message.kind is Kind.REQUEST and message.method == INITIALIZE:
-            state = await self._new_session(agent)
+            state = await self._new_session(identity)
             if state is None:
                 await self.gateway.incident("session_limit", "client", SESSIONS_FULL, INVALID_REQUEST)
                 await send_error(
@@ -306,7 +310,7 @@ class McpEndpoint:
                 return
             await send_json(send, 200, response, [(SESSION_HEADER, state.id)])
             return
-        found = self._lookup(headers, agent)
+        found = self._lookup(headers, identity)
         if await self._session_error(send, found, message.id):
             return
         assert isinstance(found, _HttpSession)
@@ -420,7 +424,9 @@ class McpEndpoint:
 
     # -- GET and DELETE
 
-    async def _get(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], agent: str) -> None:
+    async def _get(
+        self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], identity: Identity
+    ) -> None:
         if http_era_is_modern(None, header_values(scope, MCP_PROTOCOL_VERSION_HEADER)):
             await send_error(
                 send, 405, INVALID_REQUEST, "method not allowed: 2026-07-28 has no GET stream", extra=[("allow", "POST")]
@@ -429,7 +435,7 @@ class McpEndpoint:
         if not accepts(headers, "text/event-stream"):
             await send_error(send, 406, INVALID_REQUEST, "invalid request: the client must accept text/event-stream")
             return
-        found = self._lookup(headers, agent)
+        found = self._lookup(headers, identity)
         if await self._session_error(send, found, None):
             return
         assert isinstance(found, _HttpSession)
@@ -444,8 +450,8 @@ class McpEndpoint:
         finally:
             found.get_open = False
 
-    async def _delete(self, send: Send, headers: Mapping[str, str], agent: str) -> None:
-        found = self._lookup(headers, agent)
+    async def _delete(self, send: Send, headers: Mapping[str, str], identity: Identity) -> None:
+        found = self._lookup(headers, identity)
         if await self._session_error(send, found, None):
             return
         assert isinstance(found, _HttpSession)
@@ -454,17 +460,22 @@ class McpEndpoint:
 
 
 def _peer(scope: Scope) -> str:
-    client = scope.get("client")
-    return f"{client[0]}:{client[1]}" if client else "an unknown peer"
+    return peer_text(scope.get("client"))
 
 
 def build_app(
     gateway: Gateway, settings: HttpSettings, routes: Sequence[BaseRoute] = (), auth: Authenticator | None = None
 ) -> Starlette:
-    """The gateway's HTTP app: ``/mcp`` plus any ``routes`` given (the control plane adds its own), and
-    the protected-resource metadata when ``auth`` makes ``/mcp`` an OAuth resource server."""
+    """The gateway's HTTP app: ``/mcp`` plus any ``routes`` given (``/healthz``, ``/readyz``), and the
+    protected-resource metadata when ``auth`` makes ``/mcp`` an OAuth resource server; each path is
+    served as written (no redirect of ``/mcp/`` to ``/mcp``: a redirect would name whatever host the
+    request did), and every request passes the ``Host`` check first (``HostGuard``)."""
     endpoint = McpEndpoint(gateway, settings, auth)
-    app = Starlette(routes=[Route(MCP_PATH, endpoint), *endpoint.auth.routes(), *routes])
+    app = Starlette(
+        routes=[Route(MCP_PATH, endpoint), *endpoint.auth.routes(), *routes],
+        middleware=[Middleware(HostGuard, gateway=gateway, hosts=settings.allowed_hosts)],
+    )
+    app.router.redirect_slashes = False
     app.state.mcp_endpoint = endpoint
     app.state.gateway = gateway
     return app

@@ -1,8 +1,9 @@
-"""Which names ``/mcp`` answers to: the ``Host`` and ``Origin`` checks against DNS rebinding.
+"""Which names the agents' listener answers to: the ``Host`` and ``Origin`` checks against DNS rebinding.
 
-Invariant: a request reaches the endpoint's identity check only when it carries exactly one ``Host``
-header whose authority is allowed and at most one ``Origin`` header, an ``http``/``https`` origin
-whose authority is allowed. A web page whose name an attacker points at this host (DNS rebinding)
+Invariant: a request reaches any route of the agents' listener (``/mcp`` and its identity check, the
+health checks, the OAuth metadata: ``HostGuard`` is in front of them all) only when it carries exactly
+one ``Host`` header whose authority is allowed and at most one ``Origin`` header, an ``http``/``https``
+origin whose authority is allowed. A web page whose name an attacker points at this host (DNS rebinding)
 makes the browser send that name in both headers; it is not on the list, so the page gets 421 or
 403 and no session, whatever identity the request would have had (an anonymous agent included).
 
@@ -22,9 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from drawbridge.config_hosts import is_loopback_address, split_authority
+from drawbridge.gateway.protocol.jsonrpc import INVALID_REQUEST
+from drawbridge.gateway.transports.http_wire import header_values, send_error
+
+if TYPE_CHECKING:
+    from drawbridge.gateway.serve.hub import Gateway
 
 LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")
 
@@ -102,6 +110,26 @@ class AllowedHosts:
         return None
 
 
+class HostGuard:
+    """ASGI middleware: every request the listener serves, whatever its path, names an allowed host
+    before any route sees it; 421 or 403 otherwise, recorded as an incident."""
+
+    def __init__(self, app: ASGIApp, gateway: Gateway, hosts: AllowedHosts) -> None:
+        self.app = app
+        self.gateway = gateway
+        self.hosts = hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        refusal = self.hosts.check(header_values(scope, "host"), header_values(scope, "origin"))
+        if refusal is not None:
+            await self.gateway.incident(refusal.incident, "client", refusal.message, INVALID_REQUEST)
+            await send_error(send, refusal.status, INVALID_REQUEST, refusal.message)
+            return
+        await self.app(scope, receive, send)
+
+
 def origin_authority(origin: str) -> str | None:
     """The ``host[:port]`` of an ``http``/``https`` origin, or None (``null``, another scheme, a path)."""
     scheme, sep, rest = origin.strip().partition("://")
@@ -115,6 +143,7 @@ __all__ = [
     "LOOPBACK_NAMES",
     "ORIGIN_REFUSED",
     "AllowedHosts",
+    "HostGuard",
     "HostRefusal",
     "origin_authority",
 ]

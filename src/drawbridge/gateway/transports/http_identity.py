@@ -54,6 +54,15 @@ class HttpSettings:
         )
 
 
+def bearer_digest(authorization: str) -> str | None:
+    """The SHA-256 (hex) of the token in a ``Bearer`` ``Authorization`` value; None when it is not one."""
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
+
+
 def identify(authorization: str | None, settings: HttpSettings) -> str | None:
     """The agent id for the one ``Authorization`` header value, or None (401).
 
@@ -64,11 +73,9 @@ def identify(authorization: str | None, settings: HttpSettings) -> str | None:
     """
     if authorization is None:
         return settings.anonymous_agent
-    scheme, _, token = authorization.strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
+    digest = bearer_digest(authorization)
+    if digest is None:
         return None
-    digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
     found: str | None = None
     for entry in settings.agents:
         if hmac.compare_digest(digest, entry.token_sha256):
@@ -76,4 +83,4 @@ def identify(authorization: str | None, settings: HttpSettings) -> str | None:
     return found
 
 
-__all__ = ["AUTH_REPEATED", "AUTH_REQUIRED", "HttpSettings", "identify"]
+__all__ = ["AUTH_REPEATED", "AUTH_REQUIRED", "HttpSettings", "bearer_digest", "identify"]

@@ -57,13 +57,16 @@ def accepts(headers: Mapping[str, str], media: str) -> bool:
 
 
 class TooLarge(Exception):
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, *, unread: bool) -> None:
         self.size = size
+        self.unread = unread
+        """The size was declared (``Content-Length``) and nothing was read; else the body was read up
+        to ``size`` bytes (chunked) before it was refused."""
 
 
 async def read_body(receive: Receive, limit: int, declared: int | None) -> bytes:
     if declared is not None and declared > limit:
-        raise TooLarge(declared)
+        raise TooLarge(declared, unread=True)
     body = bytearray()
     while True:
         message = await receive()
@@ -71,7 +74,7 @@ async def read_body(receive: Receive, limit: int, declared: int | None) -> bytes
             raise anyio.EndOfStream
         body += message.get("body", b"")
         if len(body) > limit:
-            raise TooLarge(len(body))
+            raise TooLarge(len(body), unread=False)
         if not message.get("more_body", False):
             return bytes(body)
 

@@ -10,7 +10,9 @@ the gateway hammer the issuer.
 Theory of operation. ``run`` fetches every issuer's keys at start and again every
 ``jwks_cache_seconds``, in the background; a request finds its key in a dict. Only a ``kid`` not in
 the set awaits a fetch (async, bounded by ``FETCH_TIMEOUT_SECONDS``). Fetch failures are logged with
-the issuer's URL and the reason, and the keys held so far stay in use.
+the URL fetched and the reason, and the keys held so far stay in use. A URL is shown as ``shown_url``
+makes it: scheme, host and path only, since a ``jwks_uri`` an issuer's metadata names may carry a user
+name, a password or a query key (the configured ones may not: ``config_oauth``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,16 @@ def metadata_urls(issuer: str) -> list[str]:
     rfc8414 = urlunsplit((parts.scheme, parts.netloc, f"/.well-known/oauth-authorization-server{path}", "", ""))
     oidc = urlunsplit((parts.scheme, parts.netloc, f"{path}/.well-known/openid-configuration", "", ""))
     return [rfc8414, oidc]
+
+
+def shown_url(url: str) -> str:
+    """``url`` as a log line may show it: without user name, password, query or fragment."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc.rpartition("@")[2]
+    except ValueError:
+        return "(a URL that does not parse)"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class IssuerKeys:
@@ -108,7 +120,7 @@ class IssuerKeys:
         document = await _get_json(client, self._jwks_uri)
         entries = document.get("keys")
         if not isinstance(entries, list):
-            raise KeysUnavailable(f"the key set at {self._jwks_uri} has no keys list")
+            raise KeysUnavailable(f"the key set at {shown_url(self._jwks_uri)} has no keys list")
         keys: dict[str | None, PyJWK] = {}
         for entry in entries:
             if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
@@ -133,29 +145,30 @@ class IssuerKeys:
                 problems.append(str(exc))
                 continue
             if metadata.get("issuer") != self.issuer.issuer:
-                raise KeysUnavailable(f"the metadata at {url} names another issuer")
+                raise KeysUnavailable(f"the metadata at {shown_url(url)} names another issuer")
             jwks_uri = metadata.get("jwks_uri")
             if not isinstance(jwks_uri, str) or urlsplit(jwks_uri).scheme not in ("https", "http"):
-                raise KeysUnavailable(f"the metadata at {url} has no usable jwks_uri")
+                raise KeysUnavailable(f"the metadata at {shown_url(url)} has no usable jwks_uri")
             return jwks_uri
         raise KeysUnavailable("; ".join(problems))
 
 
 async def _get_json(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
+    shown = shown_url(url)
     try:
         response = await client.get(url, headers={"accept": "application/json"})
     except httpx.HTTPError as exc:
-        raise KeysUnavailable(f"fetching {url} failed ({type(exc).__name__})") from None
+        raise KeysUnavailable(f"fetching {shown} failed ({type(exc).__name__})") from None
     if response.status_code != 200:
-        raise KeysUnavailable(f"{url} answered HTTP {response.status_code}")
+        raise KeysUnavailable(f"{shown} answered HTTP {response.status_code}")
     if len(response.content) > MAX_DOCUMENT_BYTES:
-        raise KeysUnavailable(f"{url} answered more than {MAX_DOCUMENT_BYTES} bytes")
+        raise KeysUnavailable(f"{shown} answered more than {MAX_DOCUMENT_BYTES} bytes")
     try:
         document = response.json()
     except ValueError:
-        raise KeysUnavailable(f"{url} did not answer JSON") from None
+        raise KeysUnavailable(f"{shown} did not answer JSON") from None
     if not isinstance(document, dict):
-        raise KeysUnavailable(f"{url} did not answer a JSON object")
+        raise KeysUnavailable(f"{shown} did not answer a JSON object")
     return document
 
 
@@ -193,4 +206,4 @@ class KeyStore:
                 await self._client.aclose()
 
 
-__all__ = ["FETCH_TIMEOUT_SECONDS", "IssuerKeys", "KeyStore", "KeysUnavailable", "metadata_urls"]
+__all__ = ["FETCH_TIMEOUT_SECONDS", "IssuerKeys", "KeyStore", "KeysUnavailable", "metadata_urls", "shown_url"]
