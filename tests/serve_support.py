@@ -64,8 +64,7 @@ def write_config(
     policy_dir.mkdir(exist_ok=True)
     for name, text in (policies if policies is not None else ALLOW_ALL).items():
         (policy_dir / name).write_text(text, encoding="utf-8")
-    document: dict[str, Any] = {"upstreams": list(upstreams), "policy_dir": "./policies", "listen": {"port": 0},
-                                "control": {"port": 0}}  # never serve's default 8788: tests run side by side
+    document: dict[str, Any] = {"upstreams": list(upstreams), "policy_dir": "./policies", "listen": {"port": 0}}
     document.update(top)
     path = directory / "drawbridge.yaml"
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
@@ -73,7 +72,22 @@ def write_config(
 
 
 def serve_argv(config: Path, *args: str) -> list[str]:
+    """``drawbridge serve --config ...``. Over HTTP its control plane is put on a free port unless the
+    file says where: serve binds its listeners first, and serve's default 8788 is one port that tests
+    running side by side would fight over (a JSON file is changed; a YAML one is the test's own)."""
+    if "--stdio" not in args:
+        _free_control_port(config)
     return [PYTHON, "-m", "drawbridge", "serve", "--config", str(config), *args]
+
+
+def _free_control_port(config: Path) -> None:
+    try:
+        document = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(document, dict) and "control" not in document:
+        document["control"] = {"port": 0}
+        config.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
 
 
 def stdio_params(config: Path, *args: str, env: dict[str, str] | None = None) -> StdioServerParameters:
@@ -156,13 +170,8 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def http_gateway(config: Path, env: dict[str, str] | None = None, timeout: float = START_SECONDS) -> Iterator[Running]:
-    """``drawbridge serve --config ...`` over HTTP; yields once it printed the URL it serves. Its control
-    plane listens on a free port unless the file says where (never serve's default 8788, which tests
-    running side by side would fight over)."""
-    document = json.loads(config.read_text(encoding="utf-8"))
-    if "control" not in document:
-        document["control"] = {"port": 0}
-        config.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    """``drawbridge serve --config ...`` over HTTP; yields once it printed the URL it serves (its control
+    plane on a free port unless the file says where: ``serve_argv``)."""
     process = subprocess.Popen(
         serve_argv(config), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env(env)
     )

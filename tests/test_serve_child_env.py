@@ -18,7 +18,7 @@ from drawbridge.gateway.runtime.serve import secret_env_names
 pytestmark = pytest.mark.anyio
 
 CREDENTIALS = {
-    "GW_ADMIN_TOKEN": "admin-token-value", "GW_ALICE_TOKEN": "alice-token-value", "GW_BOB_TOKEN": "bob-token-value",
+    "GW_ADMIN_TOKEN": "admin-token-value", "GW_ALICE_TOKEN": "alice-token-value", "GW_BOB_TOKEN": "bob-token-value-b",
     "GW_OTLP_AUTH": "Bearer otlp-value", "GW_SEARCH_AUTH": "Bearer search-value",
 }
 
