@@ -59,6 +59,16 @@ def test_refused_with_a_precise_message(text: str, message: str) -> None:
         parse_duration(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "example"),
+    [("30", "30m"), ("86400", "86400s"), ("1h30", "1h30m"), ("99999999", "24h")],
+)
+def test_a_missing_unit_is_answered_with_a_spelling_within_the_bounds(text: str, example: str) -> None:
+    with pytest.raises(DurationError, match=rf"missing unit .*\(e\.g\. {example}\)$"):
+        parse_duration(text)
+    assert parse_duration(example) <= timedelta(hours=24)
+
+
 def test_bounds_are_the_callers() -> None:
     assert parse_duration("7d", maximum=timedelta(days=7)) == timedelta(days=7)
     with pytest.raises(DurationError, match="below the minimum of 1m"):

@@ -243,7 +243,8 @@ def test_the_console_edit_tells_every_path_a_call_can_take(tmp_path: Path) -> No
             csrf = CSRF.search(client.get("/console/tools", params={"agent": "guest"}).text)
             assert csrf is not None
             done = client.post("/console/tools/action", data={
-                "csrf": csrf.group(1), "agent": "guest", "tool": "github.delete_repo", "action": action})
+                "csrf": csrf.group(1), "agent": "guest", "shown_agent": "guest", "tool": "github.delete_repo",
+                "action": action})
             assert done.status_code == 303, done.text
             pages.append(client.get(done.headers["location"]).text)
     # deny decides every call (it went before the conditional rule); inherit gives that rule back.

@@ -47,6 +47,20 @@ def _spaced(text: str) -> str:
     return f"space inside duration {_show(text)}; write the parts together, e.g. 1h30m"
 
 
+def _fitting(
+    written: str, total: int, amount: int, seen: list[str], minimum: timedelta, maximum: timedelta
+) -> str:
+    """A spelling for ``written`` (ending in ``amount`` without a unit) that ``parse_duration`` accepts:
+    the first unit of m, s, h, d that may follow those ``seen`` and brings the duration within the
+    bounds (``86400`` is ``86400s``: ``86400m`` would be refused as above 24h), else the maximum."""
+    for unit in "mshd":
+        if seen and _UNIT_ORDER.index(unit) <= _UNIT_ORDER.index(seen[-1]):
+            continue
+        if minimum <= timedelta(seconds=total + amount * UNIT_SECONDS[unit]) <= maximum:
+            return written + unit
+    return format_duration(maximum)
+
+
 def parse_duration(
     text: str,
     *,
@@ -80,8 +94,9 @@ def parse_duration(
         if unit == "" and following.isspace() and following:
             raise DurationError(_spaced(text))
         if unit == "":
+            example = _fitting(stripped[:match.end()], total, int(digits), seen, minimum, maximum)
             raise DurationError(
-                f"missing unit after {digits} in {_show(text)}; add one of d, h, m, s (e.g. {digits}m)"
+                f"missing unit after {digits} in {_show(text)}; add one of d, h, m, s (e.g. {example})"
             )
         if unit not in UNIT_SECONDS:
             hint = " (units are lowercase)" if unit.lower() in UNIT_SECONDS else ""

@@ -1,6 +1,8 @@
 """What an operator changes from the console: a tool's action for an agent, an approval, pins, grants.
 
-Invariant: every change goes through the control plane's own path (``ControlPlane.policy_edit``,
+Invariant: a tool's action is set only for the agent the page showed: its form carries the agent it
+sets (``agent``) and the agent the page named (``shown_agent``), and the two must be the same. Every
+change goes through the control plane's own path (``ControlPlane.policy_edit``,
 ``accept_pin_groups``, the approval engine's ``resolve``, the grant service), so it is applied,
 recorded in the trace chain and refused exactly as the JSON routes apply, record and refuse it; the
 console adds only who did it: the operator named at login is the ``by`` of every change, and an
@@ -53,6 +55,13 @@ class ActionHandlers(ConsoleBase):
         """A tool's action for one agent, exactly as ``PUT /policies/{agent}/tools/{tool}``."""
         agent, tool, action = _field(request, "agent"), _field(request, "tool"), _field(request, "action")
         back = "/console/tools?" + urlencode({"agent": agent})
+        if _field(request, "shown_agent") != agent:
+            # The row's form names another agent than the page it was used on names: refuse, lest a
+            # change meant for the agent shown lands in another's policy.
+            return self.answer(
+                request, back, f"409: this row sets {agent!r}'s policy but the page shows another agent; reload the page",
+                409,
+            )
         try:
             result = await self.plane.policy_edit(agent, tool, action, session.operator)
         except Exception as exc:  # noqa: BLE001 -- refusals are shown in the row

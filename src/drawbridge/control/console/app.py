@@ -3,8 +3,10 @@
 Invariant: every console page needs a live session and every state-changing console request (POST)
 also that session's CSRF token, checked before the handler runs; the only routes open without a
 session are the login form, its POST (which needs the admin token in the ``token`` field) and the
-static files. The admin token is read from the login form's body only: never from a URL, never
-written into a page, a cookie or a log line (rendering: ``base``).
+static files (the pages name their icon there, so a browser never asks the credentialed
+``/favicon.ico``). The admin token is read from the login form's body only: never from a URL, never
+written into a page, a cookie or a log line (rendering: ``base``); a login it refuses is logged as
+every refused credential is (``login_refused`` at WARNING: what was wrong, never the token).
 
 Theory of operation. ``console_mount`` builds one ``Console`` over the control plane's
 ``ControlServices`` (the same objects the gateway decides calls with; the console changes nothing
@@ -28,6 +30,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from drawbridge.activity_log import login_refused
 from drawbridge.control.auth import AdminAuth
 from drawbridge.control.console.actions import ActionHandlers
 from drawbridge.control.console.base import HERE, SECURITY_HEADERS
@@ -104,6 +107,9 @@ class Console(PageHandlers, ActionHandlers):
         target = _local(form.get("next") if isinstance(form.get("next"), str) else None)
         operator = operator_name(name if isinstance(name, str) else None)
         if not isinstance(token, str) or not token or not self.auth.token_matches(token.encode()):
+            client = request.client.host if request.client is not None else None
+            login_refused("control_plane", "unknown_token" if isinstance(token, str) and token else "missing",
+                          client, path=request.url.path)
             return self.render(request, "login.html", None, status=401, next=target,
                                error="That is not the admin token.")
         if operator is None:

@@ -1,7 +1,11 @@
 """What the console's pages and actions share: the control plane they act through and how they answer.
 
 Invariant: pages are rendered by Jinja2 with autoescaping on, so a tool's description, an argument
-value or a policy name shows as text, never as markup; a page's notice or problem line is only ever
+value or a policy name shows as text, never as markup; every value a template writes first has each
+control and format character (``canonical.escape_unsafe``: C0/C1 controls but line feed and tab, bidi
+overrides and isolates, zero-width and tag characters, line and paragraph separators) written as a
+visible ``\\uXXXX`` escape, so text an upstream wrote can neither hide words (tag characters read by a
+model, unseen by a person) nor reorder them (U+202E): what is shown is what was sent; a page's notice or problem line is only ever
 a message this gateway wrote for the viewer's session (``Session.remember``), looked up by the key
 the redirect carries: text in a URL is never shown as the gateway's word; every answer carries ``Cache-Control:
 no-store`` and a content security policy that allows only the console's own script and style.
@@ -17,7 +21,10 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from markupsafe import Markup
+
 from drawbridge.approval.shown_arguments import argument_lines
+from drawbridge.canonical import escape_unsafe
 from drawbridge.control.auth import AdminAuth
 from drawbridge.control.console.sessions import Session, SessionStore
 from drawbridge.control.routes import ControlPlane
@@ -54,6 +61,7 @@ class ConsoleBase:
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
+            finalize=shown,
         )
         # A call's arguments read exactly as the CLI prints them: masked, cut, every unsafe character escaped.
         self.templates.filters["argument_lines"] = argument_lines
@@ -84,4 +92,19 @@ class ConsoleBase:
         return RedirectResponse(f"{back}{separator}{query}", status_code=303, headers=SECURITY_HEADERS)
 
 
-__all__ = ["CSP", "HERE", "SECURITY_HEADERS", "ConsoleBase"]
+SHOWN_RAW: Final = "\n\t"
+"""The only control characters a page writes as themselves: line feed and tab lay out a description
+or an indented schema in a ``<pre>`` (the CLI's ``display_text`` keeps them too)."""
+
+
+def shown(value: Any) -> Any:
+    """Every value a template writes (Jinja's ``finalize``), with control and format characters escaped:
+    a part of a page already marked safe stays markup (an escape adds no markup)."""
+    if isinstance(value, Markup):
+        return Markup(escape_unsafe(str(value), keep=SHOWN_RAW))
+    if isinstance(value, str):
+        return escape_unsafe(value, keep=SHOWN_RAW)
+    return value
+
+
+__all__ = ["CSP", "HERE", "SECURITY_HEADERS", "SHOWN_RAW", "ConsoleBase", "shown"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import unicodedata
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
+from drawbridge.canonical.text import UNSAFE_CATEGORIES
 from drawbridge.control.console.base import ConsoleBase
 from drawbridge.control.console.sessions import Session
 from drawbridge.control.services import HeldBackTool, current_catalogue
@@ -79,10 +81,15 @@ class PageHandlers(ConsoleBase):
         rows = await self.plane.decision_rows(agent) if agent else []
         family, access, search = query.get("family", ""), query.get("access", ""), query.get("q", "").strip().lower()
         review = query.get("review") == "1"
+        one = query.get("tool")  # one tool's row, whatever the filters: the page's script refreshes it
         shown = []
         for row in rows:
             item = items.get(row["name"])
             tool = tool_view(item) if item is not None else {}
+            if one is not None:
+                if row["name"] == one:
+                    shown.append({"row": row, "tool": tool, "edit": _edit_state(row, agent)})
+                continue
             classification = row.get("classification") or {}
             if family and classification.get("family") != family:
                 continue
@@ -185,12 +192,32 @@ async def _pending(console: ConsoleBase) -> dict[str, Any]:
 
 
 def _diff(pinned: str, current: str) -> list[tuple[str, str]]:
-    """A line diff of two descriptions as ``(kind, line)``: ``-`` pinned only, ``+`` current only."""
+    """A line diff of two texts as ``(kind, line)``: ``-`` pinned only, ``+`` current only. Lines end at
+    line feeds only: a line or paragraph separator stays in its line, where it is shown escaped."""
     out: list[tuple[str, str]] = []
-    for line in difflib.ndiff(pinned.splitlines() or [""], current.splitlines() or [""]):
+    for line in difflib.ndiff(pinned.split("\n"), current.split("\n")):
         if line.startswith(("- ", "+ ", "  ")):
             out.append((line[0], line[2:]))
     return out
+
+
+def _seen(line: str) -> str:
+    """A line as a person would read it unescaped: without its control and format characters."""
+    return "".join(c for c in line if unicodedata.category(c) not in UNSAFE_CATEGORIES)
+
+
+def _marked(lines: list[tuple[str, str]]) -> list[tuple[str, str, bool]]:
+    """Each diff line with whether it differs from a line of the other side only in control or format
+    characters (tag characters, bidi overrides, zero-width ones): unescaped, the two would look the same."""
+    other: dict[str, dict[str, set[str]]] = {"-": {}, "+": {}}
+    for kind, line in lines:
+        if kind in other:
+            other[kind].setdefault(_seen(line), set()).add(line)
+    opposite = {"-": "+", "+": "-"}
+    return [
+        (kind, line, kind in opposite and any(raw != line for raw in other[opposite[kind]].get(_seen(line), ())))
+        for kind, line in lines
+    ]
 
 
 DEFINITION_PARTS: Final = (("description", "Description"), ("inputSchema", "Input schema"),
@@ -226,10 +253,11 @@ def _held_view(tool: HeldBackTool, served: dict[str, Any] | None) -> dict[str, A
     view["pinned_whole"] = pinned is not None
     if pinned is not None and current is not None:
         view["diff_of"] = "definition"
-        view["diff"] = _folded(_diff(_pretty(pinned), _pretty(current)))
+        view["diff"] = _marked(_folded(_diff(_pretty(pinned), _pretty(current))))
     else:
         view["diff_of"] = "description"
-        view["diff"] = _diff(tool.pinned_description or "", tool.current_description or "")
+        view["diff"] = _marked(_diff(tool.pinned_description or "", tool.current_description or ""))
+    view["hidden_only"] = sum(1 for _kind, _line, hidden in view["diff"] if hidden)
     return view
 
 

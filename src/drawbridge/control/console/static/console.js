@@ -1,37 +1,53 @@
 // drawbridge console: progressive enhancement only; every form works without this script.
 "use strict";
 
+// A row's action is applied only when its Apply button is pressed (or Enter on it): moving through
+// the selector's options by keyboard changes nothing. The row is then fetched again for the agent its
+// form sets (never the page's own URL, whose default agent may since have changed) and for that tool
+// alone (whatever the filters), so it shows the value in force and the decision, refused or not.
+
 function submitInline(form) {
   const out = form.querySelector("output");
+  const body = new FormData(form);
+  const table = form.closest("table[data-agent]");
+  if (table) { body.set("shown_agent", table.getAttribute("data-agent")); }  // the agent the page names
   out.textContent = "saving…";
   fetch(form.getAttribute("action"), {
-    method: "POST", body: new FormData(form), credentials: "same-origin",
+    method: "POST", body: body, credentials: "same-origin",
     headers: { "Accept": "application/json" },
   }).then((response) => response.json().then((answer) => {
     out.textContent = answer.message || answer.error || String(response.status);
     out.className = "row-result " + (response.ok ? "ok" : "refused");
-    if (response.ok) { refreshRow(form.closest("tr")); }
+    refreshRow(form.closest("tr"), form);
   })).catch(() => { out.textContent = "the gateway did not answer"; out.className = "row-result refused"; });
 }
 
-function refreshRow(row) {
+function refreshRow(row, form) {
   if (!row) { return; }
-  fetch(window.location.href, { credentials: "same-origin" }).then((r) => r.text()).then((html) => {
+  const agent = form.querySelector("input[name=agent]").value;
+  const name = row.getAttribute("data-tool");
+  const url = "/console/tools?" + new URLSearchParams({ agent: agent, tool: name }).toString();
+  fetch(url, { credentials: "same-origin" }).then((r) => r.text()).then((html) => {
     const doc = new DOMParser().parseFromString(html, "text/html");
-    const name = row.getAttribute("data-tool");
     const fresh = Array.from(doc.querySelectorAll("tr[data-tool]")).find((tr) => tr.getAttribute("data-tool") === name);
-    if (!fresh) { return; }
+    const freshForm = fresh && fresh.querySelector("form[data-inline]");
+    if (!fresh || !freshForm || freshForm.querySelector("input[name=agent]").value !== agent) { return; }
+    const focused = row.contains(document.activeElement) ? document.activeElement.getAttribute("name") : null;
     const message = row.querySelector("output");
     fresh.querySelector("output").replaceWith(message);
-    row.replaceWith(fresh);
-    bindInline(fresh);
+    const shown = document.importNode(fresh, true);
+    row.replaceWith(shown);
+    bindInline(shown);
+    if (focused) {
+      const again = shown.querySelector(`[name="${focused}"]`);
+      if (again) { again.focus(); }
+    }
   });
 }
 
 function bindInline(root) {
   root.querySelectorAll("form[data-inline]").forEach((form) => {
     form.addEventListener("submit", (event) => { event.preventDefault(); submitInline(form); });
-    form.querySelectorAll("select").forEach((select) => select.addEventListener("change", () => submitInline(form)));
   });
 }
 
