@@ -206,6 +206,10 @@ def test_a_name_with_a_control_or_format_character_is_refused_and_an_empty_id_is
     grant = drawbridge("grants", "create", "--agent", "claude", "--tools", "github.*", "--for", "30m",
                        "--by", "marc\u2066x", "--url", url)
     assert grant.returncode == 2 and "'by' holds a control or format character (U+2066" in grant.stderr
+    for agent, tools in (("cl\x1bOaude", "git.*"), ("bad agent", "git.*"), ("claude", "git.\u202ex\nfoo")):
+        glob = drawbridge("grants", "create", "--agent", agent, "--tools", tools, "--for", "1m", "--url", url)
+        assert glob.returncode == 2 and "(HTTP 400)" in glob.stderr, glob.stderr
+        assert "\x1b" not in glob.stderr + glob.stdout and "\u202e" not in glob.stderr + glob.stdout
     edit = drawbridge("policy", "set", "claude", "github.delete_repo", "deny", "--by", "marc\u200b", "--url", url)
     assert edit.returncode == 2 and "'by' holds a control or format character (U+200B" in edit.stderr, edit.stderr
     empty = drawbridge("approvals", "deny", "", "--url", url)
