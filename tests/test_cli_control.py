@@ -329,6 +329,16 @@ def test_policy_set_refuses_a_tool_the_gateway_does_not_serve_and_a_line_break(u
         assert answer.json() == {"error": "the tool name contains a control character or a line break"}
     assert path.read_text() == original
 
+    # A glob character is refused before the served tools are looked up (400, not "send unserved"),
+    # and the names are shown as written: `git.*` and the literal `git.\*`, not a JSON-escaped "git.\\*".
+    for extra in ((), ("--unserved",)):
+        done = drawbridge("policy", "set", "claude", "git.*", "allow", "--by", "marc", *extra, "--url", url)
+        assert done.returncode == 2 and "(HTTP 400)" in done.stderr, done.stderr
+        assert "the tool name `git.*` holds glob characters" in done.stderr
+        assert "the tool literally named `git.\\*`," in done.stderr and "\\\\" not in done.stderr
+        assert "unserved" not in done.stderr
+    assert path.read_text() == original
+
 
 def test_approvals_show_names_what_held_a_call_no_rule_asked_for(live: LiveServer, url: str, plane: Plane) -> None:
     floor = Verdict(
