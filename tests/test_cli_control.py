@@ -370,6 +370,8 @@ def test_an_impossible_agent_id_and_a_url_with_credentials_are_refused(url: str)
         (f"http://{host}/?token=SECRETU", "must not have a query or a fragment"),
         (f"http://{host}/#SECRETU", "must not have a query or a fragment"),
         ("ftp://SECRETU@example.org", "must be an http:// or https:// URL with a host"),
+        (f"http://{host}/sub", "must not have a path"),
+        (f"http://{host}/SECRETU/", "must not have a path"),
     ]:
         done = drawbridge("tools", "list", "--url", bad)
         assert done.returncode == 2, done.stderr
