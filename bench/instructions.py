@@ -34,7 +34,7 @@ FEW, MANY = 300, 1300
 
 async def _instructions(tree: Path | None, config: str, calls: int) -> int:
     env = dict(os.environ)
-    env["DRAWBRIDGE_TDT_HMAC_KEY"] = "bench-key-0123456789abcdef"
+    env["DRAWBRIDGE_TDT_HMAC_KEY"] = "bench-key-0123456789abcdef-0123456789"
     env["DRAWBRIDGE_TDT_HMAC_KEY_ID"] = "bench-kid"
     if tree is not None:
         env["PYTHONPATH"] = str(tree)

@@ -235,7 +235,7 @@ def main() -> None:
     parser.add_argument("--no-policy", action="store_true", help="skip the policy evaluation figures")
     args = parser.parse_args()
     env = dict(os.environ)
-    env["DRAWBRIDGE_TDT_HMAC_KEY"] = "bench-key-0123456789abcdef"
+    env["DRAWBRIDGE_TDT_HMAC_KEY"] = "bench-key-0123456789abcdef-0123456789"
     env["DRAWBRIDGE_TDT_HMAC_KEY_ID"] = "bench-kid"
     if args.mode == "http":
         run_http(args, env, NODE_BIN, pct, median)

@@ -206,6 +206,10 @@ def test_a_name_with_a_control_or_format_character_is_refused_and_an_empty_id_is
     grant = drawbridge("grants", "create", "--agent", "claude", "--tools", "github.*", "--for", "30m",
                        "--by", "marc\u2066x", "--url", url)
     assert grant.returncode == 2 and "'by' holds a control or format character (U+2066" in grant.stderr
+    for agent, tools in (("cl\x1bOaude", "git.*"), ("bad agent", "git.*"), ("claude", "git.\u202ex\nfoo")):
+        glob = drawbridge("grants", "create", "--agent", agent, "--tools", tools, "--for", "1m", "--url", url)
+        assert glob.returncode == 2 and "(HTTP 400)" in glob.stderr, glob.stderr
+        assert "\x1b" not in glob.stderr + glob.stdout and "\u202e" not in glob.stderr + glob.stdout
     edit = drawbridge("policy", "set", "claude", "github.delete_repo", "deny", "--by", "marc\u200b", "--url", url)
     assert edit.returncode == 2 and "'by' holds a control or format character (U+200B" in edit.stderr, edit.stderr
     empty = drawbridge("approvals", "deny", "", "--url", url)
@@ -325,6 +329,16 @@ def test_policy_set_refuses_a_tool_the_gateway_does_not_serve_and_a_line_break(u
         assert answer.json() == {"error": "the tool name contains a control character or a line break"}
     assert path.read_text() == original
 
+    # A glob character is refused before the served tools are looked up (400, not "send unserved"),
+    # and the names are shown as written: `git.*` and the literal `git.\*`, not a JSON-escaped "git.\\*".
+    for extra in ((), ("--unserved",)):
+        done = drawbridge("policy", "set", "claude", "git.*", "allow", "--by", "marc", *extra, "--url", url)
+        assert done.returncode == 2 and "(HTTP 400)" in done.stderr, done.stderr
+        assert "the tool name `git.*` holds glob characters" in done.stderr
+        assert "the tool literally named `git.\\*`," in done.stderr and "\\\\" not in done.stderr
+        assert "unserved" not in done.stderr
+    assert path.read_text() == original
+
 
 def test_approvals_show_names_what_held_a_call_no_rule_asked_for(live: LiveServer, url: str, plane: Plane) -> None:
     floor = Verdict(
@@ -356,6 +370,8 @@ def test_an_impossible_agent_id_and_a_url_with_credentials_are_refused(url: str)
         (f"http://{host}/?token=SECRETU", "must not have a query or a fragment"),
         (f"http://{host}/#SECRETU", "must not have a query or a fragment"),
         ("ftp://SECRETU@example.org", "must be an http:// or https:// URL with a host"),
+        (f"http://{host}/sub", "must not have a path"),
+        (f"http://{host}/SECRETU/", "must not have a path"),
     ]:
         done = drawbridge("tools", "list", "--url", bad)
         assert done.returncode == 2, done.stderr

@@ -113,6 +113,15 @@ def test_canonicalize_json_format_gives_digest(tmp_path: Path) -> None:
     assert report == {"canonical": jcs(doc).decode(), "digest": sha(jcs(doc))}
 
 
+@pytest.mark.parametrize("doc", [b'{"a":1,"a":2}', b'[{"x":{"a":1,"b":0,"a":1}}]', b'\xef\xbb\xbf{"a":1,"a":2}'])
+def test_canonicalize_refuses_a_key_given_twice(doc: bytes) -> None:
+    """RFC 8785 takes I-JSON only: keeping the first or the last value would give two digests for one text."""
+    result = run("evidence", "canonicalize", "-", stdin=doc)
+    assert result.returncode == 2, out(result)
+    assert result.stdout == b""
+    assert 'the key "a" is given twice in one object' in err(result)
+
+
 @pytest.mark.parametrize("bad", [b'{"a": ', b"NaN", b'{"a": Infinity}', b"", b"\xff"])
 def test_canonicalize_invalid_json_is_exit_2(tmp_path: Path, bad: bytes) -> None:
     path = tmp_path / "bad.json"
@@ -568,6 +577,25 @@ def test_verify_tdt_policy_digest_option(tmp_path: Path) -> None:
     other = "sha256:" + "ab" * 32
     assert run("evidence", "verify-tdt", str(carriers), "--declared-policy-digest", other).returncode == 1
     assert run("evidence", "verify-tdt", str(carriers), "--declared-policy-digest", "sha256:xyz").returncode == 2
+
+
+@pytest.mark.parametrize("lines", [1, 2])
+@pytest.mark.parametrize("where", ["carriers", "rows"])
+def test_verify_tdt_refuses_a_line_that_gives_a_key_twice(tmp_path: Path, lines: int, where: str) -> None:
+    """A carrier that says ``"decision_verdict":"mismatch","decision_verdict":"match"`` verifies under the
+    last reading and means the first to a reader that keeps it: refused as unreadable input."""
+    pairs = [carrier_and_row(i) for i in range(lines)]
+    carriers = write_ndjson(tmp_path / "carriers.ndjson", [c for c, _ in pairs])
+    rows = write_ndjson(tmp_path / "rows.ndjson", [r for _, r in pairs])
+    target = carriers if where == "carriers" else rows
+    text = target.read_text().splitlines()
+    field = '"decision_verdict": "match"' if where == "carriers" else '"run_verdict": "match"'
+    assert field in text[-1]
+    text[-1] = text[-1].replace(field, field.replace('"match"', '"mismatch"') + ", " + field)
+    target.write_text("\n".join(text) + "\n")
+    result = run("evidence", "verify-tdt", str(carriers), "--rows", str(rows))
+    assert result.returncode == 2, out(result)
+    assert "is given twice in one object" in err(result) and str(target) in err(result)
 
 
 def test_verify_tdt_input_errors_are_exit_2(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 CLI_TIMEOUT = scaled(60.0)
 RECORD_WAIT = scaled(20.0)
 """How long a call's trace entry and truth carrier may take to reach their files."""
-TRUTH_ENV = {"DRAWBRIDGE_TDT_HMAC_KEY": "console-truth-key-3b9e", "DRAWBRIDGE_TDT_HMAC_KEY_ID": "console-test"}
+TRUTH_ENV = {"DRAWBRIDGE_TDT_HMAC_KEY": "console-truth-key-3b9e-0123456789abcdef", "DRAWBRIDGE_TDT_HMAC_KEY_ID": "console-test"}
 
 
 def _login(client: httpx.Client, token: str = ADMIN, **extra: str) -> httpx.Response:

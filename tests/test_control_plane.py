@@ -475,6 +475,14 @@ GRANT_REFUSALS: list[tuple[dict[str, Any], int, str]] = [
     ({"agent": "claude", "tools": ["github.*"], "duration": "30m"}, 400, "one glob"),
     ({"tools": "github.*", "duration": "30m"}, 400, "'agent' is required"),
     ({"agent": "claude", "tools": "github.*", "duration": 30}, 400, "must be a string"),
+    # No agent id and no servable tool name holds these: a grant on them would only hide what it says.
+    ({"agent": "cl\x1bOaude", "tools": "github.*", "duration": "1m"}, 400, "'agent' is not a glob over agent ids"),
+    ({"agent": "bad agent", "tools": "github.*", "duration": "1m"}, 400, "'agent' is not a glob over agent ids"),
+    ({"agent": "claude\n", "tools": "github.*", "duration": "1m"}, 400, "'agent' is not a glob over agent ids"),
+    ({"agent": "claude", "tools": "git.\u202ex\nfoo", "duration": "1m"}, 400,
+     "'tools' holds a control or format character (U+202E at position 5)"),
+    ({"agent": "claude", "tools": "github.*\u2028", "duration": "1m"}, 400, "'tools' holds a control or format"),
+    ({"agent": "claude", "tools": " github.*", "duration": "1m"}, 400, "'tools' has leading or trailing whitespace"),
 ]
 
 

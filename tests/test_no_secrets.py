@@ -16,7 +16,7 @@ from pathlib import Path
 from conftest import GITHUB_LIKE, PYTHON, child_env, scaled
 
 POLICIES = Path(__file__).resolve().parent.parent / "src" / "drawbridge" / "examples" / "policies"
-HMAC_KEY = "tdt-key-PLANTED-1f2e3d4c5b6a"
+HMAC_KEY = "tdt-key-PLANTED-1f2e3d4c5b6a-0123456789"
 ARG_SECRETS = {
     "token": "ghp_PLANTED_token_0000000000000000000000",
     "password": "PLANTED-password-hunter2",

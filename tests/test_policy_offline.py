@@ -135,10 +135,12 @@ def test_policy_test_passes_and_fails_on_its_tables(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"policy": "./policies", "cases": [
         {"agent": "claude", "tool": "github.delete_repo", "expect": "deny"},
         {"agent": "claude", "tool": "github.list_repos", "expect": "allow", "rule": 2},
+        {"agent": "claude", "tool": "slack.post", "expect": "deny", "rule": 2},
     ]}), encoding="utf-8")
     failing = drawbridge("policy", "test", str(good), str(bad))
     assert failing.returncode == 1
-    assert "3 passed, 2 failed" in failing.stdout
+    assert "3 passed, 3 failed" in failing.stdout
+    assert "expected rule 2, decided by the default deny (no rule matched)" in failing.stdout, failing.stdout
     assert "expected deny, got human_approval (rule 2 of team.yaml" in failing.stdout
     assert "expected rule 2, decided by rule 0" in failing.stdout
 

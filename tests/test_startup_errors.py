@@ -19,14 +19,14 @@ from one_reading_support import LineGateway
 NOTEBOOK = [PYTHON, str(SERVERS / "notebook.py")]
 
 
-def _wrap(evidence: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def _wrap(evidence: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     argv = [PYTHON, "-m", "drawbridge", "wrap", "--allow-all", "--evidence-dir", str(evidence), *extra, "--", *NOTEBOOK]
-    return subprocess.run(argv, input="", check=False, capture_output=True, text=True, env=child_env(), timeout=scaled(60))
+    return subprocess.run(argv, input="", check=False, capture_output=True, text=True, env=child_env(env), timeout=scaled(60))
 
 
-def _serve(config: Path) -> subprocess.CompletedProcess[str]:
+def _serve(config: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     argv = [PYTHON, "-m", "drawbridge", "serve", "--config", str(config), "--stdio"]
-    return subprocess.run(argv, input="", check=False, capture_output=True, text=True, env=child_env(), timeout=scaled(60))
+    return subprocess.run(argv, input="", check=False, capture_output=True, text=True, env=child_env(env), timeout=scaled(60))
 
 
 def _serve_config(directory: Path, evidence: Path) -> Path:
@@ -152,6 +152,24 @@ def test_a_telemetry_endpoint_with_a_credential_in_it_is_refused_without_showing
     wrapped = _wrap(evidence, "--otlp-endpoint", endpoint)
     assert wrapped.returncode == 2 and problem in wrapped.stderr, wrapped.stderr
     assert "SECRETQ" not in wrapped.stderr + wrapped.stdout
+
+
+@pytest.mark.parametrize("second", ["wrap", "serve"])
+@pytest.mark.parametrize("key", ["Z", "SHORT" + "Q" * 26, "\u00e9" * 15 + "Q"])  # 1, 31 and 31 UTF-8 bytes
+def test_a_truth_key_shorter_than_32_bytes_is_one_line_exit_2(tmp_path: Path, second: str, key: str) -> None:
+    """A short HMAC key makes every ``args_digest`` brute-forceable offline: it is refused like a short
+    argument digest key, without showing it, before a carrier or trace line is written."""
+    env = {"DRAWBRIDGE_TDT_HMAC_KEY": key, "DRAWBRIDGE_TDT_HMAC_KEY_ID": "k"}
+    carriers, evidence = tmp_path / "tdt.ndjson", tmp_path / "serve" / "evidence"
+    if second == "wrap":
+        evidence = tmp_path / "evidence"
+        result = _wrap(evidence, "--tool-decision-truth-out", str(carriers), env=env)
+    else:
+        config = _yaml_config(tmp_path / "serve", f"tool_decision_truth: {{out: {json.dumps(str(carriers))}}}\n")
+        result = _serve(config, env=env)
+    line = _one_line_error(result, "DRAWBRIDGE_TDT_HMAC_KEY is too short", "at least 32 bytes")
+    assert key not in line.split("KEY")[1]  # the value never shows (past the variable's name)
+    assert not carriers.exists() and not (evidence / "trace.ndjson").exists()
 
 
 @pytest.mark.parametrize("agent", ["a b", "a\nb", ""])

@@ -19,6 +19,7 @@ from drawbridge.canonical.jcs import (
     canonicalize_text,
     parse_json,
     scalar_bytes,
+    shown_key,
     unique_object,
 )
 from drawbridge.canonical.text import RUST_WHITESPACE, escape_unsafe, rust_trim, sanitize
@@ -44,5 +45,6 @@ __all__ = [
     "scalar_bytes",
     "sha256_hex",
     "sha256_prefixed",
+    "shown_key",
     "unique_object",
 ]

@@ -1,7 +1,9 @@
 """RFC 8785 (JCS) canonical JSON, byte-compatible with Assay's canonicalizer.
 
 Invariant: every digest in drawbridge is computed over the bytes this module
-returns, and over nothing else.
+returns, and over nothing else. Text is canonicalized only when it is I-JSON
+(RFC 8785 section 3): an object that gives a key twice is refused, never
+resolved to its first or last value.
 
 Theory of operation. The `rfc8785` library implements the RFC (UTF-16 key
 order, ECMAScript number rendering, minimal string escaping) but refuses
@@ -208,11 +210,19 @@ def canonical_text(value: Any) -> str:
 
 class DuplicateKeyError(CanonicalizationError):
     """An object gives a key twice: readers that keep the first and readers that keep the last read it
-    two ways. ``key`` is the key (a caller decides how much of it a message may show)."""
+    two ways. ``key`` is the key (a caller decides how much of it a message may show; this message
+    shows it JSON-escaped and cut, so no control character reaches a terminal)."""
 
     def __init__(self, key: str) -> None:
-        super().__init__("a key is given twice in one object")
+        super().__init__(f"the key {shown_key(key)} is given twice in one object")
         self.key = key
+
+
+def shown_key(key: str) -> str:
+    """A key as a message may show it: JSON-escaped (no control character or lone surrogate reaches a
+    terminal), and cut."""
+    text = json.dumps(key[:40])
+    return text if len(key) <= 40 else text[:-1] + '..."'
 
 
 def unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -230,17 +240,24 @@ def _reject_constant(name: str) -> Any:
 
 
 _STRICT_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_UNIQUE_DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=unique_object)
 
 
-def parse_json(text: str | bytes) -> Any:
-    """Parse JSON text strictly: NaN/Infinity literals are refused, as in Rust serde_json."""
+def parse_json(text: str | bytes, *, unique_keys: bool = False) -> Any:
+    """Parse JSON text strictly: NaN/Infinity literals are refused, as in Rust serde_json.
+
+    ``unique_keys`` also refuses an object that gives a key twice (``DuplicateKeyError``), as I-JSON
+    (RFC 7493) does: without it the last value wins, as in serde_json. Evidence a verifier is handed
+    and input to RFC 8785 use it, so that a document cannot mean one thing here and another elsewhere.
+    """
+    decoder = _UNIQUE_DECODER if unique_keys else _STRICT_DECODER
     try:
         # What ``json.loads(text, parse_constant=...)`` does, without building a decoder per call.
         if type(text) is bytes:
             text = text.decode(json.detect_encoding(text), "surrogatepass")
         if type(text) is str and not text.startswith("\ufeff"):
-            return _STRICT_DECODER.decode(text)
-        return json.loads(text, parse_constant=_reject_constant)
+            return decoder.decode(text)
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=decoder.object_pairs_hook)
     except CanonicalizationError:
         raise
     except (ValueError, RecursionError) as exc:
@@ -248,5 +265,5 @@ def parse_json(text: str | bytes) -> Any:
 
 
 def canonicalize_text(text: str | bytes) -> bytes:
-    """JSON source text in, JCS bytes out."""
-    return canonical_bytes(parse_json(text))
+    """JSON source text in, JCS bytes out. RFC 8785 takes I-JSON only: a key given twice is refused."""
+    return canonical_bytes(parse_json(text, unique_keys=True))

@@ -88,6 +88,10 @@ def _url_problem(url: str) -> str | None:
         return "must not hold a user name or password: the admin token is sent as a header (DRAWBRIDGE_ADMIN_TOKEN)"
     if parts.query or parts.fragment or "?" in url or "#" in url:
         return "must not have a query or a fragment: give the control plane's address only"
+    if parts.path not in ("", "/"):
+        # The control plane answers at the root of its listener; a path would be sent as a prefix of
+        # every route, and could hold what the user meant to keep out of the URL.
+        return "must not have a path: give the control plane's address only (scheme, host and port)"
     return None
 
 

@@ -22,6 +22,7 @@ import click
 
 from drawbridge.canonical import (
     CanonicalizationError,
+    DuplicateKeyError,
     canonicalize_text,
     is_sha256_digest,
     jcs_digest,
@@ -60,13 +61,14 @@ def command() -> None:
 
 
 def parse_ndjson(data: bytes, label: str) -> list[Any]:
-    """One JSON value per non-blank line."""
+    """One JSON value per non-blank line; a line that gives a key twice is refused (it could verify
+    under one reading and mean another, e.g. two ``decision_verdict`` values)."""
     values: list[Any] = []
     for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
         try:
-            values.append(parse_json(line))
+            values.append(parse_json(line, unique_keys=True))
         except CanonicalizationError as exc:
             raise InputError(f"{label} line {number}: {exc}") from None
     return values
@@ -75,7 +77,9 @@ def parse_ndjson(data: bytes, label: str) -> list[Any]:
 def read_surface(data: bytes, label: str) -> Any:
     """A surface document, or NDJSON of surface documents merged into one (decisions in file order)."""
     try:
-        return parse_json(data)
+        return parse_json(data, unique_keys=True)
+    except DuplicateKeyError as exc:
+        raise InputError(f"{label}: {exc}") from None
     except CanonicalizationError:
         pass
     documents = parse_ndjson(data, label)
@@ -191,7 +195,9 @@ def verify_tdt_cmd(file: str, rows_file: str | None, policy_digest: str | None, 
     data = read_bytes(file)
     document: Any = None
     try:
-        document = parse_json(data)
+        document = parse_json(data, unique_keys=True)
+    except DuplicateKeyError as exc:
+        raise InputError(f"{_label(file)}: {exc}") from None
     except CanonicalizationError:
         document = None  # not one JSON document: read as NDJSON below
     if isinstance(document, dict) and document.get("schema") == TDT_VECTORS_SCHEMA:

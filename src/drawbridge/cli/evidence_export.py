@@ -28,7 +28,7 @@ from drawbridge.cli.output import EXIT_FAILED, InputError, console, emit_json, f
 @click.option("--evidence-dir", required=True, type=click.Path(file_okay=False, exists=True), help="The gateway's evidence directory.")
 @click.option("--run", "run_id", metavar="ID", help="The run to export (default: the last run of the trace).")
 @click.option("--out", required=True, type=click.Path(), help="A new or empty directory for the package.")
-@click.option("--carriers", type=click.Path(dir_okay=False, exists=True), help="The truth carrier file (--tool-decision-truth-out).")
+@click.option("--carriers", type=click.Path(dir_okay=False, exists=True), help="The truth carrier file (--tool-decision-truth-out): required when the run's trace names carriers.")
 @click.option("--audit-import", "audit_imports", multiple=True, type=click.Path(exists=True),
               help="Provider audit records (a .json file, or a directory of them) to include as imported. Repeatable.")
 @click.option("--keys-dir", type=click.Path(file_okay=False), help="The signing keys (default: keys inside --evidence-dir).")

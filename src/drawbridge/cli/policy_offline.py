@@ -26,7 +26,7 @@ from drawbridge.config import ConfigError, GatewayConfig, load_config
 from drawbridge.policy.lint import Finding, dead_rules, shadowed_rules
 from drawbridge.policy.expectations import Case, Table, TableError, read_table
 from drawbridge.policy.load import PolicyLoadError
-from drawbridge.policy.model import Action, Decision, PolicySet
+from drawbridge.policy.model import Action, Basis, Decision, PolicySet
 from drawbridge.state.policy_files import missing_policy_problem
 from drawbridge.state.policy_store import PolicyStore
 
@@ -267,8 +267,18 @@ def _check_case(store: PolicyStore, case: Case) -> str | None:
         where = f"rule {decision.rule_index} of {decision.source_file}" if decision.rule_index is not None else "no rule"
         return f"expected {case.expect.value}, got {decision.action.value} ({where}: {decision.reason})"
     if case.rule is not None and case.rule != decision.rule_index:
-        return f"expected rule {case.rule}, decided by rule {decision.rule_index}"
+        return f"expected rule {case.rule}, decided by {_decided_by(decision)}"
     return None
+
+
+def _decided_by(decision: Decision) -> str:
+    """What decided a call, for a reader who expected a rule: a rule has an index; the default deny
+    and an argument schema have none, and printing ``None`` would name neither."""
+    if decision.rule_index is not None:
+        return f"rule {decision.rule_index}"
+    if decision.basis is Basis.SCHEMA:
+        return f"the argument schema of policy {decision.policy} (no rule)"
+    return "the default deny (no rule matched)"
 
 
 __all__ = ["check", "explain", "test"]

@@ -161,12 +161,13 @@ def _service_name(_ctx: click.Context, _param: click.Parameter, value: str) -> s
     "state_path",
     type=click.Path(dir_okay=False),
     help="SQLite file for approvals, grants and approval memory (default: drawbridge.db inside "
-    "--evidence-dir).",
+    "--evidence-dir, else a private temporary file removed at exit).",
 )
 @click.option(
     "--control-port",
     type=click.IntRange(min=0, max=65535),
-    help="Serve the control plane (approvals, grants) on 127.0.0.1 at this port (0: any free port).",
+    help="Serve the control plane (approvals, grants, the server's tools and their decisions) on "
+    "127.0.0.1 at this port (0: any free port).",
 )
 @click.option(
     "--pin-tools",

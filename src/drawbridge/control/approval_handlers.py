@@ -27,12 +27,14 @@ from starlette.responses import JSONResponse, Response
 from drawbridge.approval.channels import Channel
 from drawbridge.control.inputs import (
     MAX_NAME_CHARS,
+    agent_glob,
     caller,
     check_keys,
     json_body,
     person,
     query_param,
     text_field,
+    tool_glob,
     truthy,
 )
 from drawbridge.control.problems import Problem, problem_for
@@ -168,6 +170,7 @@ class ApprovalHandlers:
         duration = text_field(body, "duration", required=True)
         by = person(text_field(body, "by", required=False), "by") or caller(request)
         assert agent is not None and tools is not None and duration is not None
+        agent, tools = agent_glob(agent, "agent"), tool_glob(tools, "tools")
         service = self.services.approvals.grant_service
         try:
             grant = await service.create(agent=agent, tools=tools, duration=duration, granted_by=by)

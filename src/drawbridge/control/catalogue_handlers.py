@@ -45,7 +45,7 @@ from drawbridge.control.inputs import (
 from drawbridge.control.problems import Problem, error_response
 from drawbridge.control.services import PIN_ACCEPT_KIND, ControlServices, current_catalogue
 from drawbridge.control.views import policy_view, tool_view
-from drawbridge.policy.edit import EditRefused
+from drawbridge.policy.edit import EditRefused, tool_refusal
 from drawbridge.policy.model import Action, PolicySet
 from drawbridge.state.policy_edits import (
     BACKUP_SUFFIX,
@@ -137,6 +137,10 @@ class CatalogueHandlers:
         A rule is written only for a tool the gateway serves, unless ``unserved`` says it is meant
         for one not served (yet): a typo would otherwise become a rule nothing ever calls, reported
         as done. ``inherit`` only removes rules, so it is taken for any name."""
+        if action in _SET_ACTIONS:  # a name that can never be written is told so first (400, not 404)
+            refused = tool_refusal(tool, Action(action))
+            if refused is not None:
+                raise Problem(refused.status, refused.message)
         if action in _SET_ACTIONS and not unserved:
             served = {item.name for item in await current_catalogue(self.services.catalogue)}
             if tool not in served and tool.isprintable():

@@ -8,7 +8,9 @@ with no field
 the handler does not name, text fields that are strings of bounded length, query parameters given
 at most once, and the name a change is recorded under (``by``, ``resolved_by``) holds no control or
 format character (``person``: it goes into policy files, the trace and log lines, where such a
-character could hide or reorder what a reader sees). Anything else is a ``Problem`` (400, or 413 for a body too large) whose message
+character could hide or reorder what a reader sees), and a grant's globs could match a name
+(``agent_glob``: only agent id characters and glob metacharacters; ``tool_glob``: no control or
+format character, no edge whitespace, as ``catalogue.names`` reads a tool name). Anything else is a ``Problem`` (400, or 413 for a body too large) whose message
 quotes a name from the request only through ``shown`` (sanitized, capped), never a value.
 
 Theory of operation. The body is read as a stream and refused as soon as it outgrows the limit,
@@ -19,6 +21,7 @@ The default ``by`` of a change is the caller's address (``caller``).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -28,6 +31,7 @@ import unicodedata
 
 from drawbridge.canonical import sanitize
 from drawbridge.canonical.text import UNSAFE_CATEGORIES
+from drawbridge.config_reader import AGENT_ID_CHARS
 from drawbridge.control.problems import Problem
 from drawbridge.control.services import JsonReader
 
@@ -103,6 +107,28 @@ def person(value: str | None, key: str) -> str | None:
                 400, f"{key!r} holds a control or format character (U+{ord(char):04X} at position {index + 1}); "
                 "give the name in printable characters"
             )
+    return value
+
+
+_AGENT_GLOB: Final = re.compile(r"[A-Za-z0-9._:@/*?\[\]^\\-]+")
+
+
+def agent_glob(value: str, key: str) -> str:
+    """A glob over agent ids: the characters of an agent id (``config_reader.AGENT_ID``) and glob
+    metacharacters only; a space, a line break or an escape character could match no agent."""
+    if not _AGENT_GLOB.fullmatch(value):
+        raise Problem(
+            400, f"{key!r} is not a glob over agent ids: use only {AGENT_ID_CHARS} and the glob characters * ? [ ] ^ \\"
+        )
+    return value
+
+
+def tool_glob(value: str, key: str) -> str:
+    """A glob over tool names: refused where a tool name is (no control or format character, no
+    leading or trailing whitespace), named by position, never shown."""
+    person(value, key)
+    if value != value.strip():
+        raise Problem(400, f"{key!r} has leading or trailing whitespace")
     return value
 
 

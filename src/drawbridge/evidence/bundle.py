@@ -31,6 +31,7 @@ from drawbridge.canonical import (
     DuplicateKeyError,
     canonical_bytes,
     sha256_prefixed,
+    shown_key,
     unique_object,
 )
 from drawbridge.evidence.bundle_archive import ArchiveError, gunzip, gzip_wrap, read_members, tar_stream
@@ -194,14 +195,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     try:
         return unique_object(pairs)
     except DuplicateKeyError as exc:
-        raise BundleError(f"the key {_shown(exc.key)} appears twice in one object") from None
-
-
-def _shown(key: str) -> str:
-    """A key as a message may show it: JSON-escaped (no control character or lone surrogate reaches a
-    terminal), and cut."""
-    text = json.dumps(key[:40])
-    return text if len(key) <= 40 else text[:-1] + '..."'
+        raise BundleError(f"the key {shown_key(exc.key)} appears twice in one object") from None
 
 
 def _check_strings(value: Any, depth: int = 1) -> None:

@@ -198,6 +198,26 @@ def _text_problem(value: object, what: str, limit: int) -> str | None:
     return None
 
 
+def tool_refusal(tool: object, requested: Requested) -> EditRefused | None:
+    """The 400 of a tool name no edit may write for ``requested``, or None. Checked before anything
+    is looked up (the served tools, the agent's policy), so a name that can never be written is
+    told so, not sent to look for a tool or a policy first."""
+    problem = _text_problem(tool, "the tool name", MAX_TOOL_CHARS)
+    if problem is not None:
+        return EditRefused(400, problem)
+    assert isinstance(tool, str)
+    if requested in (Action.ALLOW, Action.HUMAN_APPROVAL) and GLOB_METACHARACTERS & set(tool):
+        # Shown as written (printable, checked above), not as a YAML or JSON string: an escaped
+        # backslash read as two would misname the very tool this message is about.
+        return EditRefused(
+            400,
+            f"the tool name `{tool}` holds glob characters: a rule for it would also match the "
+            f"tool literally named `{escape_glob(tool)}`, so the console writes only `deny` "
+            "for it; write any other rule by hand",
+        )
+    return None
+
+
 def _sig(rule: Rule) -> tuple[Any, ...]:
     conditions = tuple(
         (c.arg, c.op.value, json.dumps(c.value, sort_keys=True), c.if_missing) for c in rule.conditions
@@ -229,21 +249,13 @@ def plan_edit(
     if requested is None:
         allowed = ", ".join([*(a.value for a in Action), INHERIT])
         return EditRefused(400, f"unknown action {action!r} (allowed: {allowed})")
-    for value, what, limit in (
-        (tool, "the tool name", MAX_TOOL_CHARS),
-        (by, "`by`", MAX_BY_CHARS),
-        (date, "the date", MAX_DATE_CHARS),
-    ):
+    refused = tool_refusal(tool, requested)
+    if refused is not None:
+        return refused
+    for value, what, limit in ((by, "`by`", MAX_BY_CHARS), (date, "the date", MAX_DATE_CHARS)):
         problem = _text_problem(value, what, limit)
         if problem is not None:
             return EditRefused(400, problem)
-    if requested in (Action.ALLOW, Action.HUMAN_APPROVAL) and GLOB_METACHARACTERS & set(tool):
-        return EditRefused(
-            400,
-            f"the tool name {quoted(tool)} holds glob characters: a rule for it would also match the "
-            f"tool literally named {quoted(escape_glob(tool))}, so the console writes only `deny` "
-            "for it; write any other rule by hand",
-        )
     if policy is None:
         return EditRefused(
             404,
@@ -458,5 +470,6 @@ __all__ = [
     "is_own_policy",
     "names_tool_exactly",
     "own_policy",
+    "tool_refusal",
     "plan_edit",
 ]

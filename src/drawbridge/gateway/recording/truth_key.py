@@ -1,7 +1,8 @@
 """The truth producer's key material, read once from the environment and held only in memory.
 
 Invariant: when the producer is enabled, the gateway starts only with a usable
-key and key id, and neither reaches the upstream's environment, a record, a log
+key (at least ``MIN_KEY_BYTES`` UTF-8 bytes, the floor of the argument digest key too:
+a shorter key makes every ``args_digest`` brute-forceable offline) and key id, and neither reaches the upstream's environment, a record, a log
 line or an error message (evidence-formats.md 2.10, tool-decision-truth.md).
 
 Names: ``DRAWBRIDGE_TDT_HMAC_KEY`` and ``DRAWBRIDGE_TDT_HMAC_KEY_ID``; for
@@ -29,7 +30,7 @@ DIGEST_KEY_ENV = "DRAWBRIDGE_ARGS_DIGEST_KEY"
 DIGEST_KEY_ID_ENV = "DRAWBRIDGE_ARGS_DIGEST_KEY_ID"
 DIGEST_KEY_FILE_ENV = "DRAWBRIDGE_ARGS_DIGEST_KEY_FILE"
 DIGEST_NAMES = (DIGEST_KEY_ENV, DIGEST_KEY_ID_ENV, DIGEST_KEY_FILE_ENV)
-MIN_DIGEST_KEY_BYTES = 32
+MIN_KEY_BYTES = 32  # of either key: 256 bits, the size of an HMAC-SHA256 output
 
 
 class TruthKeyError(ValueError):
@@ -72,6 +73,8 @@ def truth_key_from_env(environ: MutableMapping[str, str] | None = None) -> Truth
         raise TruthKeyError(f"{key_name} is missing: the tool-decision truth producer needs an HMAC key")
     if key == "":
         raise TruthKeyError(f"{key_name} is empty")
+    if len(key.encode("utf-8")) < MIN_KEY_BYTES:
+        raise TruthKeyError(f"{key_name} is too short: it must hold at least {MIN_KEY_BYTES} bytes")
     if key_id is None:
         raise TruthKeyError(f"{id_name} is missing")
     if not is_valid_key_id(key_id):
@@ -94,8 +97,8 @@ def _key_file(path: str) -> TruthKey:
         key = bytes.fromhex(lines[1])
     except ValueError:
         raise TruthKeyError(f"{DIGEST_KEY_FILE_ENV}: the key in {path} is not hex") from None
-    if len(key) < MIN_DIGEST_KEY_BYTES:
-        raise TruthKeyError(f"{DIGEST_KEY_FILE_ENV}: the key in {path} is shorter than {MIN_DIGEST_KEY_BYTES} bytes")
+    if len(key) < MIN_KEY_BYTES:
+        raise TruthKeyError(f"{DIGEST_KEY_FILE_ENV}: the key in {path} is shorter than {MIN_KEY_BYTES} bytes")
     return TruthKey(key, lines[0])
 
 
@@ -115,8 +118,8 @@ def digest_key_from_env(environ: MutableMapping[str, str] | None = None) -> Trut
         return _key_file(file)
     if not key and not key_id:
         return None
-    if not key or len(key.encode("utf-8")) < MIN_DIGEST_KEY_BYTES:
-        raise TruthKeyError(f"{DIGEST_KEY_ENV} must hold at least {MIN_DIGEST_KEY_BYTES} bytes")
+    if not key or len(key.encode("utf-8")) < MIN_KEY_BYTES:
+        raise TruthKeyError(f"{DIGEST_KEY_ENV} must hold at least {MIN_KEY_BYTES} bytes")
     if not key_id or not is_valid_key_id(key_id):
         raise TruthKeyError(f"{DIGEST_KEY_ID_ENV} is missing or malformed: it must be only [A-Za-z0-9._-]")
     return TruthKey(key.encode("utf-8"), key_id)
