@@ -374,6 +374,13 @@ def test_every_page_renders_and_grants_are_made_and_revoked(page: Page, gateway:
     expect(page.locator('tr[data-server="everything"]')).to_be_visible()
     shot(page, gateway.shots, "overview")
     page.goto(f"{gateway.base}/console/grants")
+    page.fill("#g-agent", "bad agent")  # as POST /grants: a space could match no agent
+    page.fill("#g-tools", "rec.*")
+    page.fill("#g-duration", "30m")
+    page.click("button:has-text('Create grant')")
+    expect(page.locator("body")).to_contain_text("is not a glob over agent ids")
+    assert httpx.get(f"{gateway.base}/grants", headers=AUTH).json() == []
+    page.goto(f"{gateway.base}/console/grants")
     page.fill("#g-agent", AGENT)
     page.fill("#g-tools", "rec.*")
     page.fill("#g-duration", "30m")

@@ -26,7 +26,7 @@ from starlette.responses import Response
 from drawbridge.approval.channels import Channel
 from drawbridge.control.console.base import ConsoleBase
 from drawbridge.control.console.sessions import Session
-from drawbridge.control.inputs import MAX_NAME_CHARS
+from drawbridge.control.inputs import MAX_NAME_CHARS, agent_glob, tool_glob
 from drawbridge.control.problems import Problem, problem_for
 from drawbridge.policy.edit import conditional_text
 from drawbridge.state.approvals import ApprovalStatus
@@ -116,7 +116,7 @@ class ActionHandlers(ConsoleBase):
         return self.answer(request, "/console/pins", f"accepted: {names}")
 
     async def create_grant(self, request: Request, session: Session) -> Response:
-        agent, tools = _field(request, "agent"), _field(request, "tools")
+        agent, tools = agent_glob(_field(request, "agent"), "agent"), tool_glob(_field(request, "tools"), "tools")
         duration = _field(request, "duration")
         service = self.services.approvals.grant_service
         try:
