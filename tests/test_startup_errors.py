@@ -256,3 +256,20 @@ def test_a_port_in_use_is_one_line_exit_2_and_leaves_nothing_behind(tmp_path: Pa
                                 timeout=scaled(60))
     _one_line_error(result, f"cannot listen on 127.0.0.1:{port} ({listener}:")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["drawbridge.yaml", "policies"]
+
+
+@pytest.mark.parametrize("value", ["short-token-15c", "a token with spaces inside"])
+def test_wraps_admin_token_is_held_to_the_same_rule(tmp_path: Path, value: str) -> None:
+    """``DRAWBRIDGE_ADMIN_TOKEN`` opens wrap's control plane as an auth token opens serve's: the same rule,
+    one line naming the variable, never the value, before the server or the evidence is started."""
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "ask.yaml").write_text('name: ask\nagent: "*"\nrules:\n  - tools: ["*"]\n    action: human_approval\n')
+    argv = [PYTHON, "-m", "drawbridge", "wrap", "--policy", str(policies), "--evidence-dir", str(tmp_path / "evidence"),
+            "--control-port", "0", "--", *NOTEBOOK]
+    result = subprocess.run(argv, input="", check=False, capture_output=True, text=True,
+                            env=child_env({"DRAWBRIDGE_ADMIN_TOKEN": value}), timeout=scaled(60))
+    line = _one_line_error(result, "environment variable DRAWBRIDGE_ADMIN_TOKEN does not hold a token",
+                           "16 to 512 printable ASCII")
+    assert value not in line
+    assert not (tmp_path / "evidence").exists()

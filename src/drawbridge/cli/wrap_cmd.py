@@ -54,6 +54,7 @@ import click
 from drawbridge.cli.log_format import announce, configure_logging, log_format_option, startup_failed
 from drawbridge.cli.output import EXIT_INPUT, agent_id
 from drawbridge.cli.seconds import Seconds
+from drawbridge.config_secrets import TOKEN_RULE, is_token
 from drawbridge.gateway.protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
 from drawbridge.gateway.recording.cadence import EVERY_LINES, EVERY_SECONDS
 from drawbridge.gateway.recording.durability import BATCH_LINES, BATCH_SECONDS
@@ -253,6 +254,9 @@ def command(
     label = server_id or os.path.basename(server_command[0]) or "upstream"
     header_names = _telemetry_header_names(otlp_endpoint, otlp_headers)
     admin_token = os.environ.pop(ADMIN_TOKEN_ENV, None) or None  # never passed on to the server
+    if control_port is not None and admin_token is not None and not is_token(admin_token):
+        startup_failed(f"drawbridge: environment variable {ADMIN_TOKEN_ENV} does not hold a token ({TOKEN_RULE})")
+        sys.exit(EXIT_INPUT)
     # The gateway's credentials stay its own: the truth producer's key, the collector's headers.
     env_filter = EnvPolicy(deny_names=frozenset(TRUTH_KEY_NAMES) | frozenset(header_names.values()))
     server: SpawnedChild | str | None = None
