@@ -3,7 +3,8 @@
 A rug pull's point is often the changed description itself (instructions to the model), so holding
 the calls back is not enough: the agent's ``tools/list`` shows a changed tool as its pinned
 definition and leaves a new one out until ``drawbridge pins accept``, while a page of accepted
-definitions passes as the server wrote it. Real processes throughout: the gateway, fixture servers
+definitions passes as the server wrote it; an accept that changes what the agent is shown tells a
+handshake-era agent so (``notifications/tools/list_changed``). Real processes throughout: the gateway, fixture servers
 whose tools change between runs (``rugpull.py``) or while they run (``paged.py``, which pages its
 list), the official mcp SDK client in both eras or a raw pipe, the control plane and the CLI.
 """
@@ -18,8 +19,9 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from mcp.client.stdio import StdioServerParameters
 from approval_support import ControlPlane, cli, text_of, trace, wrap_flags, write_policy
-from conftest import ERAS, PYTHON, SERVERS, connect, raw_pipe, wrap_argv, wrap_params
+from conftest import ERAS, PYTHON, SERVERS, connect, raw_pipe, scaled, wrap_argv, wrap_params
 from serve_support import free_port, wait_for_port
 
 from drawbridge.state.sqlite import StateDB
@@ -38,10 +40,9 @@ def _described(listed: types.ListToolsResult) -> dict[str, str | None]:
     return {tool.name: tool.description for tool in listed.tools}
 
 
-@pytest.mark.parametrize("mode", ERAS)
-async def test_the_agent_reads_the_pinned_definition_until_a_person_accepts_the_change(
-    tmp_path: Path, mode: str
-) -> None:
+async def _rug_pulled(tmp_path: Path, mode: str) -> tuple[StdioServerParameters, ControlPlane, Path, types.ListToolsResult]:
+    """A wrapped ``rugpull.py`` pinned on first use with ``echo`` honest, which now describes ``echo``
+    as a rug pull and offers ``NEW_TOOL`` too: its parameters, control plane, evidence and first listing."""
     definitions = tmp_path / "rugpull.json"
     definitions.write_text(json.dumps({"description": HONEST, "extra": []}), encoding="utf-8")
     evidence, port = tmp_path / "evidence", free_port()
@@ -51,35 +52,66 @@ async def test_the_agent_reads_the_pinned_definition_until_a_person_accepts_the_
     async with connect(params, mode) as client:  # pinned on first use
         pinned = await client.list_tools()
     assert _described(pinned) == {"echo": HONEST}
-
-    # The server now describes echo differently and offers one tool more.
     definitions.write_text(json.dumps({"description": RUG_PULL, "extra": [NEW_TOOL]}), encoding="utf-8")
-    control = ControlPlane(port, evidence)
+    return params, ControlPlane(port, evidence), evidence, pinned
+
+
+async def _accept_held_back(tmp_path: Path, control: ControlPlane) -> None:
+    """A person lists what the control plane holds back (both changes) and accepts what it shows them."""
+    await anyio.to_thread.run_sync(wait_for_port, control.port)
+    listing = await anyio.to_thread.run_sync(lambda: cli("pins", "list", "--format", "json", *control.cli_args()))
+    assert listing.returncode == 0, listing.stderr
+    rows = json.loads(listing.stdout)
+    assert sorted((row["name"], row["current"]["description"]) for row in rows) == [
+        ("rugpull.echo", RUG_PULL), (f"rugpull.{NEW_TOOL}", f"The tool {NEW_TOOL}."),
+    ]
+    reviewed = tmp_path / "reviewed.json"
+    reviewed.write_text(listing.stdout, encoding="utf-8")
+    accept = ["pins", "accept", "--reviewed", str(reviewed), "--by", "op-alice", *control.cli_args()]
+    accepted = await anyio.to_thread.run_sync(lambda: cli(*accept))
+    assert accepted.returncode == 0, accepted.stderr
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_agent_reads_the_pinned_definition_until_a_person_accepts_the_change(
+    tmp_path: Path, mode: str
+) -> None:
+    params, control, evidence, pinned = await _rug_pulled(tmp_path, mode)
     async with connect(params, mode) as client:
         held = await client.list_tools()
         assert _described(held) == {"echo": HONEST}  # as pinned; the new tool not at all
         assert held.tools[0].input_schema == pinned.tools[0].input_schema
-        # Both are held back on the control plane, and a person accepts what it shows them.
-        await anyio.to_thread.run_sync(wait_for_port, port)
-        listing = await anyio.to_thread.run_sync(
-            lambda: cli("pins", "list", "--format", "json", *control.cli_args())
-        )
-        assert listing.returncode == 0, listing.stderr
-        rows = json.loads(listing.stdout)
-        assert sorted((row["name"], row["current"]["description"]) for row in rows) == [
-            ("rugpull.echo", RUG_PULL), (f"rugpull.{NEW_TOOL}", f"The tool {NEW_TOOL}."),
-        ]
-        reviewed = tmp_path / "reviewed.json"
-        reviewed.write_text(listing.stdout, encoding="utf-8")
-        accept = ["pins", "accept", "--reviewed", str(reviewed), "--by", "op-alice", *control.cli_args()]
-        accepted = await anyio.to_thread.run_sync(lambda: cli(*accept))
-        assert accepted.returncode == 0, accepted.stderr
+        await _accept_held_back(tmp_path, control)
         current = await client.list_tools()
         assert _described(current) == {"echo": RUG_PULL, NEW_TOOL: f"The tool {NEW_TOOL}."}
         called = await client.call_tool(NEW_TOOL, {})
         assert not called.is_error
     (held_back,) = [entry["body"] for entry in trace(evidence, "mesh.pin_held_back")]
     assert {row["tool"]: row["status"] for row in held_back["tools"]} == {"echo": "changed", NEW_TOOL: "new"}
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_accept_that_changes_the_listing_tells_a_handshake_era_agent_to_list_again(
+    tmp_path: Path, mode: str
+) -> None:
+    params, control, _evidence, _pinned = await _rug_pulled(tmp_path, mode)
+    told = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            told.set()
+
+    async with connect(params, mode, message_handler=on_message) as client:
+        assert _described(await client.list_tools()) == {"echo": HONEST}
+        await _accept_held_back(tmp_path, control)
+        if mode == "legacy":
+            with anyio.fail_after(scaled(10)):
+                await told.wait()
+        # The notification is written before the accept is answered, so before this answer; a
+        # 2026-07-28 agent is not told (that era allows it only on a listen stream, the server's).
+        current = await client.list_tools()
+        assert told.is_set() == (mode == "legacy")
+        assert _described(current) == {"echo": RUG_PULL, NEW_TOOL: f"The tool {NEW_TOOL}."}
 
 
 async def _pages(argv: list[str], tools: int) -> list[bytes]:

@@ -4,7 +4,8 @@ Invariant: wrap adds a transport and one upstream, never a second decision path:
 every tools/call to the runtime's pipeline, which resolves it in the server's own catalogue (listed
 by the gateway), raises it to the floors of the runtime's pins (``--pin-tools`` puts that catalogue
 under them, in the same state file and with the same statuses as serve, and shows the agent's
-``tools/list`` through them as serve does) and records it through the runtime's guard. The truth
+``tools/list`` through them as serve does, telling a handshake-era agent when an accept changes
+that list) and records it through the runtime's guard. The truth
 producer's key variables never reach the child (its environment filter, set by the command, denies
 them).
 
@@ -16,6 +17,7 @@ that comes before the relay runs ends the start-up, with nothing in flight.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import socket
@@ -72,9 +74,12 @@ async def run_wrap(
                 catalogue = relay.catalogue
                 assert isinstance(catalogue, ChildCatalogue)
                 pins = runtime.pins
+                after_accept = None
                 if pins is not None:
                     runtime.guard_catalogue(catalogue)
                     catalogue.pin(pins)
+                    after_accept = functools.partial(_pins_changed, catalogue, relay)
+                    runtime.pins_changed_elsewhere.append(after_accept)
                 if control is not None:
                     # The control plane's web stack is loaded only when it is served.
                     from drawbridge.gateway.runtime.control import (
@@ -85,12 +90,21 @@ async def run_wrap(
                     )
                     from drawbridge.gateway.transports.http_listener import serve_http
 
-                    services = control_services(runtime, CatalogueView(lambda: served_by(catalogue), pins))
+                    services = control_services(
+                        runtime, CatalogueView(lambda: served_by(catalogue), pins), after_accept=after_accept
+                    )
                     tg.start_soon(serve_http, app(services, runtime), control, on_control_ready)
                 await relay.run()
         finally:
             tg.cancel_scope.cancel()
     return None
+
+
+async def _pins_changed(catalogue: ChildCatalogue, relay: StdioRelay, server: str) -> None:
+    """The pins of ``server`` changed and were checked (an accept, on this control plane or another
+    replica's; the pin store back from an outage): the agent is told when its list would differ."""
+    if server == catalogue.name and catalogue.reshown():
+        await relay.tools_changed()
 
 
 async def _stop_on_signal(scope: anyio.CancelScope, relays: list[StdioRelay]) -> None:

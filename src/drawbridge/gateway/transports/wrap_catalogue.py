@@ -9,7 +9,9 @@ agent's own ``tools/list`` that holds a tool not pinned as it is now is rewritte
 (``CataloguePins.shown``: a ``changed`` tool as its pinned definition, a ``new`` one left out, no tool
 while the pins cannot be read); a page of accepted definitions only passes as the server wrote it.
 Before the first check nothing can be shown, so an agent's ``tools/list`` waits for it
-(``listing_waits``, ``checked``) before it is sent to the server.
+(``listing_waits``, ``checked``) before it is sent to the server. What the agent would be shown of
+the last listing is kept (``view``); a change of the pins that changes it (``reshown``: an accept, a
+pin store back from an outage) is what the relay tells a handshake-era agent of, as serve does.
 
 Theory of operation. The catalogue is read once the agent's session is initialized (2025-11-25), or,
 when no handshake comes first (2026-07-28), by the first call, which waits for the listing (one
@@ -79,6 +81,8 @@ class ChildCatalogue:
         self._problem: str | None = None
         self._again = False
         self._pins: CataloguePins | None = None
+        self._view: list[Any] | None = None
+        """The last listing as the agent would be shown it (``--pin-tools``), as of its last check."""
 
     def pin(self, pins: CataloguePins) -> None:
         """``--pin-tools`` (the pins guard this catalogue already): every listing is checked before
@@ -140,6 +144,7 @@ class ChildCatalogue:
                     self._store(tools)
                     if self.on_catalogue is not None:
                         await self.on_catalogue()
+                    self._view = self.view()
                 if not self._again:
                     break
         finally:
@@ -169,6 +174,21 @@ class ChildCatalogue:
         in progress is waited for; one that fails leaves nothing checked, so nothing is shown)."""
         if self._pins is not None and self._pins.state(self.name) is None:
             await self.load()
+
+    def view(self) -> list[Any] | None:
+        """The last listing as the pins show it now (None when not pinned or never listed)."""
+        if self._pins is None or self._routes is None:
+            return None
+        shown = self._pins.shown(self.name, self.tools)
+        return list(self.tools) if shown is None else shown
+
+    def reshown(self) -> bool:
+        """The pins of this server changed (and were checked): whether what the agent's ``tools/list``
+        would show differs from what it showed before, so that the agent should be told to list again."""
+        view = self.view()
+        changed = view is not None and view != self._view
+        self._view = view
+        return changed
 
     def shown(self, message: Message, line: bytes) -> bytes:
         """The line that answers the agent's ``tools/list``: ``line`` (the server's own) unless it holds

@@ -8,7 +8,12 @@ in flight is answered that it stopped, and every tools/call in flight is settled
 is passed on as the exact bytes received, but for one: under ``--pin-tools`` an answer to the
 agent's ``tools/list`` that holds a definition nobody accepted is written anew by the gateway
 (``ChildCatalogue.shown``), and until the first pin check such a request waits before it is sent.
-The relay only moves bytes.
+The relay only moves bytes. When a change of the pins changes what that answer would show
+(``tools_changed``), the gateway tells the agent ``notifications/tools/list_changed`` of its own,
+as serve does: only after the agent's ``notifications/initialized`` and only in the handshake era. A
+2026-07-28 agent is not told: that era allows the notification only on a ``subscriptions/listen``
+stream, and wrap relays that stream as the server's own (its id and subscription are the server's),
+so the agent reads the accepted list at its next ``tools/list``.
 
 Theory of operation. Two loops run concurrently. The client loop frames the agent's stdin into lines,
 parses each strictly (``jsonrpc.read_client_line``) and either answers it (bad input), forwards it
@@ -166,6 +171,8 @@ class StdioRelay:
         self._tasks: TaskGroup | None = None
         self._session_version: str | None = None
         self._modern = False
+        self._initialized = False
+        """The agent sent ``notifications/initialized`` (a handshake-era session may be notified)."""
         self._closing = False
         self._stopped: str | None = None
         """Why the gateway stops (``stop``), once it was told to."""
@@ -389,6 +396,12 @@ class StdioRelay:
         if key is not None and self._inflight.get(key) is flight:
             del self._inflight[key]
 
+    async def tools_changed(self) -> None:
+        """What the agent's ``tools/list`` shows changed (pins accepted): tell a handshake-era agent
+        whose session is initialized (module docstring); a 2026-07-28 agent is not told."""
+        if self._initialized and not self._modern and not self._closing:
+            await self._to_client(encode_line({"jsonrpc": "2.0", "method": TOOLS_LIST_CHANGED}))
+
     # ------------------------------------------------------------------- the gateway's own requests
 
     def _is_own_id(self, request_id: Any, prefix: str | None = None) -> bool:
@@ -529,8 +542,10 @@ class StdioRelay:
             return
         if self._upstream_gone is None:
             await self._to_upstream(message.raw + b"\n")
-            if method == INITIALIZED and self._tasks is not None and isinstance(self.catalogue, ChildCatalogue):
-                self.catalogue.prefetch(self._tasks)
+            if method == INITIALIZED:
+                self._initialized = True
+                if self._tasks is not None and isinstance(self.catalogue, ChildCatalogue):
+                    self.catalogue.prefetch(self._tasks)
 
     async def _cancel_from_client(self, message: Message) -> bool:
         """Settle a cancelled tools/call; True if the upstream must not hear of it (it never saw it)."""
