@@ -13,6 +13,7 @@ from drawbridge.gateway.protocol.tasks import (
     related_task_id,
     renamed_task,
     task_capability,
+    task_only,
 )
 
 RUNS_TASKS = {"tools": {}, "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}}
@@ -26,6 +27,13 @@ def test_tasks_are_declared_only_for_tool_calls_an_upstream_runs_as_tasks_and_on
     assert "tasks" not in union_capabilities([SAMPLES_AS_TASKS, {"tools": {}}], tasks=True)
     no_cancel = {"tasks": {"requests": {"tools": {"call": {}}}}}
     assert task_capability([no_cancel]) == {"list": {}, "requests": {"tools": {"call": {}}}}
+
+
+def test_a_tool_runs_only_as_a_task_when_its_execution_requires_one() -> None:
+    assert task_only({"name": "t", "execution": {"taskSupport": "required"}})
+    for execution in ({"taskSupport": "optional"}, {"taskSupport": "forbidden"}, {}, None, "required"):
+        assert not task_only({"name": "t", "execution": execution})
+    assert not task_only({"name": "t"})
 
 
 def test_a_call_keeps_its_task_only_when_it_goes_to_a_task_runner() -> None:

@@ -125,6 +125,9 @@ async def test_modern_stdio_requests_are_checked_and_decorated(tmp_path: Path) -
         )
         assert called["result"]["resultType"] == "complete"
         assert called["result"]["structuredContent"] == {"result": ["hello"]}
+        for method in ("ping", "logging/setLevel"):  # removed by 2026-07-28
+            removed = await pipe.request(method, method, {"_meta": envelope, "level": "info"})
+            assert removed["error"]["code"] == -32601 and "not part of 2026-07-28" in removed["error"]["message"]
 
 
 ASKING = {"name": "asking", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "asking.py")],

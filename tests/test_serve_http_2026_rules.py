@@ -89,8 +89,6 @@ def test_a_2026_body_is_held_to_the_routing_header_rules_whatever_order_its_head
         ("resources/list", None, True),
         ("resources/templates/list", None, True),
         ("prompts/list", None, True),
-        ("ping", None, False),
-        ("logging/setLevel", {"level": "info"}, False),
         ("tools/call", {"name": "github.list_repos", "arguments": {"owner": "o"}}, False),
         ("tools/call", {"name": "github.delete_repo", "arguments": {"owner": "o", "repo": "r"}}, False),
     ],
@@ -106,6 +104,26 @@ def test_every_result_carries_result_type_and_lists_are_private(
     if cacheable:
         assert result["cacheScope"] == "private"
         assert isinstance(result["ttlMs"], int) and result["ttlMs"] >= 0
+
+
+@pytest.mark.parametrize(("method", "params"), [("ping", None), ("logging/setLevel", {"level": "info"})])
+def test_methods_2026_removed_are_not_found_in_that_era_and_still_answered_in_2025(
+    gateway: Any, method: str, params: dict[str, Any] | None
+) -> None:
+    """2026-07-28 removed ``ping`` and ``logging/setLevel`` (changelog major 5): a 2026-07-28 request
+    for either is -32601 with 404, as a method the server does not implement; a 2025 session still
+    gets its empty result."""
+    running, _ = gateway
+    response = _modern(running.url, method, params)
+    assert response.status_code == 404, response.text
+    error = response.json()["error"]
+    assert error["code"] == -32601 and "not part of 2026-07-28" in error["message"], error
+    headers = {"content-type": "application/json", "accept": "application/json", "authorization": f"Bearer {TOKEN}"}
+    opened = httpx.post(running.url, headers=headers, content=json.dumps(initialize_request()), timeout=scaled(30))
+    session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": LEGACY_VERSION}
+    request = {"jsonrpc": "2.0", "id": 2, "method": method, **({"params": params} if params else {})}
+    answer = httpx.post(running.url, headers=session, content=json.dumps(request), timeout=scaled(30))
+    assert answer.json() == {"jsonrpc": "2.0", "id": 2, "result": {}}
 
 
 def test_a_task_augmented_call_is_decided_and_run_as_one_request(gateway: Any) -> None:

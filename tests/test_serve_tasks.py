@@ -259,6 +259,27 @@ async def test_a_2026_agent_gets_its_call_answered_at_once_and_no_tasks(world: A
     assert refused.json()["error"]["code"] == types.METHOD_NOT_FOUND
 
 
+async def test_a_tool_that_runs_only_as_a_task_is_not_offered_to_a_2026_agent(world: Any) -> None:
+    """``simmer`` requires a task, and a 2026-07-28 call is never sent as one: such an agent is not shown
+    the tool, and its call is refused naming why, before the upstream hears of it; a 2025-11-25 session
+    sees it and runs it as a task."""
+    running, tmp_path = world
+    listed = _modern(running.url, "tools/list", {}).json()["result"]["tools"]
+    assert {tool["name"] for tool in listed} == {"tasking.brew", "tasking.steep", "tasking.wipe"}
+    refused = _modern(running.url, "tools/call", {"name": "tasking.simmer", "arguments": {"what": "stock"}})
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == types.INVALID_PARAMS and "runs only as a task" in error["message"], error
+    assert "2026-07-28" in error["message"]
+    async with agent(running.url, "a") as a:
+        tools = {tool.name: tool for tool in (await a.session.list_tools()).tools}
+        assert tools["tasking.simmer"].execution is not None
+        assert tools["tasking.simmer"].execution.task_support == "required"
+        created_task = await a.call_as_task("tasking.simmer", {"what": "stock"})
+        assert created_task["task"]["taskId"].startswith("drawbridge-task-")
+    assert created(tmp_path) == ["simmer"]
+
+
 async def test_wrap_decides_a_task_call_and_passes_the_task_through(tmp_path: Path) -> None:
     """Under ``wrap`` (one agent, one server) the task and its requests cross unchanged, after the
     call was decided: a denied one creates no task, an allowed one runs as the server's task."""

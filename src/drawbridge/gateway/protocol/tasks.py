@@ -12,7 +12,9 @@ these messages is changed. The gateway declares
 task support (the ``tasks`` capability, ``requests.tools.call`` only) to a handshake-era agent only
 when an upstream offers task-augmented ``tools/call``; it never declares tasks for sampling or
 elicitation, and the 2026-07-28 Tasks extension is not offered (a 2026-07-28 call is answered as one
-request). Pure: no I/O.
+request). So a tool that runs only as a task (``execution.taskSupport: "required"``) cannot be called
+in that era: it is left out of a 2026-07-28 agent's ``tools/list`` and a call to it is refused
+(``TASK_ONLY_IN_MODERN``) before it is decided or sent. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ TASKS_CANCEL: Final = "tasks/cancel"
 TASK_STATUS: Final = "notifications/tasks/status"
 RELATED_TASK: Final = "io.modelcontextprotocol/related-task"
 TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
+TASK_ONLY_IN_MODERN: Final = (
+    'invalid params: this tool runs only as a task (execution.taskSupport "required"), and a 2026-07-28 '
+    "call is answered as one request (the gateway offers no Tasks extension); call it from a 2025-11-25 session"
+)
 
 
 def _section(caps: Mapping[str, Any], *path: str) -> Mapping[str, Any] | None:
@@ -54,6 +60,14 @@ def task_capability(upstream_caps: Sequence[Mapping[str, Any]]) -> dict[str, Any
     if any(_section(caps, "tasks", "cancel") is not None for caps in runners):
         out["cancel"] = {}
     return out
+
+
+def task_only(tool: Mapping[str, Any]) -> bool:
+    """Whether a listed tool refuses a call that is not task-augmented (``execution.taskSupport:
+    "required"``), so that a 2026-07-28 agent, whose calls the gateway never sends as tasks, could
+    only see it fail."""
+    execution = tool.get("execution")
+    return isinstance(execution, Mapping) and execution.get("taskSupport") == "required"
 
 
 def created_task(result: Any) -> Mapping[str, Any] | None:
@@ -112,6 +126,7 @@ __all__ = [
     "TASKS_GET",
     "TASKS_LIST",
     "TASKS_RESULT",
+    "TASK_ONLY_IN_MODERN",
     "TASK_STATUS",
     "TERMINAL",
     "created_result",
@@ -122,5 +137,6 @@ __all__ = [
     "renamed_task",
     "task_capability",
     "task_id_param",
+    "task_only",
     "task_status",
 ]

@@ -1,6 +1,11 @@
 """The requests the gateway answers itself, without asking an upstream: ``initialize``, ``ping``,
 ``server/discover``, ``tools/list`` and ``logging/setLevel``.
 
+In the 2026-07-28 era ``ping`` and ``logging/setLevel`` do not exist (the changelog removes them; the
+log level rides on each request's ``_meta``): a 2026-07-28 request for either is -32601, as for any
+method the server does not implement (404 over HTTP), and a tools/list for a 2026-07-28 agent leaves
+out the tools that run only as tasks (``protocol.tasks.task_only``: every call to one would fail).
+
 Invariant: to an agent the gateway is one server, ``drawbridge``: its capabilities are the union of
 what the upstreams offer, its instructions theirs combined, and its tool list the merged catalogue as
 this agent may see it (``Gateway.listing_for``; hiding a tool changes no decision). Nothing here
@@ -20,8 +25,9 @@ from typing import Any, Final
 import drawbridge
 from drawbridge.gateway.protocol.eras import SERVED_VERSIONS, negotiate_version
 from drawbridge.gateway.protocol.hop import gateway_result
-from drawbridge.gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
-from drawbridge.gateway.protocol.methods import DISCOVER
+from drawbridge.gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
+from drawbridge.gateway.protocol.methods import DISCOVER, SET_LEVEL
+from drawbridge.gateway.protocol.tasks import task_only
 from drawbridge.gateway.serve.downstream_session import (
     INITIALIZE_IN_MODERN,
     DownstreamSession,
@@ -32,6 +38,11 @@ from drawbridge.gateway.serve.downstream_session import (
 
 SERVER_INFO: Final[Mapping[str, str]] = {"name": "drawbridge", "version": drawbridge.__version__}
 SERVER_INFO_META_KEY: Final = "io.modelcontextprotocol/serverInfo"
+REMOVED_IN_MODERN: Final = "method not found: {method} is not part of 2026-07-28 (removed by that version)"
+SET_LEVEL_IN_MODERN: Final = (
+    "method not found: logging/setLevel is not part of 2026-07-28 (a request asks for its log lines with "
+    "io.modelcontextprotocol/logLevel in its _meta)"
+)
 TASKS_VERSION: Final = "2025-11-25"
 """The first version with tasks; the gateway declares them to no older session."""
 
@@ -73,7 +84,12 @@ async def discover(session: DownstreamSession, entry: Inflight) -> dict[str, Any
 
 
 async def acknowledge(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
-    """``ping`` and ``logging/setLevel``: an empty result."""
+    """``ping`` and ``logging/setLevel``: an empty result; -32601 in the 2026-07-28 era, which has
+    neither."""
+    message = entry.message
+    if entry.modern:
+        said = SET_LEVEL_IN_MODERN if message.method == SET_LEVEL else REMOVED_IN_MODERN.format(method=message.method)
+        return error_response(message.id, METHOD_NOT_FOUND, said)
     return session.result(entry, {})
 
 
@@ -83,7 +99,10 @@ async def tools_list(session: DownstreamSession, entry: Inflight) -> dict[str, A
         return error_response(entry.message.id, INVALID_PARAMS, "invalid params: the gateway issued no such cursor")
     # Per agent: under hide_denied_tools the list leaves out what the agent could only be refused
     # (calls are still decided). gateway_result marks 2026-07-28 lists cacheScope "private".
-    return session.result(entry, {"tools": session.gateway.listing_for(session.agent)})
+    tools = session.gateway.listing_for(session.agent)
+    if entry.modern:  # its calls are never tasks: a tool that runs only as one could only fail
+        tools = [tool for tool in tools if not task_only(tool)]
+    return session.result(entry, {"tools": tools})
 
 
 __all__ = ["SERVER_INFO", "SERVER_INFO_META_KEY", "acknowledge", "discover", "initialize", "tools_list"]

@@ -73,7 +73,7 @@ from drawbridge.gateway.protocol.methods import (
     ROOTS_LIST,
     TOOLS_LIST_CHANGED,
 )
-from drawbridge.gateway.protocol.tasks import TASK_STATUS, TASKS_CANCEL, related_renamed, related_task_id
+from drawbridge.gateway.protocol.tasks import TASK_STATUS, TASKS_CANCEL, related_renamed, related_task_id, task_only
 from drawbridge.gateway.serve.agents import UNATTRIBUTABLE, AgentSession, NoBackChannel
 from drawbridge.gateway.serve.forwarding import UpstreamForwarder
 from drawbridge.gateway.serve.task_book import HeldTask, TaskBook
@@ -152,6 +152,8 @@ class Gateway:
         self.tools: Catalogue = build_catalogue([])
         self._routes: dict[str, Resolved] = {}
         """The route of every served name, made when the catalogue is (``route_of`` classifies)."""
+        self._task_only: frozenset[str] = frozenset()
+        """The served names of the tools that run only as tasks (``protocol.tasks.task_only``)."""
         self.sessions: set[AgentSession] = set()
         self._inflight: dict[tuple[str, int], _Forward] = {}
         self._progress: dict[tuple[str, str], _ProgressRoute] = {}
@@ -272,7 +274,13 @@ class Gateway:
         changed = catalogue.listing() != self.tools.listing()
         self.tools = catalogue
         self._routes = {entry.name: Resolved(self.route(entry), self._forwarders[entry.server]) for entry in catalogue.entries}
+        self._task_only = frozenset(entry.name for entry in catalogue.entries if task_only(entry.item))
         return changed
+
+    def runs_only_as_task(self, tool: Any) -> bool:
+        """Whether the served tool of this name refuses a call that is not a task: one a 2026-07-28
+        agent neither sees nor may call (``protocol.tasks``)."""
+        return isinstance(tool, str) and tool in self._task_only
 
     # -------------------------------------------------------------------------- upstream events
 

@@ -7,16 +7,19 @@ upstream serves it), never guessed, and ``tools/call`` has exactly one handler, 
 refused before the table is looked at (``DownstreamSession``).
 
 =========================  ==============================================================================
-initialize, ping           the gateway (capabilities: the union of what upstreams offer; serverInfo drawbridge)
+initialize, ping           the gateway (capabilities: the union of what upstreams offer; serverInfo drawbridge);
+                           ping is -32601 in 2026-07-28, which removed it
 server/discover            the gateway (2026-07-28)
-tools/list                 the gateway, from the merged catalogue (``server.tool`` names), per agent
+tools/list                 the gateway, from the merged catalogue (``server.tool`` names), per agent; to a
+                           2026-07-28 agent without the tools that run only as tasks
 tools/call                 decided, then forwarded to the tool's upstream with the prefix removed
 prompts/list               every upstream that offers prompts, merged, names namespaced like tools
 prompts/get                the upstream named by the prefix, prefix removed
 resources/list, templates  every upstream that offers resources, merged; URIs are not rewritten
 resources/read, subscribe  the upstream that listed the URI (or whose template matches it)
 completion/complete        by the reference: a namespaced prompt, or a resource URI
-logging/setLevel           answered by the gateway and not forwarded (upstream sessions are shared)
+logging/setLevel           answered by the gateway and not forwarded (upstream sessions are shared);
+                           -32601 in 2026-07-28, which removed it
 subscriptions/listen       the gateway (2026-07-28): the list changes of tools, prompts and resources
 tasks/get, result, cancel  the upstream running the agent's own task, ids mapped (2025-11-25)
 tasks/list                 the gateway, from the agent's own tasks

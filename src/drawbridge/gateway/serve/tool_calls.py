@@ -4,7 +4,9 @@ pipeline.
 Invariant: the session makes no decision of its own and forwards nothing here. The pipeline
 (``pipeline.call``) decides the call, forwards it through the hub's resolver (``Gateway.resolve``),
 records it and hands back its answer, which the session only writes out: the upstream's with the
-per-hop parts rewritten, or the gateway's result or refusal as the pipeline wrote it.
+per-hop parts rewritten, or the gateway's result or refusal as the pipeline wrote it. The one call
+the session refuses itself is one its era cannot make: a 2026-07-28 call to a tool that runs only as a
+task (-32602 ``TASK_ONLY_IN_MODERN``; not decided, recorded as an ``invalid_message`` incident).
 
 Theory of operation. The pipeline reaches the agent through a ``Replier`` (``_CallReplier``): the
 session answers the call itself, so nothing is delivered through it, but it offers the approval gate a
@@ -21,7 +23,9 @@ from typing import Any
 
 from drawbridge.gateway.pipeline.call import Flight, GatewayError, GatewayResult, UpstreamAnswer
 from drawbridge.gateway.pipeline.client_link import Elicit, in_band
+from drawbridge.gateway.protocol.jsonrpc import INVALID_PARAMS
 from drawbridge.gateway.protocol.methods import ELICIT
+from drawbridge.gateway.protocol.tasks import TASK_ONLY_IN_MODERN
 from drawbridge.gateway.serve.agents import NoBackChannel
 from drawbridge.gateway.serve.downstream_session import (
     DownstreamSession,
@@ -32,7 +36,14 @@ from drawbridge.gateway.serve.downstream_session import (
 
 
 async def tools_call(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
-    """Handed to the pipeline whole (``pipeline.call``): it decides, forwards, records, answers."""
+    """Handed to the pipeline whole (``pipeline.call``): it decides, forwards, records, answers. But a
+    2026-07-28 call to a tool that runs only as a task, which that era's agents are not shown and the
+    upstream would refuse (the gateway sends no task then), is refused at once (``protocol.tasks``)."""
+    params = entry.message.params
+    if entry.modern and isinstance(params, dict) and session.gateway.runs_only_as_task(params.get("name")):
+        detail = "a 2026-07-28 tools/call to a tool that runs only as a task was refused"
+        await session.gateway.incident("invalid_message", "client", detail, INVALID_PARAMS)
+        return error_response(entry.message.id, INVALID_PARAMS, TASK_ONLY_IN_MODERN)
     flight = await session.gateway.pipeline.call(
         entry.message, agent=session.agent, version=entry.version, replier=_CallReplier(session, entry),
         resolver=session.gateway,
