@@ -115,8 +115,12 @@ async def test_a_schema_refusal_names_its_file_in_the_decision_line(gateway: Run
     async with http_client(gateway.url, "legacy", ALICE) as alice:
         refused = dump(await alice.call_tool("github.list_repos", {"owner": "refused-by-schema"}))
     assert refused.get("isError")
-    lines = wait_for(gateway, "decision")
-    (line,) = [line for line in lines if line["action"] == "deny" and line["tool"] == "github.list_repos"]
+    def refused_lines(text: str) -> list[dict[str, str]]:
+        return [line for line in fields_of(text, "decision") if line["action"] == "deny" and line["tool"] == "github.list_repos"]
+
+    # Other tests' calls on this gateway log decision lines too: wait for this call's own.
+    assert gateway.wait_until(lambda text: bool(refused_lines(text)), LINE_WAIT), gateway.text()
+    (line,) = refused_lines(gateway.text())
     assert line["rule"].endswith("alice.yaml:schema") and line["outcome"] == "refused", line
 
 

@@ -88,4 +88,14 @@ def response_id(data: bytes) -> RequestId | None:
             return found if has_id and answers else None
 
 
-__all__ = ["response_id"]
+def undecodable_response_id(data: bytes) -> RequestId | None:
+    """``response_id`` of a line dropped for its bytes (not UTF-8); None for a UTF-8 line, which was
+    read whole and found ambiguous, so names no request."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return response_id(data)
+    return None
+
+
+__all__ = ["response_id", "undecodable_response_id"]

@@ -98,7 +98,7 @@ from drawbridge.gateway.protocol.jsonrpc import (
     result_line,
     valid_id,
 )
-from drawbridge.gateway.protocol.partial_id import response_id
+from drawbridge.gateway.protocol.partial_id import response_id, undecodable_response_id
 from drawbridge.gateway.protocol.methods import (
     CANCELLED,
     ELICIT,
@@ -578,7 +578,8 @@ class StdioRelay:
             await self.pipeline.guard.incident("invalid_message", "client", detail, METHOD_NOT_FOUND)
             await self._to_client(error_line(message.id, METHOD_NOT_FOUND, detail))
             return
-        if self._session_version is None and not self._modern and envelope_version(_meta_of(message)) is not None:
+        meta = message.params.get("_meta") if isinstance(message.params, dict) else None
+        if self._session_version is None and not self._modern and envelope_version(meta) is not None:
             self._modern = True  # no handshake came first: the agent speaks 2026-07-28
         if method == TOOLS_CALL:
             flight = self.pipeline.start(
@@ -673,8 +674,7 @@ class StdioRelay:
             await self.pipeline.flush()
             detail = f"a line from the upstream was dropped: {exc.message}"
             await self.pipeline.guard.incident("upstream_garbage", "upstream", detail)
-            # Only a line dropped for its bytes: one fully read and found ambiguous names no request.
-            return await self._dropped_answer(None if _is_utf8(item) else response_id(item), detail)
+            return await self._dropped_answer(undecodable_response_id(item), detail)
         if message.kind is not Kind.RESPONSE:
             await self.pipeline.flush()
             if message.kind is Kind.REQUEST and self._is_own_id(message.id):
@@ -757,19 +757,6 @@ class StdioRelay:
                 detail = f"{self._upstream_gone} before answering {entry.method}"
                 await self._to_client(error_line(entry.message.id, UPSTREAM_EXITED, detail))
         await self.pipeline.flush()
-
-
-def _is_utf8(line: bytes) -> bool:
-    try:
-        line.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _meta_of(message: Message) -> Any:
-    params = message.params
-    return params.get("_meta") if isinstance(params, dict) else None
 
 
 async def run_relay(
