@@ -104,7 +104,7 @@ from drawbridge.gateway.protocol.jsonrpc import (
     MessageError,
     encode_line,
 )
-from drawbridge.state.sqlite import failure_text
+from drawbridge.state.errors import failure_text
 
 logger = logging.getLogger("drawbridge.gateway")
 
@@ -590,7 +590,7 @@ class CallPipeline:
         call = flight.call
         if call is not None and (changed := rewritten(body, outcome, error, call, flight.verdict, self.approvals)):
             outcome, error, code, new_body = changed  # ``upstream_answers``: the agent's era, an approval
-            answer = UpstreamAnswer(new_body, encode_line(new_body)[:-1]) if new_body else GatewayError(INTERNAL_ERROR, str(error))
+            answer = GatewayError(INTERNAL_ERROR, str(error)) if new_body is None else UpstreamAnswer(new_body, encode_line(new_body)[:-1])
         elif outcome is Outcome.UPSTREAM_ERROR and "error" not in body:
             assert error is not None
             code = INTERNAL_ERROR

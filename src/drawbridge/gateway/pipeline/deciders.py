@@ -21,7 +21,7 @@ from typing import Final, Protocol
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import GATEWAY_POLICY, Action, Provenance, Verdict
 from drawbridge.state.policy_store import PolicyStore
-from drawbridge.state.sqlite import StateUnavailable, failure_text
+from drawbridge.state.errors import StateUnavailable, failure_text
 
 _log = logging.getLogger("drawbridge.gateway")
 

@@ -5,9 +5,9 @@ Invariant: no peer holds a connection open by not sending. A request's line and 
 connection), and its body within ``body_read_seconds`` of its headers; past either deadline the peer
 is answered 408 (when no answer has started) and the connection is closed. At most
 ``max_connections`` connections are open on a listener at once: one more is answered 503 and closed
-without a byte of it read (half-closed, so that the peer reads the answer). A request whose answer is being made (an upstream call, an SSE stream)
-has no deadline here: how long that may take is the gateway's (``limits.call_timeout_seconds``) and
-the agent's business, not the reader's.
+without a byte of it read (half-closed, so that the peer reads the answer). A request whose answer is
+being made (an upstream call, an SSE stream) has no deadline here: how long that may take is the
+gateway's (``limits.call_timeout_seconds``) and the agent's business, not the reader's.
 
 Theory of operation. uvicorn's h11 protocol reads each connection; ``DeadlineProtocol`` extends it
 with one timer per connection, re-armed after every batch of events it handles and after every
@@ -32,6 +32,7 @@ from drawbridge.config import GatewayConfig
 from drawbridge.config_limits import BODY_READ_SECONDS, HEADER_READ_SECONDS, MAX_CONNECTIONS
 
 logger = logging.getLogger("drawbridge.gateway.http")
+
 
 @dataclass(frozen=True)
 class ListenerLimits:
@@ -151,5 +152,4 @@ def protocol_for(limits: ListenerLimits) -> Callable[..., asyncio.Protocol]:
     return functools.partial(DeadlineProtocol, limits=limits)
 
 
-__all__ = ["DeadlineProtocol", "ListenerLimits", "peer_text",
-           "protocol_for"]
+__all__ = ["DeadlineProtocol", "ListenerLimits", "peer_text", "protocol_for"]

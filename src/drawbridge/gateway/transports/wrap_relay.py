@@ -3,8 +3,9 @@
 Invariant: every request the agent sends gets exactly one response, and that response is either the
 upstream's own line, byte for byte, or an error or refusal written by the gateway; never both, never
 none while the gateway runs. When the gateway is stopped (``stop``: SIGINT, SIGTERM) every request
-in flight is answered that it stopped, and every tools/call in flight is settled and recorded first. Only ``tools/call`` is decided, and it is decided by the pipeline
-(``pipeline.call``), to which the relay hands every one; every other message, in both directions,
+in flight is answered that it stopped, and every tools/call in flight is settled and recorded first.
+Only ``tools/call`` is decided, and it is decided by the pipeline (``pipeline.call``), to which the
+relay hands every one; every other message, in both directions,
 is passed on as the exact bytes received, but for one: under ``--pin-tools`` an answer to the
 agent's ``tools/list`` that holds a definition nobody accepted is written anew by the gateway
 (``ChildCatalogue.shown``), and until the first pin check such a request waits before it is sent.

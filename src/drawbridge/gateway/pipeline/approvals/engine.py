@@ -119,7 +119,7 @@ from drawbridge.state.approval_uses import ApprovalUses, SqliteApprovalUses
 from drawbridge.state.approvals import Approval, ApprovalStatus, ApprovalStore, SqliteApprovalStore
 from drawbridge.state.grants import GrantStore, SqliteGrantStore
 from drawbridge.state.backend import StateBackend
-from drawbridge.state.sqlite import failure_text
+from drawbridge.state.errors import failure_text
 
 logger = logging.getLogger("drawbridge.approval")
 
