@@ -103,6 +103,9 @@ class GatewayConfig:
     upstreams: tuple[UpstreamConfig, ...]
     policy_dir: str | None = None
     policy_file: str | None = None
+    shadow_policy_dir: str | None = None
+    """A policy set decided beside the enforced one and only reported (``shadow_policy_file``: one file)."""
+    shadow_policy_file: str | None = None
     evidence_dir: str = "./evidence"
     state_path: str = "./drawbridge.db"
     fsync: str = "batch"
@@ -225,9 +228,10 @@ def _agent_id(reader: _Reader, key: str, *, required: bool = False) -> str | Non
 
 
 _TOP_KEYS = {
-    "upstreams", "policy_dir", "policy_file", "evidence_dir", "state_path", "fsync", "listen", "control",
-    "auth", "limits", "tool_decision_truth", "pin_tools", "hide_denied_tools", "approval", "openapi", "cli_tools",
-    "checkpoints", "telemetry", "state", "replica", "rate_limits",
+    "upstreams", "policy_dir", "policy_file", "shadow_policy_dir", "shadow_policy_file", "evidence_dir",
+    "state_path", "fsync", "listen", "control", "auth", "limits", "tool_decision_truth", "pin_tools",
+    "hide_denied_tools", "approval", "openapi", "cli_tools", "checkpoints", "telemetry", "state", "replica",
+    "rate_limits",
 }
 
 
@@ -242,6 +246,14 @@ def _top(text: str, source_file: str) -> _Reader:
     top = _Reader(source_file, root, "config")
     top.check_keys(_TOP_KEYS)
     return top
+
+
+def _policy_keys(top: _Reader, prefix: str) -> tuple[str | None, str | None]:
+    """``{prefix}policy_dir`` and ``{prefix}policy_file``: at most one of them (the enforced set, the shadow)."""
+    policy_dir, policy_file = top.get(f"{prefix}policy_dir", str), top.get(f"{prefix}policy_file", str)
+    if policy_dir is not None and policy_file is not None:
+        raise top.fail(f"{prefix}policy_file", f"set {prefix}policy_dir or {prefix}policy_file, not both")
+    return policy_dir, policy_file
 
 
 def _read(path: str | os.PathLike[str]) -> str:
@@ -264,11 +276,10 @@ def parse_config(
     raw_upstreams = top.get("upstreams", CommentedSeq, default=[])
     upstreams = tuple(_upstream(source_file, node, i, base) for i, node in enumerate(raw_upstreams))
 
-    policy_dir, policy_file = top.get("policy_dir", str), top.get("policy_file", str)
+    policy_dir, policy_file = _policy_keys(top, "")
     if policy_dir is None and policy_file is None:
         raise top.fail(None, "set policy_dir (native policies) or policy_file: without a policy every call is refused")
-    if policy_dir is not None and policy_file is not None:
-        raise top.fail("policy_file", "set policy_dir or policy_file, not both")
+    shadow_dir, shadow_file = _policy_keys(top, "shadow_")
 
     fsync = top.get("fsync", str, default="batch")
     if fsync not in FSYNC_MODES:
@@ -384,6 +395,8 @@ def parse_config(
         upstreams=upstreams,
         policy_dir=_resolve(base, policy_dir),
         policy_file=_resolve(base, policy_file),
+        shadow_policy_dir=_resolve(base, shadow_dir),
+        shadow_policy_file=_resolve(base, shadow_file),
         evidence_dir=_resolve(base, top.get("evidence_dir", str, default="./evidence")) or "",
         state_path=_resolve(base, state_file(top)) or "",
         fsync=fsync,

@@ -85,6 +85,9 @@ def _service_name(_ctx: click.Context, _param: click.Parameter, value: str) -> s
     context_settings={"help_option_names": ["-h", "--help"], "allow_interspersed_args": False},
 )
 @click.option("--policy", type=click.Path(exists=True), help="Policy file or directory that decides each tools/call.")
+@click.option("--shadow-policy", type=click.Path(exists=True),
+              help="Policy file or directory decided beside --policy on each tools/call and only reported "
+              "(the decision line, /shadow, /metrics), never enforced.")
 @click.option("--agent", default="anonymous", show_default=True, callback=agent_id,
               help="Agent id the policy is evaluated for.")
 @click.option("--evidence-dir", type=click.Path(file_okay=False), help="Directory for the trace and evidence.")
@@ -210,6 +213,7 @@ def _service_name(_ctx: click.Context, _param: click.Parameter, value: str) -> s
 @click.argument("server_command", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
     policy: str | None,
+    shadow_policy: str | None,
     agent: str,
     evidence_dir: str | None,
     tool_decision_truth_out: str | None,
@@ -247,6 +251,9 @@ def command(
     configure_logging(verbose, log_format, quiet_activity=True)
     if policy is not None and allow_everything:
         raise click.UsageError("--policy and --allow-all exclude each other")
+    if shadow_policy is not None and (allow_everything or policy is None):
+        what = "and --allow-all exclude each other" if allow_everything else "needs --policy"
+        raise click.UsageError(f"--shadow-policy {what}: the shadow is decided beside an enforced policy")
     if control_port is not None and policy is None:
         raise click.UsageError("--control-port needs --policy (approvals come from human_approval rules)")
     if policy is None and not allow_everything:
@@ -279,6 +286,7 @@ def command(
                                           withheld_env=frozenset(TRUTH_KEY_NAMES))
         settings = RuntimeSettings.for_wrap(
             policy=policy,
+            shadow_policy=shadow_policy,
             allow_all=allow_everything,
             evidence_dir=evidence_dir,
             truth_out=tool_decision_truth_out,

@@ -19,7 +19,8 @@ approval engine and its gate (with a policy: approvals come from ``human_approva
 ``pin_tools``, the pin store and the ``CataloguePins`` (upstreams are added as their catalogues
 become known, ``guard_catalogue``); the floors; the ``CallPipeline``. ``run`` starts, before any call
 is taken, what runs beside the calls: the pipeline's own tasks, the policy watcher (an edit takes
-effect on the next call; a broken edit keeps the previous policy) and the approvals (what a previous
+effect on the next call; a broken edit keeps the previous policy; a shadow policy is watched alike,
+and neither it nor its reloads reach the trace) and the approvals (what a previous
 process left pending expires, then a sweeper expires what comes due).
 """
 
@@ -56,6 +57,7 @@ from drawbridge.gateway.pipeline.records import CallRecord, Recorder, null_recor
 from drawbridge.gateway.recording.checkpoints import Checkpointer, evidence_producer, new_run_id
 from drawbridge.gateway.recording.metrics import GatewayMetrics
 from drawbridge.gateway.recording.recorder import EvidenceRecorder, utc_now
+from drawbridge.gateway.recording.shadow_tally import ShadowTally
 from drawbridge.gateway.recording.telemetry import Telemetry, TelemetryUnavailable
 from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
 from drawbridge.gateway.recording.truth_key import TruthKey, TruthKeyError, digest_key_from_env, truth_key_from_env
@@ -66,7 +68,7 @@ from drawbridge.policy.declared import DeclaredContracts, fixed_contract
 from drawbridge.state.append_only import AppendOnlyError, AppendOnlyLocked
 from drawbridge.state.checkpoint_files import CheckpointFiles, latest_note, log_origins
 from drawbridge.state.pins import SqlitePinStore
-from drawbridge.state.policy_store import ReloadResult, watch_policies
+from drawbridge.state.policy_store import PolicyStore, ReloadResult, watch_policies
 from drawbridge.state.signing_keys import KEYS_DIR, KeyFileError, open_keys
 from drawbridge.state.backend import StateBackend
 from drawbridge.state.key_ring import KeyRingMismatch
@@ -91,14 +93,24 @@ class StartupProblem(Exception):
 
 
 def load_policy(settings: RuntimeSettings) -> Decider:
+    """The enforced policy's decider, with the shadow policy beside it when one is configured."""
+    if settings.shadow_policy is not None and (settings.allow_all or settings.policy is None):
+        raise StartupProblem("a shadow policy needs an enforced policy to be decided beside (not --allow-all)")
     if settings.allow_all:
         return allow_all
     if settings.policy is None:
         return deny_all
     try:
-        return policy_decider(settings.policy)
+        decider = policy_decider(settings.policy)
     except (OSError, ValueError) as exc:
         raise StartupProblem(f"cannot load the policy {settings.policy}: {exc}") from exc
+    if settings.shadow_policy is not None:
+        try:
+            decider.shadow = PolicyStore.open(settings.shadow_policy)
+        except (OSError, ValueError) as exc:
+            raise StartupProblem(f"cannot load the shadow policy {settings.shadow_policy}: {exc}") from exc
+        decider.shadow.kind = "shadow policy"
+    return decider
 
 
 def load_truth_key(settings: RuntimeSettings, environ: Any = os.environ) -> TruthKey | None:
@@ -220,6 +232,17 @@ def open_metrics(guard: EvidenceGuard, recorder: Recorder) -> GatewayMetrics:
     return metrics
 
 
+def open_shadow_tally(policy: Decider, guard: EvidenceGuard, metrics: GatewayMetrics) -> ShadowTally | None:
+    """With a shadow policy, what reports it: the tally ``GET /shadow`` shows and the metrics' counter,
+    each fed once per recorded call (the decision line reads the record itself)."""
+    if not isinstance(policy, PolicyDecider) or policy.shadow is None:
+        return None
+    tally = ShadowTally(policy.shadow)
+    guard.observers.append(tally.observe)
+    metrics.shadow_calls = {}
+    return tally
+
+
 def open_state(path: str | None) -> tuple[StateDB, str | None]:
     """The state database (created if missing) and the temporary folder holding it, if it is one."""
     temp_dir = None
@@ -300,6 +323,8 @@ class Runtime:
     """Called with a server whose pins another replica changed, after they are checked here."""
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     """What ``/metrics`` shows, fed by every recorded call."""
+    shadow_tally: ShadowTally | None = None
+    """With a shadow policy: its verdicts of the recorded calls, for ``GET /shadow``."""
     _prepared: bool = field(default=False, repr=False)
 
     @classmethod
@@ -311,6 +336,7 @@ class Runtime:
         guard = EvidenceGuard(recorder)
         guard.observers.append(log_decision)  # the operator's live line per decision (no arguments)
         metrics = open_metrics(guard, recorder)
+        tally = open_shadow_tally(policy, guard, metrics)
         state_db: StateBackend | None = None
         temp_dir: str | None = None
         checkpointer: Checkpointer | None = None
@@ -353,7 +379,7 @@ class Runtime:
             raise
         return cls(
             settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, checkpointer, telemetry,
-            temp_dir, admin_digest, admin_file, replica_id, metrics=metrics,
+            temp_dir, admin_digest, admin_file, replica_id, metrics=metrics, shadow_tally=tally,
         )
 
     def recent_calls(self) -> RecentCallRing:
@@ -401,6 +427,8 @@ class Runtime:
             if isinstance(self.policy, PolicyDecider):
                 store = self.policy.store
                 tg.start_soon(functools.partial(watch_policies, store, on_reload=self._policy_reloaded))
+                if self.policy.shadow is not None:  # reloaded alike, recorded nowhere (``pipeline.shadow``)
+                    tg.start_soon(watch_policies, self.policy.shadow)
             if self.engine is not None:
                 await tg.start(self._run_approvals)
             if self.pins is not None:

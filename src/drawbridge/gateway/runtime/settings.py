@@ -46,6 +46,8 @@ def upstream_of(tool: str) -> str:
 class RuntimeSettings:
     policy: str | None = None
     """A policy file or directory; None refuses every call (unless ``allow_all``)."""
+    shadow_policy: str | None = None
+    """A policy file or directory decided beside ``policy`` and only reported (``pipeline.shadow``)."""
     allow_all: bool = False
     evidence_dir: str | None = None
     truth_out: str | None = None
@@ -87,6 +89,7 @@ class RuntimeSettings:
                                           withheld_env=secret_env_names(config))
         return cls(
             policy=config.policy_dir or config.policy_file,
+            shadow_policy=config.shadow_policy_dir or config.shadow_policy_file,
             evidence_dir=config.evidence_dir,
             truth_out=config.tool_decision_truth_out,
             fsync=config.fsync,
@@ -129,6 +132,7 @@ class RuntimeSettings:
         checkpoints: CheckpointSettings | None = None,
         keys_dir: str | None = None,
         telemetry: TelemetrySettings | None = None,
+        shadow_policy: str | None = None,
     ) -> RuntimeSettings:
         """wrap's settings, from its flags. The state file is ``--state``, else ``drawbridge.db`` inside
         the evidence directory, else a temporary file."""
@@ -143,6 +147,7 @@ class RuntimeSettings:
             effective_state = str(Path(evidence_dir).absolute() / STATE_FILE)
         return cls(
             policy=policy,
+            shadow_policy=shadow_policy,
             allow_all=allow_all,
             evidence_dir=evidence_dir,
             truth_out=truth_out,

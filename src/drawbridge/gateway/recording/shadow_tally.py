@@ -1,0 +1,74 @@
+"""What the shadow policy would have decided, tallied for ``GET /shadow``: the calls where it agrees with
+the enforced policy and those where it differs, per agent, tool and pair of actions.
+
+Invariant: one count per recorded call (an observer of the ``EvidenceGuard``'s call records, so a call
+a person approved, which the policies decide twice, counts once), read from ``Provenance.shadow`` only:
+the tally holds names and actions, never an argument. Its table is bounded: past ``MAX_ROWS`` distinct
+rows, further calls of new rows are counted in one overflow row, so an agent cannot grow it without end.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from drawbridge.canonical import sanitize
+from drawbridge.gateway.pipeline.records import CallRecord
+from drawbridge.state.policy_store import PolicyStore
+
+MAX_ROWS: Final = 4096
+
+Row = tuple[str, str, str, str]
+"""(agent, tool, the enforced policy's action, the shadow's action or ``failed``)."""
+
+
+class ShadowTally:
+    """The shadow's verdicts of the recorded calls, counted (module docstring)."""
+
+    def __init__(self, store: PolicyStore, max_rows: int = MAX_ROWS) -> None:
+        self.store = store
+        self.max_rows = max_rows
+        self.rows: dict[Row, int] = {}
+        self.calls = 0
+        self.differing = 0
+        self.overflow_calls = 0
+        self.overflow_differing = 0
+
+    def observe(self, record: CallRecord) -> None:
+        """Count one recorded call the shadow decided beside the enforced policy (an observer)."""
+        shadow = record.provenance.shadow if record.provenance is not None else None
+        if shadow is None:
+            return
+        differs = shadow.differs
+        self.calls += 1
+        self.differing += differs
+        key = (record.agent, record.tool or "", shadow.policy_action.value, shadow.shown)
+        if key in self.rows or len(self.rows) < self.max_rows:
+            self.rows[key] = self.rows.get(key, 0) + 1
+        else:
+            self.overflow_calls += 1
+            self.overflow_differing += differs
+
+    def report(self) -> dict[str, Any]:
+        """``GET /shadow``'s answer: the shadow set, the totals, and the rows, those that differ first."""
+        store = self.store
+        error = store.last_error
+        rows = [
+            {"agent": sanitize(agent), "tool": sanitize(tool), "action": action, "shadow_action": shadow,
+             "differs": action != shadow, "calls": count}
+            for (agent, tool, action, shadow), count in self.rows.items()
+        ]
+        rows.sort(key=lambda row: (not row["differs"], -row["calls"], row["agent"], row["tool"]))
+        if self.overflow_calls:
+            rows.append({"overflow": True, "calls": self.overflow_calls, "differing": self.overflow_differing})
+        return {
+            "shadow_policy": {
+                "path": str(store.path), "files": dict(store.files), "policy_set_digest": store.digest,
+                "generation": store.generation, "last_error": str(error) if error is not None else None,
+            },
+            "calls": self.calls,
+            "differing": self.differing,
+            "rows": rows,
+        }
+
+
+__all__ = ["MAX_ROWS", "ShadowTally"]
