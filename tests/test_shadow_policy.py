@@ -386,6 +386,7 @@ async def test_serve_decides_its_shadow_file_beside_the_policy_dir(tmp_path: Pat
     )
     with http_gateway(_serve_config(tmp_path, shadow_policy_file="candidate.yaml")) as running:
         assert running.url is not None
+        assert f"shadow policy: 1 from {tmp_path / 'candidate.yaml'} (reported, never enforced)" in running.text()
         async with http_client(running.url, "legacy", ALICE) as alice:
             with anyio.fail_after(scaled(10)):
                 assert not (await alice.call_tool("github.list_repos", {"owner": SECRET})).is_error

@@ -7,7 +7,8 @@ The gateway spawns the server as its child, relays every message unchanged, and 
 Invariant: with no ``--policy`` and no ``--allow-all``, every tools/call is refused (fail closed);
 ``--allow-all`` is the only way to forward without a policy, and it must be asked for. A policy is
 watched while the gateway runs: a valid edit applies to the next call, an invalid one is reported on
-stderr and the previous policy stays.
+stderr and the previous policy stays. ``--shadow-policy`` (with ``--policy`` only) is decided beside it on
+every call and only reported, never enforced (``gateway.pipeline.shadow``).
 
 The runtime is the one serve builds (``gateway.runtime``): the same pipeline decides every call, with
 the same floors and the same fail-closed rules. Calls are resolved in the server's own tool

@@ -9,7 +9,8 @@ A ``Decider`` is awaitable (``decide(call) -> Verdict``). One that never has to 
 ``decide_now(call)``, which returns the same verdict synchronously, or None when this call needs
 waiting; the pipeline then decides the call without a task of its own. The deciders defined here are
 ``allow_all`` (tests and an explicit ``--allow-all``), ``deny_all`` (no policy loaded) and
-``PolicyDecider`` (the native policy engine).
+``PolicyDecider`` (the native policy engine, with a shadow policy beside it when one is configured:
+``shadow``, which never changes its verdict).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ and the control plane alike.
 
 Invariant: the calls and the control plane act on the same objects, and wrap and serve build them the
 same way. The ``PolicyStore`` the pipeline evaluates is the one ``PUT /policies/...`` edits and
-reloads; the ``ApprovalEngine`` whose waiters a call blocks on is the one ``POST /approvals/{id}/approve``
+reloads (a shadow policy's store, beside it, is only reported and never edited); the ``ApprovalEngine`` whose waiters a call blocks on is the one ``POST /approvals/{id}/approve``
 resolves; the ``CataloguePins`` whose floors decide calls are the ones ``POST /tools/pins/accept``
 changes; the trace every call is recorded in is the one policy edits, pin events and approvals are
 appended to, through the one ``EvidenceGuard``, so a trace entry that cannot be written makes the
