@@ -249,7 +249,7 @@ def _top(text: str, source_file: str) -> _Reader:
 
 
 def _policy_keys(top: _Reader, prefix: str) -> tuple[str | None, str | None]:
-    """``{prefix}policy_dir`` and ``{prefix}policy_file``: at most one of them (the enforced set, the shadow)."""
+    """``{prefix}policy_dir`` and ``{prefix}policy_file``, at most one set (the enforced one, the shadow)."""
     policy_dir, policy_file = top.get(f"{prefix}policy_dir", str), top.get(f"{prefix}policy_file", str)
     if policy_dir is not None and policy_file is not None:
         raise top.fail(f"{prefix}policy_file", f"set {prefix}policy_dir or {prefix}policy_file, not both")

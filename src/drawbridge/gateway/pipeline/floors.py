@@ -119,7 +119,8 @@ def floored_verdict(verdict: Verdict, floor: Floor, tool: str) -> Verdict:
     said = f"the policy said {verdict.action.value} ({verdict.provenance.label()})"
     reason = f"catalogue floor on {sanitize(tool)}: {'; '.join(floor.reasons)}; {said}"
     action = floored.action
-    provenance = Provenance(GATEWAY_POLICY, policy_set=verdict.provenance.policy_set, shadow=verdict.provenance.shadow)
+    kept = verdict.provenance  # the policy's verdict still counted: its set, and the shadow beside it
+    provenance = Provenance(GATEWAY_POLICY, policy_set=kept.policy_set, shadow=kept.shadow)
     person_only = action is Action.HUMAN_APPROVAL
     reasons = floor.reasons if person_only else ()
     return Verdict(action, reason, provenance, person_only=person_only, floor_reasons=reasons)

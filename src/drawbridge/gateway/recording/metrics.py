@@ -8,7 +8,8 @@ loaded with the first scrape, so a gateway nobody scrapes never holds it.
 
 Theory of operation. ``GatewayMetrics`` keeps its own counts (two gateways in one process do not
 mix). ``observe_batch`` is an ``EvidenceGuard`` batch observer: it sees each batch of events once
-written (with a shadow policy, ``shadow_calls`` counts its verdicts too: action and shadow action only). ``write_seconds`` is the guard's timing of each evidence write. The gauges that describe
+written (with a shadow policy, ``shadow_calls`` counts its verdicts too: action and shadow action
+only). ``write_seconds`` is the guard's timing of each evidence write. The gauges that describe
 the state now -- approvals pending, upstream up/down, fsync lag -- are read when scraped
 (``refresh``), from the callables the runtime gives. ``exposition`` hands the counts to
 ``prometheus_client`` as metric families of a collector and returns its text format.
@@ -72,7 +73,7 @@ class GatewayMetrics:
         self.fsync_lag_seconds: Callable[[], float] | None = None
         self.evidence_broken: Callable[[], bool] | None = None
         self.shadow_calls: dict[tuple[str, str], int] | None = None
-        """With a shadow policy: calls by the enforced policy's action and the shadow's (``pipeline.shadow``)."""
+        """With a shadow policy: calls by the enforced policy's action and the shadow's."""
 
     def observe_batch(self, events: Sequence[Any]) -> None:
         """Count the calls of one written batch (an ``EvidenceGuard`` batch observer)."""

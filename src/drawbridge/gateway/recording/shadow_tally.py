@@ -59,7 +59,8 @@ class ShadowTally:
         ]
         rows.sort(key=lambda row: (not row["differs"], -row["calls"], row["agent"], row["tool"]))
         if self.overflow_calls:
-            rows.append({"overflow": True, "calls": self.overflow_calls, "differing": self.overflow_differing})
+            overflow = {"overflow": True, "calls": self.overflow_calls, "differing": self.overflow_differing}
+            rows.append(overflow)
         return {
             "shadow_policy": {
                 "path": str(store.path), "files": dict(store.files), "policy_set_digest": store.digest,

@@ -3,12 +3,12 @@ and the control plane alike.
 
 Invariant: the calls and the control plane act on the same objects, and wrap and serve build them the
 same way. The ``PolicyStore`` the pipeline evaluates is the one ``PUT /policies/...`` edits and
-reloads (a shadow policy's store, beside it, is only reported and never edited); the ``ApprovalEngine`` whose waiters a call blocks on is the one ``POST /approvals/{id}/approve``
-resolves; the ``CataloguePins`` whose floors decide calls are the ones ``POST /tools/pins/accept``
-changes; the trace every call is recorded in is the one policy edits, pin events and approvals are
-appended to, through the one ``EvidenceGuard``, so a trace entry that cannot be written makes the
-gateway refuse every later call, whichever kind of entry it was. Nothing is copied, so nothing falls
-out of step.
+reloads (a shadow policy's store beside it is only reported, never edited); the ``ApprovalEngine``
+whose waiters a call blocks on is the one ``POST /approvals/{id}/approve`` resolves; the
+``CataloguePins`` whose floors decide calls are the ones ``POST /tools/pins/accept`` changes; the
+trace every call is recorded in is the one policy edits, pin events and approvals are appended to,
+through the one ``EvidenceGuard``, so a trace entry that cannot be written makes the gateway refuse
+every later call, whichever kind of entry it was. Nothing is copied, so nothing falls out of step.
 
 Theory of operation. ``Runtime.build(settings)`` runs before anything is spawned or bound, and every
 problem it finds is a ``StartupProblem`` (a one-line startup error): the policy is loaded (a gateway
@@ -95,7 +95,7 @@ class StartupProblem(Exception):
 def load_policy(settings: RuntimeSettings) -> Decider:
     """The enforced policy's decider, with the shadow policy beside it when one is configured."""
     if settings.shadow_policy is not None and (settings.allow_all or settings.policy is None):
-        raise StartupProblem("a shadow policy needs an enforced policy to be decided beside (not --allow-all)")
+        raise StartupProblem("a shadow policy needs an enforced policy to be decided beside, not --allow-all")
     if settings.allow_all:
         return allow_all
     if settings.policy is None:
