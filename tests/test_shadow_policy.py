@@ -125,9 +125,37 @@ def test_the_shadow_is_decided_beside_and_kept_by_a_floor(tmp_path: Path) -> Non
     assert floored.provenance.shadow == verdict.provenance.shadow
 
 
-def _record(tool: str, shadow: ShadowVerdict | None, agent: str = "tester") -> CallRecord:
+def _record(tool: str, shadow: ShadowVerdict | None, agent: str = "tester", outcome: Outcome = Outcome.OK) -> CallRecord:
     provenance = Provenance("enforced", "enforced.yaml", 0, shadow=shadow)
-    return CallRecord(agent, 1, tool, Action.ALLOW, "ok", provenance, Outcome.OK, None, None, 1.0, 2.0, None)
+    return CallRecord(agent, 1, tool, Action.ALLOW, "ok", provenance, outcome, None, None, 1.0, 2.0, None)
+
+
+def test_a_pending_approval_counts_once_its_retry_is_recorded(tmp_path: Path) -> None:
+    """A non-blocking or 2026-07-28 approval is recorded twice, pending then settled: one count."""
+    enforced, _ = _policies(tmp_path)
+    tally, metrics = ShadowTally(PolicyStore.open(enforced)), GatewayMetrics()
+    metrics.shadow_calls = {}
+    asked = ShadowVerdict(Action.DENY, "shadow.yaml:0", Action.HUMAN_APPROVAL)
+    for outcome in (Outcome.APPROVAL_PENDING, Outcome.OK):
+        record = _record("add_deploy_key", asked, outcome=outcome)
+        tally.observe(record)
+        metrics.observe(record)
+    assert (tally.report()["calls"], tally.report()["differing"]) == (1, 1)
+    assert metrics.shadow_calls == {("human_approval", "deny"): 1}
+
+
+def test_a_table_title_is_shown_as_written_never_as_markup() -> None:
+    """A shadow path such as ``cand[v2]`` is a title: rich must not read it as a style (or fail on ``[/]``)."""
+    from rich.console import Console
+
+    from drawbridge.cli.output import key_values, table
+
+    for title in ("shadow policy cand[v2] (generation 0)", "agent [/] tool"):
+        out = Console(width=200, record=True)
+        out.print(table(title, ["A"], [["x"]]))
+        out.print(key_values(title, [("k", "v")]))
+        shown = "".join(out.export_text().split())  # a title wraps to its table's width
+        assert shown.count("".join(title.split())) == 2
 
 
 def test_the_tally_counts_each_record_differing_first_within_its_bound(tmp_path: Path) -> None:

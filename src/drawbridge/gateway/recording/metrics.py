@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from drawbridge.gateway.pipeline.records import CallRecord
+from drawbridge.gateway.recording.shadow_tally import counted_shadow
 
 LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120)
 
@@ -84,7 +85,7 @@ class GatewayMetrics:
     def observe(self, record: CallRecord) -> None:
         key = (record.action.value if record.action is not None else "none", record.outcome.value)
         self.calls[key] = self.calls.get(key, 0) + 1
-        shadow = record.provenance.shadow if record.provenance is not None else None
+        shadow = counted_shadow(record) if self.shadow_calls is not None else None
         if shadow is not None and self.shadow_calls is not None:
             pair = (shadow.policy_action.value, shadow.shown)
             self.shadow_calls[pair] = self.shadow_calls.get(pair, 0) + 1

@@ -5,6 +5,9 @@ Invariant: one count per recorded call (an observer of the ``EvidenceGuard``'s c
 a person approved, which the policies decide twice, counts once), read from ``Provenance.shadow`` only:
 the tally holds names and actions, never an argument. Its table is bounded: past ``MAX_ROWS`` distinct
 rows, further calls of new rows are counted in one overflow row, so an agent cannot grow it without end.
+A record whose outcome is ``approval_pending`` (a non-blocking or 2026-07-28 approval answered "ask
+again later") is not counted: the call is counted when its retry is recorded (``counted_shadow``, which
+the metrics read too).
 """
 
 from __future__ import annotations
@@ -12,13 +15,23 @@ from __future__ import annotations
 from typing import Any, Final
 
 from drawbridge.canonical import sanitize
+from drawbridge.gateway.pipeline.outcomes import Outcome
 from drawbridge.gateway.pipeline.records import CallRecord
+from drawbridge.gateway.pipeline.shadow import ShadowVerdict
 from drawbridge.state.policy_store import PolicyStore
 
 MAX_ROWS: Final = 4096
 
 Row = tuple[str, str, str, str]
 """(agent, tool, the enforced policy's action, the shadow's action or ``failed``)."""
+
+
+def counted_shadow(record: CallRecord) -> ShadowVerdict | None:
+    """The shadow verdict a recorded call counts with, or None: no shadow decided it, or the record only
+    says an approval is pending (the retry that follows is the call's record: one count per call)."""
+    if record.provenance is None or record.outcome is Outcome.APPROVAL_PENDING:
+        return None
+    return record.provenance.shadow
 
 
 class ShadowTally:
@@ -35,7 +48,7 @@ class ShadowTally:
 
     def observe(self, record: CallRecord) -> None:
         """Count one recorded call the shadow decided beside the enforced policy (an observer)."""
-        shadow = record.provenance.shadow if record.provenance is not None else None
+        shadow = counted_shadow(record)
         if shadow is None:
             return
         differs = shadow.differs
@@ -72,4 +85,4 @@ class ShadowTally:
         }
 
 
-__all__ = ["MAX_ROWS", "ShadowTally"]
+__all__ = ["MAX_ROWS", "ShadowTally", "counted_shadow"]
