@@ -57,6 +57,7 @@ from drawbridge.config_rates import RateLimits, rate_limits_section
 from drawbridge.config_state import SharedState, state_env_names, state_file, state_section
 from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
 from drawbridge.config_hosts import is_loopback_address, split_authority
+from drawbridge.config_notify import NotifyTarget, notify_env_names, notify_targets
 from drawbridge.config_oauth import OAuthConfig, oauth_section
 from drawbridge.config_secrets import USES_ALL, token_digest, token_env_names
 from drawbridge.config_reader import AGENT_ID, AGENT_ID_CHARS, ConfigError, env_map, url_problem
@@ -144,6 +145,8 @@ class GatewayConfig:
     """Approval memory is off unless ``approval.memory`` is configured (then on, unless ``enabled: false``)."""
     approval_memory_min_approvals: int = 3
     approval_memory_count_client_answers: bool = False
+    approval_notify: tuple[NotifyTarget, ...] = ()
+    """The webhooks a pending approval is posted to (``approval.notify``; the URLs read from the environment)."""
     openapi: tuple[OpenApiConfig, ...] = ()
     cli_tools: tuple[CliToolConfig, ...] = ()
     checkpoint_every_lines: int = 1000
@@ -356,8 +359,9 @@ def parse_config(
     approval_timeout = 300.0
     non_blocking, elicitation, by_link = False, True, False
     memory_enabled, memory_min, memory_client = False, 3, False  # memory is off unless configured
+    notify: tuple[NotifyTarget, ...] = ()
     if (approval := top.child("approval")) is not None:
-        approval.check_keys({"timeout_seconds", "non_blocking", "elicitation", "ask_by_link", "memory"})
+        approval.check_keys({"timeout_seconds", "non_blocking", "elicitation", "ask_by_link", "memory", "notify"})
         approval_timeout = approval.get("timeout_seconds", float, default=approval_timeout)
         if not approval_timeout > 0 or approval_timeout == float("inf"):
             raise approval.fail("timeout_seconds", "approval.timeout_seconds must be positive and finite")
@@ -373,6 +377,7 @@ def parse_config(
                     "min_approvals", "approval.memory.min_approvals must be an integer of at least 1"
                 )
             memory_client = memory.get("count_client_answers", bool, default=False)
+        notify = notify_targets(approval, env, used="notify" in uses)
 
     every_lines, every_seconds, keys_dir, origin = checkpoints_section(top, base)
     otlp_endpoint, otlp_protocol, otlp_headers, service_name = telemetry_section(top, env)
@@ -408,6 +413,7 @@ def parse_config(
         approval_memory_enabled=memory_enabled,
         approval_memory_min_approvals=memory_min,
         approval_memory_count_client_answers=memory_client,
+        approval_notify=notify,
         openapi=openapi,
         cli_tools=cli_tools,
         checkpoint_every_lines=every_lines,
@@ -420,7 +426,8 @@ def parse_config(
         telemetry_service_name=service_name,
         shared_state=shared_state,
         rate_limits=rate_limits_section(top),
-        credential_env=token_env_names(top) | state_env_names(top) | {n for h in headers for n in h.values()},
+        credential_env=token_env_names(top) | state_env_names(top) | notify_env_names(top)
+        | {n for h in headers for n in h.values()},
     )
 
 

@@ -15,12 +15,13 @@ problem it finds is a ``StartupProblem`` (a one-line startup error): the policy 
 never starts on a policy it cannot read), the truth producer's key is read and removed from the
 environment (it never reaches an upstream, whether or not the producer is on), the evidence files
 and the state database are opened. It then assembles, in order: the guard around the recorder; the
-approval engine and its gate (with a policy: approvals come from ``human_approval`` rules); with
+approval engine and its gate (with a policy: approvals come from ``human_approval`` rules), and with
+``approval.notify`` the notifier each new question is posted to webhooks by; with
 ``pin_tools``, the pin store and the ``CataloguePins`` (upstreams are added as their catalogues
 become known, ``guard_catalogue``); the floors; the ``CallPipeline``. ``run`` starts, before any call
 is taken, what runs beside the calls: the pipeline's own tasks, the policy watcher (an edit takes
 effect on the next call; a broken edit keeps the previous policy) and the approvals (what a previous
-process left pending expires, then a sweeper expires what comes due).
+process left pending expires, then a sweeper expires what comes due), and the notifier's workers.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from drawbridge.gateway.pipeline.approvals.gate import (
     recover_approvals,
     run_approvals,
 )
+from drawbridge.gateway.pipeline.approvals.notify import ApprovalNotifier
 from drawbridge.gateway.pipeline.call import CallPipeline
 from drawbridge.gateway.pipeline.deciders import Decider, PolicyDecider, allow_all, deny_all, policy_decider
 from drawbridge.gateway.pipeline.floors import Floors
@@ -300,6 +302,8 @@ class Runtime:
     """Called with a server whose pins another replica changed, after they are checked here."""
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     """What ``/metrics`` shows, fed by every recorded call."""
+    notifier: ApprovalNotifier | None = None
+    """Posts each question this process opens to the webhooks of ``approval.notify``."""
     _prepared: bool = field(default=False, repr=False)
 
     @classmethod
@@ -319,6 +323,7 @@ class Runtime:
             checkpointer = open_checkpointer(settings, recorder, replica_id)
             telemetry = open_telemetry(settings, guard, recorder, checkpointer)
             engine = gate = None
+            notifier: ApprovalNotifier | None = None
             approvals = isinstance(policy, PolicyDecider)
             if approvals or settings.pin_tools or settings.control_open:
                 state_db, temp_dir = open_any_state(settings, replica_id)
@@ -332,8 +337,11 @@ class Runtime:
                     raise StartupProblem(str(exc)) from None
             if approvals:
                 assert state_db is not None
+                if settings.approval.notify:
+                    notifier = ApprovalNotifier(settings.approval.notify, console=settings.control_open)
                 engine = build_approval_engine(
-                    settings.approval, state_db, guard.append, **approval_keys(settings.shared_state)
+                    settings.approval, state_db, guard.append, **approval_keys(settings.shared_state),
+                    on_pending=notifier.pending if notifier is not None else None,
                 )
                 gate = ApprovalGate(
                     engine, elicitation=settings.approval.elicitation, operator_channel=settings.operator_channel,
@@ -353,7 +361,7 @@ class Runtime:
             raise
         return cls(
             settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, checkpointer, telemetry,
-            temp_dir, admin_digest, admin_file, replica_id, metrics=metrics,
+            temp_dir, admin_digest, admin_file, replica_id, metrics=metrics, notifier=notifier,
         )
 
     def recent_calls(self) -> RecentCallRing:
@@ -403,6 +411,8 @@ class Runtime:
                 tg.start_soon(functools.partial(watch_policies, store, on_reload=self._policy_reloaded))
             if self.engine is not None:
                 await tg.start(self._run_approvals)
+            if self.notifier is not None:
+                await tg.start(self.notifier.run)
             if self.pins is not None:
                 await tg.start(self.pins.retry_unavailable, self.pins_changed_elsewhere)
             if isinstance(self.state_db, PostgresDB):
