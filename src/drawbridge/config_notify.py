@@ -62,20 +62,26 @@ def _target(entry: Reader, env: Mapping[str, str], used: bool) -> NotifyTarget |
     entry.check_keys({"url_env", "format", "console_url", "timeout_seconds"})
     name = entry.get("url_env", str, required=True)
     if not ENV_NAME.fullmatch(name):
-        raise entry.fail("url_env", f"{entry.where}.url_env {name!r} is not an environment variable name")
+        raise entry.fail(  # not repeated: it may be the URL itself, written where its variable's name goes
+            "url_env", f"{entry.where}.url_env is not an environment variable name (it names the variable "
+            "that holds the URL)",
+        )
     form = entry.get("format", str, default="json")
     if form not in NOTIFY_FORMATS:
-        raise entry.fail("format", f"{entry.where}.format must be one of {', '.join(NOTIFY_FORMATS)}, not {form!r}")
+        formats = ", ".join(NOTIFY_FORMATS)
+        raise entry.fail("format", f"{entry.where}.format must be one of {formats}, not {form!r}")
     timeout = entry.get("timeout_seconds", float, default=DEFAULT_TIMEOUT_SECONDS)
     if not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_SECONDS):
         raise entry.fail(
-            "timeout_seconds", f"{entry.where}.timeout_seconds must be a number above 0 and at most {MAX_TIMEOUT_SECONDS:g}"
+            "timeout_seconds",
+            f"{entry.where}.timeout_seconds must be a number above 0 and at most {MAX_TIMEOUT_SECONDS:g}",
         )
     console = entry.get("console_url", str)
     if console is not None and (not _postable(console) or urlsplit(console)[3:] != ("", "")):
         raise entry.fail(
-            "console_url", f"{entry.where}.console_url must be an https:// URL (http:// only to a loopback host) "
-            "with no user, query or fragment"
+            "console_url",
+            f"{entry.where}.console_url must be an https:// URL (http:// only to a loopback host) "
+            "with no user, query or fragment",
         )
     if not used:
         return None
@@ -84,13 +90,16 @@ def _target(entry: Reader, env: Mapping[str, str], used: bool) -> NotifyTarget |
         raise entry.fail("url_env", f"{entry.where}: environment variable {name} is missing or empty")
     if not _postable(url):
         raise entry.fail(
-            "url_env", f"{entry.where}: environment variable {name} must hold an https:// URL with a host and no "
-            "user or password (http:// only to a loopback host)"
+            "url_env",
+            f"{entry.where}: environment variable {name} must hold an https:// URL with a host and no "
+            "user or password (http:// only to a loopback host)",
         )
     return NotifyTarget(name, url, form, console.rstrip("/") if console else None, timeout)
 
 
-def notify_targets(approval: Reader, env: Mapping[str, str], *, used: bool = True) -> tuple[NotifyTarget, ...]:
+def notify_targets(
+    approval: Reader, env: Mapping[str, str], *, used: bool = True
+) -> tuple[NotifyTarget, ...]:
     """``approval.notify``: each target checked; ``used`` false checks the file alone (no variable read,
     no target returned), for a command that posts nothing."""
     entries = approval.get("notify", CommentedSeq, default=[])
@@ -103,7 +112,9 @@ def notify_targets(approval: Reader, env: Mapping[str, str], *, used: bool = Tru
         target = _target(entry, env, used)
         name = entry.node["url_env"]
         if name in seen:
-            raise entry.fail("url_env", f"{entry.where}.url_env {name} is given twice (it names its target in logs)")
+            raise entry.fail(
+                "url_env", f"{entry.where}.url_env {name} is given twice (it names its target in logs)"
+            )
         seen.add(name)
         if target is not None:
             targets.append(target)
@@ -115,7 +126,8 @@ def notify_env_names(top: Reader) -> frozenset[str]:
     approval = top.node.get("approval")
     entries = approval.get("notify") if isinstance(approval, Mapping) else None
     return frozenset(
-        entry["url_env"] for entry in entries or () if isinstance(entry, Mapping) and isinstance(entry.get("url_env"), str)
+        entry["url_env"] for entry in entries or ()
+        if isinstance(entry, Mapping) and isinstance(entry.get("url_env"), str)
     )
 
 

@@ -101,7 +101,9 @@ class ApprovalNotifier:
             async for approval_id, body in target.receive:
                 await self._deliver(client, target.config, approval_id, body)
 
-    async def _deliver(self, client: httpx.AsyncClient, target: NotifyTarget, approval_id: str, body: bytes) -> None:
+    async def _deliver(
+        self, client: httpx.AsyncClient, target: NotifyTarget, approval_id: str, body: bytes
+    ) -> None:
         """Post one notice: retried after a 5xx or a connection failure, given up with one WARNING line."""
         failure = ""
         for attempt in range(1, MAX_ATTEMPTS + 1):
