@@ -22,7 +22,7 @@ import anyio
 import anyio.to_thread
 import httpx
 import pytest
-from approval_support import text_of, wait_pending_on
+from approval_support import answered_by_operator, text_of, trace, wait_pending_on
 from conftest import child_env, scaled
 from serve_support import GITHUB, Running, fields_of, http_client, http_gateway, serve_argv, write_config
 
@@ -138,33 +138,25 @@ async def test_a_pending_approval_is_posted_once_to_each_target_without_holding_
         async with http_client(gateway.url) as client, httpx.AsyncClient(
             base_url=gateway.control(), trust_env=False, headers=gateway.control_headers()
         ) as http:
-            results: list[Any] = []
-
-            async def call() -> None:
-                results.append(await client.call_tool("github.add_deploy_key", KEY))
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call)
-                (pending,) = await wait_pending_on(http)
-                # The hanging receiver holds its POST open while the operator approves.
+            async def held_open() -> None:  # the hanging receiver holds its POST open while the operator approves
                 await anyio.to_thread.run_sync(hook.wait, lambda: len(hook.to("hang")) == 1)
-                approve = await http.post(f"/approvals/{pending['id']}/approve", json={"resolved_by": "op-ann"})
-                assert approve.status_code == 200
-            assert not results[0].is_error and "added" in text_of(results[0])
+
+            done = await answered_by_operator(client, http, "github.add_deploy_key", KEY, "approve", before=held_open)
+            assert not done.is_error and "added" in text_of(done)
             assert not hook.release.is_set()  # answered while the webhook still hangs
-        await anyio.to_thread.run_sync(
+        assert await anyio.to_thread.run_sync(
             lambda: gateway.wait_until(lambda text: len(fields_of(text, "approval_notify_failed")) == 2, WAIT)
         )
         failed = {line["target"]: line for line in fields_of(gateway.text(), "approval_notify_failed")}
         log = _clean_log(gateway)
-    approval_id = pending["id"]
+    (requested,) = [entry["body"] for entry in trace(tmp_path / "evidence", "approval_requested")]
+    approval_id = requested["approval_id"]
     (posted,) = hook.to("ok")
     assert json.loads(posted) == {
         "event": "approval_pending", "approval_id": approval_id, "agent": "guest", "tool": "github.add_deploy_key",
-        "rule": json.loads(posted)["rule"], "reason": json.loads(posted)["reason"],
-        "expires_at": json.loads(posted)["expires_at"], "console": f"{CONSOLE}/console/approvals/{approval_id}",
+        "rule": "p.yaml:0", "reason": requested["reason"],
+        "expires_at": requested["expires_at"], "console": f"{CONSOLE}/console/approvals/{approval_id}",
     }
-    assert json.loads(posted)["rule"].endswith("p.yaml:0")
     (slack,) = hook.to("slack")
     text = json.loads(slack)["text"]
     assert approval_id[:8] in text and "guest" in text and "github.add_deploy_key" in text and "console" not in text
