@@ -22,8 +22,8 @@ import anyio
 import anyio.to_thread
 import httpx
 import pytest
-from approval_support import answered_by_operator, text_of, trace, wait_pending_on
-from conftest import child_env, scaled
+from approval_support import answered_by_operator, text_of, trace, wait_pending_on, wrap_flags
+from conftest import PYTHON, SERVERS, child_env, connect, scaled, wrap_params
 from serve_support import GITHUB, Running, fields_of, http_client, http_gateway, serve_argv, write_config
 
 from drawbridge.approval.notices import PendingNotice, json_body, notice_bytes, slack_body
@@ -221,6 +221,43 @@ def test_a_bad_target_stops_the_start_in_one_line_that_never_shows_the_url(
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr, done.stderr
     assert str(config) in done.stderr and "approval.notify[0]" in done.stderr
+    assert TOKEN not in done.stderr and "example.com" not in done.stderr
+
+
+async def test_wrap_posts_the_questions_it_opens_and_never_hands_the_url_to_its_server(
+    tmp_path: Path, hook: Hook
+) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "name: p\nagent: '*'\nrules:\n  - tools: ['env']\n    action: allow\n"
+        "  - tools: ['echo']\n    action: human_approval\n", encoding="utf-8",
+    )
+    flags = wrap_flags(
+        policy, tmp_path / "evidence", "--state", str(tmp_path / "state.db"), "--non-blocking-approvals",
+        "--notify-url-env", "GW_HOOK_SLACK", "--notify-format", "slack",
+    )
+    env = {"GW_HOOK_SLACK": hook.url("slack")}
+    async with connect(wrap_params([PYTHON, str(SERVERS / "crashy.py")], *flags, env=env)) as client:
+        asked = await client.call_tool("echo", {"text": ARGUMENT})
+        assert asked.is_error and "Approval required" in text_of(asked)
+        seen = await client.call_tool("env", {"names": ["GW_HOOK_SLACK", "PATH"]})
+        await anyio.to_thread.run_sync(hook.wait, lambda: len(hook.to("slack")) == 1)
+    assert seen.structured_content == {"GW_HOOK_SLACK": False, "PATH": True}
+    (requested,) = [entry["body"] for entry in trace(tmp_path / "evidence", "approval_requested")]
+    text = json.loads(hook.to("slack")[0])["text"]
+    assert f"approval {requested['approval_id'][:8]} pending: agent tester asks to run echo" in text
+    assert ARGUMENT not in text
+
+
+def test_wrap_refuses_a_variable_that_holds_no_webhook_url_in_one_line_without_it(tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text("name: p\nagent: '*'\nrules:\n  - tools: ['*']\n    action: human_approval\n", encoding="utf-8")
+    argv = [PYTHON, "-m", "drawbridge", "wrap", "--policy", str(policy), "--notify-url-env", "GW_HOOK", "--",
+            PYTHON, str(SERVERS / "crashy.py")]
+    done = subprocess.run(argv, capture_output=True, text=True, env=child_env({"GW_HOOK": f"http://example.com/{TOKEN}"}),
+                          timeout=scaled(60), stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "--notify-url-env: environment variable GW_HOOK must hold an https:// URL" in done.stderr
     assert TOKEN not in done.stderr and "example.com" not in done.stderr
 
 

@@ -7,6 +7,7 @@ carries its token), it is ``https://`` (``http://`` only to a loopback host: a t
 and no message here repeats it, or any part of it: every problem names the variable instead. The
 variables are credentials like any other the file names (``notify_env_names``): no child inherits
 them. A command that posts nothing (``discover``, the offline policy commands) does not read them.
+``wrap --notify-url-env`` holds its variables to the same rule (``url_env_problem``).
 """
 
 from __future__ import annotations
@@ -58,14 +59,30 @@ def _postable(url: str) -> bool:
     return parts.scheme == "https" or (parts.scheme == "http" and is_loopback_address(host))
 
 
+def url_env_problem(name: str, env: Mapping[str, str] | None) -> str | None:
+    """Why the variable ``name`` does not name a webhook (``env`` None: only its name is checked), in
+    words that name the variable and never repeat a value: not even ``name`` when it is not a
+    variable's name, for it may be the URL itself, written where its variable's name goes."""
+    if not ENV_NAME.fullmatch(name):
+        return "url_env is not an environment variable name (it names the variable that holds the URL)"
+    if env is None:
+        return None
+    url = env.get(name, "")
+    if not url:
+        return f"environment variable {name} is missing or empty"
+    if not _postable(url):
+        return (
+            f"environment variable {name} must hold an https:// URL with a host and no user or password "
+            "(http:// only to a loopback host)"
+        )
+    return None
+
+
 def _target(entry: Reader, env: Mapping[str, str], used: bool) -> NotifyTarget | None:
     entry.check_keys({"url_env", "format", "console_url", "timeout_seconds"})
     name = entry.get("url_env", str, required=True)
-    if not ENV_NAME.fullmatch(name):
-        raise entry.fail(  # not repeated: it may be the URL itself, written where its variable's name goes
-            "url_env", f"{entry.where}.url_env is not an environment variable name (it names the variable "
-            "that holds the URL)",
-        )
+    if (problem := url_env_problem(name, None)) is not None:
+        raise entry.fail("url_env", f"{entry.where}.{problem}")
     form = entry.get("format", str, default="json")
     if form not in NOTIFY_FORMATS:
         formats = ", ".join(NOTIFY_FORMATS)
@@ -85,16 +102,9 @@ def _target(entry: Reader, env: Mapping[str, str], used: bool) -> NotifyTarget |
         )
     if not used:
         return None
-    url = env.get(name, "")
-    if not url:
-        raise entry.fail("url_env", f"{entry.where}: environment variable {name} is missing or empty")
-    if not _postable(url):
-        raise entry.fail(
-            "url_env",
-            f"{entry.where}: environment variable {name} must hold an https:// URL with a host and no "
-            "user or password (http:// only to a loopback host)",
-        )
-    return NotifyTarget(name, url, form, console.rstrip("/") if console else None, timeout)
+    if (problem := url_env_problem(name, env)) is not None:
+        raise entry.fail("url_env", f"{entry.where}: {problem}")
+    return NotifyTarget(name, env[name], form, console.rstrip("/") if console else None, timeout)
 
 
 def notify_targets(
@@ -131,4 +141,4 @@ def notify_env_names(top: Reader) -> frozenset[str]:
     )
 
 
-__all__ = ["NOTIFY_FORMATS", "NotifyTarget", "notify_env_names", "notify_targets"]
+__all__ = ["NOTIFY_FORMATS", "NotifyTarget", "notify_env_names", "notify_targets", "url_env_problem"]
