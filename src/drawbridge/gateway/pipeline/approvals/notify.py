@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import anyio
-import httpx
 from anyio.abc import ObjectSendStream, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
@@ -28,6 +27,9 @@ from drawbridge.approval.notices import PendingNotice, notice_bytes
 from drawbridge.config_notify import NotifyTarget
 from drawbridge.state.approvals import Approval
 from drawbridge.state.sqlite import to_db_time
+
+if TYPE_CHECKING:
+    import httpx
 
 QUEUE_SIZE: Final = 100
 MAX_ATTEMPTS: Final = 3
@@ -90,6 +92,8 @@ class ApprovalNotifier:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The workers, one per target, until cancelled (the gateway's task group)."""
+        import httpx  # the HTTP client is loaded by a gateway that notifies, not by every gateway
+
         async with httpx.AsyncClient(follow_redirects=False, trust_env=False, headers=HEADERS) as client:
             async with anyio.create_task_group() as workers:
                 for target in self._targets:
@@ -105,6 +109,8 @@ class ApprovalNotifier:
         self, client: httpx.AsyncClient, target: NotifyTarget, approval_id: str, body: bytes
     ) -> None:
         """Post one notice: retried after a 5xx or a connection failure, given up with one WARNING line."""
+        import httpx
+
         failure = ""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             if attempt > 1:
