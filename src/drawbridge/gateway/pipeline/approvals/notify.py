@@ -39,7 +39,8 @@ HEADERS: Final = {"Content-Type": "application/json", "User-Agent": "drawbridge-
 
 
 class _Target:
-    """One webhook: its queue (the sending end) and how many notices it dropped so far."""
+    """One webhook: its queue (both ends: the engine sends, its worker receives) and how many notices
+    it dropped so far."""
 
     def __init__(self, config: NotifyTarget, queue_size: int) -> None:
         self.config = config
