@@ -105,9 +105,9 @@ def command(config_path: str, stdio: bool, agent: str | None, verbose: bool, log
     try:
         # Over stdin/stdout no agent presents an HTTP token, and the control plane (so its token) is
         # served only when the file has a control section: variables of unused tokens are not asked for.
-        config = load_config(config_path, uses=frozenset() if stdio else USES_ALL)
+        config = load_config(config_path, uses=frozenset({"notify"}) if stdio else USES_ALL)
         if stdio and config.control_configured:
-            config = load_config(config_path, uses=frozenset({"admin"}))
+            config = load_config(config_path, uses=frozenset({"admin", "notify"}))
     except ConfigError as exc:
         startup_failed(str(exc))
         sys.exit(EXIT_INPUT)

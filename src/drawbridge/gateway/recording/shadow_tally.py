@@ -15,6 +15,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from drawbridge.canonical import sanitize
+from drawbridge.gateway.pipeline.deciders import Decider, PolicyDecider
+from drawbridge.gateway.pipeline.guard import EvidenceGuard
 from drawbridge.gateway.pipeline.outcomes import Outcome
 from drawbridge.gateway.pipeline.records import CallRecord
 from drawbridge.gateway.pipeline.shadow import ShadowVerdict
@@ -85,4 +87,14 @@ class ShadowTally:
         }
 
 
-__all__ = ["MAX_ROWS", "ShadowTally", "counted_shadow"]
+def open_shadow_tally(policy: Decider, guard: EvidenceGuard) -> ShadowTally | None:
+    """With a shadow policy, the tally ``GET /shadow`` shows, fed once per recorded call (the decision
+    line reads the record itself; the metrics count with ``counted_shadow`` once given ``shadow_calls``)."""
+    if not isinstance(policy, PolicyDecider) or policy.shadow is None:
+        return None
+    tally = ShadowTally(policy.shadow)
+    guard.observers.append(tally.observe)
+    return tally
+
+
+__all__ = ["MAX_ROWS", "ShadowTally", "counted_shadow", "open_shadow_tally"]

@@ -15,13 +15,14 @@ problem it finds is a ``StartupProblem`` (a one-line startup error): the policy 
 never starts on a policy it cannot read), the truth producer's key is read and removed from the
 environment (it never reaches an upstream, whether or not the producer is on), the evidence files
 and the state database are opened. It then assembles, in order: the guard around the recorder; the
-approval engine and its gate (with a policy: approvals come from ``human_approval`` rules); with
+approval engine and its gate (with a policy: approvals come from ``human_approval`` rules), and with
+``approval.notify`` the notifier each new question is posted to webhooks by; with
 ``pin_tools``, the pin store and the ``CataloguePins`` (upstreams are added as their catalogues
 become known, ``guard_catalogue``); the floors; the ``CallPipeline``. ``run`` starts, before any call
 is taken, what runs beside the calls: the pipeline's own tasks, the policy watcher (an edit takes
 effect on the next call; a broken edit keeps the previous policy; a shadow policy is watched alike,
-and neither it nor its reloads reach the trace) and the approvals (what a previous
-process left pending expires, then a sweeper expires what comes due).
+and neither it nor its reloads reach the trace), the approvals (what a previous process left pending
+expires, then a sweeper expires what comes due), and the notifier's workers.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from drawbridge.gateway.pipeline.approvals.gate import (
     recover_approvals,
     run_approvals,
 )
+from drawbridge.gateway.pipeline.approvals.notify import ApprovalNotifier
 from drawbridge.gateway.pipeline.call import CallPipeline
 from drawbridge.gateway.pipeline.deciders import Decider, PolicyDecider, allow_all, deny_all, policy_decider
 from drawbridge.gateway.pipeline.floors import Floors
@@ -57,7 +59,7 @@ from drawbridge.gateway.pipeline.records import CallRecord, Recorder, null_recor
 from drawbridge.gateway.recording.checkpoints import Checkpointer, evidence_producer, new_run_id
 from drawbridge.gateway.recording.metrics import GatewayMetrics
 from drawbridge.gateway.recording.recorder import EvidenceRecorder, utc_now
-from drawbridge.gateway.recording.shadow_tally import ShadowTally
+from drawbridge.gateway.recording.shadow_tally import ShadowTally, open_shadow_tally
 from drawbridge.gateway.recording.telemetry import Telemetry, TelemetryUnavailable
 from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
 from drawbridge.gateway.recording.truth_key import TruthKey, TruthKeyError, digest_key_from_env, truth_key_from_env
@@ -232,17 +234,6 @@ def open_metrics(guard: EvidenceGuard, recorder: Recorder) -> GatewayMetrics:
     return metrics
 
 
-def open_shadow_tally(policy: Decider, guard: EvidenceGuard, metrics: GatewayMetrics) -> ShadowTally | None:
-    """With a shadow policy, what reports it: the tally ``GET /shadow`` shows and the metrics' counter,
-    each fed once per recorded call (the decision line reads the record itself)."""
-    if not isinstance(policy, PolicyDecider) or policy.shadow is None:
-        return None
-    tally = ShadowTally(policy.shadow)
-    guard.observers.append(tally.observe)
-    metrics.shadow_calls = {}
-    return tally
-
-
 def open_state(path: str | None) -> tuple[StateDB, str | None]:
     """The state database (created if missing) and the temporary folder holding it, if it is one."""
     temp_dir = None
@@ -325,6 +316,8 @@ class Runtime:
     """What ``/metrics`` shows, fed by every recorded call."""
     shadow_tally: ShadowTally | None = None
     """With a shadow policy: its verdicts of the recorded calls, for ``GET /shadow``."""
+    notifier: ApprovalNotifier | None = None
+    """Posts each question this process opens to the webhooks of ``approval.notify``."""
     _prepared: bool = field(default=False, repr=False)
 
     @classmethod
@@ -336,7 +329,8 @@ class Runtime:
         guard = EvidenceGuard(recorder)
         guard.observers.append(log_decision)  # the operator's live line per decision (no arguments)
         metrics = open_metrics(guard, recorder)
-        tally = open_shadow_tally(policy, guard, metrics)
+        tally = open_shadow_tally(policy, guard)
+        metrics.shadow_calls = {} if tally is not None else None  # the metrics count the shadow's pairs too
         state_db: StateBackend | None = None
         temp_dir: str | None = None
         checkpointer: Checkpointer | None = None
@@ -345,6 +339,7 @@ class Runtime:
             checkpointer = open_checkpointer(settings, recorder, replica_id)
             telemetry = open_telemetry(settings, guard, recorder, checkpointer)
             engine = gate = None
+            notifier: ApprovalNotifier | None = None
             approvals = isinstance(policy, PolicyDecider)
             if approvals or settings.pin_tools or settings.control_open:
                 state_db, temp_dir = open_any_state(settings, replica_id)
@@ -358,8 +353,11 @@ class Runtime:
                     raise StartupProblem(str(exc)) from None
             if approvals:
                 assert state_db is not None
+                if settings.approval.notify:
+                    notifier = ApprovalNotifier(settings.approval.notify, console=settings.control_open)
                 engine = build_approval_engine(
-                    settings.approval, state_db, guard.append, **approval_keys(settings.shared_state)
+                    settings.approval, state_db, guard.append, **approval_keys(settings.shared_state),
+                    on_pending=notifier.pending if notifier is not None else None,
                 )
                 gate = ApprovalGate(
                     engine, elicitation=settings.approval.elicitation, operator_channel=settings.operator_channel,
@@ -380,6 +378,7 @@ class Runtime:
         return cls(
             settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, checkpointer, telemetry,
             temp_dir, admin_digest, admin_file, replica_id, metrics=metrics, shadow_tally=tally,
+            notifier=notifier,
         )
 
     def recent_calls(self) -> RecentCallRing:
@@ -431,6 +430,8 @@ class Runtime:
                     tg.start_soon(watch_policies, self.policy.shadow)
             if self.engine is not None:
                 await tg.start(self._run_approvals)
+            if self.notifier is not None:
+                await tg.start(self.notifier.run)
             if self.pins is not None:
                 await tg.start(self.pins.retry_unavailable, self.pins_changed_elsewhere)
             if isinstance(self.state_db, PostgresDB):

@@ -16,6 +16,7 @@ from typing import Final
 from drawbridge.approval.memory import MemoryConfig
 from drawbridge.catalogue.names import split_namespaced
 from drawbridge.config import GatewayConfig
+from drawbridge.config_notify import NotifyTarget
 from drawbridge.config_rates import RateLimits
 from drawbridge.config_state import SharedState
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalSettings
@@ -133,6 +134,7 @@ class RuntimeSettings:
         keys_dir: str | None = None,
         telemetry: TelemetrySettings | None = None,
         shadow_policy: str | None = None,
+        notify: tuple[NotifyTarget, ...] = (),
     ) -> RuntimeSettings:
         """wrap's settings, from its flags. The state file is ``--state``, else ``drawbridge.db`` inside
         the evidence directory, else a temporary file."""
@@ -141,6 +143,7 @@ class RuntimeSettings:
             non_blocking=non_blocking,
             elicitation=elicitation,
             memory=MemoryConfig(enabled=approval_memory > 0, min_approvals=max(approval_memory, 1)),
+            notify=notify,
         )
         effective_state = state_path
         if effective_state is None and evidence_dir is not None:
