@@ -270,7 +270,8 @@ def argument_problems(compiled: BoundedSchema, arguments: Any, limit: int = 10) 
                 unchecked = _names_unchecked(arguments, compiled.name_regexes, budget)
                 if unchecked is not None:
                     return [f"{unchecked.pointer or '(arguments)'}: {unchecked.detail}"]
-            errors = sorted(compiled.validator.iter_errors(arguments), key=lambda e: [str(p) for p in e.absolute_path])
+            found = compiled.validator.iter_errors(arguments)
+            errors = sorted(found, key=lambda e: [str(p) for p in e.absolute_path])
     except RegexError:  # a property name's regex the bound refuses (jsonschema runs those itself)
         return [f"(arguments): {_UNCHECKABLE}"]
     except Unresolvable:

@@ -120,7 +120,8 @@ def refused_arguments(route: Route, tool: str, arguments: Mapping[str, Any]) -> 
     problem = route.refusal(arguments)
     if problem is None:
         return None
-    return Verdict(Action.DENY, f"invalid arguments for {sanitize(tool)}: {problem}", Provenance(GATEWAY_POLICY))
+    reason = f"invalid arguments for {sanitize(tool)}: {problem}"
+    return Verdict(Action.DENY, reason, Provenance(GATEWAY_POLICY))
 
 
 def floored_verdict(verdict: Verdict, floor: Floor, tool: str) -> Verdict:

@@ -9,9 +9,10 @@ entry that is neither ``strict`` nor ``bare``; its calls are held at the dispatc
 (``catalogue.floors``: the entry's ``default_action``, never below ``human_approval``), which the
 route carries (``LocalTool.dispatcher``). ``<name>.run`` runs a ``bare`` binary with no subcommand.
 A dispatched subcommand that is also declared runs under that command's ``allowed_args`` and
-``timeout``. Arguments that cannot run (the input schema, ``argv``: a subcommand that is an option, a
-shell metacharacter, a flag not allowed) are refused before the call is decided (``LocalTool.refusal``:
-recorded as a refusal, no person asked), and again, the same way, when the call runs. A command or ``run`` without ``allowed_args`` takes any flag (``git show --output=FILE``
+``timeout``. Arguments that cannot run (the input schema, ``argv``: a subcommand that is an option,
+a shell metacharacter, a flag not allowed) are refused before the call is decided
+(``LocalTool.refusal``: recorded as a refusal, no person asked), and again, the same way, when the
+call runs. A command or ``run`` without ``allowed_args`` takes any flag (``git show --output=FILE``
 writes a file), so it is marked ``LocalTool.free_arguments`` and classified generic: the draft policy
 never allows it unasked, and approval memory never answers for it.
 
@@ -120,7 +121,9 @@ def open_cli(entry: CliToolConfig, environ: Mapping[str, str], default_timeout: 
         error = best_match(runnable.validator.iter_errors(arguments))
         if error is not None:  # named by place and keyword, never by a value: the reason is recorded
             where = pointer_of(error.absolute_path) or "the top level"
-            return f"the arguments do not match the tool's input schema ({error.validator!r} fails at {where})"
+            return (
+                f"the arguments do not match the tool's input schema ({error.validator!r} fails at {where})"
+            )
         subcommand, rule = runnable.subcommand, runnable.rule
         if rule is None:  # the dispatcher
             subcommand = str(arguments["command"])

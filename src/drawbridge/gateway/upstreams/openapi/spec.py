@@ -17,9 +17,10 @@ retrieved only for a spec read from a file, from files in its own directory or b
 resolved first: a link out of it is refused, as is an absolute path elsewhere); a spec fetched by URL
 may only refer inside itself. YAML is held to the configuration's bounds before it is built.
 Reference Objects (a parameter, a request body, a path item) are followed until a real object is
-reached. Schemas are *bundled*: every ``$ref`` (and ``$dynamicRef`` naming a place, not an anchor) in a parameter's or the
-body's schema is replaced by ``#/$defs/<name>`` and the schema it points to is copied once into the tool's ``$defs`` (a
-recursive schema refers to itself there), so each tool's ``inputSchema`` stands alone.
+reached. Schemas are *bundled*: every ``$ref`` (and ``$dynamicRef`` naming a place, not an anchor)
+in a parameter's or the body's schema is replaced by ``#/$defs/<name>`` and the schema it points to
+is copied once into the tool's ``$defs`` (a recursive schema refers to itself there), so each tool's
+``inputSchema`` stands alone.
 """
 
 from __future__ import annotations
@@ -439,7 +440,6 @@ def _server_url(server: Mapping[str, Any], uri: str, what: str) -> str:
     try:
         if not urlsplit(url).scheme and urlsplit(uri).scheme in ("http", "https"):
             url = urljoin(uri, url)
-        urlsplit(url).port  # noqa: B018 -- a port that is no number is refused here too
     except ValueError as exc:
         raise SpecError(f"{what}: the url is not a valid URL ({exc})") from None
     return url

@@ -62,8 +62,8 @@ def _refuse_non_finite(document: Any) -> None:
         value, path = pending.pop()
         if isinstance(value, float) and not math.isfinite(value):
             raise SpecError(
-                f"the number at {pointer_of(path) or '/'} is not a finite double (NaN, Infinity, or too large), "
-                "which JSON cannot carry"
+                f"the number at {pointer_of(path) or '/'} is not a finite double "
+                "(NaN, Infinity, or too large), which JSON cannot carry"
             )
         if isinstance(value, Mapping):
             pending.extend((item, [*path, key]) for key, item in value.items())

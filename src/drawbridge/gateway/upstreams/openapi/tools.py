@@ -7,9 +7,10 @@ anything is sent, as a policy's argument schema is (``policy.schemas.bounded_sch
 checked at load (an operation with a ``pattern`` that could backtrack too much, ``(a+)+$``, is not
 served, named with why), every ``pattern`` run bounded and charged to one regex budget per call, so
 no argument stalls the gateway. A reference in it that does not resolve inside it (a ``$dynamicRef``
-to an anchor no bundled schema declares) is a ``SpecError``: the spec does not load. Its description ends with the method and the URL template the call goes to, so a
-changed backend or path is a changed tool (and a changed pin). ``readOnlyHint`` is set for GET and
-HEAD, and the classification reads the method (``catalogue.classify``).
+to an anchor no bundled schema declares) is a ``SpecError``: the spec does not load. Its description
+ends with the method and the URL template the call goes to, so a changed backend or path is a changed
+tool (and a changed pin). ``readOnlyHint`` is set for GET and HEAD, and the classification reads the
+method (``catalogue.classify``).
 
 Headers the gateway owns are no arguments. A header parameter named (in any case) like a header the
 entry configures (``headers:``, the gateway's credentials) or like a header of the transport
@@ -163,9 +164,12 @@ def operation_tools(
         try:
             validator = bounded_schema(schema)
         except ReferenceLoadError as exc:
-            raise SpecError(f"paths[{operation.path}].{operation.method.lower()}: the input schema's {exc}") from None
+            where = f"paths[{operation.path}].{operation.method.lower()}"
+            raise SpecError(f"{where}: the input schema's {exc}") from None
         except SchemaLoadError as exc:
-            skipped.append(f"{operation.method} {operation.path}: its arguments cannot be checked safely ({exc})")
+            skipped.append(
+                f"{operation.method} {operation.path}: its arguments cannot be checked safely ({exc})"
+            )
             continue
         item: dict[str, Any] = {
             "name": name,

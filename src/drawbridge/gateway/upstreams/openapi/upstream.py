@@ -79,7 +79,8 @@ async def backend_of(config: OpenApiConfig, spec: Spec) -> str:
     if backend is None:
         raise StartError(f"openapi {config.name!r}: the spec lists no server; set backend_url")
     if (refused := backend_url_problem(backend)) is not None:
-        raise StartError(f"openapi {config.name!r}: {_backend_source(config, backend)} {refused}; set backend_url")
+        source = _backend_source(config, backend)
+        raise StartError(f"openapi {config.name!r}: {source} {refused}; set backend_url")
     parts = urlsplit(backend)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise StartError(
@@ -108,7 +109,9 @@ def _backend_source(config: OpenApiConfig, backend: str) -> str:
     return "the spec's first server"
 
 
-async def open_openapi(config: OpenApiConfig, environ: Mapping[str, str], *, calls: bool = True) -> LocalUpstream:
+async def open_openapi(
+    config: OpenApiConfig, environ: Mapping[str, str], *, calls: bool = True
+) -> LocalUpstream:
     """The upstream of one ``openapi:`` entry (module docstring); raises ``StartError``. ``calls``
     False (``discover``): the catalogue only, without the headers' secrets; a call is then refused."""
     try:
