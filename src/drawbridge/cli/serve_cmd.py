@@ -54,10 +54,11 @@ class _Startup(Exception):
     """A problem found before serving; printed as is, exit code 2."""
 
 
-def preflight(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
-    """Problems that would only show when an upstream connects: report them before anything starts."""
+def preflight(config: GatewayConfig, environ: Mapping[str, str], *, openapi: bool = True) -> list[str]:
+    """Problems that would only show when an upstream connects: report them before anything starts.
+    ``openapi`` False (``discover``, which calls no operation): OpenAPI headers are not needed."""
     problems: list[str] = []
-    for upstream in (*config.upstreams, *config.openapi):
+    for upstream in (*config.upstreams, *(config.openapi if openapi else ())):
         for header, env_name in upstream.headers_env.items():
             value = environ.get(env_name)
             if not value:
