@@ -249,6 +249,9 @@ def test_grants_create_list_revoke(url: str, plane: Plane) -> None:
 
     typo = drawbridge("grants", "create", "--agent", "claude", "--tools", "github.*", "--for", "30", "--url", url)
     assert typo.returncode == 2 and "missing unit" in typo.stderr
+    # The spelling it suggests is one the gateway accepts (86400m would be 60 days, over its 24h).
+    seconds = drawbridge("grants", "create", "--agent", "claude", "--tools", "github.*", "--for", "86400", "--url", url)
+    assert seconds.returncode == 2 and "(e.g. 86400s)" in seconds.stderr, seconds.stderr
     too_long = drawbridge("grants", "create", "--agent", "claude", "--tools", "github.*", "--for", "48h", "--url", url)
     assert too_long.returncode == 1
     assert "maximum" in too_long.stderr and "(HTTP 422)" in too_long.stderr
