@@ -163,7 +163,9 @@ async def test_prefix_resolution(state: str) -> None:
     a, b, c = [await submit(store) for _ in range(3)]
     assert (await store.get("abcd0")).id == a.id
     assert (await store.get("ABCD1")).id == b.id  # typed in capitals
-    assert (await store.get(" ffee ")).id == c.id
+    assert (await store.get("ffee")).id == c.id
+    with pytest.raises(InvalidId, match="holds whitespace"):  # malformed, never trimmed into another id
+        await store.get(" ffee ")
     assert (await store.get(a.id)).id == a.id
     with pytest.raises(AmbiguousApprovalId, match="several"):
         await store.get("abcd")
