@@ -76,7 +76,9 @@ def parse_prefix(text: object, what: str) -> str:
     if not value.strip():
         raise InvalidId(what, f"empty {what} id")
     if any(c.isspace() for c in value):
-        raise InvalidId(what, f"{what} id {shown} holds whitespace; {what} ids are {ID_LENGTH} hex characters")
+        raise InvalidId(
+            what, f"{what} id {shown} holds whitespace; {what} ids are {ID_LENGTH} hex characters"
+        )
     if _PREFIX_RE.fullmatch(value) is None:
         raise InvalidId(
             what, f"{what} id {shown} is not hexadecimal; {what} ids are {ID_LENGTH} hex characters"
