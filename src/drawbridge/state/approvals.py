@@ -671,7 +671,7 @@ class SqliteApprovalStore:
                 "the gateway restarted while the approval was pending; a pending approval never "
                 "survives a restart", when,
             )
-            if usable_since is None or key_id is None:
+            if since is None or key_id is None:
                 return expired
             return expired + _void_unused(conn, mine, since, key_id, when)
 
