@@ -246,7 +246,13 @@ def open_state(path: str | None) -> tuple[StateDB, str | None]:
         raise StartupProblem(f"the state file path {URL_AS_PATH}")
     try:
         make_private_dirs(Path(path).absolute().parent)
-        return StateDB.open(path), temp_dir
+        db = StateDB.open(path)
+        try:
+            db.hold_instance()  # another gateway's start leaves this one's approvals alone (state.instances)
+        except BaseException:
+            db.close()
+            raise
+        return db, temp_dir
     except OSError as exc:
         _remove_temporary(temp_dir)
         reason = exc.strerror or str(exc)
