@@ -17,7 +17,7 @@ import anyio
 import httpx
 import pytest
 from approval_support import text_of, trace, wait_pending_on
-from conftest import MODERN, PYTHON, SERVERS, eventually_async
+from conftest import MODERN, PYTHON, SERVERS, eventually_async, scaled
 from mcp.shared.exceptions import MCPError
 from postgres_support import Cluster
 from replica_support import (
@@ -34,8 +34,15 @@ from replica_support import (
 from serve_support import background, http_client, http_gateway, serve_argv
 
 from drawbridge.evidence.chain import verify_chain
+from drawbridge.gateway.pipeline.pins import RETRY_MAX_SECONDS
+from drawbridge.state.postgres import DEFAULT_TIMEOUT
 
 pytestmark = pytest.mark.anyio
+
+OUTAGE_SECONDS = 17.0
+"""How long the long outage lasts, from the pool's first failed attempt."""
+READY_AGAIN_SECONDS = scaled(RETRY_MAX_SECONDS + DEFAULT_TIMEOUT + 1.0)
+"""The bound on readiness after the database is back: one pin check retry interval, one checkout."""
 
 
 async def test_an_approval_given_on_one_replica_releases_the_call_waiting_on_the_other_once(
@@ -351,18 +358,59 @@ async def test_a_grant_made_on_one_replica_lifts_the_approval_on_the_other(tmp_p
     assert [e["kind"] for e in trace(tmp_path / "a" / "evidence", "grant_created")] == ["grant_created"]
 
 
+def _pinning_replica(tmp_path: Path, url: str) -> Path:
+    """Replica ``a`` guarding the rug-pull server's pins, every tool allowed by policy."""
+    allow = "name: p\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"
+    config = replica_config(tmp_path, "a", url, tmp_path / "log", upstream=_rugpull(tmp_path, "a", []), pin_tools=True)
+    for policy in (tmp_path / "a" / "policies").iterdir():
+        policy.unlink()
+    (tmp_path / "a" / "policies" / "p.yaml").write_text(allow, encoding="utf-8")
+    return config
+
+
+async def test_after_a_long_outage_readiness_returns_within_the_pin_checks_bound(
+    tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
+) -> None:
+    """The database down long enough for the driver pool's own reconnection backoff to grow past 16 s:
+    once it is back, /readyz is 200 again within the documented bound (the pin check's retry, at most
+    RETRY_MAX_SECONDS apart, then one checkout), not when the pool's backoff next tries."""
+    config = _pinning_replica(tmp_path, postgres_url)
+    with http_gateway(config, env=KEY_ENV) as a:
+        assert a.url is not None
+        readyz = a.url.rsplit("/mcp", 1)[0] + "/readyz"
+        async with http_client(a.url) as client, httpx.AsyncClient(trust_env=False) as http:
+            await _until_ok(client, "rugpull.echo", CALL_TIMEOUT, {"text": "x"})
+            await anyio.to_thread.run_sync(postgres_cluster.stop)
+            os.kill(int((tmp_path / "rugpull-a.pid").read_text()), signal.SIGKILL)  # its catalogue is checked again
+
+            async def not_ready() -> bool:
+                response = await http.get(readyz)
+                return response.status_code == 503 and response.json()["pins_unavailable"] == ["rugpull"]
+
+            await eventually_async(not_ready, RECOVERY_TIMEOUT, "/readyz naming the unreadable pins")
+            # The first failed check waited a checkout timeout: the pool has been failing that long. The
+            # outage lasts until its attempts, 1 s, 2 s, 4 s, 8 s apart, are 16 s from the next one.
+            outage_ends = time.monotonic() + OUTAGE_SECONDS - DEFAULT_TIMEOUT
+            while time.monotonic() < outage_ends:
+                assert await not_ready()
+                await anyio.sleep(0.2)
+            await anyio.to_thread.run_sync(postgres_cluster.start)
+            back = time.monotonic()
+
+            async def ready() -> bool:
+                return (await http.get(readyz)).status_code == 200
+
+            await eventually_async(ready, RECOVERY_TIMEOUT, "/readyz 200 again")
+            assert time.monotonic() - back <= READY_AGAIN_SECONDS, time.monotonic() - back
+
+
 async def test_pins_unreadable_while_postgresql_is_down_are_read_again_once_it_is_back(
     tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
 ) -> None:
     """A pin check that failed during an outage is retried until it reads the pins; meanwhile /readyz
     says not ready, and neither the agent nor the log sees the database's password (given as a query
     parameter, which libpq reads and the trusting test cluster ignores)."""
-    allow = "name: p\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"
-    url = postgres_url + "?password=S3cretPw&connect_timeout=2"
-    config = replica_config(tmp_path, "a", url, tmp_path / "log", upstream=_rugpull(tmp_path, "a", []), pin_tools=True)
-    for policy in (tmp_path / "a" / "policies").iterdir():
-        policy.unlink()
-    (tmp_path / "a" / "policies" / "p.yaml").write_text(allow, encoding="utf-8")
+    config = _pinning_replica(tmp_path, postgres_url + "?password=S3cretPw&connect_timeout=2")
     with http_gateway(config, env=KEY_ENV) as a:
         assert a.url is not None
         readyz = a.url.rsplit("/mcp", 1)[0] + "/readyz"
