@@ -404,6 +404,38 @@ async def test_after_a_long_outage_readiness_returns_within_the_pin_checks_bound
             assert time.monotonic() - back <= READY_AGAIN_SECONDS, time.monotonic() - back
 
 
+async def test_readyz_says_the_state_is_unavailable_while_every_call_needs_it(
+    tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
+) -> None:
+    """With rate limits on PostgreSQL every call takes a token from the shared buckets: while the
+    database is down every call is refused, so the replica is not ready, and says why."""
+    limits = {"per_agent": {"rate": 100, "burst": 100}}
+    config = replica_config(tmp_path, "a", postgres_url, tmp_path / "log", rate_limits=limits)
+    with http_gateway(config, env=KEY_ENV) as a:
+        assert a.url is not None
+        readyz = a.url.rsplit("/mcp", 1)[0] + "/readyz"
+        async with httpx.AsyncClient(trust_env=False) as http:
+
+            async def readiness(status: int) -> dict[str, Any] | None:
+                response = await http.get(readyz)
+                return response.json() if response.status_code == status else None
+
+            before = await eventually_async(lambda: readiness(200), CALL_TIMEOUT, "/readyz 200")
+            assert before["state_unavailable"] is False
+            await anyio.to_thread.run_sync(postgres_cluster.stop)
+            try:
+                during = await eventually_async(lambda: readiness(503), CALL_TIMEOUT, "/readyz 503")
+                assert during["state_unavailable"] is True and during["status"] == "not ready", during
+                assert "postgresql" not in json.dumps(during)
+                async with http_client(a.url) as client:
+                    refused = await client.call_tool("rec.safe_read", {})
+                assert refused.is_error and "state unavailable" in text_of(refused), text_of(refused)
+            finally:
+                await anyio.to_thread.run_sync(postgres_cluster.start)
+            after = await eventually_async(lambda: readiness(200), RECOVERY_TIMEOUT, "/readyz 200 again")
+            assert after["state_unavailable"] is False
+
+
 async def test_pins_unreadable_while_postgresql_is_down_are_read_again_once_it_is_back(
     tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
 ) -> None:

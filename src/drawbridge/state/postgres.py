@@ -314,6 +314,19 @@ class PostgresDB:
         (``SELECT ... FOR UPDATE``), so that writers of other rows do not wait for it."""
         return await anyio.to_thread.run_sync(functools.partial(self._run, fn, what, write=False))
 
+    def ping_sync(self, timeout: float) -> None:
+        """One round trip to the server, waiting at most ``timeout`` for a connection; raises
+        ``StateUnavailable`` (``/readyz`` asks this when every call needs the state)."""
+        if self._closed:
+            raise StateUnavailable(f"state database {self.label} is closed (ping)", detail="ping: closed")
+        try:
+            with self._pool.connection(timeout=timeout) as conn:
+                conn.execute("SELECT 1")
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise StateUnavailable(
+                f"state database {self.label}: ping: {self._describe(exc)}", detail=f"ping: {_kind_of_failure(exc)}"
+            ) from None
+
     def schema_version(self) -> int:
         return self.read_sync(
             lambda c: int(c.execute("SELECT max(version) FROM schema_version").fetchone()[0]),
