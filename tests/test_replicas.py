@@ -85,9 +85,7 @@ def _reaching(replica: Any) -> list[str]:
 async def test_approvals_show_on_another_replica_names_the_replica_that_holds_the_call(
     tmp_path: Path, postgres_url: str
 ) -> None:
-    log = tmp_path / "calls.log"
-    config_a = replica_config(tmp_path, "a", postgres_url, log)
-    config_b = replica_config(tmp_path, "b", postgres_url, log)
+    config_a, config_b = (replica_config(tmp_path, name, postgres_url, tmp_path / "calls.log") for name in "ab")
     with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
         assert a.url is not None
         async with http_client(a.url) as client, httpx.AsyncClient(
@@ -462,6 +460,18 @@ def _pinning_replica(tmp_path: Path, url: str) -> Path:
     return config
 
 
+def _readyz(url: str) -> str:
+    return url.rsplit("/mcp", 1)[0] + "/readyz"
+
+
+async def _stop_under_a_recheck(client: Any, cluster: Cluster, root: Path) -> None:
+    """Once replica a serves the rug-pull server, stop PostgreSQL and end the server's child, so that
+    its catalogue is checked again while the pins cannot be read."""
+    await _until_ok(client, "rugpull.echo", CALL_TIMEOUT, {"text": "x"})
+    await anyio.to_thread.run_sync(cluster.stop)
+    os.kill(int((root / "rugpull-a.pid").read_text()), signal.SIGKILL)
+
+
 async def test_after_a_long_outage_readiness_returns_within_the_pin_checks_bound(
     tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
 ) -> None:
@@ -471,11 +481,9 @@ async def test_after_a_long_outage_readiness_returns_within_the_pin_checks_bound
     config = _pinning_replica(tmp_path, postgres_url)
     with http_gateway(config, env=KEY_ENV) as a:
         assert a.url is not None
-        readyz = a.url.rsplit("/mcp", 1)[0] + "/readyz"
+        readyz = _readyz(a.url)
         async with http_client(a.url) as client, httpx.AsyncClient(trust_env=False) as http:
-            await _until_ok(client, "rugpull.echo", CALL_TIMEOUT, {"text": "x"})
-            await anyio.to_thread.run_sync(postgres_cluster.stop)
-            os.kill(int((tmp_path / "rugpull-a.pid").read_text()), signal.SIGKILL)  # its catalogue is checked again
+            await _stop_under_a_recheck(client, postgres_cluster, tmp_path)
 
             async def not_ready() -> bool:
                 response = await http.get(readyz)
@@ -507,7 +515,7 @@ async def test_readyz_says_the_state_is_unavailable_while_every_call_needs_it(
     config = replica_config(tmp_path, "a", postgres_url, tmp_path / "log", rate_limits=limits)
     with http_gateway(config, env=KEY_ENV) as a:
         assert a.url is not None
-        readyz = a.url.rsplit("/mcp", 1)[0] + "/readyz"
+        readyz = _readyz(a.url)
         async with httpx.AsyncClient(trust_env=False) as http:
 
             async def readiness(status: int) -> dict[str, Any] | None:
@@ -539,11 +547,9 @@ async def test_pins_unreadable_while_postgresql_is_down_are_read_again_once_it_i
     config = _pinning_replica(tmp_path, postgres_url + "?password=S3cretPw&connect_timeout=2")
     with http_gateway(config, env=KEY_ENV) as a:
         assert a.url is not None
-        readyz = a.url.rsplit("/mcp", 1)[0] + "/readyz"
+        readyz = _readyz(a.url)
         async with http_client(a.url) as client, httpx.AsyncClient(trust_env=False) as http:
-            await _until_ok(client, "rugpull.echo", CALL_TIMEOUT, {"text": "x"})
-            await anyio.to_thread.run_sync(postgres_cluster.stop)
-            os.kill(int((tmp_path / "rugpull-a.pid").read_text()), signal.SIGKILL)  # its catalogue is checked again
+            await _stop_under_a_recheck(client, postgres_cluster, tmp_path)
 
             async def held() -> str | None:
                 result = await client.call_tool("rugpull.echo", {"text": "x"})

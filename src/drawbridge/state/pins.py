@@ -396,10 +396,9 @@ class SqlitePinStore:
         checked = _check_tools(tools)
         when = to_db_time(at)
 
-        def write(conn: sqlite3.Connection) -> None:
-            _write_observed(conn, server, checked, when)
-
-        await self._write(server, write, "record observed catalogue")
+        await self._write(
+            server, lambda conn: _write_observed(conn, server, checked, when), "record observed catalogue"
+        )
 
     async def observed(self, server: str) -> dict[str, ObservedTool]:
         _check_name(server, "server")
@@ -421,9 +420,8 @@ class SqlitePinStore:
         ``reviewed`` (tool name -> the fingerprint a person reviewed, None for "removed") binds the
         acceptance to what was shown: ``PinConflict``, and nothing changes, when a tool it names is
         observed with another fingerprint now, or when a definition it does not name would be pinned.
-        ``offered``: what the accepting gateway's own server offers now; it is recorded as the
-        observation in the same transaction and is what gets pinned (and checked against
-        ``reviewed``), so that a replica never pins a definition another replica's server offered.
+        ``offered``: what the accepting gateway's own server offers now, recorded as the observation in
+        this transaction and pinned from: a replica never pins what only another replica's server offers.
         """
         _check_name(server, "server")
         _check_name(accepted_by, "accepted_by")
