@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import stat
+import subprocess
 import threading
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from drawbridge.evidence.chain import verify_chain
 from drawbridge.policy import Action
 from drawbridge.policy.edit import EditRefused, Placement
 from drawbridge.state.policy_edits import (
+    LOCK_NAME,
     POLICY_EDIT_KIND,
     EditApplied,
     apply_policy_edit,
@@ -24,6 +26,8 @@ from drawbridge.state.policy_edits import (
 )
 from drawbridge.state.policy_store import PolicyStore
 from drawbridge.state.trace_log import TraceLog
+
+from conftest import PIPE_SECONDS, PYTHON, child_env
 
 CLAUDE = """\
 # Claude's policy. Owner: platform team.
@@ -109,7 +113,7 @@ def test_an_edit_keeps_comments_makes_a_backup_keeps_the_mode_and_is_in_force(po
     assert (policy_dir / "claude.yaml.bak").read_bytes() == CLAUDE.encode()
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
     assert stat.S_IMODE((policy_dir / "claude.yaml.bak").stat().st_mode) == 0o640
-    assert sorted(os.listdir(policy_dir)) == ["claude.yaml", "claude.yaml.bak", "default.yaml"]
+    assert sorted(os.listdir(policy_dir)) == [LOCK_NAME, "claude.yaml", "claude.yaml.bak", "default.yaml"]
     # In force at once, without a restart; a fresh start agrees.
     assert store.generation == 1 and store.last_error is None
     decision = store.evaluate("claude", "github.add_deploy_key", {"repo": "prod-x"})
@@ -216,7 +220,7 @@ def test_refusals_write_nothing(policy_dir: Path) -> None:
     result = apply_policy_edit(store, agent="hand", tool="t", action="inherit", by="m", date=DATE)
     assert isinstance(result, EditRefused) and result.status == 409
     assert (policy_dir / "hand.yaml").read_text() == hand
-    assert sorted(os.listdir(policy_dir)) == ["claude.yaml", "default.yaml", "hand.yaml"]
+    assert sorted(os.listdir(policy_dir)) == [LOCK_NAME, "claude.yaml", "default.yaml", "hand.yaml"]
 
 
 def test_nothing_to_inherit_writes_nothing(policy_dir: Path) -> None:
@@ -269,6 +273,62 @@ def test_concurrent_edits_are_serialised(policy_dir: Path) -> None:
     assert all(f'["{tool}"]' in text for tool in tools)
     assert all(store.evaluate("claude", tool).action is Action.ALLOW for tool in tools)
     assert store.generation == 8
+
+
+_EDITOR = """
+import json, sys
+from drawbridge.state.policy_edits import EditApplied, apply_policy_edit
+from drawbridge.state.policy_store import PolicyStore
+store = PolicyStore.open(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()
+for i in range(int(sys.argv[3])):
+    tool = f"{sys.argv[2]}.t{i}"
+    r = apply_policy_edit(store, agent="claude", tool=tool, action="deny", by=sys.argv[2], date="2026-07-30")
+    print(json.dumps([tool, "applied" if isinstance(r, EditApplied) else r.status]), flush=True)
+"""
+
+
+def test_edits_from_two_processes_are_never_acknowledged_and_lost(policy_dir: Path) -> None:
+    """Two gateways (processes) editing one shared policy file at once: each edit is either in the file
+    at the end or was refused 409; an applied edit is never overwritten by the other process's."""
+    rounds = 25
+    editors = [
+        subprocess.Popen([PYTHON, "-c", _EDITOR, str(policy_dir), name, str(rounds)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, env=child_env())
+        for name in ("a", "b")
+    ]
+    for editor in editors:
+        assert editor.stdout is not None and editor.stdout.readline() == "ready\n"
+    for editor in editors:  # both start editing at once
+        assert editor.stdin is not None
+        editor.stdin.write("go\n")
+        editor.stdin.flush()
+    outcomes: list[list[object]] = []
+    for editor in editors:
+        out, _ = editor.communicate(timeout=PIPE_SECONDS * 4)
+        assert editor.returncode == 0
+        outcomes += [json.loads(line) for line in out.splitlines()]
+    assert len(outcomes) == 2 * rounds
+    assert all(outcome in ("applied", 409) for _, outcome in outcomes), outcomes
+    text = (policy_dir / "claude.yaml").read_text()
+    lost = [tool for tool, outcome in outcomes if outcome == "applied" and f'["{tool}"]' not in text]
+    assert lost == []
+    assert (policy_dir / LOCK_NAME).exists()
+    store = PolicyStore.open(policy_dir)
+    assert all(store.evaluate("claude", str(tool)).action is Action.DENY
+               for tool, outcome in outcomes if outcome == "applied")
+
+
+def test_an_edit_whose_lock_cannot_be_created_is_refused_not_applied_unlocked(tmp_path: Path) -> None:
+    single = tmp_path / "claude.yaml"
+    single.write_text(CLAUDE)
+    store = PolicyStore.open(single)
+    (tmp_path / LOCK_NAME).mkdir()  # stands for a lock the gateway cannot create (as root, chmod would not)
+    result = apply_policy_edit(store, agent="claude", tool="a.b", action="deny", by="m", date=DATE)
+    assert isinstance(result, EditRefused) and result.status == 503, result
+    assert str(tmp_path / LOCK_NAME) in result.message and "rather than applied unlocked" in result.message
+    assert single.read_text() == CLAUDE and not (tmp_path / "claude.yaml.bak").exists()
 
 
 def test_async_wrapper(policy_dir: Path) -> None:

@@ -16,8 +16,8 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from approval_support import text_of, trace, wait_pending_on
-from conftest import MODERN, PYTHON, SERVERS, eventually_async
+from approval_support import cli, text_of, trace, wait_pending_on
+from conftest import MODERN, PYTHON, SERVERS, eventually_async, scaled
 from mcp.shared.exceptions import MCPError
 from postgres_support import Cluster
 from replica_support import (
@@ -34,8 +34,15 @@ from replica_support import (
 from serve_support import background, http_client, http_gateway, serve_argv
 
 from drawbridge.evidence.chain import verify_chain
+from drawbridge.gateway.pipeline.pins import RETRY_MAX_SECONDS
+from drawbridge.state.postgres import DEFAULT_TIMEOUT
 
 pytestmark = pytest.mark.anyio
+
+OUTAGE_SECONDS = 17.0
+"""How long the long outage lasts, from the pool's first failed attempt."""
+READY_AGAIN_SECONDS = scaled(RETRY_MAX_SECONDS + DEFAULT_TIMEOUT + 1.0)
+"""The bound on readiness after the database is back: one pin check retry interval, one checkout."""
 
 
 async def test_an_approval_given_on_one_replica_releases_the_call_waiting_on_the_other_once(
@@ -68,6 +75,41 @@ async def test_an_approval_given_on_one_replica_releases_the_call_waiting_on_the
     (resolved,) = trace(tmp_path / "b" / "evidence", "approval_resolved")
     assert resolved["body"]["approval_id"] == waited["body"]["approval_id"] == approval_id
     assert resolved["body"]["resolved_by"] == "op"
+
+
+def _reaching(replica: Any) -> list[str]:
+    """The CLI's options reaching ``replica``'s control plane."""
+    return ["--url", replica.control(), "--token-file", str(replica.token_file)]
+
+
+async def test_approvals_show_on_another_replica_names_the_replica_that_holds_the_call(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    config_a, config_b = (replica_config(tmp_path, name, postgres_url, tmp_path / "calls.log") for name in "ab")
+    with http_gateway(config_a, env=KEY_ENV) as a, http_gateway(config_b, env=KEY_ENV) as b:
+        assert a.url is not None
+        async with http_client(a.url) as client, httpx.AsyncClient(
+            base_url=b.control(), headers=b.control_headers(), trust_env=False
+        ) as op_b:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client.call_tool, "rec.delete_all", {"scope": "every row"})
+                (pending,) = await wait_pending_on(op_b, PENDING_TIMEOUT)
+                assert pending["replica"] == "a"
+
+                def show(on: Any) -> str:
+                    done = cli("approvals", "show", pending["id"], *_reaching(on))
+                    assert done.returncode == 0, done.stderr
+                    return done.stdout
+
+                on_b = await anyio.to_thread.run_sync(show, b)
+                assert "held by replica 'a', which asked for this approval, not by replica 'b'" in on_b, on_b
+                assert "same state file" not in on_b and "every row" not in on_b
+                on_a = await anyio.to_thread.run_sync(show, a)
+                assert "every row" in on_a and "held by replica" not in on_a, on_a
+                listed = cli("approvals", "list", "--format", "json", *_reaching(b))
+                assert [item["replica"] for item in json.loads(listed.stdout)] == ["a"], listed.stdout
+                denied = await op_b.post(f"/approvals/{pending['id']}/deny", json={"resolved_by": "op-b"})
+                assert denied.status_code == 200, denied.text
 
 
 async def test_a_non_blocking_retry_on_the_other_replica_runs_once(tmp_path: Path, postgres_url: str) -> None:
@@ -214,9 +256,10 @@ async def test_postgresql_restarted_under_load_refuses_then_recovers_and_the_cha
     assert upstream_calls(log, "delete_all") == 1
 
 
-def _rugpull(root: Path, name: str, extra: list[str]) -> dict[str, Any]:
-    """The rug-pull server; its catalogue (shared by every replica's child) is read at each start."""
-    state = root / "rugpull.json"
+def _rugpull(root: Path, name: str, extra: list[str], state_name: str = "rugpull.json") -> dict[str, Any]:
+    """The rug-pull server; its catalogue (shared by every replica's child unless ``state_name`` is
+    the replica's own) is read at each start."""
+    state = root / state_name
     state.write_text(json.dumps({"description": "Echo the text back.", "extra": extra}), encoding="utf-8")
     return {
         "name": "rugpull", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "rugpull.py")],
@@ -269,6 +312,62 @@ async def test_a_pin_accepted_on_one_replica_holds_on_the_other(tmp_path: Path, 
             applied_after = time.monotonic() - accepted_at
     assert text_of(ran) == "exfiltrate"
     assert applied_after < REPLICA_APPROVAL_SECONDS, applied_after
+
+
+async def test_a_replica_shows_and_accepts_what_its_own_server_offers_not_anothers(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Each replica's child offers its own changed ``echo``; B checked last, so the shared observation
+    is B's. A's control plane still shows A's server's definition, and an accept through A of B's
+    fingerprint is refused (409) rather than pinning what A's own server does not offer."""
+    allow = "name: p\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"
+    configs = {}
+    for name in ("a", "b"):
+        upstream = _rugpull(tmp_path, name, [], state_name=f"rugpull-{name}.json")
+        configs[name] = replica_config(tmp_path, name, postgres_url, tmp_path / "log", upstream=upstream,
+                                       pin_tools=True)
+        for policy in (tmp_path / name / "policies").iterdir():
+            policy.unlink()
+        (tmp_path / name / "policies" / "p.yaml").write_text(allow, encoding="utf-8")
+    with http_gateway(configs["a"], env=KEY_ENV) as a, http_gateway(configs["b"], env=KEY_ENV) as b:
+        assert a.url is not None and b.url is not None
+        async with http_client(a.url) as on_a, http_client(b.url) as on_b, httpx.AsyncClient(
+            base_url=a.control(), headers=a.control_headers(), trust_env=False
+        ) as operator_a, httpx.AsyncClient(
+            base_url=b.control(), headers=b.control_headers(), trust_env=False
+        ) as operator_b:
+            for client in (on_a, on_b):
+                await _until_ok(client, "rugpull.echo", CALL_TIMEOUT, {"text": "x"})
+            for name, operator in (("a", operator_a), ("b", operator_b)):  # B's check comes last
+                (tmp_path / f"rugpull-{name}.json").write_text(
+                    json.dumps({"description": f"Echo, the {name} way.", "extra": []}), encoding="utf-8"
+                )
+                os.kill(int((tmp_path / f"rugpull-{name}.pid").read_text()), signal.SIGKILL)
+
+                async def checked(operator: httpx.AsyncClient = operator) -> bool:  # and observed
+                    tools = (await operator.get("/tools")).json()
+                    return any(t["name"] == "rugpull.echo" and t["pin_status"] == "changed" for t in tools)
+
+                await eventually_async(checked, PENDING_TIMEOUT, f"echo's change checked on {name}")
+
+            async def current(operator: httpx.AsyncClient) -> dict[str, Any]:
+                (tool,) = (await operator.get("/tools/pins")).json()
+                return dict(tool["current"])
+
+            on_a_shown, on_b_shown = await current(operator_a), await current(operator_b)
+            assert on_a_shown["description"] == "Echo, the a way.", on_a_shown
+            assert on_b_shown["description"] == "Echo, the b way.", on_b_shown
+            wrong = await operator_a.post("/tools/pins/accept", json={
+                "server": "rugpull", "by": "op", "fingerprints": {"rugpull.echo": on_b_shown["fingerprint"]},
+            })
+            assert wrong.status_code == 409 and "nothing was accepted" in wrong.text, wrong.text
+            assert (await current(operator_a))["fingerprint"] == on_a_shown["fingerprint"]
+            right = await operator_a.post("/tools/pins/accept", json={
+                "server": "rugpull", "by": "op", "fingerprints": {"rugpull.echo": on_a_shown["fingerprint"]},
+            })
+            assert right.status_code == 200 and right.json()["count"] == 1, right.text
+            ran = await _until_ok(on_a, "rugpull.echo", CALL_TIMEOUT, {"text": "x"})
+            assert text_of(ran) == "x"
 
 
 MODERN_ENVELOPE = {
@@ -351,25 +450,106 @@ async def test_a_grant_made_on_one_replica_lifts_the_approval_on_the_other(tmp_p
     assert [e["kind"] for e in trace(tmp_path / "a" / "evidence", "grant_created")] == ["grant_created"]
 
 
+def _pinning_replica(tmp_path: Path, url: str) -> Path:
+    """Replica ``a`` guarding the rug-pull server's pins, every tool allowed by policy."""
+    allow = "name: p\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"
+    config = replica_config(tmp_path, "a", url, tmp_path / "log", upstream=_rugpull(tmp_path, "a", []), pin_tools=True)
+    for policy in (tmp_path / "a" / "policies").iterdir():
+        policy.unlink()
+    (tmp_path / "a" / "policies" / "p.yaml").write_text(allow, encoding="utf-8")
+    return config
+
+
+def _readyz(url: str) -> str:
+    return url.rsplit("/mcp", 1)[0] + "/readyz"
+
+
+async def _stop_under_a_recheck(client: Any, cluster: Cluster, root: Path) -> None:
+    """Once replica a serves the rug-pull server, stop PostgreSQL and end the server's child, so that
+    its catalogue is checked again while the pins cannot be read."""
+    await _until_ok(client, "rugpull.echo", CALL_TIMEOUT, {"text": "x"})
+    await anyio.to_thread.run_sync(cluster.stop)
+    os.kill(int((root / "rugpull-a.pid").read_text()), signal.SIGKILL)
+
+
+async def test_after_a_long_outage_readiness_returns_within_the_pin_checks_bound(
+    tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
+) -> None:
+    """The database down long enough for the driver pool's own reconnection backoff to grow past 16 s:
+    once it is back, /readyz is 200 again within the documented bound (the pin check's retry, at most
+    RETRY_MAX_SECONDS apart, then one checkout), not when the pool's backoff next tries."""
+    config = _pinning_replica(tmp_path, postgres_url)
+    with http_gateway(config, env=KEY_ENV) as a:
+        assert a.url is not None
+        readyz = _readyz(a.url)
+        async with http_client(a.url) as client, httpx.AsyncClient(trust_env=False) as http:
+            await _stop_under_a_recheck(client, postgres_cluster, tmp_path)
+
+            async def not_ready() -> bool:
+                response = await http.get(readyz)
+                return response.status_code == 503 and response.json()["pins_unavailable"] == ["rugpull"]
+
+            await eventually_async(not_ready, RECOVERY_TIMEOUT, "/readyz naming the unreadable pins")
+            # The first failed check waited a checkout timeout: the pool has been failing that long. The
+            # outage lasts until its attempts, 1 s, 2 s, 4 s, 8 s apart, are 16 s from the next one.
+            outage_ends = time.monotonic() + OUTAGE_SECONDS - DEFAULT_TIMEOUT
+            while time.monotonic() < outage_ends:
+                assert await not_ready()
+                await anyio.sleep(0.2)
+            await anyio.to_thread.run_sync(postgres_cluster.start)
+            back = time.monotonic()
+
+            async def ready() -> bool:
+                return (await http.get(readyz)).status_code == 200
+
+            await eventually_async(ready, RECOVERY_TIMEOUT, "/readyz 200 again")
+            assert time.monotonic() - back <= READY_AGAIN_SECONDS, time.monotonic() - back
+
+
+async def test_readyz_says_the_state_is_unavailable_while_every_call_needs_it(
+    tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
+) -> None:
+    """With rate limits on PostgreSQL every call takes a token from the shared buckets: while the
+    database is down every call is refused, so the replica is not ready, and says why."""
+    limits = {"per_agent": {"rate": 100, "burst": 100}}
+    config = replica_config(tmp_path, "a", postgres_url, tmp_path / "log", rate_limits=limits)
+    with http_gateway(config, env=KEY_ENV) as a:
+        assert a.url is not None
+        readyz = _readyz(a.url)
+        async with httpx.AsyncClient(trust_env=False) as http:
+
+            async def readiness(status: int) -> dict[str, Any] | None:
+                response = await http.get(readyz)
+                return response.json() if response.status_code == status else None
+
+            before = await eventually_async(lambda: readiness(200), CALL_TIMEOUT, "/readyz 200")
+            assert before["state_unavailable"] is False
+            await anyio.to_thread.run_sync(postgres_cluster.stop)
+            try:
+                during = await eventually_async(lambda: readiness(503), CALL_TIMEOUT, "/readyz 503")
+                assert during["state_unavailable"] is True and during["status"] == "not ready", during
+                assert "postgresql" not in json.dumps(during)
+                async with http_client(a.url) as client:
+                    refused = await client.call_tool("rec.safe_read", {})
+                assert refused.is_error and "state unavailable" in text_of(refused), text_of(refused)
+            finally:
+                await anyio.to_thread.run_sync(postgres_cluster.start)
+            after = await eventually_async(lambda: readiness(200), RECOVERY_TIMEOUT, "/readyz 200 again")
+            assert after["state_unavailable"] is False
+
+
 async def test_pins_unreadable_while_postgresql_is_down_are_read_again_once_it_is_back(
     tmp_path: Path, postgres_cluster: Cluster, postgres_url: str
 ) -> None:
     """A pin check that failed during an outage is retried until it reads the pins; meanwhile /readyz
     says not ready, and neither the agent nor the log sees the database's password (given as a query
     parameter, which libpq reads and the trusting test cluster ignores)."""
-    allow = "name: p\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"
-    url = postgres_url + "?password=S3cretPw&connect_timeout=2"
-    config = replica_config(tmp_path, "a", url, tmp_path / "log", upstream=_rugpull(tmp_path, "a", []), pin_tools=True)
-    for policy in (tmp_path / "a" / "policies").iterdir():
-        policy.unlink()
-    (tmp_path / "a" / "policies" / "p.yaml").write_text(allow, encoding="utf-8")
+    config = _pinning_replica(tmp_path, postgres_url + "?password=S3cretPw&connect_timeout=2")
     with http_gateway(config, env=KEY_ENV) as a:
         assert a.url is not None
-        readyz = a.url.rsplit("/mcp", 1)[0] + "/readyz"
+        readyz = _readyz(a.url)
         async with http_client(a.url) as client, httpx.AsyncClient(trust_env=False) as http:
-            await _until_ok(client, "rugpull.echo", CALL_TIMEOUT, {"text": "x"})
-            await anyio.to_thread.run_sync(postgres_cluster.stop)
-            os.kill(int((tmp_path / "rugpull-a.pid").read_text()), signal.SIGKILL)  # its catalogue is checked again
+            await _stop_under_a_recheck(client, postgres_cluster, tmp_path)
 
             async def held() -> str | None:
                 result = await client.call_tool("rugpull.echo", {"text": "x"})

@@ -20,7 +20,10 @@ from serve_support import http_client, http_gateway, write_config
 
 from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
 from drawbridge.gateway.pipeline.approvals.gate import BindingKey
-from drawbridge.gateway.pipeline.deciders import decider_failure
+from drawbridge.gateway.pipeline.deciders import STATE_UNAVAILABLE, decider_failure
+from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.pipeline.verdicts import Provenance, Verdict
+from drawbridge.state.errors import failure_text
 from drawbridge.gateway.pipeline.verdicts import Action
 from drawbridge.state.sqlite import StateDB, StateUnavailable
 from drawbridge.state.trace_log import TraceLog
@@ -128,6 +131,41 @@ async def test_a_failed_sweep_is_logged_with_its_cause_not_only_its_type(tmp_pat
         log.close()
     (line,) = lines.lines
     assert line == f"approval sweep failed: state database {tmp_path / 'state.db'} is closed (expire approvals)", line
+
+
+@pytest.mark.anyio
+async def test_a_state_failure_while_a_call_waits_for_approval_is_logged_with_its_cause(tmp_path: Path) -> None:
+    """The wait runs in a task group, so the failure arrives as an exception group: what is logged
+    names the state failure inside it, and the agent is told the state is unavailable."""
+    db = StateDB.open(tmp_path / "state.db")
+    log = TraceLog(tmp_path / "trace.ndjson", fsync="never")
+    engine = ApprovalEngine.on_state_db(
+        db, trace_log_appender(log), key_for_args_digest=BindingKey(b"k" * 32, "k1"), state_keys=[b"s" * 32],
+        poll_seconds=0.02,
+    )
+    call = ToolCall("bot", "rec.delete_all", {"what": "x"}, None, 1, None)
+    needs = Verdict(Action.HUMAN_APPROVAL, "a person decides", Provenance("p", "p.yaml", 1))
+    failures: list[BaseException] = []
+
+    async def wait() -> None:
+        try:
+            await engine.settle(call, needs, elicitation_supported=False)
+        except Exception as exc:  # noqa: BLE001 -- what the pipeline's approval stage catches
+            failures.append(exc)
+
+    try:
+        with anyio.fail_after(CALL_TIMEOUT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await eventually_async(lambda: engine.store.list("pending"), scaled(5), "a pending approval")
+                db.close()  # the database goes away while the call waits
+    finally:
+        log.close()
+    (failure,) = failures
+    assert isinstance(failure, BaseExceptionGroup)  # as the waiting call's task group raises it
+    text = failure_text(failure)
+    assert "ExceptionGroup" not in text and text.startswith(f"state database {tmp_path / 'state.db'} is closed"), text
+    assert decider_failure(failure).reason == STATE_UNAVAILABLE
 
 
 def test_what_an_agent_reads_of_a_state_failure_claims_no_cause_it_does_not_know() -> None:

@@ -41,6 +41,10 @@ ARGUMENTS_NOT_HELD = (
     "not held by this gateway process (another gateway on the same state file opened this approval, "
     "or more approvals are pending than it keeps arguments for): deny unless you know the call"
 )
+ARGUMENTS_ON_REPLICA = (
+    "held by replica {replica}, which asked for this approval, not by replica {this} answering here: "
+    "show it through {replica}'s control plane (--url) to see them, or deny unless you know the call"
+)
 
 
 @click.group(name="approvals", context_settings={"help_option_names": ["-h", "--help"]})
@@ -130,6 +134,8 @@ def _show(view: dict[str, Any]) -> None:
         ("argument shape", f"{view.get('args_shape')}, digest {view.get('args_digest')}"),
         ("remaining", _seconds(view.get("remaining_seconds"))),
     ]
+    if view.get("replica"):
+        pairs.append(("asked on replica", view.get("replica")))
     if findings:
         warning = "arguments look like injected instructions: " + ", ".join(map(str, findings))
         pairs.append(("WARNING", Text(cell_text(warning), style="bold red")))
@@ -152,13 +158,21 @@ def _show(view: dict[str, Any]) -> None:
 def _show_arguments(view: dict[str, Any]) -> None:
     shown = view.get("arguments")
     if shown is None:
-        why = ARGUMENTS_NOT_HELD if view.get("status") == "pending" else ARGUMENTS_ENDED
+        why = _not_held(view) if view.get("status") == "pending" else ARGUMENTS_ENDED
         click.echo(display_text(f"arguments: {why}"))
         return
     click.echo("arguments (values under secret-like keys masked):")
     indent = "  "
     for line in argument_lines(shown, console().width - len(indent)):
         click.echo(indent + display_text(line))
+
+
+def _not_held(view: dict[str, Any]) -> str:
+    """Why a pending approval's arguments are not shown: on PostgreSQL, the replica that holds them."""
+    replica, this = view.get("replica"), view.get("this_replica")
+    if isinstance(replica, str) and replica != this:
+        return ARGUMENTS_ON_REPLICA.format(replica=repr(replica), this=repr(this) if this else "(none)")
+    return ARGUMENTS_NOT_HELD
 
 
 def _approval_id(context: click.Context, parameter: click.Parameter, value: str) -> str:

@@ -105,6 +105,7 @@ class ApprovalHandlers:
         now = self.services.clock()
         view = approval_view(approval, now)
         view["arguments"] = arguments_view(approval, approvals.shown_arguments(approval.id))
+        view["this_replica"] = approvals.store.replica_id  # the CLI tells which replica holds them
         view["active_grants"] = [
             grant_view(g, now) for g in await approvals.grant_service.active_for_agent(approval.agent)
         ]

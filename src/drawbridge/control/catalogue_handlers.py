@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final
 from urllib.parse import unquote
 
@@ -53,6 +54,7 @@ from drawbridge.state.policy_edits import (
     EditApplied,
     apply_policy_edit_async,
     atomic_write,
+    edit_lock,
 )
 from drawbridge.state.policy_store import PolicyStore
 
@@ -318,10 +320,18 @@ def _edit_target(request: Request) -> tuple[str, str]:
 
 
 def _undo_edit(store: PolicyStore, applied: EditApplied) -> str | None:
-    """Put the edited file back from its ``.bak`` and reload; None when done, else what went wrong."""
+    """Put the edited file back from its ``.bak`` and reload; None when done, else what went wrong.
+    Under the edit lock, so that no other process's edit lands between the check and the write."""
     path, backup = applied.path, applied.backup
     if path is None or backup is None:
         return None  # nothing was written
+    with edit_lock(store) as refused:
+        if refused is not None:
+            return f"{refused.message}; its previous bytes are in {path.name}{BACKUP_SUFFIX}"
+        return _undo_locked(store, applied, path, backup)
+
+
+def _undo_locked(store: PolicyStore, applied: EditApplied, path: Path, backup: Path) -> str | None:
     try:
         written = applied.plan.new_text.encode("utf-8")
         current = path.read_bytes()

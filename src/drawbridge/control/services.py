@@ -25,9 +25,11 @@ Theory of operation. ``ControlServices`` bundles:
   refused); it raises ``ValueError`` naming the rule broken, never the content. The control plane
   imports nothing of the gateway's, so the gateway hands it in.
 * ``pins``: a ``PinService`` (None when ``pin_tools`` is off). ``StorePinService`` implements it on
-  the SQLite pin store: held-back tools are the observed tools whose fingerprint differs from the
+  the pin store: held-back tools are the observed tools whose fingerprint differs from the
   accepted one; accepting pins what was observed (only what was reviewed, given ``reviewed``
-  fingerprints) and returns one ``PinAcceptance`` per change.
+  fingerprints) and returns one ``PinAcceptance`` per change. "Observed" is what this gateway's own
+  server offers when the gateway has listed it (replicas on PostgreSQL share one observation row per
+  server, written by whichever replica checked last).
 * ``recent_calls(agent, limit)``: the agent's latest decisions for the approval detail view (async,
   optional). ``RecentCallRing`` is a bounded in-memory implementation the recorder can feed.
 * ``clock``: "now" for remaining times in views.
@@ -52,7 +54,7 @@ from drawbridge.catalogue.decisions import CatalogueTool
 from drawbridge.catalogue.fingerprint import PinStatus
 from drawbridge.policy.model import Action
 from drawbridge.state.approvals import Approval, ApprovalStore
-from drawbridge.state.pins import PinAcceptance, PinStore
+from drawbridge.state.pins import ObservedTool, PinAcceptance, PinStore, ToolDefinition
 from drawbridge.state.policy_store import PolicyStore
 
 PIN_ACCEPT_KIND: Final = "mesh.pin_accept"
@@ -241,7 +243,9 @@ class StorePinService:
 
     ``servers`` names the upstreams whose pins are shown (the configured ones). ``after_accept``
     is awaited with the server's name after pins changed, so the gateway can recompute the floors
-    of that server's tools at once.
+    of that server's tools at once. ``offered`` gives what this gateway's own server offers now (None
+    when it has not listed it): the held-back tools are shown, and an accept pins, from that rather
+    than from the shared observation, which on PostgreSQL is whichever replica observed last.
     """
 
     def __init__(
@@ -252,12 +256,21 @@ class StorePinService:
         clock: Clock = utc_clock,
         display_name: Callable[[str, str], str] = agent_visible_name,
         after_accept: Callable[[str], Awaitable[None]] | None = None,
+        offered: Callable[[str], Mapping[str, ToolDefinition] | None] | None = None,
     ) -> None:
         self._store = store
         self._servers = servers
         self._clock = clock
         self._display = display_name
         self._after_accept = after_accept
+        self._offered = offered
+
+    def _own(self, server: str) -> Mapping[str, ToolDefinition] | None:
+        return None if self._offered is None else self._offered(server)
+
+    async def _current(self, server: str) -> Mapping[str, ToolDefinition | ObservedTool]:
+        own = self._own(server)
+        return own if own is not None else await self._store.observed(server)
 
     def servers(self) -> Sequence[str]:
         return list(self._servers())
@@ -271,7 +284,7 @@ class StorePinService:
             if not await self._store.is_pinned(server):
                 continue  # never pinned: the gateway pins it whole on first sight
             pins = await self._store.load(server)
-            observed = await self._store.observed(server)
+            observed = await self._current(server)
             for name in sorted(observed):
                 seen = observed[name]
                 pin = pins.get(name)
@@ -301,7 +314,9 @@ class StorePinService:
         by: str,
         reviewed: Mapping[str, str | None] | None = None,
     ) -> list[PinAcceptance]:
-        changes = await self._store.accept(server, names, accepted_by=by, at=self._clock(), reviewed=reviewed)
+        changes = await self._store.accept(
+            server, names, accepted_by=by, at=self._clock(), reviewed=reviewed, offered=self._own(server)
+        )
         if changes and self._after_accept is not None:
             await self._after_accept(server)
         return changes

@@ -91,6 +91,7 @@ def approval_view(approval: Approval, now: datetime) -> dict[str, Any]:
         "remaining_seconds": int(approval.remaining(now).total_seconds()),
         "injection_findings": list(approval.injection_findings),
         "approver": str(approval.approver),
+        "replica": approval.replica,
     }
     if not approval.pending:
         view.update(

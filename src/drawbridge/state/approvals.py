@@ -161,6 +161,9 @@ class Approval:
     memory_digest: str | None = None
     """What approval memory counts this approval under (``approval.memory``): the shape's digest unless
     a rule's ``memory_key`` made it a keyed digest of the shape and values; None without a shape."""
+    replica: str | None = None
+    """The replica that asked (``replica.id``), which holds the waiting call and its arguments; None on
+    a state file of one gateway without a replica id."""
 
     @property
     def short_id(self) -> str:
@@ -284,6 +287,11 @@ class ApprovalStore(Protocol):
 
     async def memory_counts(self, agent: str, tool: str, memory_digest: str) -> MemoryCounts: ...
 
+    @property
+    def replica_id(self) -> str | None:
+        """This gateway's replica id (``Approval.replica`` of what it asks), None without one."""
+        ...
+
 
 # -- SQLite ------------------------------------------------------------------------------------
 
@@ -292,7 +300,7 @@ logger = logging.getLogger("drawbridge.state")
 _COLUMNS: Final = (
     "id, agent, tool, args_digest, args_shape, shape_digest, reason, policy, source_file, rule_index, "
     "injection, status, created_at, expires_at, resolved_by, channel, resolution_reason, resolved_at, "
-    "approver, memory_digest"
+    "approver, memory_digest, replica"
 )
 
 
@@ -337,7 +345,7 @@ def _decode(row: sqlite3.Row | tuple[Any, ...]) -> Approval:
     (
         id_, agent, tool, args_digest, args_shape, shape_digest, reason, policy, source_file, rule_index,
         injection, status, created_at, expires_at, resolved_by, channel, resolution_reason, resolved_at,
-        approver, memory_digest,
+        approver, memory_digest, replica,
     ) = row
     return Approval(
         id=id_,
@@ -360,6 +368,7 @@ def _decode(row: sqlite3.Row | tuple[Any, ...]) -> Approval:
         resolved_at=from_db_time(resolved_at) if resolved_at is not None else None,
         approver=Approver(approver),
         memory_digest=memory_digest,
+        replica=_optional_text(replica, "replica"),
     )
 
 
@@ -459,6 +468,10 @@ class SqliteApprovalStore:
         self._db = db
         self._id_source = id_source
 
+    @property
+    def replica_id(self) -> str | None:
+        return self._db.replica_id
+
     async def submit(
         self,
         *,
@@ -516,7 +529,7 @@ class SqliteApprovalStore:
                 approval_id = new_id(self._id_source, "approval")
                 try:
                     conn.execute(
-                        f"INSERT INTO approvals ({_COLUMNS}, replica) VALUES "
+                        f"INSERT INTO approvals ({_COLUMNS}) VALUES "
                         "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, NULL, NULL, NULL, NULL, ?, ?, ?)",
                         (
                             approval_id, agent, tool, args_digest,

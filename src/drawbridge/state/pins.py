@@ -164,6 +164,7 @@ class PinStore(Protocol):
         accepted_by: str,
         at: datetime,
         reviewed: Mapping[str, str | None] | None = None,
+        offered: Mapping[str, ToolDefinition] | None = None,
     ) -> list[PinAcceptance]: ...
 
 
@@ -309,6 +310,20 @@ def _check_bound(
         )
 
 
+def _write_observed(conn: sqlite3.Connection, server: str, tools: Mapping[str, ToolDefinition], when: str) -> None:
+    conn.execute("DELETE FROM observed_tools WHERE server = ?", (server,))
+    conn.execute(
+        "INSERT INTO observed_servers (server, observed_at) VALUES (?, ?) "
+        "ON CONFLICT (server) DO UPDATE SET observed_at = excluded.observed_at",
+        (server, when),
+    )
+    conn.executemany(
+        "INSERT INTO observed_tools (server, name, fingerprint, description, observed_at, definition) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [(server, name, d.fingerprint, d.description, when, d.definition) for name, d in tools.items()],
+    )
+
+
 class SqlitePinStore:
     """``PinStore`` on the embedded SQLite database. See the module docstring."""
 
@@ -381,20 +396,9 @@ class SqlitePinStore:
         checked = _check_tools(tools)
         when = to_db_time(at)
 
-        def write(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM observed_tools WHERE server = ?", (server,))
-            conn.execute(
-                "INSERT INTO observed_servers (server, observed_at) VALUES (?, ?) "
-                "ON CONFLICT (server) DO UPDATE SET observed_at = excluded.observed_at",
-                (server, when),
-            )
-            conn.executemany(
-                "INSERT INTO observed_tools (server, name, fingerprint, description, observed_at, definition) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [(server, name, d.fingerprint, d.description, when, d.definition) for name, d in checked.items()],
-            )
-
-        await self._write(server, write, "record observed catalogue")
+        await self._write(
+            server, lambda conn: _write_observed(conn, server, checked, when), "record observed catalogue"
+        )
 
     async def observed(self, server: str) -> dict[str, ObservedTool]:
         _check_name(server, "server")
@@ -408,6 +412,7 @@ class SqlitePinStore:
         accepted_by: str,
         at: datetime,
         reviewed: Mapping[str, str | None] | None = None,
+        offered: Mapping[str, ToolDefinition] | None = None,
     ) -> list[PinAcceptance]:
         """Pin what the server offers now, for ``names`` or for every tool that differs from its pin.
 
@@ -415,14 +420,19 @@ class SqlitePinStore:
         ``reviewed`` (tool name -> the fingerprint a person reviewed, None for "removed") binds the
         acceptance to what was shown: ``PinConflict``, and nothing changes, when a tool it names is
         observed with another fingerprint now, or when a definition it does not name would be pinned.
+        ``offered``: what the accepting gateway's own server offers now, recorded as the observation in
+        this transaction and pinned from: a replica never pins what only another replica's server offers.
         """
         _check_name(server, "server")
         _check_name(accepted_by, "accepted_by")
         wanted = None if names is None else sorted({_check_name(n, "tool name") for n in names})
         bound = None if reviewed is None else _check_reviewed(reviewed)
+        own = None if offered is None else _check_tools(offered)
         when = to_db_time(at)
 
         def write(conn: sqlite3.Connection) -> list[PinAcceptance]:
+            if own is not None:
+                _write_observed(conn, server, own, when)
             if conn.execute("SELECT 1 FROM observed_servers WHERE server = ?", (server,)).fetchone() is None:
                 raise PinError(
                     f"no catalogue has been observed for server {sanitize(server)!r}; nothing to accept"

@@ -3,9 +3,15 @@
 Invariant: after ``apply_policy_edit`` returns, either the edit is on disk *and* in force (the
 whole policy set loaded with it and the ``PolicyStore`` swapped to that set), or the edited file
 holds exactly the bytes it held before and the policies in force are the ones that were. The
-previous bytes of an edited file are kept beside it as ``<file>.bak``. Edits run one at a time.
+previous bytes of an edited file are kept beside it as ``<file>.bak``. Edits run one at a time,
+across processes too: every edit holds an exclusive ``flock`` on ``.drawbridge-edit.lock`` in the
+policy directory (beside the file, for a single-file store) from its first read of the file to its
+reload, so replicas sharing a policy volume never lose an acknowledged edit (the second reads the
+first's bytes and builds on them). A lock file that cannot be opened or created (a read-only
+volume) refuses the edit (503, naming the file and why); a lock another edit holds past
+``LOCK_WAIT_SECONDS`` refuses it 409. An edit is never applied unlocked.
 
-Theory of operation, for one edit (``PUT /policies/{agent}/tools/{tool}``), under one lock:
+Theory of operation, for one edit (``PUT /policies/{agent}/tools/{tool}``), under the lock:
 
 1. Find the agent's own policy in the set in force (``edit.own_policy``) and read its file
    from disk (a leading UTF-8 byte-order mark is kept aside and put back). The file as on disk
@@ -33,11 +39,16 @@ edit, not an identity.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import functools
 import os
 import stat
 import tempfile
 import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,8 +77,14 @@ POLICY_EDIT_KIND: Final = "mesh.policy_edit"
 BACKUP_SUFFIX: Final = ".bak"
 _BOM: Final = b"\xef\xbb\xbf"
 
-#: One edit at a time, across every store of the process: edits are rare, and two edits of one
-#: file interleaving (read, plan, write) would lose one of them.
+LOCK_NAME: Final = ".drawbridge-edit.lock"
+"""The file whose ``flock`` every process editing the policy directory holds (hidden: never loaded)."""
+LOCK_WAIT_SECONDS: Final = 10.0
+"""How long an edit waits for another's lock before it is refused (409)."""
+_LOCK_POLL_SECONDS: Final = 0.02
+
+#: One edit at a time within the process (the flock serialises processes): edits are rare, and two
+#: edits of one file interleaving (read, plan, write) would lose one of them.
 _EDIT_LOCK = threading.Lock()
 
 
@@ -218,8 +235,64 @@ def apply_policy_edit(
     """
     if date is None:
         date = datetime.now(UTC).date().isoformat()
-    with _EDIT_LOCK:
+    with edit_lock(store) as refused:
+        if refused is not None:
+            return refused
         return _apply(store, agent, tool, action, by, date)
+
+
+@contextlib.contextmanager
+def edit_lock(store: PolicyStore) -> Iterator[EditRefused | None]:
+    """The lock every change of ``store``'s files is made under (an edit, or its undo): yields None
+    while held (by this thread, over every process sharing the directory), or why it cannot be had."""
+    with _EDIT_LOCK, _directory_lock(lock_path(store)) as refused:
+        yield refused
+
+
+def lock_path(store: PolicyStore) -> Path:
+    """The lock file of ``store``'s policies: in the directory, or beside a single policy file."""
+    return store.path / LOCK_NAME if store.is_dir else store.path.parent / LOCK_NAME
+
+
+@contextlib.contextmanager
+def _directory_lock(path: Path, wait: float = LOCK_WAIT_SECONDS) -> Iterator[EditRefused | None]:
+    """Hold an exclusive ``flock`` on ``path`` (created when missing) for the body; yields None when
+    held, or the refusal when it cannot be had, so that no edit is ever applied unlocked."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o664)
+    except OSError as exc:
+        try:  # an existing lock file another user created: a read-only descriptor locks it too
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise exc
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            yield EditRefused(
+                503,
+                f"{path}: cannot create the policy edit lock ({exc.strerror}), so edits are refused "
+                "rather than applied unlocked; the gateway needs write access to the policy directory",
+            )
+            return
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield EditRefused(
+                        409, f"another edit of the policies holds {path} for over {wait:g} s; try again"
+                    )
+                    return
+                time.sleep(_LOCK_POLL_SECONDS)
+            except OSError as exc:
+                yield EditRefused(
+                    503, f"{path}: cannot lock ({exc.strerror}), so edits are refused rather than applied unlocked"
+                )
+                return
+        yield None
+    finally:
+        os.close(fd)  # closing the last descriptor releases the flock
 
 
 async def apply_policy_edit_async(
@@ -335,11 +408,15 @@ def _restore_or_report(
 
 __all__ = [
     "BACKUP_SUFFIX",
+    "LOCK_NAME",
+    "LOCK_WAIT_SECONDS",
     "POLICY_EDIT_KIND",
     "EditApplied",
     "Placement",
     "apply_policy_edit",
     "apply_policy_edit_async",
     "atomic_write",
+    "edit_lock",
+    "lock_path",
     "record_policy_edit",
 ]

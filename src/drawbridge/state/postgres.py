@@ -22,7 +22,12 @@ Theory of operation.
   duplicate key on a plain ``INSERT`` into ``sqlite3.IntegrityError`` after rolling back to a
   savepoint (the stores draw a new id and go on, as on SQLite).
 * Reconnecting. Nothing is held across a failure: the pool drops a broken connection, the next
-  transaction gets a fresh one, and the calls in between were refused. The listener
+  transaction gets a fresh one, and the calls in between were refused. The pool's own reconnection
+  attempts back off exponentially (1 s, 2 s, 4 s, ...) for as long as ``reconnect_timeout``: left at
+  its default (5 minutes) a replica whose database was down for 15 s would wait another 16 s before
+  trying again, not ready all the while. ``RECONNECT_SECONDS`` ends each run of attempts after 5 s
+  (at most 2 s apart); the next checkout starts a new run at once, so a replica connects again within
+  a few seconds of the database's return, as the pin check's retries (at most 5 s apart) expect. The listener
   (``listen``) reconnects with a bounded backoff and, after each reconnection, reports a resync
   (``None``), because notifications sent while it was away are lost.
 * The driver's log. psycopg's own loggers go through ``_DriverLog``: one line per message, the
@@ -79,6 +84,8 @@ LOCK_KEY: Final = 0x64726272
 DEFAULT_POOL_SIZE: Final = 10
 DEFAULT_TIMEOUT: Final = 3.0
 LISTEN_BACKOFF_MAX: Final = 2.0
+RECONNECT_SECONDS: Final = 5.0
+"""How long one run of the pool's reconnection attempts lasts (module docstring, Reconnecting)."""
 _PLACEHOLDER: Final = re.compile(r"\?")
 _OR_IGNORE: Final = re.compile(r"^\s*INSERT OR IGNORE INTO", re.IGNORECASE)
 _SECRET_NAMES: Final = ("pass", "key", "secret", "token")
@@ -236,6 +243,7 @@ class PostgresDB:
         pool = psycopg_pool.ConnectionPool(
             url, min_size=1, max_size=max(1, pool_size), timeout=timeout, open=False,
             check=psycopg_pool.ConnectionPool.check_connection, name="drawbridge-state",
+            reconnect_timeout=RECONNECT_SECONDS,
             kwargs={"connect_timeout": max(1, int(timeout))},
         )
         pool_log = logging.getLogger("psycopg.pool")
@@ -305,6 +313,19 @@ class PostgresDB:
         """A write transaction without the replicas' lock: for rows the caller locks itself
         (``SELECT ... FOR UPDATE``), so that writers of other rows do not wait for it."""
         return await anyio.to_thread.run_sync(functools.partial(self._run, fn, what, write=False))
+
+    def ping_sync(self, timeout: float) -> None:
+        """One round trip to the server, waiting at most ``timeout`` for a connection; raises
+        ``StateUnavailable`` (``/readyz`` asks this when every call needs the state)."""
+        if self._closed:
+            raise StateUnavailable(f"state database {self.label} is closed (ping)", detail="ping: closed")
+        try:
+            with self._pool.connection(timeout=timeout) as conn:
+                conn.execute("SELECT 1")
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise StateUnavailable(
+                f"state database {self.label}: ping: {self._describe(exc)}", detail=f"ping: {_kind_of_failure(exc)}"
+            ) from None
 
     def schema_version(self) -> int:
         return self.read_sync(
@@ -428,4 +449,4 @@ def _migrate(conn: _PgConnection) -> None:
     apply_migrations(conn, MIGRATIONS, "the state database")
 
 
-__all__ = ["DEFAULT_POOL_SIZE", "LOCK_KEY", "PostgresDB", "ReplicaIdInUse", "redacted", "scrubbed", "translate"]
+__all__ = ["DEFAULT_POOL_SIZE", "LOCK_KEY", "RECONNECT_SECONDS", "PostgresDB", "ReplicaIdInUse", "redacted", "scrubbed", "translate"]

@@ -23,7 +23,7 @@ from drawbridge.gateway.pipeline.shadow import shadow_verdict
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import GATEWAY_POLICY, Action, Provenance, Verdict
 from drawbridge.state.policy_store import PolicyStore
-from drawbridge.state.errors import StateUnavailable, failure_text
+from drawbridge.state.errors import failure_text, state_failure
 
 _log = logging.getLogger("drawbridge.gateway")
 
@@ -101,8 +101,9 @@ def guarded_decision_now(decide_now: Callable[[ToolCall], Verdict | None], call:
 
 
 def decider_failure(exc: BaseException) -> Verdict:
-    """The verdict when a decider raised: deny, naming the exception type only (its text may quote arguments)."""
-    if isinstance(exc, StateUnavailable):
+    """The verdict when a decider raised: deny, naming the exception type only (its text may quote
+    arguments); a state failure, even one a task group wrapped, is told as ``STATE_UNAVAILABLE``."""
+    if state_failure(exc) is not None:
         return Verdict(Action.DENY, STATE_UNAVAILABLE, Provenance(GATEWAY_POLICY))
     return Verdict(
         Action.DENY, f"the decision failed ({type(exc).__name__}); failing closed", Provenance(GATEWAY_POLICY)

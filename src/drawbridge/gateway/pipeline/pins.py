@@ -229,6 +229,14 @@ class CataloguePins:
             )
         return state.unavailable
 
+    def offered(self, server: str) -> dict[str, ToolDefinition] | None:
+        """What ``server`` offers this gateway now (its last listing), None before it listed any: the
+        control plane shows and accepts this gateway's own server's definitions."""
+        source = self._sources.get(server)
+        if source is None or source.catalogue_version == 0:
+            return None
+        return dict(pinnable(source.tools).definitions)
+
     def unavailable(self) -> list[str]:
         """The guarded servers whose current catalogue's check could not read their pins (``/readyz``)."""
         return sorted(s for s in self._sources if (state := self._current(s)) is not None and state.unavailable)

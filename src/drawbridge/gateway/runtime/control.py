@@ -138,7 +138,7 @@ def control_services(
             if after_accept is not None:
                 await after_accept(server)
 
-        pin_service = GatewayPinService(runtime.pin_store, pins, after_accept=accepted)
+        pin_service = GatewayPinService(runtime.pin_store, pins, after_accept=accepted, offered=pins.offered)
     checkpointer = runtime.checkpointer
 
     async def checkpoint() -> str | None:

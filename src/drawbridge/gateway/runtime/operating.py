@@ -12,13 +12,22 @@ be written (every call is refused), or no upstream is up with its pins readable 
 upstream whose pins cannot be read has every tool held back, as if it were down, until a retry reads
 them). An upstream that is down, or whose pins cannot be read, while others serve is named
 (``upstreams_down``, ``pins_unavailable``), and the gateway stays ready: the calls to the others are
-served.
+served. When every call needs the state database (``rate_limits`` on PostgreSQL: each call takes a
+token from the shared buckets), ``/readyz`` also pings it (``state_unavailable``) and answers 503 while
+it cannot be reached, since every call would be refused ``state unavailable``. The ping's answer is
+reused for ``STATE_PROBE_SECONDS`` and one ping runs at a time, so probes (which need no credential)
+cannot load the database.
 """
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
+
+import anyio
+import anyio.to_thread
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -27,12 +36,51 @@ from starlette.routing import Route
 from drawbridge.control.auth import AdminAuth
 from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.state.approvals import ApprovalStatus
+from drawbridge.state.errors import StateUnavailable
+from drawbridge.state.postgres import PostgresDB
 
 UpstreamStates = Callable[[], Mapping[str, bool]]
 
+STATE_PROBE_SECONDS: Final = 1.0
+"""How long one ping of the state database answers ``/readyz`` for."""
+STATE_PING_TIMEOUT: Final = 1.0
+"""How long a ping waits for a connection before the state counts as unreachable."""
 
-def readiness(runtime: Runtime, upstreams: UpstreamStates) -> tuple[bool, dict[str, Any]]:
-    """Whether the gateway is ready, and the status fields ``/readyz`` shows (module docstring)."""
+
+class StateProbe:
+    """Whether the state database answers now: one ping at a time, its answer reused for a while."""
+
+    def __init__(self, db: PostgresDB) -> None:
+        self._db = db
+        self._lock = anyio.Lock()
+        self._at = float("-inf")
+        self._reachable = True
+
+    async def reachable(self) -> bool:
+        async with self._lock:
+            if time.monotonic() - self._at >= STATE_PROBE_SECONDS:
+                try:
+                    await anyio.to_thread.run_sync(functools.partial(self._db.ping_sync, STATE_PING_TIMEOUT))
+                    self._reachable = True
+                except StateUnavailable:
+                    self._reachable = False
+                self._at = time.monotonic()
+            return self._reachable
+
+
+def state_probe(runtime: Runtime) -> StateProbe | None:
+    """The probe ``/readyz`` asks when every call needs the state database (module docstring), else None."""
+    db = runtime.state_db
+    if isinstance(db, PostgresDB) and runtime.pipeline.rate_limits is not None:
+        return StateProbe(db)
+    return None
+
+
+def readiness(
+    runtime: Runtime, upstreams: UpstreamStates, state_reachable: bool | None = None
+) -> tuple[bool, dict[str, Any]]:
+    """Whether the gateway is ready, and the status fields ``/readyz`` shows (module docstring);
+    ``state_reachable``: the state probe's answer, None when every call does not need the state."""
     store = runtime.policy_store
     states = upstreams()
     down = sorted(name for name, up in states.items() if not up)
@@ -47,8 +95,10 @@ def readiness(runtime: Runtime, upstreams: UpstreamStates) -> tuple[bool, dict[s
     }
     if pins is not None:
         body["pins_unavailable"] = unreadable
+    if state_reachable is not None:
+        body["state_unavailable"] = not state_reachable
     serving = [name for name in states if name not in down and name not in unreadable]
-    ready = evidence_ok and (not states or bool(serving))
+    ready = evidence_ok and (not states or bool(serving)) and state_reachable is not False
     body["status"] = "ready" if ready else "not ready"
     return ready, body
 
@@ -59,8 +109,10 @@ def health_routes(runtime: Runtime, upstreams: UpstreamStates) -> list[Route]:
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "alive"})
 
+    probe = state_probe(runtime)
+
     async def readyz(request: Request) -> Response:
-        ready, body = readiness(runtime, upstreams)
+        ready, body = readiness(runtime, upstreams, None if probe is None else await probe.reachable())
         return JSONResponse(body, status_code=200 if ready else 503)
 
     return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
