@@ -102,10 +102,10 @@ async def test_approvals_show_on_another_replica_names_the_replica_that_holds_th
                     return done.stdout
 
                 on_b = await anyio.to_thread.run_sync(show, b)
-                assert "held by replica 'a', which asked for this approval, not by replica 'b'" in on_b, on_b
+                assert "held by gateway 'a', which asked for this approval, not by gateway 'b'" in on_b, on_b
                 assert "same state file" not in on_b and "every row" not in on_b
                 on_a = await anyio.to_thread.run_sync(show, a)
-                assert "every row" in on_a and "held by replica" not in on_a, on_a
+                assert "every row" in on_a and "held by gateway" not in on_a, on_a
                 listed = cli("approvals", "list", "--format", "json", *_reaching(b))
                 assert [item["replica"] for item in json.loads(listed.stdout)] == ["a"], listed.stdout
                 denied = await op_b.post(f"/approvals/{pending['id']}/deny", json={"resolved_by": "op-b"})

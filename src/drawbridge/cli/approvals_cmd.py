@@ -42,7 +42,7 @@ ARGUMENTS_NOT_HELD = (
     "or more approvals are pending than it keeps arguments for): deny unless you know the call"
 )
 ARGUMENTS_ON_REPLICA = (
-    "held by replica {replica}, which asked for this approval, not by replica {this} answering here: "
+    "held by gateway {replica}, which asked for this approval, not by gateway {this} answering here: "
     "show it through {replica}'s control plane (--url) to see them, or deny unless you know the call"
 )
 
@@ -135,7 +135,7 @@ def _show(view: dict[str, Any]) -> None:
         ("remaining", _seconds(view.get("remaining_seconds"))),
     ]
     if view.get("replica"):
-        pairs.append(("asked on replica", view.get("replica")))
+        pairs.append(("asked by gateway", view.get("replica")))  # a replica id, or a SQLite sharer's
     if findings:
         warning = "arguments look like injected instructions: " + ", ".join(map(str, findings))
         pairs.append(("WARNING", Text(cell_text(warning), style="bold red")))
@@ -168,7 +168,8 @@ def _show_arguments(view: dict[str, Any]) -> None:
 
 
 def _not_held(view: dict[str, Any]) -> str:
-    """Why a pending approval's arguments are not shown: on PostgreSQL, the replica that holds them."""
+    """Why a pending approval's arguments are not shown: the gateway that holds them (a replica on
+    PostgreSQL, another process on a shared SQLite file: ``state.instances``)."""
     replica, this = view.get("replica"), view.get("this_replica")
     if isinstance(replica, str) and replica != this:
         return ARGUMENTS_ON_REPLICA.format(replica=repr(replica), this=repr(this) if this else "(none)")
