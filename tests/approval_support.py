@@ -153,10 +153,12 @@ async def wait_pending_on(
 
 
 async def answered_by_operator(
-    client: Any, http: httpx.AsyncClient, tool: str, arguments: dict[str, Any], answer: Literal["approve", "deny"]
+    client: Any, http: httpx.AsyncClient, tool: str, arguments: dict[str, Any], answer: Literal["approve", "deny"],
+    before: Callable[[], Awaitable[Any]] | None = None,
 ) -> types.CallToolResult:
     """Call ``tool`` and answer, as an operator on the control plane ``http``, the approval it waits
-    for (a call that ran without one fails the wait). Returns the call's result."""
+    for (a call that ran without one fails the wait), once ``before`` (if given) returned. Returns the
+    call's result."""
     results: list[types.CallToolResult] = []
 
     async def call() -> None:
@@ -166,6 +168,8 @@ async def answered_by_operator(
         tg.start_soon(call)
         pending = await wait_pending_on(http)
         assert [p["tool"] for p in pending] == [tool]
+        if before is not None:
+            await before()
         answered = await http.post(f"/approvals/{pending[0]['id']}/{answer}", json={"resolved_by": "op", "reason": "r"})
         assert answered.status_code == 200
     return results[0]

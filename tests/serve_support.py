@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 import socket
 import subprocess
 import threading
@@ -42,6 +43,19 @@ JOIN_SECONDS = scaled(5.0)
 ALLOW_ALL = {"allow.yaml": "name: allow-all\nagent: '*'\nrules:\n  - tools: ['*']\n    action: allow\n"}
 URL_LINE = re.compile(r"serving \d+ upstream\(s\) on (http://\S+/mcp)")
 CONTROL_LINE = re.compile(r"control plane on (http://\S+) \((?:admin token in (.+)|admin token as configured)\)")
+
+
+TEXT_LINE = re.compile(r"^drawbridge: (INFO|WARNING) (\w+) (.*)$")
+
+
+def fields_of(text: str, event: str) -> list[dict[str, str]]:
+    """The ``key=value`` fields of every text activity line of ``event``."""
+    found = []
+    for line in text.splitlines():
+        match = TEXT_LINE.match(line)
+        if match and match.group(2) == event:
+            found.append(dict(pair.split("=", 1) for pair in shlex.split(match.group(3))))
+    return found
 
 
 def everything_upstream(command: Sequence[str]) -> dict[str, Any]:

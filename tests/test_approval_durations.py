@@ -69,6 +69,15 @@ def test_a_missing_unit_is_answered_with_a_spelling_within_the_bounds(text: str,
     assert parse_duration(example) <= timedelta(hours=24)
 
 
+def test_a_caller_that_checks_only_the_spelling_suggests_within_the_bound_it_leaves_to_another() -> None:
+    wide = timedelta(days=3650)
+    with pytest.raises(DurationError, match=r"\(e\.g\. 86400s\)$"):
+        parse_duration("86400", maximum=wide, suggest_within=timedelta(hours=24))
+    with pytest.raises(DurationError, match=r"\(e\.g\. 86400m\)$"):
+        parse_duration("86400", maximum=wide)
+    assert parse_duration("48h", maximum=wide, suggest_within=timedelta(hours=24)) == timedelta(hours=48)
+
+
 def test_bounds_are_the_callers() -> None:
     assert parse_duration("7d", maximum=timedelta(days=7)) == timedelta(days=7)
     with pytest.raises(DurationError, match="below the minimum of 1m"):

@@ -67,6 +67,26 @@ async def test_a_pending_approval_never_survives_a_restart(tmp_path: Path) -> No
     ]
 
 
+async def test_a_second_gateway_on_the_state_file_leaves_the_first_ones_approval_pending(tmp_path: Path) -> None:
+    state, port, policy = tmp_path / "state.db", free_port(), write_policy(tmp_path)
+    control = ControlPlane(port, state)
+    first = wrap_flags(policy, tmp_path / "first", "--state", str(state), "--control-port", str(port))
+    async with raw_pipe(wrap_argv(GITHUB_LIKE, *first)) as pipe:
+        await pipe.initialize()
+        call = {"name": "delete_repo", "arguments": ROCKET}
+        await pipe.send({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": call})
+        (waiting,) = await control.wait_pending(1)
+        second = wrap_flags(policy, tmp_path / "second", "--state", str(state))
+        async with connect(wrap_params(GITHUB_LIKE, *second)) as client:  # it starts (and recovers) on the file
+            assert listed(await client.call_tool("list_repos", {"owner": "acme"})) == ["anvil", "rocket"]
+        assert [a["id"] for a in await control.pending()] == [waiting["id"]]  # the first gateway still runs
+        assert (await control.approve(waiting["id"])).status_code == 200
+        answer = await pipe.recv()
+        assert answer["id"] == 7 and "error" not in answer and not answer["result"].get("isError"), answer
+        assert answer["result"]["content"][0]["text"] == "deleted acme/rocket"
+    assert trace(tmp_path / "second", "approval_resolved") == []
+
+
 GRANT_POLICY = POLICY.replace('  - tools: ["*"]\n    action: deny\n', '  - tools: ["get_repo"]\n    action: deny\n  - tools: ["*"]\n    action: deny\n').replace('["list_repos", "get_repo"]', '["list_repos"]')
 
 

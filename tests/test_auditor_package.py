@@ -198,7 +198,12 @@ def _surrogate_in_event(manifest: bytes, events_bytes: bytes) -> tuple[bytes, by
     return manifest, events_bytes.replace(b'"data":{', b'"data":{"note":"\\udc00",', 1)
 
 
+def _deep_in_event(manifest: bytes, events_bytes: bytes) -> tuple[bytes, bytes]:
+    return manifest, events_bytes.replace(b'"data":{', b'"data":{"deep":' + b"[" * 5000 + b"]" * 5000 + b",", 1)
+
+
 @pytest.mark.parametrize(("edit", "reason"), [
+    (_deep_in_event, "line 1 is not strict JSON: nesting is deeper than 64 levels, the depth limit"),
     (_duplicate_in_data, 'line 1 is not strict JSON: the key "schema" appears twice'),
     (_duplicate_in_event, 'line 1 is not strict JSON: the key "assaypii" appears twice'),
     (_duplicate_in_manifest, 'manifest.json is not strict JSON: the key "run_id" appears twice'),
@@ -495,6 +500,19 @@ BAD_IMPORTS = {
     "typo.json": b'{"schema": "assay.provider_audit_record.v0",',
     "inconsistent.json": json.dumps({**_audit_record(), "binding_digest": "sha256:" + "0" * 64}).encode(),
     "other.json": b'{"schema": "something.else.v0"}',
+    # Assay skips these as no JSON; read by json.loads's guesses they would bind (one package, two verdicts).
+    "bom.json": b"\xef\xbb\xbf" + json.dumps(_audit_record()).encode(),
+    "utf16.json": json.dumps(_audit_record()).encode("utf-16"),
+    # A key given twice: the last would win, and bind; an auditor reading the first sees another subject.
+    "dupkey.json": json.dumps(_audit_record()).encode().replace(
+        b'"subject": {', b'"subject": {"action_class": "other", "verb": "x", "target": {}}, "subject": {', 1),
+    "deep.json": b'{"schema": "assay.provider_audit_record.v0", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+}
+BAD_IMPORT_REASONS = {
+    "typo.json": "is not JSON", "inconsistent.json": "record_inconsistent", "other.json": "is not an audit record",
+    "bom.json": "bom.json starts with a byte order mark", "utf16.json": "utf16.json is not UTF-8",
+    "dupkey.json": 'dupkey.json is not strict JSON: the key "subject" appears twice in one object',
+    "deep.json": "deep.json is not strict JSON: nesting is deeper than 64 levels, the depth limit",
 }
 
 
@@ -512,13 +530,82 @@ def test_export_refuses_an_audit_import_its_verify_export_would_reject(
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert str(audit / name) in lines[0] and not (tmp_path / "p").exists()
-    reason = {"typo.json": "is not JSON", "inconsistent.json": "record_inconsistent",
-              "other.json": "is not an audit record"}[name]
+    reason = BAD_IMPORT_REASONS[name]
     assert reason in lines[0], lines[0]
     # The same file in a package (re-signed by the operator) fails verify-export for the same reason.
     files = _files(package)
     forged = _re_signed(files, _events(files), evidence, {name: BAD_IMPORTS[name]})
     assert reason in _failed(_verify(forged, evidence))["side_effects"]
+
+
+def _export(evidence: Path, out: Path, *imports: Path, output: str = "json") -> subprocess.CompletedProcess[str]:
+    args = [arg for path in imports for arg in ("--audit-import", str(path))]
+    return cli("evidence", "export", "--evidence-dir", str(evidence), "--carriers", str(evidence / "carriers.ndjson"),
+               *args, "--out", str(out), "--format", output)
+
+
+def test_export_holds_each_audit_record_once(tmp_path: Path, exported: tuple[Path, Path]) -> None:
+    """The same path given twice is one import; a copy under another name is not exported again, and
+    the summary says which; a package that holds a copy anyway (re-signed) counts it once."""
+    evidence, package = exported
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    record = audit / "github-audit-1.json"
+    record.write_text(json.dumps(_audit_record()))
+    (audit / "replay.json").write_bytes(record.read_bytes())
+    done = _export(evidence, tmp_path / "p", audit, record)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["audit_records"] == 1 and summary["audit_imports_skipped"] == [
+        {"source": str(audit / "replay.json"), "reason": f"the same record as {record}: exported once"}]
+    assert sorted(p.name for p in (tmp_path / "p" / "audit-import").iterdir()) == ["github-audit-1.json"]
+    files = _files(package)
+    copies = {"github-audit-1.json": record.read_bytes(), "replay.json": record.read_bytes()}
+    report = _verify(_re_signed(files, _events(files), evidence, copies), evidence)
+    side = next(check for check in report["checks"] if check["id"] == "side_effects")
+    assert report["ok"] and side["detail"].endswith(
+        "1 verified through 1 audit record(s) (1 more file(s) a copy of one, counted once)"), side
+
+
+def test_two_audit_records_under_one_record_id_are_refused(tmp_path: Path, exported: tuple[Path, Path]) -> None:
+    evidence, package = exported
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    (audit / "a.json").write_text(json.dumps(_audit_record()))
+    other = {**_audit_record(), "non_claims": []}
+    (audit / "b.json").write_text(json.dumps(other))
+    done = _export(evidence, tmp_path / "p", audit)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and not (tmp_path / "p").exists(), done.stderr
+    assert f"{audit / 'a.json'} and {audit / 'b.json'} both hold record_id 'audit-1'" in lines[0], lines[0]
+    files = _files(package)
+    forged = _re_signed(files, _events(files), evidence, {"a.json": (audit / "a.json").read_bytes(),
+                                                          "b.json": (audit / "b.json").read_bytes()})
+    detail = _failed(_verify(forged, evidence))["side_effects"]
+    assert "audit-import/a.json and audit-import/b.json both hold record_id 'audit-1'" in detail, detail
+
+
+def test_export_says_how_many_audit_records_it_took_and_what_it_did_not_read(
+    tmp_path: Path, exported: tuple[Path, Path]
+) -> None:
+    evidence, _package = exported
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    (audit / "rec.JSON").write_text(json.dumps(_audit_record()))
+    (audit / "recs.ndjson").write_text(json.dumps(_audit_record()) + "\n")
+    (audit / "a\x1b[2J.txt").write_text("x")
+    done = _export(evidence, tmp_path / "p", audit)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["audit_records"] == 0
+    assert [(Path(s["source"]).name, s["reason"]) for s in summary["audit_imports_skipped"]] == [
+        ("a\ufffd[2J.txt", "not a *.json file: not read"), ("rec.JSON", "not a *.json file: not read"),
+        ("recs.ndjson", "not a *.json file: not read")]
+    table = _export(evidence, tmp_path / "q", audit, output="table")
+    assert table.returncode == 0 and "\x1b" not in table.stdout, table.stderr
+    assert "audit records" in table.stdout and "rec.JSON" in table.stdout and "recs.ndjson" in table.stdout
+    done = _export(evidence, tmp_path / "r", audit / "rec.JSON")  # a file named on its own is read
+    assert done.returncode == 0 and json.loads(done.stdout)["audit_records"] == 1, done.stderr
 
 
 def test_export_refuses_a_cut_trace_and_an_unsealed_run_does_not_verify(tmp_path: Path, exported: tuple[Path, Path]) -> None:

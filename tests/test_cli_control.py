@@ -163,7 +163,7 @@ def test_approvals_list_approve_and_deny_release_the_waiting_call(live: LiveServ
     unknown = drawbridge("approvals", "approve", "0123456789abcdef", "--url", url)
     assert unknown.returncode == 1 and "(HTTP 404)" in unknown.stderr
     malformed = drawbridge("approvals", "approve", "xyz!", "--url", url)
-    assert malformed.returncode == 2 and "(HTTP 400)" in malformed.stderr
+    assert malformed.returncode == 2 and "not hexadecimal" in malformed.stderr  # refused before it is sent
 
     waiting = live.submit(plane.engine.settle(make_call(request_id=2), NEEDS_PERSON, elicitation_supported=False))
     second = wait_pending(live, plane)
@@ -177,7 +177,7 @@ def test_approvals_list_and_show_keep_a_resolved_by_or_reason_on_its_own_line(
 ) -> None:
     waiting = live.submit(plane.engine.settle(make_call(), NEEDS_PERSON, elicitation_supported=False))
     pending = wait_pending(live, plane)
-    by, reason = "marc\n| fake | row |\tx", "ok\nFORGED reason line\x1b[2J"
+    by, reason = "marc\n| fake | row |\tx", "ok\nFORGED reason line\x1b[2J\u202egnp.exe"
     # The control plane refuses such a name; one that reached the store through a channel of the
     # gateway's own (a prompt on its terminal) is recorded as given, and only the display escapes it.
     refused = drawbridge("approvals", "approve", pending.short_id, "--by", by, "--url", url)
@@ -188,10 +188,12 @@ def test_approvals_list_and_show_keep_a_resolved_by_or_reason_on_its_own_line(
     shown = drawbridge("approvals", "show", pending.short_id, "--url", url)
     for printed in (listed, shown):
         assert printed.returncode == 0, printed.stderr
-        assert "marc\ufffd| fake | row |\ufffdx" in printed.stdout, printed.stdout
+        # Each character shown as the console shows it: a visible escape, not U+FFFD for any of them.
+        assert "marc\\n| fake | row |\\tx" in printed.stdout, printed.stdout
         assert not any(line.lstrip("│| ").startswith(("| fake", "fake")) for line in printed.stdout.splitlines())
-        assert "\x1b" not in printed.stdout and "\t" not in printed.stdout
-    assert "ok\ufffdFORGED reason line\ufffd[2J" in shown.stdout, shown.stdout
+        assert "\x1b" not in printed.stdout and "\t" not in printed.stdout and "\u202e" not in printed.stdout
+    assert "ok\\nFORGED reason line\\u001b[2J\\u202egnp.exe" in shown.stdout, shown.stdout
+    assert "who may approve" in shown.stdout and "approved by" not in shown.stdout  # who MAY, not who did
 
 
 def test_a_name_with_a_control_or_format_character_is_refused_and_an_empty_id_is_a_usage_error(
@@ -214,6 +216,10 @@ def test_a_name_with_a_control_or_format_character_is_refused_and_an_empty_id_is
     assert edit.returncode == 2 and "'by' holds a control or format character (U+200B" in edit.stderr, edit.stderr
     empty = drawbridge("approvals", "deny", "", "--url", url)
     assert empty.returncode == 2 and "the approval id is empty" in empty.stderr and "HTTP" not in empty.stderr
+    for not_an_id, why in ((pending.short_id + " ", "holds whitespace"), ("../../grants", "not hexadecimal")):
+        refused = drawbridge("approvals", "approve", not_an_id, "--url", url)
+        assert refused.returncode == 2 and why in refused.stderr, refused.stderr
+        assert "HTTP" not in refused.stderr
     assert live.call(plane.engine.store.get(pending.id)).pending and plane.entries("grant_created") == []
     done = drawbridge("approvals", "deny", pending.short_id, "--by", "marc", "--url", url)
     assert done.returncode == 0, done.stderr
@@ -249,6 +255,9 @@ def test_grants_create_list_revoke(url: str, plane: Plane) -> None:
 
     typo = drawbridge("grants", "create", "--agent", "claude", "--tools", "github.*", "--for", "30", "--url", url)
     assert typo.returncode == 2 and "missing unit" in typo.stderr
+    # The spelling it suggests is one the gateway accepts (86400m would be 60 days, over its 24h).
+    seconds = drawbridge("grants", "create", "--agent", "claude", "--tools", "github.*", "--for", "86400", "--url", url)
+    assert seconds.returncode == 2 and "(e.g. 86400s)" in seconds.stderr, seconds.stderr
     too_long = drawbridge("grants", "create", "--agent", "claude", "--tools", "github.*", "--for", "48h", "--url", url)
     assert too_long.returncode == 1
     assert "maximum" in too_long.stderr and "(HTTP 422)" in too_long.stderr

@@ -353,13 +353,15 @@ def test_side_effects_promoted_by_matching_record_from_directory(tmp_path: Path)
     assert call["subject_digest"] == sha(jcs(subject("prod-repo")))
     assert [r["status"] for r in report["audit_records"]] == ["matched"]
     skipped = {Path(s["source"]).name: s["reason"] for s in report["audit_imports_skipped"]}
-    assert set(skipped) == {"b-other-artifact.json"}
+    assert skipped == {"b-other-artifact.json": "schema is not assay.provider_audit_record.v0",
+                       "notes.txt": "not a *.json file: not read"}
 
     table = run("evidence", "verify-side-effects", str(surf), "--audit-import", str(audit))
     assert table.returncode == 0
     text = out(table)
     assert "asserted" in text and "verified" in text and "VERIFIED" in text
-    assert "rec-1" in text and "b-other-artifact.json" in text and "notes.txt" not in text
+    assert "rec-1" in text and "b-other-artifact.json" in text
+    assert "notes.txt" in text and "not a *.json file" in text  # listed, not read
 
 
 def test_side_effects_an_audit_file_that_is_not_json_fails_naming_it(tmp_path: Path) -> None:
@@ -375,6 +377,88 @@ def test_side_effects_an_audit_file_that_is_not_json_fails_naming_it(tmp_path: P
         lines = err(result).strip().splitlines()
         assert result.returncode == 2 and result.stdout == b"" and len(lines) == 1, err(result)
         assert str(audit / "c-broken.json") in lines[0] and "is not JSON" in lines[0] and "Traceback" not in lines[0]
+
+
+def test_side_effects_one_record_imported_twice_vouches_for_one_call(tmp_path: Path) -> None:
+    """Two identical calls and one provider record: the same path given twice is one import, and a copy
+    of the record under another name (same record_id, same content) is listed and counted once."""
+    surf = write_json(tmp_path / "surface.json", surface(decision("prod-repo", ASSERTED), decision("prod-repo", ASSERTED)))
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    record = write_json(audit / "gh1.json", audit_record("prod-repo", "gh-1"))
+    (audit / "gh1-copy.json").write_bytes(record.read_bytes())
+    result = run("evidence", "verify-side-effects", str(surf), "--audit-import", str(record), str(record),
+                 "--format", "json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 0 and report["promoted"] == 1 and report["audit_records_imported"] == 1, report
+    assert [c["level"] for c in report["calls"]] == ["verified", "asserted"]
+    result = run("evidence", "verify-side-effects", str(surf), "--audit-import", str(audit), str(record),
+                 "--format", "json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 0 and report["promoted"] == 1 and report["audit_records_imported"] == 1, report
+    assert [(Path(r["source"]).name, r["status"], r.get("duplicate_of")) for r in report["audit_records"]] == [
+        ("gh1-copy.json", "matched", None), ("gh1.json", "duplicate", str(audit / "gh1-copy.json"))]
+    table = out(run("evidence", "verify-side-effects", str(surf), "--audit-import", str(audit)))
+    assert "duplicate" in table and "counted once" in table
+
+
+def test_side_effects_two_records_under_one_record_id_are_refused(tmp_path: Path) -> None:
+    surf = write_json(tmp_path / "surface.json", surface(decision("prod-repo", ASSERTED), decision("other", ASSERTED)))
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    write_json(audit / "a.json", audit_record("prod-repo", "gh-1"))
+    write_json(audit / "b.json", audit_record("other", "gh-1"))
+    result = run("evidence", "verify-side-effects", str(surf), "--audit-import", str(audit))
+    lines = err(result).strip().splitlines()
+    assert result.returncode == 2 and result.stdout == b"" and len(lines) == 1, err(result)
+    assert str(audit / "a.json") in lines[0] and str(audit / "b.json") in lines[0]
+    assert "record_id 'gh-1' of provider 'github' with different content" in lines[0]
+
+
+def _deep(levels: int) -> bytes:
+    return b'{"schema": "assay.provider_audit_record.v0", "x": ' + b"[" * levels + b"]" * levels + b"}"
+
+
+UNREADABLE_IMPORTS = {
+    "dup-key": (b'{"schema": "assay.provider_audit_record.v0", "record_id": "r", "subject": {"x": 1}, '
+                b'"subject": {"x": 2}, "binding_digest": "sha256:00"}',
+                'is not strict JSON: the key "subject" appears twice in one object'),
+    "bom": (b"\xef\xbb\xbf" + json.dumps(audit_record("prod-repo", "gh-1")).encode(), "starts with a byte order mark"),
+    "utf16": (json.dumps(audit_record("prod-repo", "gh-1")).encode("utf-16"), "is not UTF-8"),
+    "deep": (_deep(5000), "is not strict JSON: nesting is deeper than 64 levels, the depth limit"),
+    "deep65": (_deep(64), "is not strict JSON: nesting is deeper than 64 levels, the depth limit"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNREADABLE_IMPORTS))
+def test_side_effects_an_audit_file_assay_would_not_read_is_refused(tmp_path: Path, name: str) -> None:
+    """Assay's reader takes an audit import as strict JSON and skips any other file as no JSON: a record
+    in UTF-16 or behind a byte order mark, or read here by the last of two equal keys, would give one
+    import two verdicts. It is refused, as a file that is not JSON is, naming the rule it breaks."""
+    data, reason = UNREADABLE_IMPORTS[name]
+    surf = write_json(tmp_path / "surface.json", surface(decision("prod-repo", ASSERTED)))
+    record = tmp_path / f"{name}.json"
+    record.write_bytes(data)
+    result = run("evidence", "verify-side-effects", str(surf), "--audit-import", str(record))
+    lines = err(result).strip().splitlines()
+    assert result.returncode == 2 and result.stdout == b"" and len(lines) == 1, err(result)
+    assert lines[0].startswith(f"Error: {record} {reason}") and "Traceback" not in lines[0], lines[0]
+
+
+def test_side_effects_lists_what_an_import_directory_holds_and_does_not_read(tmp_path: Path) -> None:
+    surf = write_json(tmp_path / "surface.json", surface(decision("prod-repo", ASSERTED)))
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    write_json(audit / "rec.JSON", audit_record("prod-repo", "gh-1"))
+    (audit / "recs.ndjson").write_text("{}\n")
+    (audit / "sub.json").mkdir()
+    (audit / "a\x1b[31mRED.txt").write_text("x")
+    result = run("evidence", "verify-side-effects", str(surf), "--audit-import", str(audit), "--format", "json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 0 and report["audit_records_imported"] == 0 and report["promoted"] == 0
+    assert [(Path(s["source"]).name, s["reason"]) for s in report["audit_imports_skipped"]] == [
+        ("a\ufffd[31mRED.txt", "not a *.json file: not read"), ("rec.JSON", "not a *.json file: not read"),
+        ("recs.ndjson", "not a *.json file: not read"), ("sub.json", "not a regular file: not read")]
 
 
 def test_side_effects_inconsistent_record_is_exit_1_with_reason(tmp_path: Path) -> None:
@@ -417,6 +501,22 @@ def test_side_effects_overclaimed_level_is_exit_1(tmp_path: Path) -> None:
     assert statuses == {"rec-1": "matched", "rec-3": "unmatched"}
     table = out(run("evidence", "verify-side-effects", str(surf), "--audit-import", str(first), str(unrelated)))
     assert "recorded verified" in table and "binds_different_call" in table
+
+
+def test_side_effects_a_recorded_digest_that_is_not_the_calls_fails(tmp_path: Path) -> None:
+    """A record edited to verified, its digest zeroes: a real record binds the call, so the level is
+    reproduced, but the recorded verification_subject_digest is not the one re-derived."""
+    zero = "sha256:" + "0" * 64
+    edited = {**ASSERTED, "level": "verified", "verification_source": "provider_audit_import",
+              "verification_subject_digest": zero}
+    surf = write_json(tmp_path / "surface.json", surface(decision("prod-repo", edited, verified=True)))
+    record = write_json(tmp_path / "gh1.json", audit_record("prod-repo", "gh-1"))
+    result = run("evidence", "verify-side-effects", str(surf), "--audit-import", str(record), "--format", "json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and report["ok"] is False and report["levels_not_reproduced"] == 1, report
+    assert report["calls"][0]["level"] == "verified" and report["calls"][0]["recorded_subject_digest"] == zero
+    table = out(run("evidence", "verify-side-effects", str(surf), "--audit-import", str(record)))
+    assert "FAILED" in table and "is not the call's" in table, table
 
 
 def test_side_effects_input_errors_are_exit_2(tmp_path: Path) -> None:

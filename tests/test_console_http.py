@@ -88,6 +88,10 @@ def test_a_page_shows_only_the_notices_the_gateway_wrote_for_the_session_never_t
             assert answer.status_code == 200, shown
             assert FORGED not in answer.text and 'class="notice"' not in answer.text and 'class="problem"' not in answer.text
         assert 'data-status="pending"' in client.get(page).text
+        # The rule that asked is named once per form, never its index written as a line number.
+        why = re.search(r"Why: (.*?) · approver", client.get(page).text, re.DOTALL)
+        assert why is not None and why.group(1).startswith("human_approval by rule 0 of policy &#39;ask&#39; ("), why
+        assert why.group(1).endswith("ask.yaml:4) · rule: ask #0 (ask.yaml)"), why.group(1)
         # The gateway's own result still shows on the page the action returns to: the redirect names it
         # by a key this session holds, never by its text.
         csrf = CSRF.search(client.get(page).text)

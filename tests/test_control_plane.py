@@ -419,6 +419,9 @@ APPROVAL_REFUSALS: list[tuple[str, str, int, str]] = [
     ("POST", "/approvals/0123456789abcdef/approve", 404, "0123456789abcdef"),
     ("GET", "/approvals/zzzz", 400, "not hexadecimal"),
     ("GET", "/approvals/abc", 400, "too short"),
+    ("GET", "/approvals/%20abcd", 400, "holds whitespace"),  # malformed: never trimmed into another id
+    ("POST", "/approvals/0123456789abcdef%0A/approve", 400, "holds whitespace"),
+    ("DELETE", "/grants/%090123456789abcdef?by=marc", 400, "holds whitespace"),
     ("GET", "/approvals?status=bogus", 400, "status must be one of"),
     ("GET", "/approvals?limit=0", 400, "limit"),
     ("GET", "/approvals?tool=%5B", 400, "glob"),

@@ -115,3 +115,13 @@ def test_the_draft_agent_glob_is_checked_before_anything_starts(tmp_path: Path) 
     # A good glob goes on: the upstream starts (and, answering nothing, is named as unavailable).
     assert drafted.returncode == 1 and marker.exists(), drafted.stderr
     assert "agent: \"claude-*\"" in drafted.stdout
+
+
+def test_discover_reads_no_openapi_header_secret(tmp_path: Path) -> None:
+    """discover calls no operation: the variable an OpenAPI entry's header names is not needed."""
+    items = {"name": "items", "file": str(SPEC), "backend_url": "http://127.0.0.1:9/api", "allow_private": True,
+             "headers": {"Authorization": "ITEMS_UNSET_TOKEN"}}
+    config = write_config(tmp_path, [], policies={}, openapi=[items])
+    done = _discover("--config", str(config), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert "items.get_item" in _by_name(json.loads(done.stdout)) and "ITEMS_UNSET_TOKEN" not in done.stderr

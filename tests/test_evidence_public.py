@@ -36,7 +36,8 @@ HOMES = {
          "promote_with_observed_read"],
         "drawbridge.evidence.audit_binding",
     ),
-    **dict.fromkeys(["load_audit_records", "verify_side_effects"], "drawbridge.evidence.side_effect_verify"),
+    "load_audit_records": "drawbridge.evidence.audit_import",
+    "verify_side_effects": "drawbridge.evidence.side_effect_verify",
     # truth
     "parse_assay_policy": "drawbridge.evidence.truth.assay_policy",
     "declared_policy_digest": "drawbridge.evidence.truth.declared",

@@ -117,6 +117,29 @@ async def test_only_a_later_allowed_successful_read_of_the_same_target_confirms(
     assert {row["level"] for row in side["calls"]} == {"asserted"}
 
 
+async def test_a_confirmation_is_its_write_and_binds_no_audit_record(package: tuple[Path, Path], tmp_path: Path) -> None:
+    """The confirmed key (acme/rocket, title ci) has two provider records: the write takes one, and its
+    confirmation, a restatement of that write, is no second call: it takes none, and is no decision."""
+    evidence, _out = package
+    subject = {"action_class": "github_deploy_key", "verb": "create",
+               "target": {"owner": "acme", "repo": "rocket", "key_title_hash": title_hash("ci")}}
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    for record_id in ("gh-1", "gh-2"):
+        record = {"schema": "assay.provider_audit_record.v0", "provider": "github", "record_id": record_id,
+                  "subject": subject, "binding_digest": "sha256:" + sha(rfc8785.dumps(subject))}
+        (audit / f"{record_id}.json").write_text(json.dumps(record))
+    done = cli("evidence", "export", "--evidence-dir", str(evidence), "--audit-import", str(audit),
+               "--out", str(tmp_path / "with-audit"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = cli("evidence", "verify-export", str(tmp_path / "with-audit"), "--format", "json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report
+    side = next(c for c in report["checks"] if c["id"] == "side_effects")
+    assert side["detail"] == (f"{len(CALLS)} decisions (and 1 observed_confirmed restatement(s) of them), "
+                              "1 verified through 2 audit record(s)"), side
+
+
 async def test_a_confirmation_the_trace_does_not_support_fails_even_re_signed(package: tuple[Path, Path]) -> None:
     """The operator holds the keys: add a confirmation of the anvil key (whose read failed) and sign
     everything again. verify-export recomputes the confirmations from the trace: it fails."""

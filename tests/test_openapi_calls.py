@@ -117,3 +117,28 @@ async def test_json_no_one_reads_alike_is_text_and_recorded_as_such(
     assert note.startswith("[drawbridge: the answer is not read as JSON (") and why in note
     assert _outcomes(tmp_path, tool) == ["ok"]  # what the agent got: a result, and the call ran
     assert "upstream_exited" not in gateway.text() and "ERROR" not in gateway.text()
+
+
+async def test_text_is_decoded_by_the_charset_the_backend_declares(tmp_path: Path, backend: Backend) -> None:
+    with http_gateway(_config(tmp_path, backend), env=KEY) as gateway:
+        assert gateway.url is not None
+        async with http_client(gateway.url) as client:
+            answered = await client.call_tool("answers.get_latin1", {})
+    assert not answered.is_error and text_of(answered) == "caf\u00e9"
+
+
+async def test_the_patterns_of_one_call_share_one_regex_budget(tmp_path: Path, backend: Backend) -> None:
+    """Each word costs its length squared to check against ``[a-z]+`` (unanchored): one 4,000-character
+    word is within the call's budget, five are not, and the call is refused before anything is sent
+    rather than holding the event loop for as long as the checks would take."""
+    with http_gateway(_config(tmp_path, backend), env=KEY) as gateway:
+        assert gateway.url is not None
+        async with http_client(gateway.url) as client:
+            one = await client.call_tool("answers.get_words", {"w": ["a" * 4000]})
+            start = len(backend.log())
+            five = await client.call_tool("answers.get_words", {"w": ["b" * 4000] * 5})
+            sent = len(backend.log()) - start
+    assert not one.is_error, text_of(one)
+    assert five.is_error and sent == 0
+    assert "the call's strings are too long, together, for the schema's patterns to be checked" in text_of(five)
+    assert text_of(five).startswith("the arguments do not match the tool's input schema:")

@@ -223,3 +223,103 @@ def test_each_distinct_schema_is_checked_once(monkeypatch: pytest.MonkeyPatch) -
     # Each tool is {"body": {"$ref": "#/$defs/Big"}} with $defs/Big: two distinct pieces, each checked once.
     assert len(checked) == 2 and big in checked
 
+
+
+# ------------------------------------------------------------------------------------------ one reading
+
+SERVER = "http://127.0.0.1:9"
+
+
+def _document(paths: dict[str, Any], servers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"openapi": "3.1.0", "info": {"title": "t", "version": "1"},
+            "servers": servers if servers is not None else [{"url": SERVER}], "paths": paths}
+
+
+@pytest.mark.parametrize(("name", "text", "where"), [
+    ("nan.json", '{"openapi":"3.1.0","info":{"title":"t","version":"1"},"paths":{"/a":{"get":{'
+     '"parameters":[{"name":"q","in":"query","schema":{"type":"integer","maximum":1e400,"example":NaN}}]}}}}',
+     "/paths/~1a/get/parameters/0/schema/"),
+    ("inf.yaml", HEAD + "paths: {/a: {get: {parameters: [{name: q, in: query, schema: {maximum: .inf}}]}}}\n",
+     "/paths/~1a/get/parameters/0/schema/maximum"),
+])
+def test_a_number_json_cannot_carry_is_a_load_error(tmp_path: Path, name: str, text: str, where: str) -> None:
+    """NaN or 1e400 loaded silently made every tools/list (every upstream's) fail to encode."""
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    entry = {"name": "n", "file": str(tmp_path / name), "backend_url": SERVER, "allow_private": True}
+    line = _one_line(_serve(tmp_path, entry))
+    assert f"openapi 'n': {tmp_path / name}: the number at {where}" in line
+    assert "is not a finite double (NaN, Infinity, or too large)" in line
+
+
+@pytest.mark.parametrize(("paths", "servers", "said"), [
+    ({"/a": {"get": {"parameters": [{"$ref": "http://[::1"}]}}}, None,
+     "the reference 'http://[::1' is not a valid URL (Invalid IPv6 URL)"),
+    ({"/a": {"get": {}}}, [{"url": SERVER}, {"url": "http://[v1/"}],
+     "servers[1]: the url is not a valid URL (Invalid IPv6 URL)"),
+    ({"/a?admin=1": {"get": {}}}, None, "paths: '/a?admin=1' holds a query or a fragment"),
+    ({"/a#x": {"get": {}}}, None, "paths: '/a#x' holds a query or a fragment"),
+])
+def test_a_malformed_url_or_a_path_with_a_query_is_a_located_load_error(
+    tmp_path: Path, paths: dict[str, Any], servers: list[dict[str, Any]] | None, said: str
+) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(_document(paths, servers)), encoding="utf-8")
+    line = _one_line(_serve(tmp_path, {"name": "u", "file": str(spec), "backend_url": SERVER, "allow_private": True}))
+    assert f"openapi 'u': {said}" in line
+    found = _discover("--openapi", str(spec), "--allow-private")
+    assert found.returncode == 1 and "Traceback" not in found.stderr, found.stderr
+    assert said in json.loads(found.stdout)["unavailable"][0]
+
+
+def test_a_dynamic_reference_that_resolves_nowhere_is_a_load_error(tmp_path: Path) -> None:
+    """It was served, and every call then failed inside the validator (recorded as upstream_exited)."""
+    body = {"content": {"application/json": {"schema": {"$dynamicRef": "#meta"}}}}
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(_document({"/a": {"post": {"requestBody": body}}})), encoding="utf-8")
+    line = _one_line(_serve(tmp_path, {"name": "d", "file": str(spec), "allow_private": True}))
+    assert "openapi 'd': paths[/a].post: the input schema's reference '#meta' at /properties/body/$dynamicRef" in line
+    assert "points nowhere" in line
+    # One that names a place is bundled as a $ref is, and served.
+    document = _document({"/a": {"post": {"requestBody": {
+        "content": {"application/json": {"schema": {"$dynamicRef": "#/components/schemas/S"}}}}}}})
+    document["components"] = {"schemas": {"S": {"type": "string"}}}
+    tools, skipped = operation_tools(read_spec(document, "https://e.test/s", from_file=False), SERVER)
+    assert skipped == [] and tools[0].item["inputSchema"]["properties"]["body"] == {
+        "$dynamicRef": "#/$defs/S", "description": "The JSON request body."}
+
+
+def test_a_pattern_that_could_backtrack_without_end_is_not_served(tmp_path: Path) -> None:
+    """``(a+)+$`` on a query parameter: one call of 30 characters held the whole gateway for 23 s."""
+    parameter = {"name": "q", "in": "query", "schema": {"type": "string", "pattern": "(a+)+$"}}
+    fine = {"name": "q", "in": "query", "schema": {"type": "string", "pattern": "^a+$"}}
+    document = _document({"/pat": {"get": {"operationId": "pat", "parameters": [parameter]}},
+                          "/ok": {"get": {"operationId": "ok", "parameters": [fine]}}})
+    tools, skipped = operation_tools(read_spec(document, "https://e.test/s", from_file=False), SERVER)
+    assert [tool.name for tool in tools] == ["ok"]
+    assert skipped == ["GET /pat: its arguments cannot be checked safely (regex at /properties/q/pattern nests "
+                       "repetition or alternation inside an unbounded repetition)"]
+
+
+def test_the_spec_url_is_shown_without_its_credentials_or_query(tmp_path: Path) -> None:
+    (tmp_path / "rel.yaml").write_text(
+        "openapi: 3.1.0\ninfo: {title: t, version: '1'}\nservers: [{url: /api}]\npaths: {}\n", encoding="utf-8"
+    )
+    port = free_port()
+    argv = [PYTHON, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path)]
+    with background(argv):
+        wait_for_port(port)
+        missing = _one_line(_serve(tmp_path, {
+            "name": "a", "url": f"http://user:{SECRET}@127.0.0.1:{port}/nope.yaml?token={SECRET}Q", "allow_private": True,
+        }))
+        relative = _one_line(_serve(tmp_path, {
+            "name": "a", "url": f"http://user:{SECRET}@127.0.0.1:{port}/rel.yaml", "allow_private": True,
+        }))
+    assert f"fetching http://127.0.0.1:{port}/nope.yaml answered HTTP 404" in missing and SECRET not in missing
+    closed = free_port()
+    unreachable = _one_line(_serve(tmp_path, {
+        "name": "a", "url": f"http://user:{SECRET}@127.0.0.1:{closed}/s.yaml?token={SECRET}", "allow_private": True,
+    }))
+    assert f"cannot fetch http://127.0.0.1:{closed}/s.yaml: " in unreachable and SECRET not in unreachable
+    # A relative server takes the configured url's credentials: the refusal says where they came from.
+    assert "the spec's first server, read against the configured url (whose part it takes), holds credentials" in relative
+    assert SECRET not in relative

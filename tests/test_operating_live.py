@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import signal
 import socket
 import subprocess
@@ -24,7 +23,9 @@ import httpx
 import pytest
 from conftest import PYTHON, child_env, scaled
 from prometheus_client.parser import text_string_to_metric_families
-from serve_support import GITHUB, Running, background, dump, http_client, http_gateway, serve_argv, sha256, write_config
+from serve_support import (
+    GITHUB, Running, background, dump, fields_of, http_client, http_gateway, serve_argv, sha256, write_config,
+)
 
 ALICE = "alice-live-token"
 WRONG = "wrong-token-never-logged-5f1c"
@@ -43,17 +44,6 @@ DOWN = {
     "args": ["-c", "import sys; print('cannot open the database', file=sys.stderr); sys.exit(1)"],
 }
 LINE_WAIT = scaled(20.0)
-TEXT_LINE = re.compile(r"^drawbridge: (INFO|WARNING) (\w+) (.*)$")
-
-
-def fields_of(text: str, event: str) -> list[dict[str, str]]:
-    """The ``key=value`` fields of every text activity line of ``event``."""
-    found = []
-    for line in text.splitlines():
-        match = TEXT_LINE.match(line)
-        if match and match.group(2) == event:
-            found.append(dict(pair.split("=", 1) for pair in shlex.split(match.group(3))))
-    return found
 
 
 def wait_for(running: Running, event: str, count: int = 1) -> list[dict[str, str]]:

@@ -410,6 +410,17 @@ def test_acceptable_regexes_compile(rx: str, matching: str, other: str) -> None:
             r"regex at /properties/a/pattern could backtrack too much",
         ),
         ("schemas:\n  t: {properties: {a: {pattern: '(?m)^a*a*x'}}}\n", 5, r"could backtrack too much"),
+        # A property named like a value keyword holds a schema: its pattern is checked as any other.
+        (
+            "schemas:\n  t: {properties: {default: {pattern: '(a+)+$'}}}\n",
+            5,
+            r"regex at /properties/default/pattern nests repetition",
+        ),
+        (
+            "schemas:\n  t: {$defs: {const: {patternProperties: {'(x|xy)+': {}}}}}\n",
+            5,
+            r"regex at /\$defs/const/patternProperties/",
+        ),
         ("schemas:\n  t: {patternProperties: {'(x|xy)+': {}}}\n", 5, r"regex at /patternProperties/"),
         # additionalProperties runs them as '^a|(?i)^b', which does not compile: every call raised re.error.
         (

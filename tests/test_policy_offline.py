@@ -175,3 +175,21 @@ def test_policy_test_refuses_a_table_that_would_not_test_what_it_says(tmp_path: 
     good = _table(tmp_path, "good.yaml", case + ", rule: 0, arguments: {owner: evil}}\n")
     passing = drawbridge("policy", "test", str(good))
     assert passing.returncode == 0 and "1 passed, 0 failed" in passing.stdout, passing.stdout + passing.stderr
+
+
+def test_check_names_why_an_upstream_was_not_read(tmp_path: Path) -> None:
+    """An upstream whose catalogue could not be read is named with the cause, not as a silence; an
+    OpenAPI entry's header variable is not needed (no operation is called)."""
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "openapi"
+    items = {"name": "items", "file": str(fixtures / "items.yaml"), "backend_url": "http://127.0.0.1:9/api",
+             "allow_private": True, "headers": {"Authorization": "ITEMS_UNSET_TOKEN"}}
+    gone = {"name": "gone", "file": str(tmp_path / "missing.yaml"), "backend_url": "http://127.0.0.1:9/api",
+            "allow_private": True}
+    config = write_config(tmp_path, [], policies={"team.yaml": POLICY}, openapi=[items, gone])
+    result = drawbridge("policy", "check", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stdout.splitlines() if "are not checked" in line]
+    assert warnings == [
+        f"warning: openapi 'gone': cannot read the OpenAPI document {tmp_path / 'missing.yaml'}: No such file or "
+        "directory: rules naming its tools are not checked"
+    ], result.stdout

@@ -1,7 +1,7 @@
 """The gateway's credentials stay the gateway's: a stdio upstream that ``serve`` starts (a real server
 reporting which variables it holds) and the telemetry worker never inherit a variable the
 configuration reads a credential from -- the admin's and the agents' tokens, the collector's header,
-an HTTP upstream's header -- unless that upstream's own ``env`` sets it, with its own value."""
+an HTTP upstream's header, an approval webhook's URL -- unless that upstream's own ``env`` sets it, with its own value."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ pytestmark = pytest.mark.anyio
 CREDENTIALS = {
     "GW_ADMIN_TOKEN": "admin-token-value", "GW_ALICE_TOKEN": "alice-token-value", "GW_BOB_TOKEN": "bob-token-value-b",
     "GW_OTLP_AUTH": "Bearer otlp-value", "GW_SEARCH_AUTH": "Bearer search-value",
+    "GW_HOOK_URL": "http://127.0.0.1:9/hook-url-value",
 }
 
 
@@ -46,6 +47,7 @@ async def test_no_child_inherits_a_credential_the_configuration_reads(tmp_path: 
               "agents": [{"agent": "alice", "token_env": "GW_ALICE_TOKEN"},
                          {"agent": "bob", "token_env": "GW_BOB_TOKEN"}]},
         telemetry={"endpoint": receiver.url, "headers_env": {"Authorization": "GW_OTLP_AUTH"}},
+        approval={"notify": [{"url_env": "GW_HOOK_URL"}]},
     )
     names = [*CREDENTIALS, "PATH"]
     try:
@@ -56,7 +58,7 @@ async def test_no_child_inherits_a_credential_the_configuration_reads(tmp_path: 
         receiver.close()
     assert seen.structured_content == {
         "GW_ADMIN_TOKEN": False, "GW_ALICE_TOKEN": False, "GW_BOB_TOKEN": True, "GW_OTLP_AUTH": False,
-        "GW_SEARCH_AUTH": False, "PATH": True,
+        "GW_SEARCH_AUTH": False, "GW_HOOK_URL": False, "PATH": True,
     }
     assert workers and not [env for env in workers for value in CREDENTIALS.values() if value.encode() in env]
 

@@ -190,6 +190,7 @@ def test_the_documented_full_example_is_a_valid_configuration(tmp_path: Path) ->
         "DRAWBRIDGE_TOKEN_CLAUDE": "claude-example-0123456789",
         "SEARCH_AUTHORIZATION": "Bearer x",
         "OTEL_COLLECTOR_AUTHORIZATION": "Bearer y",
+        "SLACK_APPROVALS_URL": "https://hooks.example.com/services/T0/B0/x",
     }
     config = parse_config(blocks[0], str(tmp_path / "drawbridge.yaml"), env)
     assert [u.name for u in config.upstreams] == ["github", "search"]
@@ -210,9 +211,13 @@ def test_the_documented_full_example_is_a_valid_configuration(tmp_path: Path) ->
         "allow_private:", "cli_tools:", "bin:", "working_dir:", "commands:", "allowed_args:", "strict:",
         "default_action:", "max_output_bytes:", "bare:", "telemetry:", "endpoint:", "protocol:",
         "service_name:", "checkpoints:", "every_lines:", "every_seconds:", "keys_dir:", "origin:",
+        "notify:", "url_env:", "format:", "console_url:",
     ):
         assert key in blocks[0], key
     assert "SEARCH_AUTHORIZATION" in secret_env_names(config)
     assert "OTEL_COLLECTOR_AUTHORIZATION" in secret_env_names(config)  # the collector's credential: never an upstream's
     assert [o.name for o in config.openapi] == ["pets"] and [c.name for c in config.cli_tools] == ["git", "date"]
     assert "PETS_AUTHORIZATION" in secret_env_names(config)
+    (hook,) = config.approval_notify  # a Slack webhook, its URL from the environment only
+    assert (hook.url_env, hook.format, hook.timeout_seconds) == ("SLACK_APPROVALS_URL", "slack", 5.0)
+    assert "SLACK_APPROVALS_URL" in secret_env_names(config)

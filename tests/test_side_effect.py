@@ -36,7 +36,9 @@ from drawbridge.evidence.side_effect import (
     VerificationSource,
     producer_block,
 )
-from drawbridge.evidence.side_effect_verify import SurfaceFormatError, load_audit_records, verify_side_effects
+from drawbridge.evidence.observed_read import MARK
+from drawbridge.evidence.audit_import import AuditImportError, distinct_audit_records, load_audit_records
+from drawbridge.evidence.side_effect_verify import SurfaceFormatError, verify_side_effects
 from drawbridge.evidence.surface import build_decision, build_surface
 
 KEY_TITLE_HASH = "sha256:a65a94d25524f87fbb5ce6d3fde202c02a5b532f27e1ba3b5708076e1ba75ccf"
@@ -440,10 +442,101 @@ def test_verifier_flags_a_level_the_evidence_does_not_reproduce() -> None:
     assert report["calls"][0]["level_before"] == "verified" and report["ok"] is False
 
 
+def test_a_record_imported_twice_counts_once() -> None:
+    """One record never vouches for two calls, whatever it is imported as: under two names (same
+    provider and record_id, same content), or without a record_id and with the same content."""
+    doc = build_surface([gh_call(), gh_call()])
+    report = verify_side_effects(doc, [("b.json", record_for(GH_SUBJECT)), ("a.json", record_for(GH_SUBJECT))])
+    assert report["promoted"] == 1 and report["audit_records_imported"] == 1
+    assert report["audit_records_unmatched"] == 0 and report["ok"] is True
+    assert [c["level"] for c in report["calls"]] == ["verified", "asserted"]
+    assert [(r["source"], r["status"], r["matched_call"]) for r in report["audit_records"]] == [
+        ("a.json", "matched", 0), ("b.json", "duplicate", None)]
+    assert report["audit_records"][1]["duplicate_of"] == "a.json"
+    anonymous = {key: value for key, value in record_for(GH_SUBJECT).items() if key != "record_id"}
+    report = verify_side_effects(doc, [("a", anonymous), ("b", copy.deepcopy(anonymous))])
+    assert report["promoted"] == 1 and [r["status"] for r in report["audit_records"]] == ["matched", "duplicate"]
+    # Two records of the same subject are two provider entries: each may vouch for one call.
+    report = verify_side_effects(doc, [("a", record_for(GH_SUBJECT, record_id="gh-1")),
+                                       ("b", record_for(GH_SUBJECT, record_id="gh-2"))])
+    assert report["promoted"] == 2
+    # The same record_id of another provider is another record.
+    slack = {**record_for(GH_SUBJECT), "provider": "slack"}
+    assert verify_side_effects(doc, [("a", record_for(GH_SUBJECT)), ("b", slack)])["promoted"] == 2
+
+
+def test_two_records_under_one_record_id_are_refused() -> None:
+    other = {**GH_SUBJECT, "target": {**GH_SUBJECT["target"], "repo": "other-repo"}}
+    records = [("b.json", record_for(other, record_id="gh-1")), ("a.json", record_for(GH_SUBJECT, record_id="gh-1"))]
+    with pytest.raises(AuditImportError, match="^a.json and b.json both hold record_id 'gh-1' of provider 'github'"
+                                               " with different content"):
+        verify_side_effects(build_surface([gh_call()]), records)
+    with pytest.raises(AuditImportError, match="record_id 'x\ufffd' of provider '[(]none[)]'"):
+        distinct_audit_records([("a", {"record_id": "x\x1b", "n": 1}), ("b", {"record_id": "x\x1b", "n": 2})])
+
+
+def _restated(decision: dict[str, Any], read_index: int, write_index: int) -> dict[str, Any]:
+    """The confirmation ``observed_read.confirmations`` makes of a write: its decision restated."""
+    restated = copy.deepcopy(decision)
+    side = SideEffect.from_json(decision["response"]["side_effect"])
+    restated["response"]["side_effect"] = promote_with_observed_read(side, decision["action"],
+                                                                     decision["action"]).to_json()
+    restated["response"]["side_effect_verified"] = False
+    restated[MARK] = {"trace_index": read_index, "write_trace_index": write_index}
+    return restated
+
+
+def test_a_restatement_is_its_write_and_takes_no_record() -> None:
+    """Two writes of one key, the first confirmed by a later read (its restatement is in the document),
+    and two provider records of that key: each write takes one; the restatement takes none."""
+    first, second = gh_call(), gh_call()
+    doc = build_surface([first, second, _restated(first, 5, 2)])
+    records = [("a", record_for(GH_SUBJECT, record_id="gh-1")), ("b", record_for(GH_SUBJECT, record_id="gh-2")),
+               ("c", record_for(GH_SUBJECT, record_id="gh-3"))]
+    report = verify_side_effects(doc, records)
+    assert report["promoted"] == 2 and report["audit_records_unmatched"] == 1 and report["ok"] is True
+    write, _second, restatement = report["calls"]
+    assert restatement["restates"] == 0 and restatement["level_before"] == "observed_confirmed"
+    assert restatement["level"] == write["level"] == "verified" and "binding" not in restatement
+    assert [r["matched_call"] for r in report["audit_records"]] == [0, 1, None]
+    assert [r["call"] for r in report["audit_records"][2]["rejections"]] == []  # never tried on the restatement
+    # Without records the restatement is listed, not credited, and the run's ceiling is its writes'.
+    report = verify_side_effects(doc, [])
+    assert report["levels_not_credited"] == 1 and report["calls"][2]["level"] == "asserted"
+    report = verify_side_effects(build_surface([first, _restated(first, 5, 2)]), [records[0]])
+    assert report["weakest_occurrence_ceiling"] == {"state": "rung", "ceiling": "independently_confirmed"}
+    # A marked decision with no write to pair with never takes a record, and weighs as asserted.
+    report = verify_side_effects(build_surface([gh_call(repo="other"), _restated(first, 5, 2)]), [records[0]])
+    assert report["promoted"] == 0 and "restates" not in report["calls"][1]
+    assert report["weakest_occurrence_ceiling"] == {"state": "rung", "ceiling": "asserted"}
+
+
+def test_a_recorded_subject_digest_that_is_not_the_calls_is_not_reproduced() -> None:
+    """evidence-formats.md 3.3: ``verification_subject_digest`` is the recomputed binding. A record
+    edited to ``verified`` with another digest is not reproduced, even when a real record binds."""
+    zero = "sha256:" + "0" * 64
+    call = gh_call()
+    call["response"]["side_effect"] = {"asserted": True, "level": "verified",
+                                       "verification_source": "provider_audit_import",
+                                       "verification_subject_digest": zero}
+    call["response"]["side_effect_verified"] = True
+    report = verify_side_effects(build_surface([call]), [("r", record_for(GH_SUBJECT))])
+    assert report["calls"][0]["level"] == "verified" and report["calls"][0]["recorded_subject_digest"] == zero
+    assert report["levels_not_reproduced"] == 1 and report["ok"] is False
+    call["response"]["side_effect"]["verification_subject_digest"] = FIXTURE_BINDING
+    report = verify_side_effects(build_surface([call]), [("r", record_for(GH_SUBJECT))])
+    assert report["ok"] is True and "recorded_subject_digest" not in report["calls"][0]
+    restated = _restated(gh_call(), 5, 2)
+    restated["response"]["side_effect"]["verification_subject_digest"] = zero
+    report = verify_side_effects(build_surface([gh_call(), restated]), [])
+    assert report["levels_not_reproduced"] == 1 and report["levels_not_credited"] == 0
+
+
 def test_verifier_new_categories_reach_verified() -> None:
     slack = _decision("slack.add_member", SLACK_ARGS)
     ws = _decision("workspace.grant_admin", WS_ARGS)
-    records = [(f"{i}", record_for(subject_from_action(d["action"]))) for i, d in enumerate([ws, slack])]
+    records = [(f"{i}", record_for(subject_from_action(d["action"]), record_id=f"audit-{i}"))
+               for i, d in enumerate([ws, slack])]
     report = verify_side_effects(build_surface([slack, ws]), records)
     assert [c["level"] for c in report["calls"]] == ["verified", "verified"]
     assert [r["matched_call"] for r in report["audit_records"]] == [1, 0]

@@ -7,7 +7,11 @@ import hashlib
 import hmac
 import itertools
 import json
+import signal
 import sqlite3
+import stat
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -16,6 +20,7 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import scaled
 
 from drawbridge.approval.channels import Channel, Strength
 from drawbridge.approval.shape import argument_shape
@@ -32,6 +37,7 @@ from drawbridge.state.approvals import (
 )
 from drawbridge.state.approval_uses import SqliteApprovalUses
 from drawbridge.state.ids import InvalidId
+from drawbridge.state.instances import instances_dir
 from drawbridge.state.backend import StateBackend, open_backend
 from drawbridge.state.sqlite import StateDB, StateUnavailable
 
@@ -157,7 +163,9 @@ async def test_prefix_resolution(state: str) -> None:
     a, b, c = [await submit(store) for _ in range(3)]
     assert (await store.get("abcd0")).id == a.id
     assert (await store.get("ABCD1")).id == b.id  # typed in capitals
-    assert (await store.get(" ffee ")).id == c.id
+    assert (await store.get("ffee")).id == c.id
+    with pytest.raises(InvalidId, match="holds whitespace"):  # malformed, never trimmed into another id
+        await store.get(" ffee ")
     assert (await store.get(a.id)).id == a.id
     with pytest.raises(AmbiguousApprovalId, match="several"):
         await store.get("abcd")
@@ -416,6 +424,62 @@ async def test_restart_expires_an_approval_no_call_used_unless_bound_under_the_g
     for kept in (used, shared, old):
         assert (await store.get(kept.id)).status is ApprovalStatus.APPROVED
     db.close()
+
+
+CRASHING_GATEWAY = """
+import os, signal, sys
+from datetime import UTC, datetime, timedelta
+import anyio
+from drawbridge.state.approvals import SqliteApprovalStore
+from drawbridge.state.sqlite import StateDB
+
+async def main():
+    db = StateDB.open(sys.argv[1])
+    db.hold_instance()
+    at = datetime(2026, 5, 1, 12, tzinfo=UTC)
+    approval = await SqliteApprovalStore(db).submit(
+        agent="ci-bot", tool="fs.write_file", args_digest="hmac-sha256:k1:" + "0" * 64, args_shape=None,
+        reason="rule 2", created_at=at, expires_at=at + timedelta(minutes=5),
+    )
+    print(approval.id, db.replica_id, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # a crash: the lock file stays, the kernel drops the lock
+
+anyio.run(main)
+"""
+
+
+async def test_a_start_on_a_shared_file_ends_only_what_gateways_gone_asked(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    crashed = subprocess.run(
+        [sys.executable, "-c", CRASHING_GATEWAY, str(path)],
+        capture_output=True, text=True, timeout=scaled(60), check=False,
+    )
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    crashed_id, crashed_instance = crashed.stdout.split()
+    assert (instances_dir(path) / f"{crashed_instance}.lock").exists()
+    old_db, old_store = open_store(path)  # a row written before gateways recorded an instance id
+    ownerless = await submit(old_store, {"path": "/old"})
+    old_db.close()
+    running = StateDB.open(path)
+    running_instance = running.hold_instance()
+    kept = await submit(SqliteApprovalStore(running), {"path": "/kept"})
+    assert stat.S_IMODE((instances_dir(path) / f"{running_instance}.lock").stat().st_mode) == 0o600
+
+    starting = StateDB.open(path)
+    starting.hold_instance()
+    restart = T0 + timedelta(seconds=30)
+    recovered = await SqliteApprovalStore(starting).recover_after_restart(restart)
+    assert sorted(a.id for a in recovered) == sorted([crashed_id, ownerless.id])
+    assert all(a.resolved_by == "system:restart" for a in recovered)
+    assert (await SqliteApprovalStore(starting).get(kept.id)).status is ApprovalStatus.PENDING
+    assert not (instances_dir(path) / f"{crashed_instance}.lock").exists()  # stale: removed
+    resolved = await SqliteApprovalStore(starting).resolve(
+        kept.id, "approved", resolved_by="cli:ops", channel="cli", at=restart,
+    )
+    assert resolved.status is ApprovalStatus.APPROVED
+    running.close()  # a clean stop removes its lock file; its approvals are then the next start's to end
+    assert sorted(p.name for p in instances_dir(path).iterdir()) == [f"{starting.replica_id}.lock"]
+    starting.close()
 
 
 async def test_list_order_filter_and_limit(state: str) -> None:

@@ -57,6 +57,8 @@ from drawbridge.config_rates import RateLimits, rate_limits_section
 from drawbridge.config_state import SharedState, state_env_names, state_file, state_section
 from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
 from drawbridge.config_hosts import is_loopback_address, split_authority
+from drawbridge.config_approval import approval_section
+from drawbridge.config_notify import NotifyTarget, notify_env_names
 from drawbridge.config_oauth import OAuthConfig, oauth_section
 from drawbridge.config_secrets import USES_ALL, token_digest, token_env_names
 from drawbridge.config_reader import AGENT_ID, AGENT_ID_CHARS, ConfigError, env_map, url_problem
@@ -103,6 +105,9 @@ class GatewayConfig:
     upstreams: tuple[UpstreamConfig, ...]
     policy_dir: str | None = None
     policy_file: str | None = None
+    shadow_policy_dir: str | None = None
+    """A policy set decided beside the enforced one and only reported (``shadow_policy_file``: one file)."""
+    shadow_policy_file: str | None = None
     evidence_dir: str = "./evidence"
     state_path: str = "./drawbridge.db"
     fsync: str = "batch"
@@ -144,6 +149,8 @@ class GatewayConfig:
     """Approval memory is off unless ``approval.memory`` is configured (then on, unless ``enabled: false``)."""
     approval_memory_min_approvals: int = 3
     approval_memory_count_client_answers: bool = False
+    approval_notify: tuple[NotifyTarget, ...] = ()
+    """The webhooks a pending approval is posted to (``approval.notify``; the URLs read from the environment)."""
     openapi: tuple[OpenApiConfig, ...] = ()
     cli_tools: tuple[CliToolConfig, ...] = ()
     checkpoint_every_lines: int = 1000
@@ -225,9 +232,10 @@ def _agent_id(reader: _Reader, key: str, *, required: bool = False) -> str | Non
 
 
 _TOP_KEYS = {
-    "upstreams", "policy_dir", "policy_file", "evidence_dir", "state_path", "fsync", "listen", "control",
-    "auth", "limits", "tool_decision_truth", "pin_tools", "hide_denied_tools", "approval", "openapi", "cli_tools",
-    "checkpoints", "telemetry", "state", "replica", "rate_limits",
+    "upstreams", "policy_dir", "policy_file", "shadow_policy_dir", "shadow_policy_file", "evidence_dir",
+    "state_path", "fsync", "listen", "control", "auth", "limits", "tool_decision_truth", "pin_tools",
+    "hide_denied_tools", "approval", "openapi", "cli_tools", "checkpoints", "telemetry", "state", "replica",
+    "rate_limits",
 }
 
 
@@ -242,6 +250,14 @@ def _top(text: str, source_file: str) -> _Reader:
     top = _Reader(source_file, root, "config")
     top.check_keys(_TOP_KEYS)
     return top
+
+
+def _policy_keys(top: _Reader, prefix: str) -> tuple[str | None, str | None]:
+    """``{prefix}policy_dir`` and ``{prefix}policy_file``, at most one set (the enforced one, the shadow)."""
+    policy_dir, policy_file = top.get(f"{prefix}policy_dir", str), top.get(f"{prefix}policy_file", str)
+    if policy_dir is not None and policy_file is not None:
+        raise top.fail(f"{prefix}policy_file", f"set {prefix}policy_dir or {prefix}policy_file, not both")
+    return policy_dir, policy_file
 
 
 def _read(path: str | os.PathLike[str]) -> str:
@@ -264,11 +280,10 @@ def parse_config(
     raw_upstreams = top.get("upstreams", CommentedSeq, default=[])
     upstreams = tuple(_upstream(source_file, node, i, base) for i, node in enumerate(raw_upstreams))
 
-    policy_dir, policy_file = top.get("policy_dir", str), top.get("policy_file", str)
+    policy_dir, policy_file = _policy_keys(top, "")
     if policy_dir is None and policy_file is None:
         raise top.fail(None, "set policy_dir (native policies) or policy_file: without a policy every call is refused")
-    if policy_dir is not None and policy_file is not None:
-        raise top.fail("policy_file", "set policy_dir or policy_file, not both")
+    shadow_dir, shadow_file = _policy_keys(top, "shadow_")
 
     fsync = top.get("fsync", str, default="batch")
     if fsync not in FSYNC_MODES:
@@ -353,26 +368,7 @@ def parse_config(
         tdt.check_keys({"out"})
         tdt_out = _resolve(base, tdt.get("out", str, required=True))
 
-    approval_timeout = 300.0
-    non_blocking, elicitation, by_link = False, True, False
-    memory_enabled, memory_min, memory_client = False, 3, False  # memory is off unless configured
-    if (approval := top.child("approval")) is not None:
-        approval.check_keys({"timeout_seconds", "non_blocking", "elicitation", "ask_by_link", "memory"})
-        approval_timeout = approval.get("timeout_seconds", float, default=approval_timeout)
-        if not approval_timeout > 0 or approval_timeout == float("inf"):
-            raise approval.fail("timeout_seconds", "approval.timeout_seconds must be positive and finite")
-        non_blocking = approval.get("non_blocking", bool, default=False)
-        elicitation = approval.get("elicitation", bool, default=True)
-        by_link = approval.get("ask_by_link", bool, default=False)
-        if (memory := approval.child("memory")) is not None:
-            memory.check_keys({"enabled", "min_approvals", "count_client_answers"})
-            memory_enabled = memory.get("enabled", bool, default=True)
-            memory_min = memory.get("min_approvals", int, default=3)
-            if isinstance(memory_min, bool) or memory_min < 1:
-                raise memory.fail(
-                    "min_approvals", "approval.memory.min_approvals must be an integer of at least 1"
-                )
-            memory_client = memory.get("count_client_answers", bool, default=False)
+    approval = approval_section(top, env, notify_used="notify" in uses)
 
     every_lines, every_seconds, keys_dir, origin = checkpoints_section(top, base)
     otlp_endpoint, otlp_protocol, otlp_headers, service_name = telemetry_section(top, env)
@@ -384,6 +380,8 @@ def parse_config(
         upstreams=upstreams,
         policy_dir=_resolve(base, policy_dir),
         policy_file=_resolve(base, policy_file),
+        shadow_policy_dir=_resolve(base, shadow_dir),
+        shadow_policy_file=_resolve(base, shadow_file),
         evidence_dir=_resolve(base, top.get("evidence_dir", str, default="./evidence")) or "",
         state_path=_resolve(base, state_file(top)) or "",
         fsync=fsync,
@@ -401,13 +399,7 @@ def parse_config(
         tool_decision_truth_out=tdt_out,
         pin_tools=bool(top.get("pin_tools", bool, default=False)),
         hide_denied_tools=bool(top.get("hide_denied_tools", bool, default=False)),
-        approval_timeout_seconds=approval_timeout,
-        approval_non_blocking=non_blocking,
-        approval_elicitation=elicitation,
-        approval_ask_by_link=by_link,
-        approval_memory_enabled=memory_enabled,
-        approval_memory_min_approvals=memory_min,
-        approval_memory_count_client_answers=memory_client,
+        **approval,
         openapi=openapi,
         cli_tools=cli_tools,
         checkpoint_every_lines=every_lines,
@@ -420,7 +412,8 @@ def parse_config(
         telemetry_service_name=service_name,
         shared_state=shared_state,
         rate_limits=rate_limits_section(top),
-        credential_env=token_env_names(top) | state_env_names(top) | {n for h in headers for n in h.values()},
+        credential_env=token_env_names(top) | state_env_names(top) | notify_env_names(top)
+        | {n for h in headers for n in h.values()},
     )
 
 

@@ -2,7 +2,7 @@
 
 Invariant: a token's value never leaves this module; what the configuration keeps is its SHA-256. A
 command reads only the secrets it uses (``USES_ALL`` for ``serve`` over HTTP; ``discover`` uses none,
-``serve --stdio`` no agent token), so a variable it does not use is not required. A token read from a
+``serve --stdio`` no agent token; ``notify``: the approval webhooks' URLs, ``config_notify``), so a variable it does not use is not required. A token read from a
 variable is one line of 16 to 512 printable ASCII characters (``is_token``), the rule the CLI holds the
 admin token to (``gateway.runtime.admin_token``): a token that short or that odd is refused at load,
 naming the variable, never the value.
@@ -18,8 +18,8 @@ from typing import Final
 from drawbridge.config_reader import ENV_NAME, Reader
 
 HEX64: Final = re.compile(r"[0-9a-f]{64}")
-USES_ALL: Final = frozenset({"admin", "agents"})
-"""The secrets ``serve`` over HTTP uses: the control plane's and the agents' tokens."""
+USES_ALL: Final = frozenset({"admin", "agents", "notify"})
+"""The secrets ``serve`` over HTTP uses: the control plane's and the agents' tokens, the webhooks' URLs."""
 TOKEN_RULE: Final = "one line of 16 to 512 printable ASCII characters"
 """What a bearer token is, said in the messages that refuse one."""
 

@@ -66,8 +66,11 @@ def parse_duration(
     *,
     minimum: timedelta = DEFAULT_MINIMUM,
     maximum: timedelta = DEFAULT_MAXIMUM,
+    suggest_within: timedelta | None = None,
 ) -> timedelta:
-    """Parse ``text`` and check ``minimum <= duration <= maximum``."""
+    """Parse ``text`` and check ``minimum <= duration <= maximum``. A spelling suggested for a missing
+    unit lies within ``suggest_within`` when given: a caller that checks only the spelling and leaves
+    the bound to another (the CLI, to the gateway) still suggests what that other accepts."""
     if not isinstance(text, str):
         raise DurationError(f"a duration must be text, not {type(text).__name__}")
     stripped = text.strip()
@@ -94,7 +97,8 @@ def parse_duration(
         if unit == "" and following.isspace() and following:
             raise DurationError(_spaced(text))
         if unit == "":
-            example = _fitting(stripped[:match.end()], total, int(digits), seen, minimum, maximum)
+            bound = maximum if suggest_within is None else min(maximum, suggest_within)
+            example = _fitting(stripped[:match.end()], total, int(digits), seen, minimum, bound)
             raise DurationError(
                 f"missing unit after {digits} in {_show(text)}; add one of d, h, m, s (e.g. {example})"
             )

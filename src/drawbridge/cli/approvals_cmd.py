@@ -5,7 +5,10 @@ authenticated the caller) and ``--by`` as given (default ``cli:<login>``). ``sho
 print the waiting call's arguments as the gateway holds them in memory while the approval is pending
 (values under secret-like keys masked, long values cut), one value a line
 (``approval.shown_arguments.argument_lines``: control and format characters as visible escapes,
-lines folded to the terminal under a marker of their own); the state file never has them.
+lines folded to the terminal under a marker of their own); the state file never has them. ``list``
+and ``show`` print every other field as the console does, each control or format character a visible
+escape (``\\u202e``). An approval id is checked here as the gateway reads it (``state.ids``), so
+a padded id or ``../grants`` is a usage error, never a request to another path.
 
 ``watch`` polls the pending approvals every ``--interval`` seconds and asks, for each new one (read
 alone, with its arguments), ``[a]pprove / [d]eny / [s]kip ?`` on the terminal; it ends when its
@@ -26,9 +29,11 @@ import click
 from rich.text import Text
 
 from drawbridge.approval.shown_arguments import argument_lines
+from drawbridge.canonical import escape_unsafe
 from drawbridge.cli.control_client import Control, ControlError, control_options, default_person, segment
 from drawbridge.cli.output import cell_text, console, display_text, emit_json, key_values, table
 from drawbridge.cli.seconds import Seconds
+from drawbridge.state.ids import InvalidId, parse_prefix
 
 STATUSES = ("pending", "approved", "denied", "expired", "all")
 ARGUMENTS_ENDED = "not shown once an approval has ended (the gateway lets go of them)"
@@ -94,7 +99,14 @@ def list_approvals(ctl: Control, status: str, tool: str | None, agent: str | Non
         for a in approvals
     ]
     columns = ["ID", "AGE", "AGENT", "TOOL", "STATUS", "REMAINING / BY", "RULE"]
-    console().print(table(f"{len(approvals)} approvals ({status})", columns, rows))
+    shown = [[_visible(cell) for cell in row] for row in rows]
+    console().print(table(f"{len(approvals)} approvals ({status})", columns, shown))
+
+
+def _visible(value: Any) -> Any:
+    """Text as the console shows it: each control or format character a visible escape (``\\u202e``,
+    ``\\n``), so a reason or a name reads as what was sent, not as U+FFFD standing for any of them."""
+    return escape_unsafe(value) if isinstance(value, str) else value
 
 
 def _rule(view: dict[str, Any]) -> str:
@@ -113,7 +125,7 @@ def _show(view: dict[str, Any]) -> None:
         ("tool", view.get("tool")),
         ("status", _status(view.get("status"))),
         ("why", view.get("reason")),
-        ("approved by", "an operator only" if view.get("approver") == "operator" else "anyone asked"),
+        ("who may approve", "an operator only" if view.get("approver") == "operator" else "anyone asked"),
         ("rule", _rule(view)),
         ("argument shape", f"{view.get('args_shape')}, digest {view.get('args_digest')}"),
         ("remaining", _seconds(view.get("remaining_seconds"))),
@@ -131,7 +143,8 @@ def _show(view: dict[str, Any]) -> None:
     recent = view.get("recent_calls")
     if recent is not None:
         pairs.append(("recent calls", len(recent)))
-    console().print(key_values(f"approval {view.get('short_id') or view.get('id')}", pairs))
+    visible = [(key, _visible(value)) for key, value in pairs]
+    console().print(key_values(f"approval {view.get('short_id') or view.get('id')}", visible))
     if "arguments" in view:  # a detail view (a list carries none)
         _show_arguments(view)
 
@@ -149,10 +162,14 @@ def _show_arguments(view: dict[str, Any]) -> None:
 
 
 def _approval_id(context: click.Context, parameter: click.Parameter, value: str) -> str:
-    """An approval id as given; an empty one is a usage error here, not a request the route cannot match."""
+    """An approval id or prefix as the gateway reads it (``state.ids``); anything else (empty, padded,
+    ``../grants``) is a usage error here, never a request sent to another path than the approval's."""
     if not value.strip():
         raise click.UsageError("the approval id is empty", context)
-    return value
+    try:
+        return parse_prefix(value, "approval")
+    except InvalidId as exc:
+        raise click.UsageError(str(exc), context) from None
 
 
 @command.command(name="show")

@@ -167,7 +167,7 @@ async def _open_local(
             cli_tools=(entry,) if isinstance(entry, CliToolConfig) else (),
         )
         try:
-            opened += await open_local_upstreams(one)
+            opened += await open_local_upstreams(one, calls=False)
         except StartError as exc:
             unavailable.append(_in_flags(str(exc)) if entry is ad_hoc else str(exc))
     return opened, unavailable
@@ -290,7 +290,7 @@ def command(
             sys.exit(EXIT_INPUT)
         from drawbridge.cli.serve_cmd import preflight
 
-        problems = preflight(config, os.environ)
+        problems = preflight(config, os.environ, openapi=False)  # no operation is called: no header read
         if problems:
             click.echo("\n".join(problems), err=True)
             sys.exit(EXIT_INPUT)

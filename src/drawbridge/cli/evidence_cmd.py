@@ -14,8 +14,6 @@ and name the file and line or field at fault, never a raw value from it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import click
@@ -29,7 +27,7 @@ from drawbridge.canonical import (
     parse_json,
 )
 from drawbridge.cli import evidence_export, evidence_trace
-from drawbridge.cli.evidence_io import _finish, _label, read_bytes
+from drawbridge.cli.evidence_io import AUDIT_IMPORT_FORMAT, _finish, _label, audit_import_files, read_bytes
 from drawbridge.cli.output import (
     InputError,
     console,
@@ -252,22 +250,6 @@ def verify_tdt_cmd(file: str, rows_file: str | None, policy_digest: str | None, 
 # --------------------------------------------------------------------------- verify-side-effects
 
 
-def _audit_files(path: str) -> Iterator[Path]:
-    target = Path(path)
-    if target.is_dir():
-        try:
-            names = sorted(entry.name for entry in target.iterdir() if entry.name.endswith(".json"))
-        except OSError as exc:
-            raise InputError(f"{path}: cannot list directory: {exc.strerror}") from None
-        for name in names:
-            if (target / name).is_file():
-                yield target / name
-    elif target.exists():
-        yield target
-    else:
-        raise InputError(f"{path}: no such file or directory")
-
-
 def _rank(level: Any) -> int:
     return SIDE_EFFECT_LEVELS.index(level) if level in SIDE_EFFECT_LEVELS else -1
 
@@ -281,7 +263,8 @@ def _rank(level: Any) -> int:
     multiple=True,
     metavar="PATH",
     help="Provider audit records: a .json file, or a directory whose *.json files are read "
-    "in file-name order. Repeatable; further PATHs may follow the first.",
+    "in file-name order (other entries are listed as skipped). Repeatable; further PATHs may "
+    "follow the first; a file named twice is one import.",
 )
 @format_option
 def verify_side_effects_cmd(
@@ -295,38 +278,41 @@ def verify_side_effects_cmd(
     call) and compared with the level the document records. Fails when a recorded
     level is higher than the evidence supports, or when an imported record is
     inconsistent in itself. Files in an import that are not
-    assay.provider_audit_record.v0 are listed as skipped. Without --audit-import
-    every call re-derives to asserted.
+    assay.provider_audit_record.v0 (or not *.json in a directory) are listed as
+    skipped; a second copy of a record (same provider and record_id, or same
+    content) counts once. Without --audit-import every call re-derives to asserted.
 
     Exit codes: 0 verified, 1 verification failed, 2 usage error or unreadable input
-    (an unreadable surface document or audit file, or an audit file that is not JSON:
-    it fails, as verify-export fails it in a package, never passes as skipped).
+    (an unreadable surface document or audit file, an audit file that is not strict
+    JSON, or two different records under one record_id: it fails, as verify-export
+    fails it in a package, never passes as skipped).
     """
-    from drawbridge.evidence.side_effect_verify import (
+    from drawbridge.evidence.audit_import import (
         AuditImportError,
-        SurfaceFormatError,
         describe_rejection,
         load_audit_records,
         parse_audit_file,
-        verify_side_effects,
     )
+    from drawbridge.evidence.side_effect_verify import SurfaceFormatError, verify_side_effects
 
     if more_imports and not audit_imports:
         raise click.UsageError("extra arguments after SURFACE_JSON: audit records go after --audit-import")
     surface_doc = read_surface(read_bytes(surface_json), _label(surface_json))
+    files, not_read = audit_import_files((*audit_imports, *more_imports))
     items: list[tuple[str, Any]] = []
-    for path in (*audit_imports, *more_imports):
-        for file in _audit_files(path):
-            try:
-                items.append((str(file), parse_audit_file(str(file), read_bytes(str(file)))))
-            except AuditImportError as exc:
-                raise InputError(f"{exc}: an audit import is an assay.provider_audit_record.v0 JSON file") from None
+    for file in files:
+        try:
+            items.append((str(file), parse_audit_file(str(file), read_bytes(str(file)))))
+        except AuditImportError as exc:
+            raise InputError(f"{exc}: {AUDIT_IMPORT_FORMAT}") from None
     records, skipped = load_audit_records(items)
-    skipped = sorted(skipped, key=lambda item: item["source"])
+    skipped = sorted(skipped + not_read, key=lambda item: item["source"])
     try:
         report = verify_side_effects(surface_doc, records, bundle=_label(surface_json))
     except SurfaceFormatError as exc:
         raise InputError(f"{_label(surface_json)}: {exc}") from None
+    except AuditImportError as exc:
+        raise InputError(str(exc)) from None
     report = {**report, "audit_imports_skipped": skipped}
     ok = report["ok"] is True
     if output_format == "json":
@@ -355,14 +341,18 @@ def verify_side_effects_cmd(
     for index, call in enumerate(report["calls"]):
         before, after = call.get("level_before"), call.get("level")
         overclaimed = before in SIDE_EFFECT_LEVELS and SIDE_EFFECT_LEVELS.index(before) > _rank(after)
+        shown = f"{after} (recorded {before})"
+        if "recorded_subject_digest" in call:
+            overclaimed, shown = True, f"{after} (recorded digest {call['recorded_subject_digest']} is not the call's)"
+        binding = describe_rejection(call.get("binding"))
         call_rows.append(
             (
                 index,
                 call.get("tool"),
                 call.get("asserted"),
                 before if before is not None else "(none recorded)",
-                verdict(not overclaimed, str(after), f"{after} (recorded {before})"),
-                describe_rejection(call.get("binding")),
+                verdict(not overclaimed, str(after), shown),
+                f"restates call {call['restates']}" if "restates" in call else binding,
             )
         )
     columns = ("#", "tool", "asserted", "level before", "level after", "binding")
@@ -371,6 +361,8 @@ def verify_side_effects_cmd(
     for record in report["audit_records"]:
         if record.get("status") == "rejected":  # its own check failed: that is the reason, for every call
             reasons = [describe_rejection(record.get("check"))]
+        elif record.get("status") == "duplicate":
+            reasons = [f"the same record as {record.get('duplicate_of')}: counted once"]
         else:
             reasons = [
                 f"call {r.get('call')}: {describe_rejection(r.get('binding'))}"

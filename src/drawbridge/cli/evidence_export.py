@@ -14,14 +14,16 @@ is missing).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
-from drawbridge.cli.evidence_io import _finish
+from drawbridge.cli.evidence_io import _finish, audit_import_files
 from drawbridge.cli.evidence_trace import load_vkey, read_held
 from drawbridge.cli.output import EXIT_FAILED, InputError, console, emit_json, format_option, key_values, plain, table, verdict
+from drawbridge.evidence.classify import record_text
 
 
 @click.command(name="export")
@@ -30,7 +32,8 @@ from drawbridge.cli.output import EXIT_FAILED, InputError, console, emit_json, f
 @click.option("--out", required=True, type=click.Path(), help="A new or empty directory for the package.")
 @click.option("--carriers", type=click.Path(dir_okay=False, exists=True), help="The truth carrier file (--tool-decision-truth-out): required when the run's trace names carriers.")
 @click.option("--audit-import", "audit_imports", multiple=True, type=click.Path(exists=True),
-              help="Provider audit records (a .json file, or a directory of them) to include as imported. Repeatable.")
+              help="Provider audit records (a .json file, or a directory whose *.json files are read) to include as "
+                   "imported, each record once. Repeatable.")
 @click.option("--keys-dir", type=click.Path(file_okay=False), help="The signing keys (default: keys inside --evidence-dir).")
 @format_option
 def export_cmd(
@@ -45,7 +48,7 @@ def export_cmd(
     or unreadable input.
     """
     from drawbridge.evidence.export_package import ExportError, ExportUsageError
-    from drawbridge.evidence.side_effect_verify import AuditImportError, package_audit_record
+    from drawbridge.evidence.audit_import import AuditImportError
     from drawbridge.state.auditor_package import build_package, check_out_dir, write_package
     from drawbridge.state.checkpoint_files import CheckpointFileError
     from drawbridge.state.signing_keys import KeyFileError
@@ -54,21 +57,10 @@ def export_cmd(
         check_out_dir(out)
     except ExportUsageError as exc:
         raise InputError(str(exc)) from None
-    imported: list[tuple[str, bytes]] = []
-    for path in audit_imports:
-        target = Path(path)
-        for file in sorted(target.glob("*.json")) if target.is_dir() else [target]:
-            if file.name in {name for name, _ in imported}:
-                raise InputError(f"two audit records are named {file.name}")
-            try:
-                data = file.read_bytes()
-            except OSError as exc:
-                raise InputError(f"{file}: cannot read: {exc.strerror}") from None
-            try:
-                package_audit_record(str(file), data)  # a package holds nothing its verify-export would reject
-            except AuditImportError as exc:
-                raise InputError(f"{exc}: nothing is exported") from None
-            imported.append((file.name, data))
+    try:
+        imported, skipped = _audit_imports(audit_imports)
+    except AuditImportError as exc:
+        raise InputError(f"{exc}: nothing is exported") from None
     try:
         files, summary = build_package(evidence_dir, run_id=run_id, carriers_file=carriers, audit_imports=imported,
                                        keys_dir=keys_dir)
@@ -83,7 +75,7 @@ def export_cmd(
         raise InputError(str(exc)) from None
     except OSError as exc:
         raise InputError(f"{out}: cannot write: {exc.strerror}") from None
-    report = {"out": out, **summary.__dict__}
+    report = {"out": out, **summary.__dict__, "audit_records": len(imported), "audit_imports_skipped": skipped}
     if output_format == "json":
         emit_json(report)
         return
@@ -93,8 +85,38 @@ def export_cmd(
         ("surface records", summary.surfaces), ("truth carriers", summary.carriers),
         ("checkpoint", f"tree of {summary.tree_size} lines" + ("" if summary.recorded_locally
                                                                  else " (kept in the package only: a gateway holds the log)")),
-        ("files", summary.files),
+        ("audit records", len(imported)), ("files", summary.files),
     ]))
+    if skipped:
+        console().print(table("Skipped imports", ("source", "reason"), ((s["source"], s["reason"]) for s in skipped)))
+
+
+def _audit_imports(paths: Sequence[str]) -> tuple[list[tuple[str, bytes]], list[dict[str, str]]]:
+    """``(package name, bytes)`` of each distinct audit record ``--audit-import`` names, and what is not
+    exported, with why. A package holds nothing its verify-export would reject (``package_audit_record``)
+    and each record once (``distinct_audit_records``: a copy is skipped, a conflict refused)."""
+    from drawbridge.evidence.audit_import import distinct_audit_records, package_audit_record
+
+    files, skipped = audit_import_files(paths)
+    data: dict[str, bytes] = {}
+    records: list[tuple[str, Any]] = []
+    for file in files:
+        try:
+            data[str(file)] = file.read_bytes()
+        except OSError as exc:
+            raise InputError(f"{record_text(str(file))}: cannot read: {exc.strerror}") from None
+        records.append((str(file), package_audit_record(str(file), data[str(file)])))
+    kept, copies = distinct_audit_records(records)
+    skipped += [{"source": record_text(label), "reason": f"the same record as {record_text(first)}: exported once"}
+                for label, _record, first in copies]
+    names: dict[str, str] = {}
+    for label, _record in kept:
+        name = Path(label).name
+        if name in names:
+            raise InputError(f"two audit records are named {record_text(name)}: {record_text(names[name])} and "
+                             f"{record_text(label)}")
+        names[name] = label
+    return [(Path(label).name, data[label]) for label, _record in kept], sorted(skipped, key=lambda s: s["source"])
 
 
 def read_package(directory: str) -> dict[str, bytes]:

@@ -56,8 +56,10 @@ _COLUMNS = ["ID", "AGENT", "TOOLS", "EXPIRES", "REMAINING", "BY", "ACTIVE"]
 @control_options
 def create(ctl: Control, agent: str, tools: str, duration: str, by: str | None) -> None:
     """Let AGENT run TOOLS without asking, for a while (human_approval becomes allow; deny stays deny)."""
+    from drawbridge.state.grants import DEFAULT_MAX_DURATION  # the gateway's bound, which a suggestion fits
+
     try:  # the spelling is checked here; the bound is the gateway's
-        parse_duration(duration, maximum=timedelta(days=3650))
+        parse_duration(duration, maximum=timedelta(days=3650), suggest_within=DEFAULT_MAX_DURATION)
     except DurationError as exc:
         raise click.BadParameter(str(exc), param_hint="--for") from None
     body = {"agent": agent, "tools": tools, "duration": duration, "by": by or default_person()}

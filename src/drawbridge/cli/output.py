@@ -127,11 +127,11 @@ def verdict(ok: bool, yes: str = "VERIFIED", no: str = "FAILED") -> Text:
 
 
 def table(title: str, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> Table:
-    """A table whose cells are plain text (see ``plain``)."""
+    """A table whose title and cells are plain text (see ``plain``): a title names paths and agents."""
     from rich.table import Table
     from rich.text import Text
 
-    out = Table(title=title, title_justify="left", show_lines=False)
+    out = Table(title=plain(title), title_justify="left", show_lines=False)
     for name in columns:
         out.add_column(name, overflow="fold")
     for row in rows:
@@ -140,11 +140,11 @@ def table(title: str, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> 
 
 
 def key_values(title: str, pairs: Iterable[tuple[str, Any]]) -> Table:
-    """A two-column summary table."""
+    """A two-column summary table; its title is plain text, as in ``table``."""
     from rich.table import Table
     from rich.text import Text
 
-    out = Table(title=title, title_justify="left", show_header=False)
+    out = Table(title=plain(title), title_justify="left", show_header=False)
     out.add_column("field", style="bold")
     out.add_column("value", overflow="fold")
     for key, value in pairs:

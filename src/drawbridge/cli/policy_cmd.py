@@ -1,4 +1,5 @@
-"""``drawbridge policy set|list``: change one tool's action for one agent, or show the policies in force;
+"""``drawbridge policy set|list|shadow``: change one tool's action for one agent, show the policies in
+force, or what the shadow policy would have decided (``GET /shadow``);
 ``check``, ``explain`` and ``test`` work offline, without a gateway (``policy_offline``).
 
 ``set`` goes through the control plane (``PUT /policies/{agent}/tools/{tool}``), which edits the
@@ -6,8 +7,9 @@ agent's policy file as text (comments stay), keeps ``<file>.bak``, reloads, and 
 the trace chain as ``mesh.policy_edit``. ``--by`` is recorded as given.
 
 Exit codes: 0 done; 1 refused (no policy for the agent, a tool the gateway does not serve without
-``--unserved``, a hand-written rule for ``inherit``, a policy set that would not load); 2 usage error
-(a name with a control character or a line break included) or control plane unreachable.
+``--unserved``, a hand-written rule for ``inherit``, a policy set that would not load, no shadow policy
+for ``shadow``); 2 usage error (a name with a control character or a line break included) or control
+plane unreachable.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import click
 
 from drawbridge.cli.control_client import Control, control_options, segment
-from drawbridge.cli.output import console, emit_json, key_values, table
+from drawbridge.cli.output import console, display_text, emit_json, key_values, table
 from drawbridge.cli.policy_offline import check, explain, test
 from drawbridge.policy.edit import conditional_text
 
@@ -88,6 +90,29 @@ def list_policies(ctl: Control) -> None:
             ])
     columns = ["POLICY", "AGENT", "#", "TOOLS", "ACTION", "WHEN", "FILE"]
     console().print(table(f"{len(policies)} policies", columns, rows))
+
+
+@command.command(name="shadow")
+@control_options
+def shadow(ctl: Control) -> None:
+    """What the shadow policy would have decided of the calls so far, beside what was enforced."""
+    report = ctl.client.get("/shadow")
+    if ctl.json:
+        emit_json(report)
+        return
+    policy = report.get("shadow_policy") or {}
+    rows = [
+        [row.get("agent"), row.get("tool"), row.get("action"), row.get("shadow_action"),
+         "yes" if row.get("differs") else "no", row.get("calls")]
+        if not row.get("overflow") else
+        ["(other)", "(other)", "-", "-", f"{row.get('differing')} of them", row.get("calls")]
+        for row in report.get("rows", [])
+    ]
+    title = (f"shadow policy {policy.get('path')} (generation {policy.get('generation')}): "
+             f"{report.get('calls')} calls, {report.get('differing')} differing")
+    console().print(table(title, ["AGENT", "TOOL", "ENFORCED", "SHADOW", "DIFFERS", "CALLS"], rows))
+    if policy.get("last_error"):
+        click.echo(display_text(f"the shadow policy's last reload failed: {policy['last_error']}"), err=True)
 
 
 for _offline in (check, explain, test):

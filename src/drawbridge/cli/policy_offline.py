@@ -58,13 +58,18 @@ def _store(policy: str | None, config: GatewayConfig | None) -> PolicyStore:
         sys.exit(EXIT_FAILED)
 
 
-def served_names(config: GatewayConfig, timeout: float) -> tuple[list[str], list[str]]:
-    """The tool names serve would serve for ``config`` (read live), and the upstreams that did not answer."""
+def served_names(config: GatewayConfig, timeout: float) -> tuple[list[str], dict[str, str | None]]:
+    """The tool names serve would serve for ``config`` (read live), and the upstreams that did not
+    answer, each with why when ``discover`` knows (a missing environment variable, a spec that does
+    not load), so the warning names the cause rather than a silence."""
     from drawbridge.cli.discover_cmd import discover
 
     found = anyio.run(discover, config, timeout)
     answered = {tool.server for tool in found.tools}
-    missing = [name for name in config.upstream_names if name not in answered]
+    missing = {
+        name: next((reason for reason in found.unavailable if repr(name) in reason), None)
+        for name in config.upstream_names if name not in answered
+    }
     return [tool.name for tool in found.tools], missing
 
 
@@ -104,12 +109,13 @@ def check(policy: str | None, config_path: str | None, timeout: float) -> None:
     config = _config(config_path)
     store = _store(policy, config)
     names: list[str] | None = None
-    missing: list[str] = []
+    missing: dict[str, str | None] = {}
     if config is not None:
         names, missing = served_names(config, timeout)
-        for name in missing:
-            click.echo(f"warning: upstream {name!r} did not answer: rules naming its tools are not checked")
-    findings = lint(store.current, names, missing)
+        for name, reason in missing.items():
+            why = reason if reason is not None else f"upstream {name!r} did not answer"
+            click.echo(f"warning: {why}: rules naming its tools are not checked")
+    findings = lint(store.current, names, list(missing))
     for finding in findings:
         click.echo(f"warning: {finding.describe()}")
     rules = sum(len(p.rules) for p in store.current.policies)

@@ -54,10 +54,11 @@ class _Startup(Exception):
     """A problem found before serving; printed as is, exit code 2."""
 
 
-def preflight(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
-    """Problems that would only show when an upstream connects: report them before anything starts."""
+def preflight(config: GatewayConfig, environ: Mapping[str, str], *, openapi: bool = True) -> list[str]:
+    """Problems that would only show when an upstream connects: report them before anything starts.
+    ``openapi`` False (``discover``, which calls no operation): OpenAPI headers are not needed."""
     problems: list[str] = []
-    for upstream in (*config.upstreams, *config.openapi):
+    for upstream in (*config.upstreams, *(config.openapi if openapi else ())):
         for header, env_name in upstream.headers_env.items():
             value = environ.get(env_name)
             if not value:
@@ -105,9 +106,9 @@ def command(config_path: str, stdio: bool, agent: str | None, verbose: bool, log
     try:
         # Over stdin/stdout no agent presents an HTTP token, and the control plane (so its token) is
         # served only when the file has a control section: variables of unused tokens are not asked for.
-        config = load_config(config_path, uses=frozenset() if stdio else USES_ALL)
+        config = load_config(config_path, uses=frozenset({"notify"}) if stdio else USES_ALL)
         if stdio and config.control_configured:
-            config = load_config(config_path, uses=frozenset({"admin"}))
+            config = load_config(config_path, uses=frozenset({"admin", "notify"}))
     except ConfigError as exc:
         startup_failed(str(exc))
         sys.exit(EXIT_INPUT)

@@ -1,6 +1,6 @@
 """What ``serve`` tells the operator when it is up and when it stops: where agents connect, where the
-control plane is, each upstream with its tool count and whether it is up, the policies and the
-evidence directory, and where to look live.
+control plane is, each upstream with its tool count and whether it is up, the policies (and a shadow
+policy) and the evidence directory, and where to look live.
 
 Invariant: the summary says what is true at the moment it is printed: an upstream that is down is
 listed as down with its one cause, never counted as served. It names files, URLs and counts, never a
@@ -60,6 +60,10 @@ def print_summary(
     policies = policy_summary(runtime)
     files = ", ".join(policies.get("files", ())) or "none"
     say(f"  policies: {policies['policies']} from {policies['path']} ({files})", **policies)
+    if runtime.shadow_tally is not None:
+        shadow = runtime.shadow_tally.store
+        say(f"  shadow policy: {len(shadow.current.policies)} from {shadow.path} (reported, never enforced)",
+            shadow_policy=str(shadow.path), shadow_policies=len(shadow.current.policies))
     evidence = runtime.settings.evidence_dir
     say(f"  evidence: {evidence if evidence is not None else 'none (no trace is written)'}", evidence_dir=evidence)
     if mcp_url is not None:

@@ -7,7 +7,8 @@ The gateway spawns the server as its child, relays every message unchanged, and 
 Invariant: with no ``--policy`` and no ``--allow-all``, every tools/call is refused (fail closed);
 ``--allow-all`` is the only way to forward without a policy, and it must be asked for. A policy is
 watched while the gateway runs: a valid edit applies to the next call, an invalid one is reported on
-stderr and the previous policy stays.
+stderr and the previous policy stays. ``--shadow-policy`` (with ``--policy`` only) is decided beside it on
+every call and only reported, never enforced (``gateway.pipeline.shadow``).
 
 The runtime is the one serve builds (``gateway.runtime``): the same pipeline decides every call, with
 the same floors and the same fail-closed rules. Calls are resolved in the server's own tool
@@ -25,7 +26,8 @@ reached in-band when the client supports elicitation, and through the control pl
 grants create``; it needs the admin token: ``DRAWBRIDGE_ADMIN_TOKEN`` if set, else the one the gateway
 keeps in ``<state>.admin-token`` beside the state file, whose path it prints). A ``--state`` file shared with another gateway counts as a channel too: that gateway's
 control plane resolves what this one waits for. With no channel at all, a call that needs approval is
-refused at once (after grants and memory).
+refused at once (after grants and memory). ``--notify-url-env NAME`` posts each question this gateway opens to a
+webhook (``approvals.notify``, serve's ``approval.notify``); the variable never reaches the server.
 
 Start-up order: the server is started as soon as the command line is read, and the gateway imports
 and builds its runtime while the server starts (a few tenths of a second each, which would otherwise
@@ -63,6 +65,7 @@ from drawbridge.gateway.recording.truth_key import TruthKeyError, truth_key_from
 from drawbridge.gateway.upstreams.child_spawn import EnvPolicy, SpawnedChild, Upstream, UpstreamStartError, spawn_child
 
 if TYPE_CHECKING:
+    from drawbridge.config_notify import NotifyTarget
     from drawbridge.gateway.runtime.assembly import Runtime
     from drawbridge.gateway.transports.relay_requests import RelayConfig
 
@@ -85,6 +88,9 @@ def _service_name(_ctx: click.Context, _param: click.Parameter, value: str) -> s
     context_settings={"help_option_names": ["-h", "--help"], "allow_interspersed_args": False},
 )
 @click.option("--policy", type=click.Path(exists=True), help="Policy file or directory that decides each tools/call.")
+@click.option("--shadow-policy", type=click.Path(exists=True),
+              help="Policy file or directory decided beside --policy on each tools/call and only reported "
+              "(the decision line, /shadow, /metrics), never enforced.")
 @click.option("--agent", default="anonymous", show_default=True, callback=agent_id,
               help="Agent id the policy is evaluated for.")
 @click.option("--evidence-dir", type=click.Path(file_okay=False), help="Directory for the trace and evidence.")
@@ -158,6 +164,21 @@ def _service_name(_ctx: click.Context, _param: click.Parameter, value: str) -> s
     "argument shape; never for generic tools, changed pins or `approval: operator` rules; 0: off.",
 )
 @click.option(
+    "--notify-url-env",
+    "notify_url_envs",
+    multiple=True,
+    metavar="NAME",
+    help="Post each pending approval (never an argument value) to the webhook whose URL the environment "
+    "variable NAME holds: https, http only to a loopback host. Repeatable.",
+)
+@click.option(
+    "--notify-format",
+    type=click.Choice(["json", "slack"]),
+    default="json",
+    show_default=True,
+    help="What --notify-url-env posts: a JSON object, or Slack's {\"text\": ...}.",
+)
+@click.option(
     "--state",
     "state_path",
     type=click.Path(dir_okay=False),
@@ -210,6 +231,7 @@ def _service_name(_ctx: click.Context, _param: click.Parameter, value: str) -> s
 @click.argument("server_command", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
     policy: str | None,
+    shadow_policy: str | None,
     agent: str,
     evidence_dir: str | None,
     tool_decision_truth_out: str | None,
@@ -224,6 +246,8 @@ def command(
     non_blocking_approvals: bool,
     no_elicitation: bool,
     approval_memory: int,
+    notify_url_envs: tuple[str, ...],
+    notify_format: str,
     state_path: str | None,
     control_port: int | None,
     pin_tools: bool,
@@ -247,18 +271,23 @@ def command(
     configure_logging(verbose, log_format, quiet_activity=True)
     if policy is not None and allow_everything:
         raise click.UsageError("--policy and --allow-all exclude each other")
+    if shadow_policy is not None and (allow_everything or policy is None):
+        what = "and --allow-all exclude each other" if allow_everything else "needs --policy"
+        raise click.UsageError(f"--shadow-policy {what}: the shadow is decided beside an enforced policy")
     if control_port is not None and policy is None:
         raise click.UsageError("--control-port needs --policy (approvals come from human_approval rules)")
     if policy is None and not allow_everything:
         click.echo("drawbridge: no --policy given: every tools/call will be refused", err=True)
     label = server_id or os.path.basename(server_command[0]) or "upstream"
     header_names = _telemetry_header_names(otlp_endpoint, otlp_headers)
+    notify = _notify_targets(notify_url_envs, notify_format)
+    withheld = frozenset(TRUTH_KEY_NAMES) | frozenset(target.url_env for target in notify)
     admin_token = os.environ.pop(ADMIN_TOKEN_ENV, None) or None  # never passed on to the server
     if control_port is not None and admin_token is not None and not is_token(admin_token):
         startup_failed(f"drawbridge: environment variable {ADMIN_TOKEN_ENV} does not hold a token ({TOKEN_RULE})")
         sys.exit(EXIT_INPUT)
-    # The gateway's credentials stay its own: the truth producer's key, the collector's headers.
-    env_filter = EnvPolicy(deny_names=frozenset(TRUTH_KEY_NAMES) | frozenset(header_names.values()))
+    # The gateway's credentials stay its own: the truth producer's key, the collector's headers, the webhooks.
+    env_filter = EnvPolicy(deny_names=withheld | frozenset(header_names.values()))
     server: SpawnedChild | str | None = None
     if _may_start_early(tool_decision_truth_out):
         try:
@@ -276,9 +305,10 @@ def command(
         telemetry = None
         if otlp_endpoint is not None:
             telemetry = TelemetrySettings(otlp_endpoint, otlp_protocol, header_names, service_name,
-                                          withheld_env=frozenset(TRUTH_KEY_NAMES))
+                                          withheld_env=withheld)
         settings = RuntimeSettings.for_wrap(
             policy=policy,
+            shadow_policy=shadow_policy,
             allow_all=allow_everything,
             evidence_dir=evidence_dir,
             truth_out=tool_decision_truth_out,
@@ -289,6 +319,7 @@ def command(
             non_blocking=non_blocking_approvals,
             elicitation=not no_elicitation,
             approval_memory=approval_memory,
+            notify=notify,
             control_open=control_port is not None,
             pin_tools=pin_tools,
             admin_token_sha256=hashlib.sha256(admin_token.encode("utf-8")).hexdigest() if admin_token else None,
@@ -371,6 +402,17 @@ def _telemetry_header_names(endpoint: str | None, headers: tuple[str, ...]) -> d
         names[name] = variable
     return names
 
+
+def _notify_targets(names: tuple[str, ...], form: str) -> tuple[NotifyTarget, ...]:
+    """``--notify-url-env``: serve's ``approval.notify`` targets, each variable held to its rule; a
+    problem stops the start in one line naming the variable, never its value."""
+    from drawbridge.config_notify import NotifyTarget, url_env_problem
+
+    for name in names:
+        if (problem := url_env_problem(name, os.environ)) is not None:
+            startup_failed(f"drawbridge: --notify-url-env: {problem.removeprefix('url_env ')}")
+            sys.exit(EXIT_INPUT)
+    return tuple(NotifyTarget(name, os.environ[name], form) for name in dict.fromkeys(names))
 
 
 async def _serve(runtime: Runtime, server: Upstream, config: RelayConfig, sock: socket.socket | None) -> str | None:

@@ -1,4 +1,4 @@
-"""The control plane's HTTP routes: catalogue, decisions, policy edits, pins, approvals, grants.
+"""The control plane's HTTP routes: catalogue, decisions, policy edits, pins, approvals, grants, shadow.
 
 Invariant: every route is behind ``AdminAuth`` (``control_routes`` takes the admin digest as a
 required argument and wraps each endpoint itself), answers JSON, and refuses with
@@ -45,6 +45,7 @@ from drawbridge.control.evidence_handlers import EvidenceHandlers
 from drawbridge.control.inputs import shown
 from drawbridge.control.problems import Endpoint, error_response, handled
 from drawbridge.control.services import ControlServices
+from drawbridge.control.shadow_handlers import ShadowHandlers
 
 ALL_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
 
@@ -65,7 +66,7 @@ class _AnyText(Convertor[str]):
 register_url_convertor("drawbridge_text", _AnyText())
 
 
-class ControlPlane(CatalogueHandlers, ApprovalHandlers, EvidenceHandlers):
+class ControlPlane(CatalogueHandlers, ApprovalHandlers, EvidenceHandlers, ShadowHandlers):
     """The handlers, bound to one ``ControlServices``."""
 
     def __init__(self, services: ControlServices) -> None:
@@ -123,6 +124,7 @@ def control_routes(services: ControlServices, *, admin_token_sha256: str) -> lis
         "/grants": {"GET": (plane.grants, "all"), "POST": (plane.create_grant,)},
         "/grants/{id}": {"DELETE": (plane.revoke_grant, "by")},
         "/evidence/checkpoint": {"GET": (plane.checkpoint,)},
+        "/shadow": {"GET": (plane.shadow,)},
     }
     routes = []
     for path, handlers in table.items():

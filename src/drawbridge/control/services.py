@@ -31,6 +31,7 @@ Theory of operation. ``ControlServices`` bundles:
 * ``recent_calls(agent, limit)``: the agent's latest decisions for the approval detail view (async,
   optional). ``RecentCallRing`` is a bounded in-memory implementation the recorder can feed.
 * ``clock``: "now" for remaining times in views.
+* ``shadow()``: the shadow policy's tally of the recorded calls (``GET /shadow``), or None without one.
 * ``checkpoint()``: a signed checkpoint of the trace covering every line written so far (async), for
   auditors to keep a copy the operator cannot rewrite; None when the gateway writes no trace.
 """
@@ -370,6 +371,8 @@ class ControlServices:
     upstreams: Callable[[], Mapping[str, str | None]] | None = None
     """Each upstream by name: None while it serves, else why not (what ``/readyz`` reads); None when
     the gateway has no other upstream than the one it runs with (wrap: it ends when its child does)."""
+    shadow: Callable[[], Mapping[str, Any] | None] | None = None
+    """What the shadow policy would have decided, tallied (``GET /shadow``); None: no shadow policy."""
 
 
 __all__ = [

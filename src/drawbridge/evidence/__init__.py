@@ -19,6 +19,7 @@ from drawbridge.evidence.audit_binding import (
     promote_with_observed_read,
     subject_from_action,
 )
+from drawbridge.evidence.audit_import import load_audit_records
 from drawbridge.evidence.chain import (
     GENESIS_HASH,
     ChainHead,
@@ -31,7 +32,7 @@ from drawbridge.evidence.chain import (
 from drawbridge.evidence.classify import Classification, classify, target_hash
 from drawbridge.evidence.correlation import correlation_from_params
 from drawbridge.evidence.side_effect import SideEffect, SideEffectLevel
-from drawbridge.evidence.side_effect_verify import load_audit_records, verify_side_effects
+from drawbridge.evidence.side_effect_verify import verify_side_effects
 from drawbridge.evidence.surface import Effect, build_decision, build_surface
 from drawbridge.evidence.truth import (
     Evidence,

@@ -3,9 +3,9 @@
 Invariant: for the same events, ``manifest.json``, ``events.ndjson`` and the tar stream are byte for
 byte what Assay's ``BundleWriter`` writes (auditor-evidence.md 1.2 to 1.5), and ``verify_bundle``
 applies the rules of ``assay evidence verify`` in its order (1.6), so a bundle one accepts the other
-accepts. The manifest and every event line are read as Assay's strict JSON: UTF-8 only, no BOM, no
-duplicate key at any depth, no lone surrogate, depth at most 64, at most 10,000 keys in an object,
-strings of at most 1 MiB characters. An event line is ``JCS(event) + "\\n"``; ``assaycontenthash`` is
+accepts. The manifest and every event line are read as Assay's strict JSON (``canonical.strict``):
+UTF-8 only, no BOM, no duplicate key at any depth, no lone surrogate, depth at most 64, at most 10,000
+keys in an object, strings of at most 1 MiB characters. An event line is ``JCS(event) + "\\n"``; ``assaycontenthash`` is
 ``sha256(JCS({specversion, type, datacontenttype, subject?, data}))`` over the event's own values
 (its ``datacontenttype`` as it stands, as Assay hashes it), which leaves out time, id,
 source, run, seq and producer, so it is known the moment a record is made (the trace names it then);
@@ -20,20 +20,13 @@ times and source keeps the run root (ADR-044); the archive's digest, signed in a
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from drawbridge.canonical import (
-    CanonicalizationError,
-    DuplicateKeyError,
-    canonical_bytes,
-    sha256_prefixed,
-    shown_key,
-    unique_object,
-)
+from drawbridge.canonical import CanonicalizationError, canonical_bytes, sha256_prefixed
+from drawbridge.canonical.strict import StrictJSONError, parse_strict_json
 from drawbridge.evidence.bundle_archive import ArchiveError, gunzip, gzip_wrap, read_members, tar_stream
 
 SPECVERSION: Final = "1.0"
@@ -42,10 +35,6 @@ ROOT_ALGORITHM: Final = 'sha256(concat(content_hash + "\\n"))'
 ALGORITHMS: Final = {"canon": "jcs-rfc8785", "hash": "sha256", "root": ROOT_ALGORITHM}
 MAX_LINE_BYTES: Final = 1024 * 1024
 MAX_EVENTS: Final = 100_000
-MAX_DEPTH: Final = 64
-MAX_KEYS: Final = 10_000
-MAX_STRING_CHARS: Final = 1_048_576
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
 
 
@@ -189,55 +178,12 @@ def _event_hash(event: Mapping[str, Any]) -> str:
     return content_hash(event["type"], event["data"], event.get("subject"), event["datacontenttype"])
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    if len(pairs) > MAX_KEYS:
-        raise BundleError(f"an object holds {len(pairs)} keys, more than {MAX_KEYS}")
-    try:
-        return unique_object(pairs)
-    except DuplicateKeyError as exc:
-        raise BundleError(f"the key {shown_key(exc.key)} appears twice in one object") from None
-
-
-def _check_strings(value: Any, depth: int = 1) -> None:
-    """Assay's strict-JSON limits on a parsed value: no lone surrogate (a ``\\uD800`` escape with no
-    partner), nesting at most MAX_DEPTH, each string at most MAX_STRING_CHARS characters."""
-    if isinstance(value, str):
-        if len(value) > MAX_STRING_CHARS:
-            raise BundleError(f"a string holds {len(value)} characters, more than {MAX_STRING_CHARS}")
-        if _SURROGATE.search(value):
-            raise BundleError("a string holds a lone surrogate (half of a UTF-16 pair, escaped as \\uD800-\\uDFFF)")
-        return
-    if isinstance(value, (dict, list)):
-        if depth > MAX_DEPTH:
-            raise BundleError(f"nesting is deeper than {MAX_DEPTH}")
-        items = value.items() if isinstance(value, dict) else enumerate(value)
-        for key, item in items:
-            if isinstance(key, str):
-                _check_strings(key, depth)
-            _check_strings(item, depth + 1)
-
-
 def _strict(data: bytes, what: str) -> Any:
-    """Assay's strict JSON (auditor-evidence.md 1.6): UTF-8 only, no byte order mark, no duplicate key
-    anywhere, no lone surrogate, no NaN or Infinity, and its depth, key and string limits."""
-    if data.startswith(b"\xef\xbb\xbf"):
-        raise BundleError(f"{what} starts with a byte order mark")
+    """Assay's strict JSON (auditor-evidence.md 1.6, ``canonical.strict``), a refusal naming ``what``."""
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BundleError(f"{what} is not UTF-8") from None
-    try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-        _check_strings(value)
-    except BundleError as exc:
-        raise BundleError(f"{what} is not strict JSON: {exc}") from None
-    except (ValueError, RecursionError) as exc:
-        raise BundleError(f"{what} is not strict JSON ({type(exc).__name__}: {exc})") from None
-    return value
-
-
-def _no_constant(name: str) -> Any:
-    raise BundleError(f"{name} is not JSON")
+        return parse_strict_json(data)
+    except StrictJSONError as exc:
+        raise BundleError(f"{what} {exc}") from None
 
 
 def _is_source(value: object) -> bool:

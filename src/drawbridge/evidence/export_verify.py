@@ -50,12 +50,8 @@ from drawbridge.evidence.export_package import (
 )
 from drawbridge.evidence.observed_read import confirmations, is_confirmation
 from drawbridge.evidence.runs import runs_of
-from drawbridge.evidence.side_effect_verify import (
-    SurfaceFormatError,
-    describe_rejection,
-    package_audit_record,
-    verify_side_effects,
-)
+from drawbridge.evidence.audit_import import describe_rejection, package_audit_record
+from drawbridge.evidence.side_effect_verify import SurfaceFormatError, verify_side_effects
 from drawbridge.evidence.signed_note import NoteVerifier
 from drawbridge.evidence.tlog import CheckpointError, open_checkpoint, parse_tlog_proof, verify_tlog_proof
 from drawbridge.evidence.trace_audit import HeldCheckpoint, audit_trace
@@ -207,9 +203,16 @@ def verify_export(
             reasons = [f"{row['source']}: {describe_rejection(row['check'])}" for row in report["audit_records"]
                        if row["status"] == "rejected"]
             if report["levels_not_reproduced"]:
-                reasons.append(f"{report['levels_not_reproduced']} side effect(s) recorded above their evidence")
+                reasons.append(f"{report['levels_not_reproduced']} side effect(s) recorded above their evidence "
+                               "(or with a verification_subject_digest that is not their call's)")
             raise ValueError("; ".join(reasons))
-        return f"{len(decisions)} decisions, {report['promoted']} verified through {len(records)} audit record(s)"
+        restated = sum(1 for row in report["calls"] if "restates" in row)  # a confirmation is its write
+        copies = sum(1 for row in report["audit_records"] if row["status"] == "duplicate")
+        counted = f"{len(decisions) - restated} decisions"
+        if restated:
+            counted += f" (and {restated} observed_confirmed restatement(s) of them)"
+        counted += f", {report['promoted']} verified through {report['audit_records_imported']} audit record(s)"
+        return counted + (f" ({copies} more file(s) a copy of one, counted once)" if copies else "")
 
     checks.run("side_effects", side_effects)
     _trace_checks(files, checks, events, bundle, vkey, known, predicate)

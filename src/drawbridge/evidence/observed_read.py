@@ -15,7 +15,9 @@ The confirmation is a record of its own: the write's surface record restated at
 ``drawbridge.observed_read: {trace_index, write_trace_index}``. It is derived from the trace and
 the write's record alone, so anyone recomputes it (``verify-export`` does). It is sequence evidence
 within the run, not external verification: ``verify-side-effects`` still recomputes every call from
-``asserted`` and does not credit it (it lists it as not credited).
+``asserted`` and does not credit it (it lists it as not credited). A confirmation is its write, not a
+call of its own (``restated`` pairs the two): it is no decision of the run, and no audit record
+verifies it apart from its write.
 
 What the trace keeps for this: a read's ``tool_decision`` body holds ``observed_read:
 {action_class, target_digest}``, ``target_digest`` being ``sha256(JCS({action_class, target}))`` of
@@ -28,7 +30,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from drawbridge.canonical import CanonicalizationError, jcs_digest, parse_json
+from drawbridge.canonical import CanonicalizationError, canonical_bytes, jcs_digest, parse_json
 from drawbridge.evidence import vocabulary as v
 from drawbridge.evidence.audit_binding import binding_digest, subject_from_action
 from drawbridge.evidence.classify import classify, tool_leaf
@@ -129,9 +131,46 @@ def confirmations(
     return out
 
 
+_LADDER_FIELDS: Final = ("level", "verification_source", "verification_subject_digest")
+
+
+def _without_restatement(decision: Any) -> bytes | None:
+    """A decision as its restatement leaves it: without the mark, ``side_effect_verified`` and the
+    ladder fields of ``side_effect`` (``confirmations`` changes nothing else)."""
+    if not isinstance(decision, dict):
+        return None
+    bare = {key: value for key, value in decision.items() if key != MARK}
+    response = dict(bare["response"]) if isinstance(bare.get("response"), dict) else {}
+    response.pop("side_effect_verified", None)
+    if isinstance(response.get("side_effect"), dict):
+        response["side_effect"] = {k: val for k, val in response["side_effect"].items() if k not in _LADDER_FIELDS}
+    bare["response"] = response
+    try:
+        return canonical_bytes(bare)
+    except (CanonicalizationError, RecursionError):
+        return None
+
+
+def restated(decisions: Sequence[Any]) -> list[int | None]:
+    """For each decision, the index of the decision it restates, else None. A confirmation is its write
+    restated, the same call and not another: each decision that carries ``MARK`` is paired with the first
+    unpaired decision without it that is equal to it but for what ``confirmations`` changes."""
+    unpaired: dict[bytes, list[int]] = {}
+    for index, decision in enumerate(decisions):
+        key = _without_restatement(decision)
+        if key is not None and MARK not in decision:
+            unpaired.setdefault(key, []).append(index)
+    restates: list[int | None] = [None] * len(decisions)
+    for index, decision in enumerate(decisions):
+        if isinstance(decision, dict) and MARK in decision:
+            twins = unpaired.get(_without_restatement(decision) or b"", [])
+            restates[index] = twins.pop(0) if twins else None
+    return restates
+
+
 def is_confirmation(record: Any) -> bool:
     decisions = record.get("observed_tool_decisions") if isinstance(record, dict) else None
     return isinstance(decisions, list) and any(isinstance(d, dict) and MARK in d for d in decisions)
 
 
-__all__ = ["MARK", "READ_LEAVES", "confirmations", "is_confirmation", "read_subject", "target_digest"]
+__all__ = ["MARK", "READ_LEAVES", "confirmations", "is_confirmation", "read_subject", "restated", "target_digest"]

@@ -1,12 +1,13 @@
 """The side-effect verifier of a whole surface document, and the claim gate its report applies.
 
 Invariant: the report never claims more than the weakest evidence supports: each asserting call
-takes at most one bound audit record (one record never vouches for two calls), every imported
-record is reported with why it did or did not bind, and the claim gate (``CLAIM_GATE``) caps what a
-consumer may claim at each level. An imported audit file that is not JSON is never read as "no
-record": it fails the verification (``AuditImportError``), in ``verify-side-effects``,
-``export`` and ``verify-export`` alike; an auditor package holds only records consistent in
-themselves (``package_audit_record``).
+takes at most one bound audit record and one record never vouches for two calls, not even when it is
+imported twice (``audit_import.distinct_audit_records``: a copy counts once); an ``observed_confirmed``
+restatement of a write is that write, not a call of its own, and never takes a record
+(``observed_read.restated``); every imported record is reported with why it did or did not bind; a
+recorded ``verification_subject_digest`` must be the one re-derived from the call; and the claim gate
+(``CLAIM_GATE``) caps what a consumer may claim at each level. How an imported file is read, and
+which files are records, is ``audit_import``'s.
 
 Theory of operation (evidence-formats.md 3):
 
@@ -26,6 +27,29 @@ Theory of operation (evidence-formats.md 3):
    gateway's read follow-up, ``observed_read``) is listed in
    ``levels_not_credited``: in-run sequence evidence, reported and not
    credited, and not an overclaim; ``verify-export`` checks its rule.
+
+5. Restatements. A decision marked ``drawbridge.observed_read`` is the
+   confirmation ``export`` adds: a write's decision restated at
+   ``observed_confirmed``. It is paired with the decision it restates
+   (``observed_read.restated``: equal but for the mark,
+   ``response.side_effect_verified`` and the ladder fields of
+   ``response.side_effect``; one-to-one), takes that call's re-derived
+   level and ``restates`` its index, and is neither tried against a record nor
+   folded into the weakest ceiling. A marked decision with no such twin still
+   never takes a record, and is folded in at ``asserted``. Assay does not know
+   the mark and counts a restatement as a call of its own.
+
+6. Imported records are taken each once (``audit_import``): a copy is
+   reported (status ``duplicate``, ``duplicate_of``) and never tried, and
+   ``audit_records_imported`` counts it once.
+
+7. Subject digests. A recorded ``verification_subject_digest`` (on
+   ``observed_confirmed`` and ``verified``) is the binding digest of the
+   call's own subject (evidence-formats.md 3.3: the bound record's digest, or
+   the write's for a read follow-up). One that is not, or that sits on a call
+   with no subject, is counted in ``levels_not_reproduced`` and shown as the
+   row's ``recorded_subject_digest``. Assay's verifier reads no recorded level
+   at all, so this check refuses nothing it accepts as a re-derivation.
 """
 
 
@@ -35,15 +59,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from drawbridge.canonical import CanonicalizationError, parse_json
 from drawbridge.evidence import vocabulary as v
 from drawbridge.evidence.audit_binding import (
     AuditBinding,
     Bound,
+    binding_digest,
     check_record_consistency,
     promote_with_audit_record,
+    subject_from_action,
 )
+from drawbridge.evidence.audit_import import distinct_audit_records
 from drawbridge.evidence.classify import record_text
+from drawbridge.evidence.observed_read import MARK, restated
 from drawbridge.evidence.side_effect import SideEffect, SideEffectFormatError, SideEffectLevel, VerificationSource
 
 # --- the claim gate -------------------------------------------------------------
@@ -100,67 +127,6 @@ class SurfaceFormatError(ValueError):
     """A surface document the verifier cannot read without guessing."""
 
 
-class AuditImportError(ValueError):
-    """An imported audit file that cannot be taken as evidence; the message names the file."""
-
-
-def parse_audit_file(label: str, data: bytes) -> Any:
-    """The JSON of one imported audit file. A file that is not JSON fails closed: skipping it could hide
-    a record an auditor meant to import, and a package could not be checked again from it."""
-    try:
-        return parse_json(data)
-    except (CanonicalizationError, UnicodeDecodeError):
-        raise AuditImportError(f"{record_text(label)} is not JSON") from None
-
-
-def package_audit_record(label: str, data: bytes) -> dict[str, Any]:
-    """One file of an auditor package's ``audit-import/``: an ``assay.provider_audit_record.v0`` whose
-    ``binding_digest`` is the digest of its own subject (what ``export`` writes, and nothing else)."""
-    value = parse_audit_file(label, data)
-    kept, skipped = load_audit_records([(label, value)])
-    if skipped:
-        raise AuditImportError(f"{skipped[0]['source']} is not an audit record: {skipped[0]['reason']}")
-    check = check_record_consistency(kept[0][1])
-    if not isinstance(check, str):
-        raise AuditImportError(f"{record_text(label)}: {describe_rejection(check.to_json())}")
-    return kept[0][1]
-
-
-def describe_rejection(binding: Any) -> str:
-    """A binding outcome of a report, in words (its ``reason`` when it has one)."""
-    if not isinstance(binding, dict):
-        return "-"
-    outcome = str(binding.get("outcome", "?"))
-    if "reason" in binding:
-        return f"{outcome}: {binding['reason']}"
-    if outcome == "record_inconsistent":
-        return f"{outcome}: binding_digest is not the digest of the record's own subject"
-    if outcome == "binds_different_call":
-        return f"{outcome}: the record describes another call"
-    return outcome
-
-
-def load_audit_records(
-    items: Sequence[tuple[str, Any]],
-) -> tuple[list[tuple[str, dict[str, Any]]], list[dict[str, str]]]:
-    """Keep the ``assay.provider_audit_record.v0`` objects of already-parsed
-    JSON, in the given order; report every other item with why it was skipped
-    (an import directory may hold other artifacts, but nothing vanishes)."""
-    kept: list[tuple[str, dict[str, Any]]] = []
-    skipped: list[dict[str, str]] = []
-    for label, value in items:
-        if not isinstance(value, dict):
-            skipped.append({"source": record_text(label), "reason": "not a JSON object"})
-        elif "schema" not in value:
-            skipped.append({"source": record_text(label), "reason": "no schema field"})
-        elif value["schema"] != v.PROVIDER_AUDIT_RECORD_SCHEMA:
-            reason = f"schema is not {v.PROVIDER_AUDIT_RECORD_SCHEMA}"
-            skipped.append({"source": record_text(label), "reason": reason})
-        else:
-            kept.append((label, value))
-    return kept, skipped
-
-
 @dataclass(frozen=True)
 class SurfaceCall:
     """What the verifier reads from one decision entry, after its shape checks."""
@@ -170,6 +136,8 @@ class SurfaceCall:
     action: Any
     recorded: SideEffect | None
     recorded_verified_flag: bool | None
+    marked: bool = False
+    """The decision carries ``drawbridge.observed_read``: an ``observed_confirmed`` restatement."""
 
 
 _MAX_NAME_IN_ERROR: Final = 120
@@ -217,6 +185,7 @@ def _read_call(index: int, decision: Any) -> SurfaceCall:
         action=decision.get("action"),
         recorded=recorded,
         recorded_verified_flag=verified_flag,
+        marked=MARK in decision,
     )
 
 
@@ -236,6 +205,11 @@ def read_surface_calls(surface_doc: Any) -> list[SurfaceCall]:
     return [_read_call(i, d) for i, d in enumerate(decisions)]
 
 
+def _subject_digest(action: Any) -> str | None:
+    subject = subject_from_action(action)
+    return binding_digest(subject) if subject is not None else None
+
+
 def _recorded_level(call: SurfaceCall) -> SideEffectLevel | None:
     if call.recorded is not None:
         return call.recorded.level
@@ -253,19 +227,26 @@ def verify_side_effects(
     """Re-derive every call's side-effect level from imported audit records.
 
     ``audit_records`` are ``(source label, record)`` pairs (see
-    :func:`load_audit_records`); they are tried in label order. Returns the
+    ``audit_import.load_audit_records``); they are tried in label order, each
+    distinct record once (``audit_import.distinct_audit_records``). Returns the
     ``assay.side_effect_verification.v0`` report (fields of evidence-formats.md
     3.4, ``bundle`` being the optional label of the surface document) plus:
 
     * per call, ``level_before`` (the level the document records; null when it
-      has no ladder block), ``irreversibility_class`` when recorded, and
-      ``unevidenced_and_consequential`` for the re-derived level;
+      has no ladder block), ``irreversibility_class`` when recorded,
+      ``unevidenced_and_consequential`` for the re-derived level, ``restates``
+      (the index of the call an ``observed_confirmed`` restatement restates)
+      and ``recorded_subject_digest`` (a recorded digest that is not the
+      call's), each only when it applies;
     * ``audit_records``: every record with ``source``, ``record_id``, its own
-      consistency ``check``, ``status`` (matched / unmatched / rejected),
-      ``matched_call`` (index into ``calls``) and each ``rejections`` entry
-      ``{call, binding}`` met while trying it;
+      consistency ``check``, ``status`` (matched / unmatched / rejected /
+      duplicate), ``matched_call`` (index into ``calls``) and each
+      ``rejections`` entry ``{call, binding}`` met while trying it; a
+      duplicate names the copy kept in ``duplicate_of``;
+    * ``audit_records_imported`` counts distinct records, duplicates once;
     * ``levels_not_reproduced``: calls whose recorded level (or legacy
-      ``side_effect_verified: true``) is above what the evidence re-derives;
+      ``side_effect_verified: true``) is above what the evidence re-derives,
+      or whose recorded ``verification_subject_digest`` is not the call's;
     * ``levels_not_credited``: calls recorded ``observed_confirmed`` by a read
       follow-up, which this verifier does not credit (module docstring);
     * ``audit_records_rejected``: records whose own check fails (no subject, no
@@ -275,25 +256,25 @@ def verify_side_effects(
       nothing is still ok: ``asserted`` is an honest level and a missing
       export is the ordinary case.
 
-    Raises :class:`SurfaceFormatError` on a document of the wrong shape.
+    Raises :class:`SurfaceFormatError` on a document of the wrong shape, and
+    ``AuditImportError`` on two different records under one identity.
     """
     calls = read_surface_calls(surface_doc)
     for pair in audit_records:
         if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
             raise TypeError("audit_records must be (source label, record) pairs")
-    ordered = sorted(audit_records, key=lambda pair: pair[0])
+    ordered, duplicates = distinct_audit_records(audit_records)
+    restates = restated(surface_doc["observed_tool_decisions"])
     matched_call: list[int | None] = [None] * len(ordered)
     rejections: list[list[dict[str, Any]]] = [[] for _ in ordered]
 
-    rows: list[dict[str, Any]] = []
-    promoted = 0
-    not_reproduced = not_credited = 0
+    derived: list[tuple[SideEffect, Bound | None, AuditBinding | None]] = []
     for index, call in enumerate(calls):
         irreversibility = call.recorded.irreversibility_class if call.recorded is not None else None
         side_effect = SideEffect(asserted=call.asserted, irreversibility_class=irreversibility)
         first_rejection: AuditBinding | None = None
         bound: Bound | None = None
-        if call.asserted:
+        if call.asserted and not call.marked:  # a restatement is its write: it never takes a record
             for r, (_label, record) in enumerate(ordered):
                 if matched_call[r] is not None:
                     continue  # one record never vouches for two calls
@@ -301,18 +282,28 @@ def verify_side_effects(
                 if isinstance(binding, Bound):
                     bound = binding
                     matched_call[r] = index
-                    promoted += 1
                     break
                 rejections[r].append({"call": index, "binding": _binding_json(binding)})
                 if first_rejection is None:
                     first_rejection = binding
+        derived.append((side_effect, bound, first_rejection))
 
+    rows: list[dict[str, Any]] = []
+    not_reproduced = not_credited = 0
+    for index, call in enumerate(calls):
+        twin = restates[index]
+        side_effect, bound, first_rejection = derived[index]
+        if twin is not None:  # the same call: its level is the one its write re-derives
+            side_effect = derived[twin][0]
+        irreversibility = side_effect.irreversibility_class
         level_before = _recorded_level(call)
         followup = (level_before is SideEffectLevel.OBSERVED_CONFIRMED and call.recorded is not None
                     and call.recorded.verification_source is VerificationSource.OBSERVED_READ_FOLLOWUP)
-        if followup and side_effect.level.rank < level_before.rank:  # type: ignore[union-attr]
+        recorded_digest = call.recorded.verification_subject_digest if call.recorded is not None else None
+        digest_differs = recorded_digest is not None and recorded_digest != _subject_digest(call.action)
+        if followup and side_effect.level.rank < level_before.rank and not digest_differs:  # type: ignore[union-attr]
             not_credited += 1  # sequence evidence in the run: reported, not credited, not an overclaim
-        elif level_before is not None and level_before.rank > side_effect.level.rank:
+        elif digest_differs or (level_before is not None and level_before.rank > side_effect.level.rank):
             not_reproduced += 1
         gate = CLAIM_GATE[side_effect.level]
         row: dict[str, Any] = {
@@ -321,6 +312,8 @@ def verify_side_effects(
             "level_before": None if level_before is None else level_before.value,
             "level": side_effect.level.value,
         }
+        if twin is not None:
+            row["restates"] = twin
         if bound is not None:
             row["subject_digest"] = bound.subject_digest
         binding_shown = bound if bound is not None else first_rejection
@@ -333,9 +326,12 @@ def verify_side_effects(
         if irreversibility is not None:
             row["irreversibility_class"] = irreversibility.value
         row["unevidenced_and_consequential"] = side_effect.unevidenced_and_consequential()
+        if digest_differs:
+            row["recorded_subject_digest"] = record_text(str(recorded_digest))
         rows.append(row)
 
     record_rows, rejected = _record_rows(ordered, matched_call, rejections)
+    record_rows += _duplicate_rows(duplicates)
     unmatched = sum(1 for m in matched_call if m is None)
     return {
         "schema": v.SIDE_EFFECT_VERIFICATION_SCHEMA,
@@ -343,9 +339,10 @@ def verify_side_effects(
         "audit_records_imported": len(ordered),
         "audit_records_unmatched": unmatched,
         "calls": rows,
-        "promoted": promoted,
+        "promoted": sum(1 for m in matched_call if m is not None),
         "weakest_occurrence_ceiling": weakest_occurrence_ceiling(
-            (row["occurrence_claim"], row.get("occurrence_ceiling")) for row in rows if row["asserted"]
+            (row["occurrence_claim"], row.get("occurrence_ceiling"))
+            for row in rows if row["asserted"] and "restates" not in row
         ),
         "claims_not_made": list(v.VERIFICATION_CLAIMS_NOT_MADE),
         "audit_records": record_rows,
@@ -363,6 +360,27 @@ def _binding_json(binding: AuditBinding) -> dict[str, Any]:
     return {k: record_text(val) if isinstance(val, str) else val for k, val in out.items()}
 
 
+def _check_json(record: Any) -> tuple[dict[str, Any], bool]:
+    """A record's own consistency check as a report shows it, and whether it holds."""
+    check = check_record_consistency(record)
+    if isinstance(check, str):
+        return {"outcome": "consistent", "subject_digest": check}, True
+    return _binding_json(check), False
+
+
+def _record_row(label: str, record: Any, check: dict[str, Any], status: str, matched: int | None,
+                rejections: list[dict[str, Any]]) -> dict[str, Any]:
+    record_id = record.get("record_id") if isinstance(record, dict) else None
+    return {
+        "source": record_text(label),
+        "record_id": record_text(record_id) if isinstance(record_id, str) else None,
+        "check": check,
+        "status": status,
+        "matched_call": matched,
+        "rejections": rejections,
+    }
+
+
 def _record_rows(
     ordered: Sequence[tuple[str, Any]],
     matched_call: Sequence[int | None],
@@ -371,25 +389,14 @@ def _record_rows(
     rows: list[dict[str, Any]] = []
     rejected = 0
     for r, (label, record) in enumerate(ordered):
-        check = check_record_consistency(record)
-        if isinstance(check, str):
-            check_json: dict[str, Any] = {"outcome": "consistent", "subject_digest": check}
-        else:
-            check_json = _binding_json(check)
-            rejected += 1
-        record_id = record.get("record_id") if isinstance(record, dict) else None
-        if matched_call[r] is not None:
-            status = "matched"
-        else:
-            status = "unmatched" if isinstance(check, str) else "rejected"
-        rows.append(
-            {
-                "source": record_text(label),
-                "record_id": record_text(record_id) if isinstance(record_id, str) else None,
-                "check": check_json,
-                "status": status,
-                "matched_call": matched_call[r],
-                "rejections": rejections[r],
-            }
-        )
+        check, consistent = _check_json(record)
+        rejected += not consistent
+        status = "matched" if matched_call[r] is not None else "unmatched" if consistent else "rejected"
+        rows.append(_record_row(label, record, check, status, matched_call[r], rejections[r]))
     return rows, rejected
+
+
+def _duplicate_rows(duplicates: Sequence[tuple[str, Any, str]]) -> list[dict[str, Any]]:
+    """A copy of a record imported before: listed, so that nothing vanishes, and never tried."""
+    return [{**_record_row(label, record, _check_json(record)[0], "duplicate", None, []),
+             "duplicate_of": record_text(kept)} for label, record, kept in duplicates]

@@ -24,7 +24,17 @@ arguments cannot multiply a pattern's worst case. ``check_arguments`` runs
 the fast ``is_valid`` first and only on failure asks, under a budget of its
 own, for the most relevant error, which it reduces to
 (pointer, keyword). ``format`` is an annotation, as the draft says: it is not
-asserted.
+asserted. The walk reads the members of ``properties``, ``$defs`` and the
+other maps of schemas as schemas whatever their names (a property named
+``default`` holds a schema, not a value). A pattern that should still reach a
+run unchecked is costed before it runs all the same: one the bound refuses
+fails the call, never runs.
+
+The same bounded checking serves every schema the gateway checks arguments
+against on the call path, not only a policy's: ``bounded_schema`` compiles a
+schema already known valid (an OpenAPI operation's ``inputSchema``) with its
+regexes checked, and ``argument_problems`` lists where arguments fail it, under
+one regex budget per call.
 
 jsonschema and referencing are imported when the first schema is compiled: a policy without
 argument schemas (and a gateway serving it) never loads them, and they weigh about 10 MiB.
@@ -44,6 +54,8 @@ from drawbridge.policy.regexes import RegexBudget, RegexError, call_budget, chec
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _BASE_URI = "urn:drawbridge:policy-schema"
 _VALUE_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+_SCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
+"""Keywords whose value maps names (any names, ``default`` too) to schemas."""
 _MAX_POINTER_CHARS = 200
 
 #: Longest string (or property name) a schema regex is run on; longer fails ``pattern``.
@@ -52,6 +64,8 @@ MAX_PATTERN_SUBJECT = 4096
 
 #: ``pattern`` runs of one call that its regex budget no longer covers fail with this message.
 _BUDGET_SPENT = "the call's strings are too long, together, for the schema's patterns to be checked"
+#: A ``pattern`` that reached a run without passing ``check_regex`` and whose bound refuses it.
+_UNCHECKABLE = "the schema's pattern could backtrack too much to be checked"
 #: Places a Draft 2020-12 validator matches a property name against ``patternProperties``
 #: (``patternProperties``, ``additionalProperties``, ``unevaluatedProperties``): each is charged.
 _NAME_SITES = 3
@@ -65,7 +79,13 @@ def _bounded_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -
     budget = current_budget()
     if len(instance) > MAX_PATTERN_SUBJECT:
         yield ValidationError(f"string longer than {MAX_PATTERN_SUBJECT} characters is not checked")
-    elif budget is not None and not budget.spend(pattern, len(instance), True):
+        return
+    try:
+        within = budget is None or budget.spend(pattern, len(instance), True)
+    except (RegexError, re.error):
+        yield ValidationError(_UNCHECKABLE)
+        return
+    if not within:
         yield ValidationError(_BUDGET_SPENT)
     elif not re.search(pattern, instance):
         yield ValidationError("does not match the pattern")
@@ -82,6 +102,10 @@ def _validator_class() -> Any:
 
 class SchemaLoadError(ValueError):
     """A schema that cannot be used; the message names the problem (and where in the schema)."""
+
+
+class ReferenceLoadError(SchemaLoadError):
+    """A reference of the schema that leaves it or points nowhere."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +129,7 @@ def _clean(text: str) -> str:
     return "".join("\ufffd" if unicodedata.category(c) == "Cc" else c for c in text)
 
 
-def _pointer(parts: Any) -> str:
+def pointer_of(parts: Any) -> str:
     text = _clean("".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts))
     if len(text) > _MAX_POINTER_CHARS:
         text = text[:_MAX_POINTER_CHARS] + "..."
@@ -124,11 +148,14 @@ def _walk(node: Any, at: list[Any], root: bool, found: _Found) -> None:
     """Collect references and regexes in schema positions; refuse nested ``$id``."""
     if isinstance(node, dict):
         for key, value in node.items():
-            where = _pointer([*at, key])
+            where = pointer_of([*at, key])
             if key in ("$ref", "$dynamicRef") and isinstance(value, str):
                 found.refs.append((value, where))
             elif key == "$id" and not root and isinstance(value, str):
                 raise SchemaLoadError(f"nested $id at {where} is not supported")
+            elif key in _SCHEMA_MAPS and isinstance(value, dict):
+                for name, sub in value.items():
+                    _walk(sub, [*at, key, name], False, found)
             elif key in _VALUE_KEYWORDS:
                 continue
             elif key == "pattern" and isinstance(value, str):
@@ -136,9 +163,9 @@ def _walk(node: Any, at: list[Any], root: bool, found: _Found) -> None:
             elif key == "patternProperties" and isinstance(value, dict):
                 found.name_regexes.update(value)
                 if len(value) > 1:  # jsonschema's additionalProperties runs them joined with "|"
-                    found.joined.append(("|".join(value), _pointer([*at, key])))
+                    found.joined.append(("|".join(value), pointer_of([*at, key])))
                 for name, sub in value.items():
-                    found.regexes.append((name, _pointer([*at, key, name])))
+                    found.regexes.append((name, pointer_of([*at, key, name])))
                     _walk(sub, [*at, key, name], False, found)
             else:
                 _walk(value, [*at, key], False, found)
@@ -151,9 +178,6 @@ def compile_schema(tool: str, schema: Any, line: int) -> ToolSchema:
     """Check and compile one tool's schema; raise SchemaLoadError with a precise message."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
-    from referencing import Registry
-    from referencing.exceptions import Unresolvable
-    from referencing.jsonschema import DRAFT202012
 
     if not isinstance(schema, (dict, bool)):
         raise SchemaLoadError("a schema must be a mapping (or true/false)")
@@ -166,45 +190,98 @@ def compile_schema(tool: str, schema: Any, line: int) -> ToolSchema:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         raise SchemaLoadError(
-            f"not a valid Draft 2020-12 schema: {exc.message} (at {_pointer(exc.path) or 'the top level'})"
+            f"not a valid Draft 2020-12 schema: {exc.message} (at {pointer_of(exc.path) or 'the top level'})"
         ) from None
+    return ToolSchema(tool, schema, line, bounded_schema(schema))
+
+
+def _checked_regexes(schema: dict[str, Any]) -> _Found:
+    """The schema's references and regexes, every regex checked (``SchemaLoadError`` naming the first
+    that could backtrack too much, or that is not valid)."""
     found = _Found([], [], set(), [])
-    if isinstance(schema, dict):
-        _walk(schema, [], True, found)
-        for regex, where in found.regexes:
-            try:
-                check_regex(regex, subject_max=MAX_PATTERN_SUBJECT, search=True)
-            except RegexError as exc:
-                raise SchemaLoadError(f"regex at {where} {exc}") from None
-        for regex, where in found.joined:
-            try:
-                check_regex(regex, subject_max=MAX_PATTERN_SUBJECT, search=True)
-            except RegexError as exc:
-                raise SchemaLoadError(
-                    f"the regexes at {where}, joined with | as a validator runs them, {exc} "
-                    "(a flag such as (?i) applies to one regex only when scoped: (?i:...))"
-                ) from None
-        base = schema.get("$id") if isinstance(schema.get("$id"), str) else _BASE_URI
-        registry: Any = Registry().with_resource(base, DRAFT202012.create_resource(schema))
-        resolver = registry.resolver(base_uri=base)
-        for ref, where in found.refs:
-            if not ref.startswith("#"):
-                raise SchemaLoadError(
-                    f"reference {ref!r} at {where} leaves the schema; only '#...' is allowed"
-                )
-            try:
-                resolver.lookup(ref)
-            except Unresolvable:
-                raise SchemaLoadError(f"reference {ref!r} at {where} points nowhere") from None
-    validator = _validator_class()(schema, registry=Registry())
-    return ToolSchema(tool, schema, line, _Compiled(validator, tuple(sorted(found.name_regexes))))
+    _walk(schema, [], True, found)
+    for regex, where in found.regexes:
+        try:
+            check_regex(regex, subject_max=MAX_PATTERN_SUBJECT, search=True)
+        except RegexError as exc:
+            raise SchemaLoadError(f"regex at {where} {exc}") from None
+    for regex, where in found.joined:
+        try:
+            check_regex(regex, subject_max=MAX_PATTERN_SUBJECT, search=True)
+        except RegexError as exc:
+            raise SchemaLoadError(
+                f"the regexes at {where}, joined with | as a validator runs them, {exc} "
+                "(a flag such as (?i) applies to one regex only when scoped: (?i:...))"
+            ) from None
+    return found
+
+
+def _refuse_outside_references(schema: dict[str, Any], found: _Found) -> None:
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    base = schema.get("$id") if isinstance(schema.get("$id"), str) else _BASE_URI
+    registry: Any = Registry().with_resource(base, DRAFT202012.create_resource(schema))
+    resolver = registry.resolver(base_uri=base)
+    for ref, where in found.refs:
+        if not ref.startswith("#"):
+            raise ReferenceLoadError(
+                f"reference {ref!r} at {where} leaves the schema; only '#...' is allowed"
+            )
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            raise ReferenceLoadError(f"reference {ref!r} at {where} points nowhere") from None
 
 
 @dataclass(frozen=True, slots=True)
-class _Compiled:
+class BoundedSchema:
+    """A schema compiled so that checking arguments against it cannot stall the gateway (module
+    docstring): its regexes checked at load, its ``pattern`` runs bounded and charged per call."""
+
     validator: Any
     name_regexes: tuple[str, ...]
     """The ``patternProperties`` regexes: every property name of the arguments may meet them."""
+
+
+def bounded_schema(schema: Any) -> BoundedSchema:
+    """Compile a valid Draft 2020-12 schema whose references stay inside it (``$ref``/``$dynamicRef``:
+    '#...' that resolve, else ``SchemaLoadError`` naming where); its regexes checked as a policy's are
+    (``SchemaLoadError`` naming the first refused). The caller has checked it against the meta-schema."""
+    from referencing import Registry
+
+    name_regexes: tuple[str, ...] = ()
+    if isinstance(schema, dict):
+        found = _checked_regexes(schema)
+        _refuse_outside_references(schema, found)
+        name_regexes = tuple(sorted(found.name_regexes))
+    return BoundedSchema(_validator_class()(schema, registry=Registry()), name_regexes)
+
+
+def argument_problems(compiled: BoundedSchema, arguments: Any, limit: int = 10) -> list[str]:
+    """Where ``arguments`` fail ``compiled`` (``path: message``, at most ``limit``), all found under
+    one regex budget: a call the budget does not cover fails, naming that, never runs on."""
+    from referencing.exceptions import Unresolvable
+
+    try:
+        with call_budget() as budget:
+            if compiled.name_regexes:
+                unchecked = _names_unchecked(arguments, compiled.name_regexes, budget)
+                if unchecked is not None:
+                    return [f"{unchecked.pointer or '(arguments)'}: {unchecked.detail}"]
+            found = compiled.validator.iter_errors(arguments)
+            errors = sorted(found, key=lambda e: [str(p) for p in e.absolute_path])
+    except RegexError:  # a property name's regex the bound refuses (jsonschema runs those itself)
+        return [f"(arguments): {_UNCHECKABLE}"]
+    except Unresolvable:
+        return ["(arguments): the schema could not be evaluated (a reference points nowhere)"]
+    except RecursionError:
+        return ["(arguments): the arguments nest too deeply to check"]
+    return [
+        f"{'/'.join(str(p) for p in error.absolute_path) or '(arguments)'}: {error.message[:300]}"
+        for error in errors[:limit]
+    ]
 
 
 def _names_unchecked(node: Any, regexes: tuple[str, ...], budget: RegexBudget) -> Violation | None:
@@ -219,11 +296,11 @@ def _names_unchecked(node: Any, regexes: tuple[str, ...], budget: RegexBudget) -
                 if isinstance(key, str):
                     if len(key) > MAX_PATTERN_SUBJECT:
                         detail = f"a property name is longer than {MAX_PATTERN_SUBJECT} characters"
-                        return Violation(_pointer(path), "patternProperties", detail)
+                        return Violation(pointer_of(path), "patternProperties", detail)
                     for regex in regexes:
                         if not all(budget.spend(regex, len(key), True) for _ in range(_NAME_SITES)):
                             detail = "the property names are too long, together, for the schema's patterns"
-                            return Violation(_pointer(path), "patternProperties", detail)
+                            return Violation(pointer_of(path), "patternProperties", detail)
                 stack.append((item, [*path, key]))
         elif isinstance(value, list):
             stack.extend((item, [*path, i]) for i, item in enumerate(value))
@@ -235,7 +312,7 @@ def check_arguments(schema: ToolSchema, arguments: Any) -> Violation | None:
     from jsonschema.exceptions import best_match
     from referencing.exceptions import Unresolvable
 
-    compiled: _Compiled = schema.validator
+    compiled: BoundedSchema = schema.validator
     instance = {} if arguments is None else arguments
     validator = compiled.validator
     try:
@@ -248,6 +325,8 @@ def check_arguments(schema: ToolSchema, arguments: Any) -> Violation | None:
                 return None
         with call_budget(fresh=True):  # the second pass names the failure the first one met
             error = best_match(validator.iter_errors(instance))
+    except RegexError:  # a property name's regex the bound refuses (jsonschema runs those itself)
+        return Violation("", "patternProperties", _UNCHECKABLE)
     except Unresolvable:
         return Violation("", "$ref", "the schema could not be evaluated")
     except RecursionError:
@@ -264,4 +343,4 @@ def check_arguments(schema: ToolSchema, arguments: Any) -> Violation | None:
             detail = "missing " + ", ".join(f"`{_clean(k)}`" for k in missing)
     if error.validator == "pattern" and error.message == _BUDGET_SPENT:
         detail = _BUDGET_SPENT
-    return Violation(_pointer(error.absolute_path), str(error.validator), detail)
+    return Violation(pointer_of(error.absolute_path), str(error.validator), detail)

@@ -6,8 +6,10 @@ before ``expires_at`` -- and, for an approval only an operator may give
 (``approver`` ``operator``: a rule's ``approval: operator``, a changed pin),
 only through a channel of operator strength. Everything else ends in a refusal: the timeout
 (``expired``, ``system:timeout``), a restart of the gateway (every row still
-pending becomes ``expired``, ``system:restart``: the call that waited is gone,
-and nothing may approve it later; so does every row approved but not yet used
+pending that the starting gateway may end -- its own, one without an owner, one of a gateway known
+to have ended, ``_restart_scope``; never one of another gateway still running on the same file or
+database -- becomes ``expired``, ``system:restart``: the call that waited is gone, and nothing may
+approve it later; so does every such row approved but not yet used
 by a call, if the argument binding key it was bound under is not the restarted
 gateway's: no retry can match it any more, so it must not read as an approval
 that still stands -- its reason names who approved it, and the trace chain
@@ -72,8 +74,9 @@ from drawbridge.state.ids import (
     new_id,
     rows_by_prefix,
 )
+from drawbridge.state import instances
 from drawbridge.state.backend import StateBackend
-from drawbridge.state.sqlite import StateError, StateUnavailable, from_db_time, to_db_time
+from drawbridge.state.sqlite import StateDB, StateError, StateUnavailable, from_db_time, to_db_time
 
 DEFAULT_TIMEOUT: Final = timedelta(seconds=300)
 MAX_TEXT: Final = 4096
@@ -430,6 +433,25 @@ def _void_unused(
     return voided
 
 
+def _restart_scope(
+    conn: sqlite3.Connection, db: StateBackend, since: str | None
+) -> tuple[str, tuple[Any, ...]]:
+    """The rows a start may end: those without an owner, this gateway's own (a replica's ``replica.id``),
+    and on a SQLite file those of gateways no longer running on it (``state.instances``); on a shared
+    database without a replica id, every row."""
+    if not isinstance(db, StateDB):
+        return ("replica IS NULL OR replica = ?", (db.replica_id,)) if db.replica_id else ("1 = 1", ())
+    approved = ("OR (status = 'approved' AND resolved_at >= ?)", (since,)) if since is not None else ("", ())
+    owners = [row[0] for row in conn.execute(
+        "SELECT DISTINCT replica FROM approvals WHERE replica IS NOT NULL "
+        f"AND (status = 'pending' {approved[0]})",
+        approved[1],
+    )]
+    ended = [*([db.replica_id] if db.replica_id else []), *instances.gone(db.path, owners)]
+    marks = ", ".join("?" * len(ended))
+    return (f"replica IS NULL OR replica IN ({marks})" if ended else "replica IS NULL"), tuple(ended)
+
+
 class SqliteApprovalStore:
     """``ApprovalStore`` on the embedded SQLite database. See the module docstring."""
 
@@ -636,20 +658,22 @@ class SqliteApprovalStore:
         The call that waited died with the previous process; approving it later would approve a call nobody
         waits for. An approved one its retry never picked up can no longer be picked up (the retry's digest
         is keyed anew), so it must not go on reading ``approved``. The gateway calls this once, before it
-        accepts calls; a replica ends only what it asked.
+        accepts calls; it ends only what it asked, what has no owner, and on a SQLite file what gateways
+        no longer running asked (``_restart_scope``), never another running gateway's.
         """
         when = to_db_time(now)
-        mine = ("replica IS NULL OR replica = ?", (self._db.replica_id,)) if self._db.replica_id else ("1 = 1", ())
+        since = to_db_time(usable_since) if usable_since is not None else None
 
         def recover(conn: sqlite3.Connection) -> list[Approval]:
+            mine = _restart_scope(conn, self._db, since)
             expired = _expire(
                 conn, f"({mine[0]})", mine[1], RESOLVED_BY_RESTART,
                 "the gateway restarted while the approval was pending; a pending approval never "
                 "survives a restart", when,
             )
-            if usable_since is None or key_id is None:
+            if since is None or key_id is None:
                 return expired
-            return expired + _void_unused(conn, mine, to_db_time(usable_since), key_id, when)
+            return expired + _void_unused(conn, mine, since, key_id, when)
 
         return await self._db.write(recover, "recover approvals after restart")
 

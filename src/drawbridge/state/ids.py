@@ -9,7 +9,9 @@ so that "approve 3f2a" never acts on a record the person did not mean
 Ids come from an injected source (``secrets.token_hex(8)`` by default), so
 tests can script collisions and prefixes. A prefix must have at least
 ``MIN_PREFIX`` characters: one or two characters that happen to be unique
-today are too easy to mistype into the wrong record tomorrow.
+today are too easy to mistype into the wrong record tomorrow. An id holding whitespace is malformed,
+never trimmed: ``GET /approvals/%20abcd`` names no approval, and reading it as ``abcd`` would answer
+for a path the caller did not send.
 """
 
 from __future__ import annotations
@@ -66,13 +68,17 @@ def new_id(source: IdSource, what: str) -> str:
 
 
 def parse_prefix(text: object, what: str) -> str:
-    """Normalise an id or id prefix typed by a person: trimmed, lowercased, 4 to 16 hex characters."""
+    """Normalise an id or id prefix typed by a person: lowercased, 4 to 16 hex characters, no whitespace."""
     if not isinstance(text, str):
         raise InvalidId(what, f"{what} id must be text, not {type(text).__name__}")
-    value = text.strip().lower()
+    value = text.lower()
     shown = repr(sanitize(value[:24]))
-    if not value:
+    if not value.strip():
         raise InvalidId(what, f"empty {what} id")
+    if any(c.isspace() for c in value):
+        raise InvalidId(
+            what, f"{what} id {shown} holds whitespace; {what} ids are {ID_LENGTH} hex characters"
+        )
     if _PREFIX_RE.fullmatch(value) is None:
         raise InvalidId(
             what, f"{what} id {shown} is not hexadecimal; {what} ids are {ID_LENGTH} hex characters"

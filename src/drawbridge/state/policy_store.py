@@ -66,6 +66,9 @@ class ReloadResult:
 class PolicyStore:
     """Holds the current policy set for a ``policy_dir`` (or one ``--policy`` file)."""
 
+    kind = "policy"
+    """What the log lines call it: ``policy``, or ``shadow policy`` for a shadow set."""
+
     def __init__(
         self,
         path: Path | str,
@@ -141,7 +144,7 @@ class PolicyStore:
             except PolicyLoadError as exc:
                 self._attempted = before
                 self._last_error = exc
-                logger.warning("policy reload failed, keeping the previous policies: %s", exc)
+                logger.warning("%s reload failed, keeping the previous policies: %s", self.kind, exc)
                 return ReloadResult(self._generation, exc, digest_before, digest_before)
             digest, files = policy_set_digest(sources)
             self._snapshot = (new, digest)
@@ -150,7 +153,8 @@ class PolicyStore:
             self._last_error = None
             self._generation += 1
             changed = sorted(name for name in {*files_before, *self.files} if files_before.get(name) != self.files.get(name))
-            logger.info("policies reloaded from %s: %d policies", self.path, len(new.policies))
+            prefix = "policies" if self.kind == "policy" else f"{self.kind} files"
+            logger.info("%s reloaded from %s: %d policies", prefix, self.path, len(new.policies))
             return ReloadResult(self._generation, None, digest_before, self.digest, tuple(changed))
 
 

@@ -51,6 +51,9 @@ Theory of operation.
   is cancelled, the transaction still runs to its end (committed or rolled
   back) and the cancellation is delivered afterwards. A cancelled
   ``resolve`` may therefore have resolved; the stored state says which.
+* Whose approvals. A gateway holds an instance lock beside the file (``hold_instance``,
+  ``state.instances``) for as long as its handle is open, so another gateway's start can tell its
+  approvals from those of a gateway that is gone.
 * Time. Timestamps are stored as RFC 3339 UTC text of fixed width
   (``YYYY-MM-DDTHH:MM:SS.ffffffZ``), so comparing the text compares the time,
   and the same string goes into the trace chain. Callers pass aware
@@ -74,6 +77,7 @@ from typing import Any, Final, TypeVar
 
 import anyio.to_thread
 
+from drawbridge.state import instances
 from drawbridge.state.errors import StateError, StateUnavailable, failure_text  # noqa: F401 -- re-exported: the stores import them from here
 from drawbridge.state.private_files import secure_file
 
@@ -267,6 +271,7 @@ class StateDB:
         self._conn: sqlite3.Connection | None = connection
         self._lock = threading.Lock()
         self.replica_id: str | None = None
+        self._instance: instances.InstanceLock | None = None
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -407,12 +412,24 @@ class StateDB:
         """``PRAGMA quick_check``: ``["ok"]`` for a sound file, else SQLite's list of problems."""
         return self.read_sync(lambda c: [str(r[0]) for r in c.execute("PRAGMA quick_check")], "quick check")
 
+    def hold_instance(self) -> str:
+        """Make this handle one running gateway on the file (``state.instances``): the approvals it opens
+        carry its instance id, and no other gateway's start ends them while it runs. Returns the id."""
+        if self._instance is None:
+            self._instance = instances.hold(self._path)
+            self.replica_id = self._instance.instance_id
+        return self._instance.instance_id
+
     def close(self) -> None:
-        """Close the connection (checkpointing the WAL). Idempotent; later calls raise StateUnavailable."""
+        """Close the connection (checkpointing the WAL), then let go of the instance lock. Idempotent;
+        later calls raise StateUnavailable."""
         with self._lock:
             conn, self._conn = self._conn, None
+            instance, self._instance = self._instance, None
         if conn is not None:
             conn.close()
+        if instance is not None:
+            instance.release()
 
     def __enter__(self) -> StateDB:
         return self

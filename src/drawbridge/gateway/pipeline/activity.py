@@ -2,7 +2,9 @@
 and its invariant: never an argument value).
 
 Theory of operation. ``log_decision`` is an observer of the ``EvidenceGuard``: it sees each call record
-once it is written, so a line says what the trace says.
+once it is written, so a line says what the trace says. With a shadow policy, the line of a call the
+policies decided also says what the shadow would have decided (``shadow``, ``shadow_rule``,
+``shadow_differs``), which the trace never says.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ def log_decision(record: CallRecord) -> None:
         "outcome": record.outcome.value,
         "ms": round(record.latency_ms, 2),
     }
+    shadow = provenance.shadow if provenance is not None else None
+    if shadow is not None:  # a shadow policy decided it too (``shadow``): reported, never enforced
+        fields.update(shadow=shadow.shown, shadow_rule=shadow.rule, shadow_differs=shadow.differs)
     if record.approval is not None:
         how = record.approval.get("how")
         if how is not None:

@@ -21,7 +21,8 @@ version, a ``Replier`` (the agent's side: how to ask it in-band, how to write an
    out of what is forwarded;
 2. resolve: the name in the catalogue (``Resolver``); an unknown name is invalid; with rate limits
    (``rate_limits``) a call with no token left is refused here, before it is decided (never fast path);
-3. floors: ``floors.Floors`` (pins, CLI dispatchers), raised over the
+3. floors: ``floors.Floors`` (pins, CLI dispatchers), raised over the policy; arguments the upstream
+   could never run (``floors.refused_arguments``) are denied here, before any policy or person;
 4. policy: the ``Decider``, guarded (``deciders``): a failing decider is a deny;
 5. approval: ``approvals.gate.ApprovalGate`` for ``human_approval`` and for 2026-07-28 retries; when
    a person allowed the call, 3 and 4 run again and must ask the same question;
@@ -64,12 +65,7 @@ from drawbridge.catalogue.floors import NO_FLOOR
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalGate
 from drawbridge.gateway.pipeline.approvals.settlement import clip
 from drawbridge.gateway.pipeline.client_link import (
-    NO_LINK,
-    ClientLink,
-    Elicit,
-    forwardable_params,
-    is_gateway_retry,
-    retry_link,
+    NO_LINK, ClientLink, Elicit, forwardable_params, is_gateway_retry, retry_link,
 )
 from drawbridge.gateway.pipeline.deciders import (
     RECORDING_FAILED,
@@ -78,7 +74,7 @@ from drawbridge.gateway.pipeline.deciders import (
     guarded_decision,
     guarded_decision_now,
 )
-from drawbridge.gateway.pipeline.floors import Floors, Route, floored_verdict
+from drawbridge.gateway.pipeline.floors import Floors, Route, floored_verdict, refused_arguments
 from drawbridge.gateway.pipeline.guard import EvidenceGuard
 from drawbridge.gateway.pipeline.outcomes import Outcome, outcome_of_response
 from drawbridge.gateway.pipeline.rate_limits import RateLimiter
@@ -429,6 +425,8 @@ class CallPipeline:
         if self.rate_limits is not None:  # the buckets are checked by the decision task
             return None
         route = resolved.route
+        if (refused := refused_arguments(route, call.tool, call.arguments)) is not None:
+            return refused
         floors = self.floors
         floor = NO_FLOOR if floors.pins is None and not route.dispatcher else floors.now(route)
         if floor is None or self._policy_now is None:
@@ -444,6 +442,8 @@ class CallPipeline:
 
     async def _floored(self, call: ToolCall, route: Route) -> Verdict:
         """Stages 3 and 4, waiting where they must."""
+        if (refused := refused_arguments(route, call.tool, call.arguments)) is not None:
+            return refused
         floor = self.floors.now(route)
         if floor is None:
             floor = await self.floors.when_checked(route)

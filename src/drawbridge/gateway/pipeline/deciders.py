@@ -9,7 +9,8 @@ A ``Decider`` is awaitable (``decide(call) -> Verdict``). One that never has to 
 ``decide_now(call)``, which returns the same verdict synchronously, or None when this call needs
 waiting; the pipeline then decides the call without a task of its own. The deciders defined here are
 ``allow_all`` (tests and an explicit ``--allow-all``), ``deny_all`` (no policy loaded) and
-``PolicyDecider`` (the native policy engine).
+``PolicyDecider`` (the native policy engine, with a shadow policy beside it when one is configured:
+``shadow``, which never changes its verdict).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Final, Protocol
 
+from drawbridge.gateway.pipeline.shadow import shadow_verdict
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import GATEWAY_POLICY, Action, Provenance, Verdict
 from drawbridge.state.policy_store import PolicyStore
@@ -111,11 +113,13 @@ class PolicyDecider:
     """Decides with the native policy engine (``drawbridge.policy``): one evaluation per call, no I/O.
 
     ``store`` is a ``drawbridge.state.policy_store.PolicyStore``; its current set is read at each call,
-    so a hot reload (``watch_policies(store)``) takes effect on the next call.
+    so a hot reload (``watch_policies(store)``) takes effect on the next call. ``shadow``, when given, is
+    decided beside it on every call and only reported, on ``Provenance.shadow`` (``shadow``).
     """
 
-    def __init__(self, store: PolicyStore) -> None:
+    def __init__(self, store: PolicyStore, shadow: PolicyStore | None = None) -> None:
         self.store = store
+        self.shadow = shadow
 
     async def __call__(self, call: ToolCall, /) -> Verdict:
         return self.decide_now(call)
@@ -123,10 +127,11 @@ class PolicyDecider:
     def decide_now(self, call: ToolCall, /) -> Verdict:
         """The same decision, synchronously: evaluation never waits."""
         decision, digest = self.store.decide(call.agent, call.tool, call.arguments)
+        shadow = None if self.shadow is None else shadow_verdict(self.shadow, call, decision.action)
         return Verdict(
             decision.action,
             decision.reason,
-            Provenance(decision.policy, decision.source_file, decision.rule_index, digest or None),
+            Provenance(decision.policy, decision.source_file, decision.rule_index, digest or None, shadow),
             approver=decision.approver,
             memory_key=decision.memory_key,
         )

@@ -12,13 +12,18 @@ it, only an operator's approval (as for a changed pin under a policy that asks t
 Theory of operation. ``Floors.now(route)`` answers without waiting, or None while the pins of the
 route's server are being checked; ``Floors.when_checked(route)`` waits for that check (bounded, in
 ``CataloguePins``) and answers. Without pinning only the dispatcher floor applies.
+
+Before any floor, a route may refuse arguments its upstream could never run (``Route.refusal``: a CLI
+call whose subcommand is an option, ``--exec-path=...``, or that holds a shell metacharacter):
+``refused_arguments`` makes that a deny by the gateway, so no policy is asked and no person is asked to
+approve a call that would be refused once approved.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from drawbridge.canonical import sanitize
@@ -43,6 +48,8 @@ class Route:
     generic: bool = False
     """The tool is generic (``catalogue.classify``: its argument carries the effect), so approval
     memory never stands in for a person on its calls."""
+    refusal: Callable[[Mapping[str, Any]], str | None] | None = field(default=None, compare=False)
+    """Why the upstream would refuse these arguments before running anything, or None (module docstring)."""
 
 
 def route_of(server: str, name: str, tool: Mapping[str, Any]) -> Route:
@@ -106,6 +113,17 @@ class Floors:
         return joined(await self.pins.floor_when_checked(route.server, route.tool), floor)
 
 
+def refused_arguments(route: Route, tool: str, arguments: Mapping[str, Any]) -> Verdict | None:
+    """A deny by the gateway when the route's upstream could never run ``arguments`` (module docstring)."""
+    if route.refusal is None:
+        return None
+    problem = route.refusal(arguments)
+    if problem is None:
+        return None
+    reason = f"invalid arguments for {sanitize(tool)}: {problem}"
+    return Verdict(Action.DENY, reason, Provenance(GATEWAY_POLICY))
+
+
 def floored_verdict(verdict: Verdict, floor: Floor, tool: str) -> Verdict:
     """The verdict after the floor; when the floor raised the action, it is named as the decider."""
     if floor.action is Action.ALLOW:
@@ -119,10 +137,11 @@ def floored_verdict(verdict: Verdict, floor: Floor, tool: str) -> Verdict:
     said = f"the policy said {verdict.action.value} ({verdict.provenance.label()})"
     reason = f"catalogue floor on {sanitize(tool)}: {'; '.join(floor.reasons)}; {said}"
     action = floored.action
-    provenance = Provenance(GATEWAY_POLICY, policy_set=verdict.provenance.policy_set)
+    kept = verdict.provenance  # the policy's verdict still counted: its set, and the shadow beside it
+    provenance = Provenance(GATEWAY_POLICY, policy_set=kept.policy_set, shadow=kept.shadow)
     person_only = action is Action.HUMAN_APPROVAL
     reasons = floor.reasons if person_only else ()
     return Verdict(action, reason, provenance, person_only=person_only, floor_reasons=reasons)
 
 
-__all__ = ["Floors", "Route", "floored_verdict", "joined", "route_of"]
+__all__ = ["Floors", "Route", "floored_verdict", "joined", "refused_arguments", "route_of"]

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from drawbridge.canonical import sanitize
 from drawbridge.gateway.pipeline.outcomes import Outcome
+from drawbridge.gateway.pipeline.shadow import ShadowVerdict
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.policy.model import Action, Approver
 
@@ -33,6 +34,9 @@ class Provenance:
     """The digest of the policy set that was evaluated (``PolicyStore.decide``); None when no policy
     set was (``--allow-all``, a gateway refusal before the policy). Kept when a floor raises the
     action, since the policy's verdict still counted."""
+    shadow: ShadowVerdict | None = field(default=None, compare=False)
+    """What the shadow policy would have decided (``shadow``); None without one. Kept as ``policy_set``
+    is; no part of equality, and no recorder reads it: the shadow never changes a call or its records."""
 
     def label(self) -> str:
         if self.policy is None:

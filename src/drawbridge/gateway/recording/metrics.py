@@ -8,7 +8,8 @@ loaded with the first scrape, so a gateway nobody scrapes never holds it.
 
 Theory of operation. ``GatewayMetrics`` keeps its own counts (two gateways in one process do not
 mix). ``observe_batch`` is an ``EvidenceGuard`` batch observer: it sees each batch of events once
-written. ``write_seconds`` is the guard's timing of each evidence write. The gauges that describe
+written (with a shadow policy, ``shadow_calls`` counts its verdicts too: action and shadow action
+only). ``write_seconds`` is the guard's timing of each evidence write. The gauges that describe
 the state now -- approvals pending, upstream up/down, fsync lag -- are read when scraped
 (``refresh``), from the callables the runtime gives. ``exposition`` hands the counts to
 ``prometheus_client`` as metric families of a collector and returns its text format.
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from drawbridge.gateway.pipeline.records import CallRecord
+from drawbridge.gateway.recording.shadow_tally import counted_shadow
 
 LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120)
 
@@ -71,6 +73,8 @@ class GatewayMetrics:
         self.upstreams: Callable[[], Mapping[str, bool]] | None = None
         self.fsync_lag_seconds: Callable[[], float] | None = None
         self.evidence_broken: Callable[[], bool] | None = None
+        self.shadow_calls: dict[tuple[str, str], int] | None = None
+        """With a shadow policy: calls by the enforced policy's action and the shadow's."""
 
     def observe_batch(self, events: Sequence[Any]) -> None:
         """Count the calls of one written batch (an ``EvidenceGuard`` batch observer)."""
@@ -81,6 +85,10 @@ class GatewayMetrics:
     def observe(self, record: CallRecord) -> None:
         key = (record.action.value if record.action is not None else "none", record.outcome.value)
         self.calls[key] = self.calls.get(key, 0) + 1
+        shadow = counted_shadow(record) if self.shadow_calls is not None else None
+        if shadow is not None and self.shadow_calls is not None:
+            pair = (shadow.policy_action.value, shadow.shown)
+            self.shadow_calls[pair] = self.shadow_calls.get(pair, 0) + 1
         if record.decision_ms is not None:
             self._decision.observe(record.decision_ms / 1000.0)
             if record.forwarded:
@@ -112,6 +120,15 @@ class GatewayMetrics:
         for (action, outcome), count in sorted(self.calls.items()):
             calls.add_metric((action, outcome), count)
         yield calls
+        if self.shadow_calls is not None:
+            shadow = CounterMetricFamily(
+                "drawbridge_shadow_calls", "tools/call requests the shadow policy decided too, by the enforced "
+                "policy's action and the shadow's (failed: the shadow could not decide)",
+                labels=("action", "shadow_action"),
+            )
+            for (action, shadow_action), count in sorted(self.shadow_calls.items()):
+                shadow.add_metric((action, shadow_action), count)
+            yield shadow
         for key, (name, documentation) in HISTOGRAMS.items():
             buckets = self.histograms[key]
             yield HistogramMetricFamily(name, documentation, buckets=buckets.cumulative(floatToGoString), sum_value=buckets.sum)

@@ -3,24 +3,26 @@ and the control plane alike.
 
 Invariant: the calls and the control plane act on the same objects, and wrap and serve build them the
 same way. The ``PolicyStore`` the pipeline evaluates is the one ``PUT /policies/...`` edits and
-reloads; the ``ApprovalEngine`` whose waiters a call blocks on is the one ``POST /approvals/{id}/approve``
-resolves; the ``CataloguePins`` whose floors decide calls are the ones ``POST /tools/pins/accept``
-changes; the trace every call is recorded in is the one policy edits, pin events and approvals are
-appended to, through the one ``EvidenceGuard``, so a trace entry that cannot be written makes the
-gateway refuse every later call, whichever kind of entry it was. Nothing is copied, so nothing falls
-out of step.
+reloads (a shadow policy's store beside it is only reported, never edited); the ``ApprovalEngine``
+whose waiters a call blocks on is the one ``POST /approvals/{id}/approve`` resolves; the
+``CataloguePins`` whose floors decide calls are the ones ``POST /tools/pins/accept`` changes; the
+trace every call is recorded in is the one policy edits, pin events and approvals are appended to,
+through the one ``EvidenceGuard``, so a trace entry that cannot be written makes the gateway refuse
+every later call, whichever kind of entry it was. Nothing is copied, so nothing falls out of step.
 
 Theory of operation. ``Runtime.build(settings)`` runs before anything is spawned or bound, and every
 problem it finds is a ``StartupProblem`` (a one-line startup error): the policy is loaded (a gateway
 never starts on a policy it cannot read), the truth producer's key is read and removed from the
 environment (it never reaches an upstream, whether or not the producer is on), the evidence files
 and the state database are opened. It then assembles, in order: the guard around the recorder; the
-approval engine and its gate (with a policy: approvals come from ``human_approval`` rules); with
+approval engine and its gate (with a policy: approvals come from ``human_approval`` rules), and with
+``approval.notify`` the notifier each new question is posted to webhooks by; with
 ``pin_tools``, the pin store and the ``CataloguePins`` (upstreams are added as their catalogues
 become known, ``guard_catalogue``); the floors; the ``CallPipeline``. ``run`` starts, before any call
 is taken, what runs beside the calls: the pipeline's own tasks, the policy watcher (an edit takes
-effect on the next call; a broken edit keeps the previous policy) and the approvals (what a previous
-process left pending expires, then a sweeper expires what comes due).
+effect on the next call; a broken edit keeps the previous policy; a shadow policy is watched alike,
+and neither it nor its reloads reach the trace), the approvals (what a previous process left pending
+expires, then a sweeper expires what comes due), and the notifier's workers.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from drawbridge.gateway.pipeline.approvals.gate import (
     recover_approvals,
     run_approvals,
 )
+from drawbridge.gateway.pipeline.approvals.notify import ApprovalNotifier
 from drawbridge.gateway.pipeline.call import CallPipeline
 from drawbridge.gateway.pipeline.deciders import Decider, PolicyDecider, allow_all, deny_all, policy_decider
 from drawbridge.gateway.pipeline.floors import Floors
@@ -56,6 +59,7 @@ from drawbridge.gateway.pipeline.records import CallRecord, Recorder, null_recor
 from drawbridge.gateway.recording.checkpoints import Checkpointer, evidence_producer, new_run_id
 from drawbridge.gateway.recording.metrics import GatewayMetrics
 from drawbridge.gateway.recording.recorder import EvidenceRecorder, utc_now
+from drawbridge.gateway.recording.shadow_tally import ShadowTally, open_shadow_tally
 from drawbridge.gateway.recording.telemetry import Telemetry, TelemetryUnavailable
 from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
 from drawbridge.gateway.recording.truth_key import TruthKey, TruthKeyError, digest_key_from_env, truth_key_from_env
@@ -66,7 +70,7 @@ from drawbridge.policy.declared import DeclaredContracts, fixed_contract
 from drawbridge.state.append_only import AppendOnlyError, AppendOnlyLocked
 from drawbridge.state.checkpoint_files import CheckpointFiles, latest_note, log_origins
 from drawbridge.state.pins import SqlitePinStore
-from drawbridge.state.policy_store import ReloadResult, watch_policies
+from drawbridge.state.policy_store import PolicyStore, ReloadResult, watch_policies
 from drawbridge.state.signing_keys import KEYS_DIR, KeyFileError, open_keys
 from drawbridge.state.backend import StateBackend
 from drawbridge.state.key_ring import KeyRingMismatch
@@ -91,14 +95,24 @@ class StartupProblem(Exception):
 
 
 def load_policy(settings: RuntimeSettings) -> Decider:
+    """The enforced policy's decider, with the shadow policy beside it when one is configured."""
+    if settings.shadow_policy is not None and (settings.allow_all or settings.policy is None):
+        raise StartupProblem("a shadow policy needs an enforced policy to be decided beside, not --allow-all")
     if settings.allow_all:
         return allow_all
     if settings.policy is None:
         return deny_all
     try:
-        return policy_decider(settings.policy)
+        decider = policy_decider(settings.policy)
     except (OSError, ValueError) as exc:
         raise StartupProblem(f"cannot load the policy {settings.policy}: {exc}") from exc
+    if settings.shadow_policy is not None:
+        try:
+            decider.shadow = PolicyStore.open(settings.shadow_policy)
+        except (OSError, ValueError) as exc:
+            raise StartupProblem(f"cannot load the shadow policy {settings.shadow_policy}: {exc}") from exc
+        decider.shadow.kind = "shadow policy"
+    return decider
 
 
 def load_truth_key(settings: RuntimeSettings, environ: Any = os.environ) -> TruthKey | None:
@@ -232,7 +246,13 @@ def open_state(path: str | None) -> tuple[StateDB, str | None]:
         raise StartupProblem(f"the state file path {URL_AS_PATH}")
     try:
         make_private_dirs(Path(path).absolute().parent)
-        return StateDB.open(path), temp_dir
+        db = StateDB.open(path)
+        try:
+            db.hold_instance()  # another gateway's start leaves this one's approvals alone (state.instances)
+        except BaseException:
+            db.close()
+            raise
+        return db, temp_dir
     except OSError as exc:
         _remove_temporary(temp_dir)
         reason = exc.strerror or str(exc)
@@ -300,6 +320,10 @@ class Runtime:
     """Called with a server whose pins another replica changed, after they are checked here."""
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     """What ``/metrics`` shows, fed by every recorded call."""
+    shadow_tally: ShadowTally | None = None
+    """With a shadow policy: its verdicts of the recorded calls, for ``GET /shadow``."""
+    notifier: ApprovalNotifier | None = None
+    """Posts each question this process opens to the webhooks of ``approval.notify``."""
     _prepared: bool = field(default=False, repr=False)
 
     @classmethod
@@ -311,6 +335,8 @@ class Runtime:
         guard = EvidenceGuard(recorder)
         guard.observers.append(log_decision)  # the operator's live line per decision (no arguments)
         metrics = open_metrics(guard, recorder)
+        tally = open_shadow_tally(policy, guard)
+        metrics.shadow_calls = {} if tally is not None else None  # the metrics count the shadow's pairs too
         state_db: StateBackend | None = None
         temp_dir: str | None = None
         checkpointer: Checkpointer | None = None
@@ -319,6 +345,7 @@ class Runtime:
             checkpointer = open_checkpointer(settings, recorder, replica_id)
             telemetry = open_telemetry(settings, guard, recorder, checkpointer)
             engine = gate = None
+            notifier: ApprovalNotifier | None = None
             approvals = isinstance(policy, PolicyDecider)
             if approvals or settings.pin_tools or settings.control_open:
                 state_db, temp_dir = open_any_state(settings, replica_id)
@@ -332,8 +359,11 @@ class Runtime:
                     raise StartupProblem(str(exc)) from None
             if approvals:
                 assert state_db is not None
+                if settings.approval.notify:
+                    notifier = ApprovalNotifier(settings.approval.notify, console=settings.control_open)
                 engine = build_approval_engine(
-                    settings.approval, state_db, guard.append, **approval_keys(settings.shared_state)
+                    settings.approval, state_db, guard.append, **approval_keys(settings.shared_state),
+                    on_pending=notifier.pending if notifier is not None else None,
                 )
                 gate = ApprovalGate(
                     engine, elicitation=settings.approval.elicitation, operator_channel=settings.operator_channel,
@@ -353,7 +383,8 @@ class Runtime:
             raise
         return cls(
             settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, checkpointer, telemetry,
-            temp_dir, admin_digest, admin_file, replica_id, metrics=metrics,
+            temp_dir, admin_digest, admin_file, replica_id, metrics=metrics, shadow_tally=tally,
+            notifier=notifier,
         )
 
     def recent_calls(self) -> RecentCallRing:
@@ -401,8 +432,12 @@ class Runtime:
             if isinstance(self.policy, PolicyDecider):
                 store = self.policy.store
                 tg.start_soon(functools.partial(watch_policies, store, on_reload=self._policy_reloaded))
+                if self.policy.shadow is not None:  # reloaded alike, recorded nowhere (``pipeline.shadow``)
+                    tg.start_soon(watch_policies, self.policy.shadow)
             if self.engine is not None:
                 await tg.start(self._run_approvals)
+            if self.notifier is not None:
+                await tg.start(self.notifier.run)
             if self.pins is not None:
                 await tg.start(self.pins.retry_unavailable, self.pins_changed_elsewhere)
             if isinstance(self.state_db, PostgresDB):

@@ -156,6 +156,7 @@ def control_services(
         recent_calls=runtime.recent_calls(),
         checkpoint=checkpoint,
         upstreams=upstreams,
+        shadow=runtime.shadow_tally.report if runtime.shadow_tally is not None else None,
     )
 
 

@@ -41,9 +41,12 @@ POLICY_POLL_SECONDS: Final = 0.25
 """How often the policy generation is checked for ``announce_policy_changes``."""
 
 
-async def open_local_upstreams(config: GatewayConfig, environ: Mapping[str, str] | None = None) -> list[LocalUpstream]:
+async def open_local_upstreams(
+    config: GatewayConfig, environ: Mapping[str, str] | None = None, *, calls: bool = True
+) -> list[LocalUpstream]:
     """The configuration's OpenAPI services and CLI binaries, opened in order; raises ``StartError``
-    (after closing what was opened) for the first that cannot be served."""
+    (after closing what was opened) for the first that cannot be served. ``calls`` False: opened to
+    read the catalogue only (``discover``), so an OpenAPI service's header secrets are not read."""
     environ = os.environ if environ is None else environ
     opened: list[LocalUpstream] = []
     try:
@@ -52,7 +55,7 @@ async def open_local_upstreams(config: GatewayConfig, environ: Mapping[str, str]
             from drawbridge.gateway.upstreams.openapi.upstream import open_openapi
 
             for service in config.openapi:
-                opened.append(await open_openapi(service, environ))
+                opened.append(await open_openapi(service, environ, calls=calls))
         if config.cli_tools:
             from drawbridge.gateway.upstreams.cli_tools.upstream import open_cli
 

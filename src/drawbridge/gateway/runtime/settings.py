@@ -16,6 +16,7 @@ from typing import Final
 from drawbridge.approval.memory import MemoryConfig
 from drawbridge.catalogue.names import split_namespaced
 from drawbridge.config import GatewayConfig
+from drawbridge.config_notify import NotifyTarget
 from drawbridge.config_rates import RateLimits
 from drawbridge.config_state import SharedState
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalSettings
@@ -46,6 +47,8 @@ def upstream_of(tool: str) -> str:
 class RuntimeSettings:
     policy: str | None = None
     """A policy file or directory; None refuses every call (unless ``allow_all``)."""
+    shadow_policy: str | None = None
+    """A policy file or directory decided beside ``policy`` and only reported (``pipeline.shadow``)."""
     allow_all: bool = False
     evidence_dir: str | None = None
     truth_out: str | None = None
@@ -87,6 +90,7 @@ class RuntimeSettings:
                                           withheld_env=secret_env_names(config))
         return cls(
             policy=config.policy_dir or config.policy_file,
+            shadow_policy=config.shadow_policy_dir or config.shadow_policy_file,
             evidence_dir=config.evidence_dir,
             truth_out=config.tool_decision_truth_out,
             fsync=config.fsync,
@@ -129,6 +133,8 @@ class RuntimeSettings:
         checkpoints: CheckpointSettings | None = None,
         keys_dir: str | None = None,
         telemetry: TelemetrySettings | None = None,
+        shadow_policy: str | None = None,
+        notify: tuple[NotifyTarget, ...] = (),
     ) -> RuntimeSettings:
         """wrap's settings, from its flags. The state file is ``--state``, else ``drawbridge.db`` inside
         the evidence directory, else a temporary file."""
@@ -137,12 +143,14 @@ class RuntimeSettings:
             non_blocking=non_blocking,
             elicitation=elicitation,
             memory=MemoryConfig(enabled=approval_memory > 0, min_approvals=max(approval_memory, 1)),
+            notify=notify,
         )
         effective_state = state_path
         if effective_state is None and evidence_dir is not None:
             effective_state = str(Path(evidence_dir).absolute() / STATE_FILE)
         return cls(
             policy=policy,
+            shadow_policy=shadow_policy,
             allow_all=allow_all,
             evidence_dir=evidence_dir,
             truth_out=truth_out,

@@ -9,7 +9,9 @@ Theory of operation. A transport feeds the session parsed messages (``handle``) 
 ``Outbound`` to write to. Each request runs in its own cancel scope, so ``notifications/cancelled``
 (or, at 2026-07-28 over HTTP, a closed connection) stops it and tells the upstream. The session
 knows its era: 2025-11-25 and older after ``initialize``, or 2026-07-28 from the per-request envelope,
-which is checked with the SDK's inbound ladder before anything else. A request is answered by the
+which is checked before anything else (``envelope.py``); a request refused for its envelope or its
+era is recorded as an ``invalid_message`` incident (``refuse``), and a tools/call sent as a
+notification as a ``tools_call_notification``, whatever the transport. A request is answered by the
 handler its method has in the session's table (``routes.py``: who answers what); the handlers take the
 session as it is here, so this module imports none of them, and a session is opened where the table is
 (``open_session``). What the handlers share lives here: relaying a request that is not decided
@@ -31,7 +33,6 @@ from typing import Any, Final
 import anyio
 
 from drawbridge.gateway.protocol.eras import (
-    CLIENT_CAPABILITIES_META_KEY,
     MODERN_VERSION,
     PROTOCOL_VERSION_META_KEY,
     unsupported_version_data,
@@ -46,7 +47,6 @@ from drawbridge.gateway.protocol.hop import (
 )
 from drawbridge.gateway.protocol.jsonrpc import (
     INTERNAL_ERROR,
-    INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     UPSTREAM_EXITED,
@@ -73,18 +73,19 @@ from drawbridge.gateway.protocol.methods import (
     looks_like_tools_call,
 )
 from drawbridge.gateway.serve.agents import NoBackChannel, Outbound
+from drawbridge.gateway.serve.envelope import (
+    INITIALIZE_REFUSAL,
+    EnvelopeRefusal,
+    capabilities_refusal,
+    envelope_refusal,
+)
 from drawbridge.gateway.serve.hub import Gateway
 from drawbridge.gateway.upstreams.requests import UpstreamLost, UpstreamUnavailable
-from drawbridge.gateway.upstreams.sdk_parts import inbound
 from drawbridge.gateway.upstreams.session import UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
 
-INITIALIZE_IN_MODERN: Final = "invalid request: initialize is not part of 2026-07-28"
-NO_CAPABILITIES: Final = (
-    f"invalid params: params._meta['{CLIENT_CAPABILITIES_META_KEY}'] must be an object (the client "
-    "capabilities of the 2026-07-28 envelope; {} declares none)"
-)
+CALL_NOTIFICATION: Final = "a tools/call without an id was dropped (it cannot be answered)"
 
 
 def _response(request_id: RequestId | None, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -121,6 +122,15 @@ def safe_render(message: Mapping[str, Any]) -> bytes | None:
             )
         logger.warning("a message that cannot be encoded as JSON was dropped")
         return None
+
+
+async def refuse_call_notification(gateway: Gateway, method: str | None) -> bool:
+    """A tools/call sent as a notification cannot be answered, so it is not run: recorded
+    (``tools_call_notification``) whatever the era or transport; False for any other method."""
+    if method is None or not (method == TOOLS_CALL or looks_like_tools_call(method)):
+        return False
+    await gateway.incident("tools_call_notification", "client", CALL_NOTIFICATION)
+    return True
 
 
 class _Timeout(Exception):
@@ -219,14 +229,12 @@ class DownstreamSession:
         meta = params.get("_meta") if isinstance(params, dict) else None
         if self.modern or (isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta):
             if method == INITIALIZE:  # before the envelope, which initialize does not carry
-                return error_response(message.id, INVALID_REQUEST, INITIALIZE_IN_MODERN)
-            if not envelope_checked:
-                ladder = inbound()
-                verdict = ladder.classify_inbound_request(message.body)
-                if isinstance(verdict, ladder.InboundLadderRejection):
-                    return error_response(message.id, verdict.code, verdict.message, verdict.data)
-            if not isinstance(meta, dict) or not isinstance(meta.get(CLIENT_CAPABILITIES_META_KEY), dict):
-                return error_response(message.id, INVALID_PARAMS, NO_CAPABILITIES)
+                refused: EnvelopeRefusal | None = INITIALIZE_REFUSAL
+            else:
+                refused = None if envelope_checked else envelope_refusal(message.body)
+                refused = refused or capabilities_refusal(meta)
+            if refused is not None:
+                return await self.refuse(message.id, refused.code, refused.message, refused.data)
             modern, version = True, MODERN_VERSION
             if self.version is None:
                 self.version = MODERN_VERSION  # like an SDK server, the connection now serves 2026-07-28
@@ -257,7 +265,7 @@ class DownstreamSession:
                 "method not found: the gateway does not know which upstream serves this method",
             )
         if not entry.modern and self.version is None and method not in (INITIALIZE, PING):
-            return error_response(
+            return await self.refuse(
                 message.id,
                 INVALID_REQUEST,
                 "invalid request: the session is not initialized (send initialize, or a 2026-07-28 request envelope)",
@@ -285,12 +293,17 @@ class DownstreamSession:
                 except (UpstreamLost, UpstreamUnavailable):
                     pass
             return
-        if method is not None and (method == TOOLS_CALL or looks_like_tools_call(method)):
-            await self.gateway.incident(
-                "tools_call_notification", "client", "a tools/call without an id was dropped (it cannot be answered)"
-            )
+        if await refuse_call_notification(self.gateway, method):
             return
         logger.debug("a client notification with no upstream to go to was dropped")
+
+    async def refuse(
+        self, request_id: RequestId | None, code: int, detail: str, data: Any = None
+    ) -> dict[str, Any]:
+        """A request refused for what it is (its envelope, its era): recorded (``invalid_message``,
+        the rule broken, never the content) and answered with an error."""
+        await self.gateway.incident("invalid_message", "client", detail, code)
+        return error_response(request_id, code, detail, data)
 
     def cancel_request(self, request_id: Any) -> bool:
         """The agent gave up on a request: stop it (the upstream is told); no response will be sent."""

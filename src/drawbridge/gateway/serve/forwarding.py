@@ -106,6 +106,10 @@ class UpstreamForwarder:
             self._dropped(progress)
             self._pipeline.lost(flight, f"{exc} before answering tools/call")
             return
+        if call.unreadable is not None:  # its answer had to be dropped: an upstream error saying why
+            self._dropped(progress)
+            self._pipeline.unreadable(flight, call.unreadable)
+            return
         result = body.get("result")
         task = created_task(result)
         held: HeldTask | None = None

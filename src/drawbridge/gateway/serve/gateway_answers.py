@@ -29,12 +29,12 @@ from drawbridge.gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST,
 from drawbridge.gateway.protocol.methods import DISCOVER, SET_LEVEL
 from drawbridge.gateway.protocol.tasks import task_only
 from drawbridge.gateway.serve.downstream_session import (
-    INITIALIZE_IN_MODERN,
     DownstreamSession,
     Inflight,
     error_response,
     result_response,
 )
+from drawbridge.gateway.serve.envelope import INITIALIZE_REFUSAL
 
 SERVER_INFO: Final[Mapping[str, str]] = {"name": "drawbridge", "version": drawbridge.__version__}
 SERVER_INFO_META_KEY: Final = "io.modelcontextprotocol/serverInfo"
@@ -43,6 +43,7 @@ SET_LEVEL_IN_MODERN: Final = (
     "method not found: logging/setLevel is not part of 2026-07-28 (a request asks for its log lines with "
     "io.modelcontextprotocol/logLevel in its _meta)"
 )
+ALREADY_INITIALIZED: Final = "invalid request: the session is already initialized"
 TASKS_VERSION: Final = "2025-11-25"
 """The first version with tasks; the gateway declares them to no older session."""
 
@@ -50,9 +51,9 @@ TASKS_VERSION: Final = "2025-11-25"
 async def initialize(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
     message = entry.message
     if entry.modern:
-        return error_response(message.id, INVALID_REQUEST, INITIALIZE_IN_MODERN)
+        return await session.refuse(message.id, INITIALIZE_REFUSAL.code, INITIALIZE_REFUSAL.message)
     if session.version is not None:
-        return error_response(message.id, INVALID_REQUEST, "invalid request: the session is already initialized")
+        return await session.refuse(message.id, INVALID_REQUEST, ALREADY_INITIALIZED)
     params = message.params if isinstance(message.params, dict) else {}
     session.version = negotiate_version(params.get("protocolVersion"))
     capabilities = params.get("capabilities")

@@ -491,8 +491,8 @@ class Gateway:
     def record_failed(self) -> bool:
         return self.guard.failed
 
-    async def upstream_dropped(self, upstream: UpstreamSession, detail: str) -> None:
-        await self.incident("upstream_garbage", "upstream", f"a line from upstream {upstream.name!r} was dropped: {detail}")
+    async def upstream_dropped(self, upstream: UpstreamSession, kind: str, detail: str, log: bool) -> None:
+        await self.incident(kind, "upstream", detail, log=log)
 
     async def incident(self, kind: str, direction: str, detail: str, code: int | None = None, *, log: bool = True) -> None:
         await self.guard.incident(kind, direction, detail, code, log=log)

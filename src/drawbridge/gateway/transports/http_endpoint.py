@@ -26,9 +26,10 @@ order, so that a routing header missing, repeated or not matching the body is an
   the response. ``GET /mcp`` opens the session's stream for messages that belong to no request
   (list changes, server requests that could not be tied to a POST); ``DELETE /mcp`` ends the session.
 * 2026-07-28 (stateless): each POST is a whole exchange with a fresh session. The request is checked by
-  the SDK's inbound ladder (envelope, ``Mcp-Method``/``Mcp-Name`` against the body, version), errors
-  get the status the spec's table gives them (``Mcp-Param-*`` against the arguments: ``http_params``), notifications are answered 202, and closing the
-  connection cancels the request (the upstream is told).
+  the SDK's inbound ladder (``serve.envelope``: envelope, ``Mcp-Method``/``Mcp-Name`` against the body,
+  version), errors get the status the spec's table gives them (``Mcp-Param-*`` against the arguments:
+  ``http_params``), notifications are answered 202, closing the connection cancels the request (the
+  upstream is told), and every refusal is recorded as over stdio (``invalid_message``, with its code).
 
 Where a session's messages wait for their stream is ``http_mailbox.py``; the bytes on the wire (the
 body read, JSON answers, SSE framing) are ``http_wire.py``. ``build_app`` returns the Starlette app
@@ -37,6 +38,7 @@ with this route, the routes passed in (the health checks) and the Host check in 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import time
@@ -62,7 +64,12 @@ from drawbridge.gateway.protocol.jsonrpc import (
 )
 from drawbridge.gateway.protocol.methods import INITIALIZE
 from drawbridge.gateway.protocol.modern import header_missing_said
-from drawbridge.gateway.serve.downstream_session import DownstreamSession, error_response
+from drawbridge.gateway.serve.downstream_session import (
+    DownstreamSession,
+    error_response,
+    refuse_call_notification,
+)
+from drawbridge.gateway.serve.envelope import EnvelopeRefusal, envelope_refusal, unsupported_version
 from drawbridge.gateway.serve.hub import Gateway
 from drawbridge.gateway.serve.routes import open_session
 from drawbridge.gateway.transports.http_auth import Authenticator, Identity, Refusal
@@ -90,6 +97,9 @@ logger = logging.getLogger("drawbridge.gateway.http")
 
 MCP_PATH: Final = "/mcp"
 SESSION_HEADER: Final = "mcp-session-id"
+RESPONSE_IN_MODERN: Final = EnvelopeRefusal(
+    INVALID_REQUEST, "invalid request: a 2026-07-28 client does not send responses"
+)
 SESSIONS_FULL: Final = (
     "service unavailable: the gateway holds as many sessions as it may (limits.max_sessions), none of them "
     "this agent's; try again once sessions end"
@@ -290,10 +300,7 @@ class McpEndpoint:
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS and message.method != INITIALIZE:
             # -32022 with the versions served, so a dual-era client can fall back (2026-07-28 versioning)
-            unsupported = inbound().unsupported_protocol_version_rejection(version)
-            assert unsupported is not None
-            refusal = error_response(message.id, unsupported.code, unsupported.message, unsupported.data)
-            await send_json(send, 400, refusal)
+            await self._refuse(send, message, unsupported_version(version))
             return
         if message.kind is Kind.REQUEST and message.method == INITIALIZE:
             state = await self._new_session(identity)
@@ -324,30 +331,15 @@ class McpEndpoint:
         self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], agent: str, message: Message
     ) -> None:
         if message.kind is Kind.RESPONSE:
-            await send_error(
-                send, 400, INVALID_REQUEST, "invalid request: a 2026-07-28 client does not send responses", message.id
-            )
+            await self._refuse(send, message, RESPONSE_IN_MODERN)
             return
         if message.kind is Kind.NOTIFICATION:
+            await refuse_call_notification(self.gateway, message.method)
             await send_status(send, 202)
             return
-        ladder = inbound()
-        duplicated = ladder.find_duplicated_routing_header(raw_headers(scope))
-        rejection: Any = None
-        if duplicated is not None:
-            rejection = ladder.InboundLadderRejection(
-                code=ladder.HEADER_MISMATCH, message=f"{duplicated} header appears more than once"
-            )
-        else:
-            verdict = ladder.classify_inbound_request(message.body, headers=dict(headers))
-            if isinstance(verdict, ladder.InboundLadderRejection):
-                said = header_missing_said(verdict.message, headers)
-                rejection = ladder.InboundLadderRejection(code=verdict.code, message=said, data=verdict.data)
-            else:
-                rejection = self.params.rejection(message, raw_headers(scope))
+        rejection = self._refusal(scope, headers, message)
         if rejection is not None:
-            status = ladder.ERROR_CODE_HTTP_STATUS.get(rejection.code, 400)
-            await send_json(send, status, error_response(message.id, rejection.code, rejection.message, rejection.data))
+            await self._refuse(send, message, rejection)
             return
         outbound = HttpOutbound(unsolicited=False)
         session = open_session(self.gateway, agent, outbound, transport="http")
@@ -355,6 +347,25 @@ class McpEndpoint:
             await self._answer(scope, receive, send, headers, session, outbound, message, modern=True)
         finally:
             await session.close()
+
+    def _refusal(self, scope: Scope, headers: Mapping[str, str], message: Message) -> EnvelopeRefusal | None:
+        """A 2026-07-28 request's routing headers and envelope, as MCP's inbound ladder checks them
+        (``serve.envelope``), then its ``Mcp-Param-*`` headers (``http_params``)."""
+        duplicated = inbound().find_duplicated_routing_header(raw_headers(scope))
+        if duplicated is not None:
+            return EnvelopeRefusal(inbound().HEADER_MISMATCH, f"{duplicated} header appears more than once")
+        refused = envelope_refusal(message.body, headers)
+        if refused is not None:
+            return dataclasses.replace(refused, message=header_missing_said(refused.message, headers))
+        params = self.params.rejection(message, raw_headers(scope))
+        return None if params is None else EnvelopeRefusal(params.code, params.message, params.data)
+
+    async def _refuse(self, send: Send, message: Message, refusal: EnvelopeRefusal) -> None:
+        """A message refused for its form, its headers or its version: recorded (``invalid_message``:
+        the rule broken, never the content) and answered with the status MCP gives the code."""
+        await self.gateway.incident("invalid_message", "client", refusal.message, refusal.code)
+        status = inbound().ERROR_CODE_HTTP_STATUS.get(refusal.code, 400)
+        await send_json(send, status, error_response(message.id, refusal.code, refusal.message, refusal.data))
 
     async def _answer(
         self,

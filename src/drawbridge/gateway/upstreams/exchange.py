@@ -12,6 +12,10 @@ Theory of operation. The supervisor (``session.UpstreamSession``) attaches each 
 when the connection ends. The link hands every message it reads to ``deliver``: a response completes
 its ``PendingCall``, a request from the upstream is served in the connection's task group (``ping``
 here, everything else by the session's ``answer``), a notification goes to the session's ``notified``.
+A line that is no message (too large, not UTF-8, not JSON) and a response to no request in flight
+(never sent, answered already, given up) are dropped and reported to the session's ``dropped``
+(``dropped_lines.py``); a dropped line whose start proves it answers a request in flight
+(``partial_id``) ends that request at once with an error naming the problem (-32603).
 For a 2026-07-28 upstream every message with a method carries the gateway's envelope (``hop``).
 """
 
@@ -24,9 +28,24 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, Kind, MessageError, parse_upstream_message
+from drawbridge.gateway.protocol.jsonrpc import (
+    INTERNAL_ERROR,
+    Kind,
+    MessageError,
+    Oversize,
+    RequestId,
+    parse_upstream_message,
+)
 from drawbridge.gateway.protocol.methods import CANCELLED, PING
 from drawbridge.gateway.protocol.modern import with_envelope
+from drawbridge.gateway.protocol.partial_id import response_id, undecodable_response_id
+from drawbridge.gateway.upstreams.dropped_lines import (
+    LogBudget,
+    answer_dropped,
+    garbage_detail,
+    oversize_detail,
+    unknown_response_detail,
+)
 from drawbridge.gateway.upstreams.http_link import HttpLink
 from drawbridge.gateway.upstreams.requests import PendingCall, UpstreamLost, UpstreamUnavailable
 from drawbridge.gateway.upstreams.stdio_link import StdioLink
@@ -39,6 +58,8 @@ Notified = Callable[[dict[str, Any], "int | None"], Awaitable[None]]
 """The session's handling of one notification from the upstream (``related``: the request it is about)."""
 Answer = Callable[[dict[str, Any], "int | None"], Awaitable[dict[str, Any]]]
 """The session's answer to one request from the upstream: ``{"result": ...}`` or ``{"error": ...}``."""
+Dropped = Callable[[str, str, bool], Awaitable[None]]
+"""The session's report of a line it dropped: (incident kind, detail, whether to log it)."""
 
 
 class Exchange:
@@ -52,7 +73,7 @@ class Exchange:
         hop: Mapping[str, Any] | None,
         notified: Notified,
         answer: Answer,
-        dropped: Callable[[str], Awaitable[None]],
+        dropped: Dropped,
     ) -> None:
         self._upstream = upstream
         self._unavailable = unavailable
@@ -60,6 +81,7 @@ class Exchange:
         self._notified = notified
         self._answer = answer
         self._dropped = dropped
+        self._log_budget = LogBudget(upstream)
         self.link: Link | None = None
         self.tasks: TaskGroup | None = None
         """The task group of the connection now attached; None between connections."""
@@ -146,17 +168,22 @@ class Exchange:
 
     # -- what the upstream sends
 
-    async def deliver(self, data: bytes, related: int | None) -> bool:
+    async def deliver(self, data: bytes | Oversize, related: int | None) -> bool:
+        if isinstance(data, Oversize):
+            detail = oversize_detail(self._upstream, data)
+            return await self._line_dropped("upstream_oversize", detail, response_id(data.head), related)
         try:
             message = parse_upstream_message(data)
         except MessageError as exc:
-            logger.warning("upstream %r sent a line that is not a JSON-RPC message: %s", self._upstream, exc.message)
-            await self._dropped(exc.message)
-            return False
+            detail = garbage_detail(self._upstream, exc.message)
+            answers = undecodable_response_id(data)
+            return await self._line_dropped("upstream_garbage", detail, answers, related)
         if message.kind is Kind.RESPONSE:
             call = self._pending.pop(message.id, None) if isinstance(message.id, int) else None  # type: ignore[arg-type]
             if call is None:
-                logger.info("upstream %r answered id %r, which is not in flight; dropped", self._upstream, message.id)
+                sent = isinstance(message.id, int) and 0 < message.id <= self._next_id
+                detail = unknown_response_detail(self._upstream, message.id, sent=sent)
+                await self._dropped("unknown_response", detail, self._log_budget.allows())
             else:
                 call.complete(message.body)
             return related is not None and message.id == related
@@ -166,6 +193,17 @@ class Exchange:
             return False
         await self._notified(message.body, related)
         return False
+
+    async def _line_dropped(self, kind: str, detail: str, answers: RequestId | None, related: int | None) -> bool:
+        """A line that had to be dropped is reported; when its start proves it answers a request in
+        flight (``partial_id``), that request ends now with an error naming the problem, instead of
+        waiting for its timeout."""
+        await self._dropped(kind, detail, self._log_budget.allows())
+        call = self._pending.pop(answers, None) if isinstance(answers, int) else None
+        if call is None:
+            return False
+        call.dropped(answer_dropped(call.method, detail))
+        return related is not None and answers == related
 
     def cancelled(self, request_id: Any) -> None:
         """The upstream cancelled one of its requests: its answer is abandoned, never sent."""

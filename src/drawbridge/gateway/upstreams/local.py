@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
@@ -58,6 +58,9 @@ class LocalTool:
     dispatcher_default_action: Action | None = None
     free_arguments: bool = False
     """A CLI command without ``allowed_args``: any flag passes, so the classification calls it generic."""
+    refusal: Callable[[Mapping[str, Any]], str | None] | None = field(default=None, compare=False)
+    """Why the kind would refuse these arguments before running anything (``Route.refusal``): read by
+    the pipeline before any decision, so no person is asked to approve a call that cannot run."""
 
     @property
     def name(self) -> str:
@@ -109,8 +112,11 @@ class LocalUpstream:
         if tool is None:
             return Route(self.name, name)
         if not tool.dispatcher:
-            return Route(self.name, name, generic=tool.free_arguments)
-        return Route(self.name, name, dispatcher=True, dispatcher_default_action=tool.dispatcher_default_action)
+            return Route(self.name, name, generic=tool.free_arguments, refusal=tool.refusal)
+        return Route(
+            self.name, name, dispatcher=True, dispatcher_default_action=tool.dispatcher_default_action,
+            refusal=tool.refusal,
+        )
 
     # ------------------------------------------------------------------------------ lifecycle
 

@@ -1,7 +1,8 @@
 """A request the gateway has in flight to an upstream, and the two ways it can fail to be answered.
 
-Invariant: a ``PendingCall`` ends exactly once: ``complete`` with the upstream's response, or ``fail``
-with the reason the connection ended first; whichever comes second is ignored, and every callback
+Invariant: a ``PendingCall`` ends exactly once: ``complete`` with the upstream's response, ``dropped``
+when that response was a line the gateway could not read (an error of the gateway's in its place), or
+``fail`` with the reason the connection ended first; whichever comes second is ignored, and every callback
 given to ``when_done`` runs once, as it ends. A lost call says so (``UpstreamLost``) and never
 pretends to have an answer.
 
@@ -20,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from drawbridge.gateway.protocol.jsonrpc import encode_line
+from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, Oversize, encode_line
 
 
 class UpstreamUnavailable(Exception):
@@ -43,10 +44,21 @@ class PendingCall:
     _body: dict[str, Any] | None = None
     _lost: str | None = None
     _callbacks: list[Callable[[PendingCall], None]] = field(default_factory=list)
+    unreadable: str | None = None
+    """Why the upstream's answer was dropped unread (too large, not UTF-8), when it was: the request
+    then ended with an internal error of the gateway's that says so (``dropped``)."""
 
     def complete(self, body: dict[str, Any]) -> None:
         if not self._done.is_set():
             self._body = body
+            self._end()
+
+    def dropped(self, detail: str) -> None:
+        """The upstream answered with a line that had to be dropped: the answer is an internal error
+        (-32603) naming the problem, never anything of the line's."""
+        if not self._done.is_set():
+            self.unreadable = detail
+            self._body = {"jsonrpc": "2.0", "id": self.id, "error": {"code": INTERNAL_ERROR, "message": detail}}
             self._end()
 
     def fail(self, reason: str) -> None:
@@ -82,8 +94,9 @@ class PendingCall:
         return self.outcome()
 
 
-Deliver = Callable[[bytes, "int | None"], Awaitable[bool]]
-"""Hand one message (JSON bytes) to the session; True when it was the response to ``related``."""
+Deliver = Callable[["bytes | Oversize", "int | None"], Awaitable[bool]]
+"""Hand one message (JSON bytes, or what is left of a line too large to read) to the session; True
+when it was the response to ``related``."""
 
 
 def render(message: Mapping[str, Any]) -> bytes:

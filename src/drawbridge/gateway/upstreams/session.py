@@ -1,9 +1,9 @@
 """One long-lived MCP client session to one upstream server, shared by every agent's calls.
 
 Invariant: at any moment an upstream has at most one live connection, and every request the gateway
-sent on it ends exactly once: with the upstream's own answer, or with ``UpstreamLost`` when that
-connection ended first. A request never silently moves to the next connection (the upstream that
-would answer it is not the one that received it), and no request is sent while the upstream is not
+sent on it ends exactly once: with the upstream's own answer (an error in its place when that answer
+had to be dropped: ``exchange.py``), or with ``UpstreamLost`` when that connection ended first. A
+request never silently moves to the next connection, and no request is sent while the upstream is not
 ``ready`` (``UpstreamUnavailable`` says why and when the next attempt is).
 
 Theory of operation. ``run`` is a supervisor loop: connect (spawn the stdio child through
@@ -117,8 +117,9 @@ class UpstreamListener(Protocol):
 
     async def upstream_state(self, upstream: UpstreamSession) -> None: ...
 
-    async def upstream_dropped(self, upstream: UpstreamSession, detail: str) -> None:
-        """A line from the upstream was dropped: it is no message, or not one every parser reads alike."""
+    async def upstream_dropped(self, upstream: UpstreamSession, kind: str, detail: str, log: bool) -> None:
+        """A line from the upstream was dropped (``exchange.Exchange.deliver``): record it as an incident
+        of ``kind``, and log it when ``log`` (the exchange keeps a flood out of the log)."""
         ...
 
 
@@ -483,12 +484,15 @@ class UpstreamSession:
             except Exception as exc:  # noqa: BLE001 -- one bad notification must not end the connection
                 logger.error("relaying a notification from upstream %r failed (%s)", self.name, type(exc).__name__)
 
-    async def _on_dropped(self, detail: str) -> None:
-        if self.listener is not None:
-            try:
-                await self.listener.upstream_dropped(self, detail)
-            except Exception as exc:  # noqa: BLE001 -- recording the drop must not end the connection
-                logger.error("reporting a dropped line of upstream %r failed (%s)", self.name, type(exc).__name__)
+    async def _on_dropped(self, kind: str, detail: str, log: bool) -> None:
+        if self.listener is None:  # nothing records it (``drawbridge discover``): said in the log only
+            if log:
+                logger.warning("%s", detail)
+            return
+        try:
+            await self.listener.upstream_dropped(self, kind, detail, log)
+        except Exception as exc:  # noqa: BLE001 -- recording the drop must not end the connection
+            logger.error("reporting a dropped line of upstream %r failed (%s)", self.name, type(exc).__name__)
 
     async def _answer(self, body: dict[str, Any], related: int | None) -> dict[str, Any]:
         if self.listener is None:

@@ -2,7 +2,8 @@
 
 Invariant: a write to a child that is gone raises ``UpstreamLost`` (never a silent drop), and ``run``
 returns only when the child's stdout has ended, with how the child ended. A line over the size limit
-is dropped with a warning, never parsed.
+is never parsed: it is delivered as an ``Oversize`` (its size and first bytes), which the exchange
+reports and, when its start proves whose answer it was, answers that request with an error.
 
 Theory of operation. The child itself (spawn, environment, shutdown) is ``child_process.UpstreamProcess``;
 this link only frames messages onto its pipes for ``session.UpstreamSession``. Nothing on stdio ties a
@@ -12,18 +13,14 @@ nothing to abort when a request is cancelled (the session's ``notifications/canc
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
 
-from drawbridge.gateway.protocol.jsonrpc import Oversize
 from drawbridge.gateway.upstreams.child_process import UpstreamGone, UpstreamProcess
 from drawbridge.gateway.upstreams.requests import Deliver, UpstreamLost, render
-
-logger = logging.getLogger("drawbridge.gateway.upstream")
 
 
 class StdioLink:
@@ -43,9 +40,6 @@ class StdioLink:
     async def run(self, deliver: Deliver, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> str:
         task_status.started()
         async for item in self.process.lines():
-            if isinstance(item, Oversize):
-                logger.warning("an upstream message of at least %d bytes was dropped (limit %d)", item.size, item.limit)
-                continue
             await deliver(item, None)
         await self.process.wait_exit(0.5)
         return self.process.exit_description()

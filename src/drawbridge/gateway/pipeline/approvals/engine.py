@@ -1,20 +1,17 @@
 """The approval engine: what happens to a tools/call whose policy says ``human_approval``.
 
-Invariant: such a call runs only if one of these holds, and the trace chain
-says which (for a call only an operator may approve -- an ``approval:
-operator`` rule, a changed pin -- only a grant or an operator's approval
-counts, and a changed pin takes no grant either): an active temporal grant matches it (``approval_by_grant``);
-approval memory approves it (``approval_by_memory``); or a person approved
-exactly this call (same agent, tool and keyed argument digest) through some
-channel before the timeout (``approval_resolved``, with who, when, channel,
-strength and reason), and that approval has not been used by another call.
-One approval lets one call through, whichever channel resolved it and
-whichever transport the call came in on. Everything else -- a denial, the
-timeout, a restart, a forged or replayed ``requestState``, a failure of the
-store or of the trace -- ends in deny. A ``deny`` verdict is never lifted.
+Invariant: such a call runs only if one of these holds, and the trace chain says which (for a call only
+an operator may approve -- an ``approval: operator`` rule, a changed pin -- only a grant or an
+operator's approval counts, and a changed pin takes no grant either): an active temporal grant matches
+it (``approval_by_grant``); approval memory approves it (``approval_by_memory``); or a person approved
+exactly this call (same agent, tool and keyed argument digest) through some channel before the timeout
+(``approval_resolved``, with who, when, channel, strength and reason), and that approval has not been
+used by another call. One approval lets one call through, whichever channel resolved it and whichever
+transport the call came in on. Everything else -- a denial, the timeout, a restart, a forged or replayed
+``requestState``, a failure of the store or of the trace -- ends in deny. A ``deny`` verdict is never
+lifted.
 
-Theory of operation. ``settle(call, verdict, elicitation_supported=...)``
-follows this order:
+Theory of operation. ``settle(call, verdict, elicitation_supported=...)`` follows this order:
 
 1. ``allow`` and ``deny`` verdicts pass through untouched.
 2. The keyed argument digest: ``binding(arguments)`` when given (the gateway passes its own), else
@@ -37,7 +34,8 @@ follows this order:
    ``memory_key`` fields (``approval.memory.memory_key_digest``).
 6. The open question for this exact call that asks the same person, if any,
    else a new approval (``approval_requested``, its ``approver`` stored: the
-   store refuses a client's approval of an operator's question). A call only
+   store refuses a client's approval of an operator's question; ``on_pending`` is
+   told of it, ``approvals.notify`` posting it to webhooks). A call only
    an operator may approve is never asked in-band: it waits for an operator
    channel (blocking or non-blocking), or is refused at once when none is open.
    Otherwise, by what the client can do:
@@ -85,7 +83,6 @@ argument values.
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -169,6 +166,7 @@ class ApprovalEngine:
         retry_window_seconds: float | None = None,
         poll_seconds: float = 1.0,
         binding: Callable[[Mapping[str, Any]], str | None] | None = None,
+        on_pending: Callable[[Approval], None] | None = None,
     ) -> None:
         if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, (int, float)):
             raise TypeError("timeout_seconds must be a number")
@@ -206,7 +204,7 @@ class ApprovalEngine:
             state_keys=state_keys, nonce_source=nonce_source,
         )
         self._window = timedelta(seconds=window)
-        self._binding = binding
+        self._binding, self._on_pending = binding, on_pending
         self.grant_service = GrantService(grants, trace_append, clock=clock)
 
     @classmethod
@@ -494,6 +492,8 @@ class ApprovalEngine:
             "rule": rule_of(approval.source_file, approval.rule_index, approval.policy), "mode": mode,
             "approver": approval.approver.value,
         })
+        if self._on_pending is not None:
+            self._on_pending(approval)
         return approval, True
 
 

@@ -59,6 +59,7 @@ from anyio.abc import TaskStatus
 
 from drawbridge.approval.binding import binding_digest
 from drawbridge.approval.memory import MemoryConfig
+from drawbridge.config_notify import NotifyTarget
 from drawbridge.gateway.pipeline.approvals.by_link import LinkAsker
 from drawbridge.gateway.pipeline.approvals.engine import DEFAULT_TIMEOUT_SECONDS, ApprovalEngine
 from drawbridge.gateway.pipeline.approvals.grants import TraceAppend, utc_clock
@@ -66,6 +67,7 @@ from drawbridge.gateway.pipeline.approvals.settlement import Settlement, Settlem
 from drawbridge.gateway.pipeline.client_link import ClientLink, call_declares_elicitation
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import Action, Verdict
+from drawbridge.state.approvals import Approval
 from drawbridge.state.backend import StateBackend
 
 logger = logging.getLogger("drawbridge.approval")
@@ -90,6 +92,8 @@ class ApprovalSettings:
     """Where the client declared URL-mode elicitation and the console is served, send it a link to the
     approval's console page instead of a form (``approvals.by_link``)."""
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    notify: tuple[NotifyTarget, ...] = ()
+    """The webhooks each new question is posted to (``approvals.notify``)."""
     sweep_seconds: float = DEFAULT_SWEEP_SECONDS
     poll_seconds: float = DEFAULT_POLL_SECONDS
     """How often a waiting call re-reads the store (for resolutions written by another process)."""
@@ -102,6 +106,7 @@ class ApprovalSettings:
             non_blocking=config.approval_non_blocking,
             elicitation=config.approval_elicitation,
             ask_by_link=config.approval_ask_by_link,
+            notify=config.approval_notify,
             memory=MemoryConfig(
                 enabled=config.approval_memory_enabled,
                 min_approvals=config.approval_memory_min_approvals,
@@ -132,11 +137,13 @@ def build_approval_engine(
     binding_key: BindingKey | None = None,
     state_keys: bytes | list[bytes] | None = None,
     clock: Callable[[], datetime] = utc_clock,
+    on_pending: Callable[[Approval], None] | None = None,
 ) -> ApprovalEngine:
     """The approval engine on the embedded state: queue, grants and use ledger in ``state_db``.
 
     ``non_blocking`` and ``memory`` override ``settings``. The binding key and the request-state key
-    are drawn per process unless given (tests pass fixed ones).
+    are drawn per process unless given (tests pass fixed ones). ``on_pending`` hears of each new
+    question (``approvals.notify``).
     """
     key = binding_key if binding_key is not None else BindingKey.generate()
 
@@ -154,6 +161,7 @@ def build_approval_engine(
         poll_seconds=settings.poll_seconds,
         binding=bind,
         clock=clock,
+        on_pending=on_pending,
     )
 
 

@@ -9,7 +9,10 @@ entry that is neither ``strict`` nor ``bare``; its calls are held at the dispatc
 (``catalogue.floors``: the entry's ``default_action``, never below ``human_approval``), which the
 route carries (``LocalTool.dispatcher``). ``<name>.run`` runs a ``bare`` binary with no subcommand.
 A dispatched subcommand that is also declared runs under that command's ``allowed_args`` and
-``timeout``. A command or ``run`` without ``allowed_args`` takes any flag (``git show --output=FILE``
+``timeout``. Arguments that cannot run (the input schema, ``argv``: a subcommand that is an option,
+a shell metacharacter, a flag not allowed) are refused before the call is decided
+(``LocalTool.refusal``: recorded as a refusal, no person asked), and again, the same way, when the
+call runs. A command or ``run`` without ``allowed_args`` takes any flag (``git show --output=FILE``
 writes a file), so it is marked ``LocalTool.free_arguments`` and classified generic: the draft policy
 never allows it unasked, and approval memory never answers for it.
 
@@ -27,13 +30,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from drawbridge.config import CliCommandConfig, CliToolConfig
-from drawbridge.gateway.upstreams.cli_tools.argv import ArgvRefused, build_invocation
+from drawbridge.gateway.upstreams.cli_tools.argv import ArgvRefused, Invocation, build_invocation
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator  # imported where a schema is compiled: only serve with cli_tools needs it
 from drawbridge.gateway.upstreams.cli_tools.runner import call_result, child_environment, run
 from drawbridge.gateway.upstreams.local import LocalTool, LocalUpstream, NotSent, StartError
 from drawbridge.policy.model import Action
+from drawbridge.policy.schemas import pointer_of
 
 DISPATCH: Final = "__dispatch"
 BARE: Final = "run"
@@ -97,6 +101,7 @@ def open_cli(entry: CliToolConfig, environ: Mapping[str, str], default_timeout: 
     if entry.working_dir is not None and not os.path.isdir(entry.working_dir):
         raise StartError(f"cli tool {entry.name!r}: working_dir {entry.working_dir} is not a directory")
     from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
 
     env = child_environment(environ, entry.env)
     default_rule = CliCommandConfig(timeout_seconds=default_timeout)
@@ -104,8 +109,29 @@ def open_cli(entry: CliToolConfig, environ: Mapping[str, str], default_timeout: 
     runnables: dict[str, _Runnable] = {}
 
     def add(name: str, description: str, runnable: _Runnable, schema: dict[str, Any], **facts: Any) -> None:
-        tools.append(LocalTool({"name": name, "description": description, "inputSchema": schema}, **facts))
+        tools.append(LocalTool(
+            {"name": name, "description": description, "inputSchema": schema},
+            refusal=lambda arguments: _refusal(prepare(name, arguments)), **facts,
+        ))
         runnables[name] = runnable
+
+    def prepare(name: str, arguments: Mapping[str, Any]) -> tuple[Invocation, CliCommandConfig] | str:
+        """What a call runs and under which rule, or why it cannot run (module docstring)."""
+        runnable = runnables[name]
+        error = best_match(runnable.validator.iter_errors(arguments))
+        if error is not None:  # named by place and keyword, never by a value: the reason is recorded
+            where = pointer_of(error.absolute_path) or "the top level"
+            return (
+                f"the arguments do not match the tool's input schema ({error.validator!r} fails at {where})"
+            )
+        subcommand, rule = runnable.subcommand, runnable.rule
+        if rule is None:  # the dispatcher
+            subcommand = str(arguments["command"])
+            rule = entry.commands.get(subcommand, default_rule)
+        try:
+            return build_invocation(binary, subcommand, arguments, rule.allowed_args), rule
+        except ArgvRefused as exc:
+            return f"refused before running: {exc}"
 
     for command, rule in entry.commands.items():
         schema = _schema(False)
@@ -130,21 +156,10 @@ def open_cli(entry: CliToolConfig, environ: Mapping[str, str], default_timeout: 
             dispatcher=True, dispatcher_default_action=floor)
 
     async def invoke(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        runnable = runnables[name]
-        errors = sorted(runnable.validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
-        if errors:
-            lines = [
-                f"{'/'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message[:300]}" for e in errors[:10]
-            ]
-            return _refused("the arguments do not match the tool's input schema:\n" + "\n".join(lines))
-        subcommand, rule = runnable.subcommand, runnable.rule
-        if rule is None:  # the dispatcher
-            subcommand = str(arguments["command"])
-            rule = entry.commands.get(subcommand, default_rule)
-        try:
-            invocation = build_invocation(binary, subcommand, arguments, rule.allowed_args)
-        except ArgvRefused as exc:
-            return _refused(f"refused before running: {exc}")
+        prepared = prepare(name, arguments)
+        if isinstance(prepared, str):
+            return _refused(prepared)
+        invocation, rule = prepared
         try:
             result = await run(
                 invocation.argv, env=env, cwd=entry.working_dir, stdin=invocation.stdin,
@@ -158,6 +173,10 @@ def open_cli(entry: CliToolConfig, environ: Mapping[str, str], default_timeout: 
     return LocalUpstream(
         entry.name, "cli", tools, invoke, detail=f"CLI {binary} ({len(tools)} tool(s), {kind})"
     )
+
+
+def _refusal(prepared: tuple[Invocation, CliCommandConfig] | str) -> str | None:
+    return prepared if isinstance(prepared, str) else None
 
 
 def _refused(text: str) -> dict[str, Any]:

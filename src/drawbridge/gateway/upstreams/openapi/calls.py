@@ -1,7 +1,8 @@
 """One decided call of an OpenAPI operation: the HTTP request it makes and the CallToolResult it answers.
 
 Invariant: the request is built from the arguments the call was decided on, checked against the
-tool's ``inputSchema`` first, and from nothing else: path parameters are URL-escaped whole (a ``/``
+tool's ``inputSchema`` first (bounded: one regex budget per call, ``policy.schemas.argument_problems``),
+and from nothing else: path parameters are URL-escaped whole (a ``/``
 in a value is ``%2F``; ``.``, ``..`` and the empty string are refused, so no value walks the path),
 query and header parameters are sent as declared (a header value that HTTP cannot carry -- a control
 character, a character beyond ASCII, whitespace at either end -- is refused before anything is
@@ -11,7 +12,8 @@ sent, naming the parameter), ``body`` as JSON. The headers the gateway owns are 
 text. ``timeout`` bounds the whole call, from connecting to the last byte of the answer (redirects
 included), not the gaps between reads. A JSON answer becomes ``structuredContent`` only when it is
 read one way (``protocol.one_reading``: no repeated key, no NaN or number beyond a double, at most
-``DEFAULT_MAX_DEPTH`` levels); any other answer is text, and the text says why it is not structured.
+``DEFAULT_MAX_DEPTH`` levels); any other answer is text (decoded by the charset its ``Content-Type``
+declares, else UTF-8), and the text says why it is not structured.
 So every answer is a result the gateway can pass on as it records it. A 4xx or 5xx status is a
 result with ``isError`` and the status; a problem of the call itself is a result with ``isError``
 too, except when the request never left (the backend unreachable, or refused by the SSRF guard),
@@ -32,12 +34,14 @@ from drawbridge.gateway.protocol.jsonrpc import MessageError, parse_one_reading
 from drawbridge.gateway.upstreams.local import NotSent
 from drawbridge.gateway.upstreams.openapi.tools import OperationTool
 from drawbridge.gateway.upstreams.ssrf import refusal
+from drawbridge.policy.schemas import argument_problems
 
 MAX_REDIRECTS: Final = 5
 MAX_ERROR_TEXT: Final = 4096
 _HEADER_VALUE: Final = re.compile(r"(?:[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*)?")
 """What an HTTP/1.1 header value may hold, as the client writes it: visible ASCII, spaces and tabs
 inside."""
+_CHARSET: Final = re.compile(r""";\s*charset\s*=\s*"?([A-Za-z0-9._:-]{1,40})"?""", re.IGNORECASE)
 
 
 def tool_error(text: str, structured: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -130,8 +134,21 @@ def _json(data: bytes) -> tuple[Any, str | None]:
         return None, exc.message.partition(": ")[2] or exc.message
 
 
+def _decoded(data: bytes, content_type: str) -> str:
+    """The answer's text, decoded by the charset its ``Content-Type`` declares (``text/plain;
+    charset=iso-8859-1``); UTF-8 when it declares none or one Python does not know. A byte the
+    charset cannot decode becomes U+FFFD."""
+    match = _CHARSET.search(content_type)
+    if match is not None:
+        try:
+            return data.decode(match.group(1), errors="replace")
+        except LookupError:  # unknown, or no text encoding (``base64``, ``rot13``)
+            pass
+    return data.decode("utf-8", errors="replace")
+
+
 def _result(status: int, reason: str, content_type: str, data: bytes, truncated: bool, limit: int) -> dict[str, Any]:
-    text = data.decode("utf-8", errors="replace")
+    text = _decoded(data, content_type)
     parsed: Any = None
     is_json = False
     if not truncated and data and ("json" in content_type.lower()):
@@ -163,13 +180,9 @@ async def call_operation(
     timeout: float,
 ) -> dict[str, Any]:
     """The CallToolResult of one call (module docstring); raises ``NotSent``."""
-    errors = sorted(tool.validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = [
-            f"{'/'.join(str(p) for p in error.absolute_path) or '(arguments)'}: {error.message[:300]}"
-            for error in errors[:10]
-        ]
-        return tool_error("the arguments do not match the tool's input schema:\n" + "\n".join(lines))
+    problems = argument_problems(tool.validator, arguments)
+    if problems:
+        return tool_error("the arguments do not match the tool's input schema:\n" + "\n".join(problems))
     operation = tool.operation
     try:
         path = _path(operation.path, tool, arguments)

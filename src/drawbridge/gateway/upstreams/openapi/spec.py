@@ -17,9 +17,10 @@ retrieved only for a spec read from a file, from files in its own directory or b
 resolved first: a link out of it is refused, as is an absolute path elsewhere); a spec fetched by URL
 may only refer inside itself. YAML is held to the configuration's bounds before it is built.
 Reference Objects (a parameter, a request body, a path item) are followed until a real object is
-reached. Schemas are *bundled*: every ``$ref`` in a parameter's or the body's schema is replaced by
-``#/$defs/<name>`` and the schema it points to is copied once into the tool's ``$defs`` (a
-recursive schema refers to itself there), so each tool's ``inputSchema`` stands alone.
+reached. Schemas are *bundled*: every ``$ref`` (and ``$dynamicRef`` naming a place, not an anchor)
+in a parameter's or the body's schema is replaced by ``#/$defs/<name>`` and the schema it points to
+is copied once into the tool's ``$defs`` (a recursive schema refers to itself there), so each tool's
+``inputSchema`` stands alone.
 """
 
 from __future__ import annotations
@@ -92,6 +93,17 @@ class Spec:
 # ------------------------------------------------------------------------------------------ resolving
 
 
+def _joined(base: str, ref: str) -> str:
+    """``ref`` made absolute against ``base``; a reference that is no URL (``http://[::1``) is a
+    ``SpecError`` naming it."""
+    try:
+        joined = urljoin(base, ref)
+        urlsplit(joined)  # urljoin lets some malformed URLs through that splitting refuses
+    except ValueError as exc:
+        raise SpecError(f"the reference {ref[:200]!r} is not a valid URL ({exc})") from None
+    return joined
+
+
 class _Resolver:
     """Follows ``$ref``s from a base URI, and bundles schemas into one ``$defs``."""
 
@@ -101,7 +113,7 @@ class _Resolver:
 
     def lookup(self, ref: str, base: str) -> tuple[Any, str]:
         """The target of ``ref`` read from a document at ``base``, and the target's absolute URI."""
-        target = urljoin(base, ref)
+        target = _joined(base, ref)
         try:
             resolved = self.registry.resolver(base_uri=base).lookup(ref)
         except SpecError:
@@ -129,6 +141,15 @@ class _Resolver:
         return value, base
 
 
+def _located(ref: Any) -> bool:
+    """A ``$dynamicRef`` that names a place (a JSON Pointer or another document), not an anchor: it is
+    resolved as a ``$ref`` is, so it is bundled as one. One naming an anchor (``#meta``) is kept, and
+    must find its anchor in the tool's ``inputSchema`` (``tools``)."""
+    if not isinstance(ref, str):
+        return False
+    return not ref.startswith("#") or ref.startswith("#/") or ref == "#"
+
+
 class _Bundle:
     """One tool's schemas: every ``$ref`` becomes ``#/$defs/<name>``, each target copied once."""
 
@@ -146,7 +167,7 @@ class _Bundle:
             for key, value in schema.items():
                 if not isinstance(key, str):
                     raise SpecError("a schema has a key that is not a string")
-                if key == "$ref" and isinstance(value, str):
+                if key == "$ref" and isinstance(value, str) or key == "$dynamicRef" and _located(value):
                     out[key] = f"#/$defs/{self._def(value, base, depth)}"
                 elif key in ("$id", "$schema"):
                     continue  # the bundled schema lives in the tool's inputSchema, under its base
@@ -158,7 +179,7 @@ class _Bundle:
         return schema
 
     def _def(self, ref: str, base: str, depth: int) -> str:
-        target_uri = urljoin(base, ref)
+        target_uri = _joined(base, ref)
         name = self._names.get(target_uri)
         if name is not None:
             return name
@@ -376,9 +397,9 @@ def read_spec(document: Any, uri: str, *, from_file: bool) -> Spec:
     servers: list[str] = []
     raw_servers = document.get("servers")
     if isinstance(raw_servers, list):
-        for server in raw_servers:
+        for index, server in enumerate(raw_servers):
             if isinstance(server, Mapping) and isinstance(server.get("url"), str):
-                servers.append(_server_url(server, uri))
+                servers.append(_server_url(server, uri, f"servers[{index}]"))
     paths = _mapping(document.get("paths", {}), "paths")
     reader = _Reader(document, resolver)
     operations: list[Operation] = []
@@ -386,6 +407,11 @@ def read_spec(document: Any, uri: str, *, from_file: bool) -> Spec:
     for path, raw_item in paths.items():
         if not isinstance(path, str) or not path.startswith("/"):
             raise SpecError(f"paths: {str(path)[:80]!r} does not start with /")
+        if "?" in path or "#" in path:
+            raise SpecError(
+                f"paths: {path[:80]!r} holds a query or a fragment; a path template is a path only "
+                "(query parameters are declared as parameters)"
+            )
         item, base = resolver.follow(raw_item, uri, f"paths[{path}]")
         item = _mapping(item, f"paths[{path}]")
         shared = reader.parameters(item.get("parameters"), base, f"paths[{path}]")
@@ -401,16 +427,21 @@ def read_spec(document: Any, uri: str, *, from_file: bool) -> Spec:
     return Spec(version, title, tuple(servers), tuple(operations), tuple(skipped))
 
 
-def _server_url(server: Mapping[str, Any], uri: str) -> str:
-    """A server's URL with its variables at their defaults, made absolute against the document's URI."""
+def _server_url(server: Mapping[str, Any], uri: str, what: str) -> str:
+    """A server's URL with its variables at their defaults, made absolute against the document's URI;
+    a URL that does not parse is a ``SpecError`` naming the entry (every entry is read, so that a
+    spec reads one way whichever server is used)."""
     url = str(server["url"])
     variables = server.get("variables")
     if isinstance(variables, Mapping):
         for name, variable in variables.items():
             if isinstance(variable, Mapping) and isinstance(variable.get("default"), str):
                 url = url.replace("{" + str(name) + "}", variable["default"])
-    if not urlsplit(url).scheme and urlsplit(uri).scheme in ("http", "https"):
-        url = urljoin(uri, url)
+    try:
+        if not urlsplit(url).scheme and urlsplit(uri).scheme in ("http", "https"):
+            url = urljoin(uri, url)
+    except ValueError as exc:
+        raise SpecError(f"{what}: the url is not a valid URL ({exc})") from None
     return url
 
 

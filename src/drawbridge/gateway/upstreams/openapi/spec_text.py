@@ -2,7 +2,9 @@
 
 Invariant: a document is read one way and never quoted back. JSON or YAML with no key given twice (a
 key given twice is named by the key alone, never its values, which a file beside the spec may hold as
-secrets); YAML is held to the configuration's bounds (``strict_yaml.check_bounds``: depth, values
+secrets) and no number that is not a finite double (``NaN``, ``Infinity``, ``1e400``, YAML's ``.nan``
+and ``.inf``: no tools/list that carries one could be encoded as JSON), named by its JSON Pointer;
+YAML is held to the configuration's bounds (``strict_yaml.check_bounds``: depth, values
 counting aliases) before it is built; a document is at most ``MAX_SPEC_BYTES``. A spec read from a file
 may refer to files in its own directory or below it, once every symlink is resolved
 (``file_retriever``); a spec fetched by URL may only refer inside itself (``refuse_retrieval``).
@@ -11,7 +13,8 @@ may refer to files in its own directory or below it, once every symlink is resol
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
@@ -23,6 +26,8 @@ from ruamel.yaml.constructor import SafeConstructor
 from ruamel.yaml.error import YAMLError
 
 from drawbridge.canonical import DuplicateKeyError, unique_object
+from drawbridge.gateway.upstreams.http_link import safe_url
+from drawbridge.policy.schemas import pointer_of
 from drawbridge.policy.strict_yaml import YamlProblem, check_bounds, yaml_problem
 
 MAX_SPEC_BYTES: Final = 16 * 1024 * 1024
@@ -49,9 +54,36 @@ class _SafeConstructor(SafeConstructor):
         return True
 
 
+def _refuse_non_finite(document: Any) -> None:
+    """A ``SpecError`` naming (by JSON Pointer) a number no JSON encoder writes: NaN, an infinity, or a
+    number beyond a double that reads as one."""
+    pending: list[tuple[Any, list[Any]]] = [(document, [])]
+    while pending:
+        value, path = pending.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(
+                f"the number at {pointer_of(path) or '/'} is not a finite double "
+                "(NaN, Infinity, or too large), which JSON cannot carry"
+            )
+        if isinstance(value, Mapping):
+            pending.extend((item, [*path, key]) for key, item in value.items())
+        elif isinstance(value, list):
+            pending.extend((item, [*path, index]) for index, item in enumerate(value))
+
+
 def parse_text(text: str, where: str) -> Any:
-    """A JSON or YAML document; a key given twice is an error (it could be read two ways). A problem
-    is named by its line, never by quoting the text."""
+    """A JSON or YAML document; a key given twice is an error (it could be read two ways), as is a
+    number that is not a finite double. A problem is named by its line or its JSON Pointer, never by
+    quoting the text."""
+    document = _parse(text, where)
+    try:
+        _refuse_non_finite(document)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    return document
+
+
+def _parse(text: str, where: str) -> Any:
     stripped = text.lstrip()
     try:
         if stripped.startswith(("{", "[")):
@@ -112,7 +144,9 @@ def file_retriever(root: str) -> Callable[[str], Resource[Any]]:
 
 
 def refuse_retrieval(uri: str) -> Resource[Any]:
-    raise SpecError(f"a reference to {uri} leaves the document; a spec read by URL may only refer inside itself")
+    raise SpecError(
+        f"a reference to {safe_url(uri)} leaves the document; a spec read by URL may only refer inside itself"
+    )
 
 
 __all__ = ["MAX_SPEC_BYTES", "SpecError", "file_retriever", "parse_text", "read_file", "refuse_retrieval"]

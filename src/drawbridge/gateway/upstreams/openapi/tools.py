@@ -3,9 +3,14 @@
 Invariant: what an agent and a reviewer read about a tool is what a call does. Its ``inputSchema``
 has exactly one property per parameter the call sends (path, query, header) and ``body`` for a JSON
 request body, with no other property allowed; every call's arguments are checked against it before
-anything is sent. Its description ends with the method and the URL template the call goes to, so a
-changed backend or path is a changed tool (and a changed pin). ``readOnlyHint`` is set for GET and
-HEAD, and the classification reads the method (``catalogue.classify``).
+anything is sent, as a policy's argument schema is (``policy.schemas.bounded_schema``): its regexes
+checked at load (an operation with a ``pattern`` that could backtrack too much, ``(a+)+$``, is not
+served, named with why), every ``pattern`` run bounded and charged to one regex budget per call, so
+no argument stalls the gateway. A reference in it that does not resolve inside it (a ``$dynamicRef``
+to an anchor no bundled schema declares) is a ``SpecError``: the spec does not load. Its description
+ends with the method and the URL template the call goes to, so a changed backend or path is a changed
+tool (and a changed pin). ``readOnlyHint`` is set for GET and HEAD, and the classification reads the
+method (``catalogue.classify``).
 
 Headers the gateway owns are no arguments. A header parameter named (in any case) like a header the
 entry configures (``headers:``, the gateway's credentials) or like a header of the transport
@@ -27,10 +32,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 from drawbridge.catalogue.classify import name_words
 from drawbridge.gateway.upstreams.openapi.spec import Operation, Spec
+from drawbridge.gateway.upstreams.openapi.spec_text import SpecError
 from drawbridge.policy.globs import compile_glob
 
 if TYPE_CHECKING:
-    from jsonschema import Draft202012Validator  # imported where the tools are built: only serve with openapi needs it
+    from drawbridge.policy.schemas import BoundedSchema
 
 READ_ONLY_METHODS = frozenset({"GET", "HEAD"})
 TRANSPORT_HEADERS: Final = frozenset({
@@ -48,7 +54,7 @@ class OperationTool:
     name: str
     item: Mapping[str, Any]
     operation: Operation
-    validator: Draft202012Validator
+    validator: BoundedSchema
 
 
 def tool_name(operation: Operation) -> str:
@@ -132,8 +138,10 @@ def operation_tools(
     spec: Spec, backend_url: str, include: Sequence[str] = (), configured_headers: Iterable[str] = ()
 ) -> tuple[list[OperationTool], list[str]]:
     """The tools of a spec (only those whose name matches an ``include`` glob, when given), and the
-    operations left out with why. ``configured_headers``: the names of the headers the entry sends."""
-    from jsonschema import Draft202012Validator
+    operations left out with why. ``configured_headers``: the names of the headers the entry sends.
+    Raises ``SpecError`` for a reference that resolves nowhere in a tool's ``inputSchema``."""
+    # imported where the tools are built: only serve with openapi needs jsonschema
+    from drawbridge.policy.schemas import ReferenceLoadError, SchemaLoadError, bounded_schema
 
     globs = [compile_glob(pattern) for pattern in include]
     tools: list[OperationTool] = []
@@ -153,6 +161,16 @@ def operation_tools(
         if problem is not None:
             skipped.append(f"{operation.method} {operation.path}: its parameters' schemas are invalid (at {problem[:200]})")
             continue
+        try:
+            validator = bounded_schema(schema)
+        except ReferenceLoadError as exc:
+            where = f"paths[{operation.path}].{operation.method.lower()}"
+            raise SpecError(f"{where}: the input schema's {exc}") from None
+        except SchemaLoadError as exc:
+            skipped.append(
+                f"{operation.method} {operation.path}: its arguments cannot be checked safely ({exc})"
+            )
+            continue
         item: dict[str, Any] = {
             "name": name,
             "description": description(operation, backend_url),
@@ -160,7 +178,7 @@ def operation_tools(
         }
         if operation.method in READ_ONLY_METHODS:
             item["annotations"] = {"readOnlyHint": True}
-        tools.append(OperationTool(name, item, operation, Draft202012Validator(schema)))
+        tools.append(OperationTool(name, item, operation, validator))
     return tools, skipped
 
 
