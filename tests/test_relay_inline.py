@@ -337,7 +337,7 @@ async def test_a_call_cancelled_in_the_read_that_brought_it_never_reaches_the_up
         await client.to_gateway.send(_call_line(9, "echo") + json.dumps(cancel).encode() + b"\n" + _call_line(10, "echo"))
         assert (await client.recv())["id"] == 10
     received = [json.loads(line) for line in seen.read_text().splitlines()]
-    calls = [m for m in received if m.get("method") not in ("initialize", "tools/list")]  # but the handshake and the gateway's listing
+    calls = [m for m in received if m.get("method") not in ("initialize", "tools/list")]  # the calls only
     assert [m.get("id") for m in calls] == [10]  # neither call 9 nor its cancellation was sent
     assert ("answer", 9) not in log
     assert _calls(recorder)[9].outcome.value == "cancelled"

@@ -18,9 +18,11 @@ from conftest import PYTHON, SERVERS, raw_pipe, wrap_argv
 pytestmark = pytest.mark.anyio
 
 RECORDING = [PYTHON, str(SERVERS / "recording.py")]
-POLICY = 'name: wire\nagent: "*"\nrules:\n  - tools: ["delete_all", "fx.delete_all"]\n    action: deny\n  - tools: ["*"]\n    action: allow\n'
+POLICY = ('name: wire\nagent: "*"\nrules:\n  - tools: ["delete_all", "fx.delete_all"]\n    action: deny\n'
+          '  - tools: ["*"]\n    action: allow\n')
 MODES = ("wrap", "serve")
-MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+          "io.modelcontextprotocol/clientCapabilities": {}}
 DISGUISED = ["tools/call\u0000", "tools/call\u200b", "\uff54ools/call"]
 """Read as tools/call by a C-string reader (cut at NUL), by one that drops format characters, by one
 that reads compatibility forms (NFKC)."""
@@ -28,8 +30,8 @@ that reads compatibility forms (NFKC)."""
 
 def _argv(tmp_path: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
     (tmp_path / "policy.yaml").write_text(POLICY, encoding="utf-8")
-    argv = wrap_argv(RECORDING, "--policy", str(tmp_path / "policy.yaml"), "--evidence-dir", str(tmp_path / "evidence"),
-                     "--fsync", "never", *extra)
+    argv = wrap_argv(RECORDING, "--policy", str(tmp_path / "policy.yaml"),
+                     "--evidence-dir", str(tmp_path / "evidence"), "--fsync", "never", *extra)
     return argv, {"RECORDING_LOG": str(tmp_path / "received.ndjson"), "RECORDING_RAW_TOOLS": "1"}
 
 
@@ -42,10 +44,12 @@ def _gateway(tmp_path: Path, mode: str, call_timeout: int) -> tuple[list[str], d
     (tmp_path / "policies" / "wire.yaml").write_text(POLICY, encoding="utf-8")
     env = {"RECORDING_LOG": str(tmp_path / "received.ndjson"), "RECORDING_RAW_TOOLS": "1"}
     upstream = {"name": "fx", "transport": "stdio", "command": RECORDING[0], "args": RECORDING[1:], "env": env}
-    config = {"upstreams": [upstream], "policy_dir": str(tmp_path / "policies"), "evidence_dir": str(tmp_path / "evidence"),
-              "state_path": str(tmp_path / "state.db"), "limits": {"call_timeout_seconds": call_timeout}}
+    config = {"upstreams": [upstream], "policy_dir": str(tmp_path / "policies"),
+              "evidence_dir": str(tmp_path / "evidence"), "state_path": str(tmp_path / "state.db"),
+              "limits": {"call_timeout_seconds": call_timeout}}
     (tmp_path / "drawbridge.json").write_text(json.dumps(config), encoding="utf-8")
-    argv = [PYTHON, "-m", "drawbridge", "serve", "--config", str(tmp_path / "drawbridge.json"), "--stdio", "--agent", "wire"]
+    argv = [PYTHON, "-m", "drawbridge", "serve", "--config", str(tmp_path / "drawbridge.json"), "--stdio",
+            "--agent", "wire"]
     return argv, {}, "fx."
 
 
@@ -56,7 +60,8 @@ def _received(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def _incidents(tmp_path: Path, code: int | None = None) -> list[dict[str, Any]]:
-    return [e["body"] for e in trace(tmp_path / "evidence", "relay_incident") if code is None or e["body"].get("code") == code]
+    entries = trace(tmp_path / "evidence", "relay_incident")
+    return [e["body"] for e in entries if code is None or e["body"].get("code") == code]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -72,7 +77,8 @@ async def test_a_method_another_reader_takes_for_tools_call_is_refused_recorded_
         if era == "2025-11-25":
             await pipe.initialize()
         for n, method in enumerate(DISGUISED):
-            await pipe.send(json.dumps({"jsonrpc": "2.0", "id": 33 + n, "method": method, "params": params}).encode() + b"\n")
+            line = json.dumps({"jsonrpc": "2.0", "id": 33 + n, "method": method, "params": params})
+            await pipe.send(line.encode() + b"\n")
             answer = json.loads(await pipe.response_line(33 + n))
             assert answer["error"]["code"] == -32601 and "not exactly 'tools/call'" in answer["error"]["message"]
         ran = await pipe.request(40, "tools/call", {**params, "name": prefix + "safe_read"})
@@ -86,7 +92,8 @@ async def test_a_number_that_reads_as_zero_is_refused_and_never_sent(tmp_path: P
     argv, env = _argv(tmp_path)
     async with raw_pipe(argv, env) as pipe:
         await pipe.initialize()
-        await pipe.send(b'{"jsonrpc":"2.0","id":"tiny","method":"tools/call","params":{"name":"safe_read","arguments":{"n":1e-400}}}\n')
+        await pipe.send(b'{"jsonrpc":"2.0","id":"tiny","method":"tools/call",'
+                        b'"params":{"name":"safe_read","arguments":{"n":1e-400}}}\n')
         answer = await pipe.recv()
         assert answer["id"] is None and answer["error"]["code"] == -32700
         assert "too small for a double" in answer["error"]["message"]
@@ -147,7 +154,8 @@ async def test_a_request_before_initialize_and_a_second_initialize_are_refused(t
     assert initialized["result"]["protocolVersion"] == "2025-11-25"
     assert ran["result"]["content"][0]["text"] == "ran safe_read"
     lines = (tmp_path / "received.ndjson").read_bytes().splitlines()
-    assert [json.loads(line).get("method") for line in lines[:3]] == ["ping", "initialize", "notifications/initialized"]
+    first = [json.loads(line).get("method") for line in lines[:3]]
+    assert first == ["ping", "initialize", "notifications/initialized"]
     assert [m.get("id") for m in _received(tmp_path) if m.get("method") == "initialize"] == ["init"]
     assert {1, 2, 4} & {m.get("id") for m in _received(tmp_path)} == set()
     assert len(_incidents(tmp_path, -32600)) == 3

@@ -51,9 +51,10 @@ def parse_tool_call(message: Message, agent: str, session_version: str | None) -
         raise invalid("tools/call params must be a JSON object")
     inexact = inexact_member(params, CALL_MEMBERS)
     if inexact is not None:
+        member = CALL_MEMBERS[fold(inexact)]
         raise invalid(
-            f"a key of params reads as {CALL_MEMBERS[fold(inexact)]} to a case-insensitive parser without being "
-            f"spelled so (the members a call is read by: {', '.join(CALL_MEMBERS.values())})"
+            f"a key of params reads as {member} to a case-insensitive parser without being spelled so "
+            f"(the members a call is read by: {', '.join(CALL_MEMBERS.values())})"
         )
     if has_lone_surrogate(message.raw, (message.id, params)):
         raise invalid(

@@ -267,10 +267,10 @@ def _decode(line: bytes, decoder: json.JSONDecoder) -> Any:
         raise MessageError(INVALID_REQUEST, f"invalid request: {exc}") from None
     except json.JSONDecodeError as exc:
         if exc.pos == 0 and text.startswith(_BOM):
-            raise MessageError(PARSE_ERROR, "parse error: the message starts with a byte order mark (U+FEFF), "
-                               "which JSON text does not allow") from None
-        # Some of json's messages end in "at" ("Invalid control character at"): the position says it.
-        raise MessageError(PARSE_ERROR, f"parse error: {exc.msg.removesuffix(' at')} at character {exc.pos}") from None
+            problem = "the message starts with a byte order mark (U+FEFF), which JSON text does not allow"
+        else:  # some of json's messages end in "at" ("Invalid control character at"): the position says it
+            problem = f"{exc.msg.removesuffix(' at')} at character {exc.pos}"
+        raise MessageError(PARSE_ERROR, f"parse error: {problem}") from None
     except ValueError as exc:  # the constant hook
         raise MessageError(PARSE_ERROR, f"parse error: {exc}") from None
     except RecursionError:

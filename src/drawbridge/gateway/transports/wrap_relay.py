@@ -581,9 +581,8 @@ class StdioRelay:
             await self._refuse(message, INVALID_REQUEST, refusal)
             return
         if method == TOOLS_CALL:
-            flight = self.pipeline.start(
-                message, agent=self.config.agent, version=self.session.version, replier=self, resolver=self.catalogue
-            )
+            flight = self.pipeline.start(message, agent=self.config.agent, version=self.session.version,
+                                         replier=self, resolver=self.catalogue)
             if not flight.settled:
                 self._inflight[key] = flight
             return
