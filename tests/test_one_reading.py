@@ -385,3 +385,12 @@ def test_the_key_checks_refuse_exactly_what_the_rules_name(keys: list[str]) -> N
     assert refused == _reference_refuses(keys)
     expected = next((k for k in keys if CALL_MEMBERS.get(unicodedata.normalize("NFKC", k).casefold()) not in (None, k)), None)
     assert inexact_member(obj, CALL_MEMBERS) == expected
+
+
+def test_a_key_read_as_a_call_member_is_refused_naming_the_member_and_every_one_read() -> None:
+    line = b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"safe_read","RequestState":"x"}}'
+    with pytest.raises(MessageError) as info:
+        parse_tool_call(parse_client_message(line), "fuzz", None)
+    message = info.value.message
+    assert info.value.code == -32602 and "reads as requestState" in message, message
+    assert "name, arguments, _meta, requestState, inputResponses" in message and "RequestState" not in message

@@ -39,6 +39,8 @@ from drawbridge.gateway.upstreams.pipes import FdReceiveStream, FdSendStream
 pytestmark = pytest.mark.anyio
 
 SCRIPTED = [PYTHON, str(SERVERS / "scripted.py")]
+INITIALIZE = {"jsonrpc": "2.0", "id": "init", "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
 BATCHED = [PYTHON, str(SERVERS / "batched.py")]
 ALLOW = Verdict(Action.ALLOW, "fine", Provenance("p", "p.yaml", 0))
 DENY = Verdict(Action.DENY, "no", Provenance("p", "p.yaml", 1))
@@ -141,8 +143,10 @@ class Client:
 @asynccontextmanager
 async def inline_relay(
     server: list[str], decide: Any, record: Any, log: list[tuple[str, Any]], config: RelayConfig | None = None,
-    *, spy: bool = True, call_timeout: float = 120.0,
+    *, spy: bool = True, call_timeout: float = 120.0, handshake: bool = True,
 ) -> AsyncIterator[tuple[Client, StdioRelay, anyio.Event]]:
+    """The relay over real pipes; with ``handshake`` the agent's ``initialize`` is answered first (wrap
+    takes no other request before it), and the log starts after it."""
     to_gateway_r, to_gateway_w = os.pipe()
     from_gateway_r, from_gateway_w = os.pipe()
     upstream = await UpstreamProcess.spawn(server, max_message_bytes=1 << 20)
@@ -159,6 +163,10 @@ async def inline_relay(
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
         try:
+            if handshake:
+                await client.send(INITIALIZE)
+                assert "result" in await client.recv()
+                log.clear()
             yield client, relay, finished
         finally:
             await client.to_gateway.aclose()
@@ -270,6 +278,9 @@ async def test_a_cancelled_inline_call_is_recorded_and_not_answered() -> None:
 
 LIST_THEN_STOP_READING = """
 import json, sys, time
+request = json.loads(sys.stdin.readline())  # the agent's initialize
+sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {"protocolVersion": "2025-11-25"}}) + "\\n")
+sys.stdout.flush()
 request = json.loads(sys.stdin.readline())  # the gateway's own tools/list
 tools = [{"name": "t", "inputSchema": {"type": "object"}}]
 sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {"tools": tools}}) + "\\n")
@@ -326,7 +337,7 @@ async def test_a_call_cancelled_in_the_read_that_brought_it_never_reaches_the_up
         await client.to_gateway.send(_call_line(9, "echo") + json.dumps(cancel).encode() + b"\n" + _call_line(10, "echo"))
         assert (await client.recv())["id"] == 10
     received = [json.loads(line) for line in seen.read_text().splitlines()]
-    calls = [m for m in received if m.get("method") != "tools/list"]  # but the gateway's own listing
+    calls = [m for m in received if m.get("method") not in ("initialize", "tools/list")]  # the calls only
     assert [m.get("id") for m in calls] == [10]  # neither call 9 nor its cancellation was sent
     assert ("answer", 9) not in log
     assert _calls(recorder)[9].outcome.value == "cancelled"

@@ -27,6 +27,8 @@ from drawbridge.gateway.upstreams.pipes import FdReceiveStream, FdSendStream
 pytestmark = pytest.mark.anyio
 
 SCRIPTED = [PYTHON, str(SERVERS / "scripted.py")]
+INITIALIZE = {"jsonrpc": "2.0", "id": "init", "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
 
 
 class Client:
@@ -54,8 +56,11 @@ class Client:
 
 @asynccontextmanager
 async def relay_over_pipes(
-    server: list[str], decide: Any = allow_all, record: Any = null_recorder, config: RelayConfig | None = None
+    server: list[str], decide: Any = allow_all, record: Any = null_recorder, config: RelayConfig | None = None,
+    *, handshake: bool = True,
 ) -> AsyncIterator[tuple[Client, StdioRelay, anyio.Event]]:
+    """The relay over real pipes; with ``handshake`` the agent's ``initialize`` is answered first (wrap
+    takes no other request before it)."""
     to_gateway_r, to_gateway_w = os.pipe()
     from_gateway_r, from_gateway_w = os.pipe()
     upstream = await UpstreamProcess.spawn(server, max_message_bytes=1 << 20)
@@ -73,6 +78,9 @@ async def relay_over_pipes(
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
         try:
+            if handshake:
+                await client.send(INITIALIZE)
+                assert "result" in await client.recv()
             yield client, relay, finished
         finally:
             await client.to_gateway.aclose()
@@ -110,7 +118,7 @@ async def test_closing_stdin_forwards_what_the_upstream_says_while_it_exits() ->
     async def record(event: RelayEvent) -> None:
         records.append(event)
 
-    async with relay_over_pipes(CRASHY, record=record) as (client, relay, finished):
+    async with relay_over_pipes(CRASHY, record=record, handshake=False) as (client, relay, finished):
         await client.send(
             {
                 "jsonrpc": "2.0",
@@ -186,11 +194,13 @@ async def test_decisions_see_the_agent_and_the_record_carries_provenance() -> No
     assert call.outcome.value == "ok" and call.action is Action.ALLOW
 
 
-# Lists one tool, then never reads its stdin again.
+# Answers initialize, lists one tool, then never reads its stdin again.
 DEAF_AFTER_LISTING = """
 import json, sys, time
 for line in sys.stdin:
     message = json.loads(line)
+    if message.get("method") == "initialize":
+        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"protocolVersion": "2025-11-25"}}), flush=True)
     if message.get("method") == "tools/list":
         tools = [{"name": "t", "inputSchema": {"type": "object"}}]
         print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"tools": tools}}), flush=True)

@@ -24,6 +24,8 @@ from drawbridge.gateway.protocol.jsonrpc import (
     parse_upstream_message,
     result_line,
 )
+from drawbridge.gateway.protocol.methods import looks_like_tools_call
+from drawbridge.gateway.protocol.partial_id import undecodable_response_id
 
 
 def _frame(chunks: list[bytes], limit: int) -> list[bytes | Oversize]:
@@ -159,7 +161,10 @@ def test_error_messages_never_quote_the_input() -> None:
 
 
 def test_upstream_parser_is_lenient_where_the_client_parser_is_strict() -> None:
-    line = b'{"jsonrpc":"2.0","id":1,"result":{"v":NaN,"v":1}}'
+    """Keys that fold alike below the parts the relay reads, and integers beyond a double, pass from
+    a server; what has no single reading anywhere (a repeated key, NaN, a number no double holds) does
+    not (the next test)."""
+    line = b'{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"v":1,"V":2,"n":9007199254740993}}}'
     assert parse_upstream_message(line).kind is Kind.RESPONSE
     with pytest.raises(MessageError):
         parse_client_message(line)
@@ -191,3 +196,62 @@ def test_a_number_beyond_a_double_is_a_parse_error_not_an_infinity() -> None:
     assert info.value.code == PARSE_ERROR and "too large" in info.value.message
     ok = parse_client_message(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"x":1e300}}}')
     assert ok.body["params"]["arguments"]["x"] == 1e300
+
+
+@pytest.mark.parametrize("number", ["1e-400", "-1e-400", "0.5e-330", "123E-999"])
+def test_a_number_that_reads_as_zero_from_a_non_zero_literal_is_refused(number: str) -> None:
+    """``1e-400`` would read as 0 here, while a reader of exact decimals reads a positive number: no
+    double holds it, as none holds ``1e400``. A zero (``0.0e-400``, ``-0.0``) and a subnormal stay."""
+    line = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"n":%s}}}'
+    with pytest.raises(MessageError) as info:
+        parse_client_message(line % number.encode())
+    assert info.value.code == PARSE_ERROR and "too small for a double" in info.value.message
+    for fine in (b"0.0e-400", b"-0.0", b"5e-324", b"0"):
+        assert parse_client_message(line % fine).body["params"]["arguments"]["n"] == float(fine)
+
+
+@pytest.mark.parametrize(("line", "problem", "answers"), [
+    (b'{"jsonrpc":"2.0","id":"zzz","id":307,"result":{}}', "repeats a key", None),
+    (b'{"jsonrpc":"2.0","id":307,"result":{"content":[],"isError":true,"isError":false}}', "repeats a key", 307),
+    (b'{"jsonrpc":"2.0","id":307,"result":{"structuredContent":{"rows":[{"a":1,"a":2}]}}}', "repeats a key", 307),
+    (b'{"jsonrpc":"2.0","id":"r","result":{"structuredContent":{"v":NaN}}}', "NaN and Infinity", "r"),
+    (b'{"jsonrpc":"2.0","id":5,"error":{"code":1,"message":"m","data":-Infinity}}', "NaN and Infinity", 5),
+    (b'{"jsonrpc":"2.0","id":5,"result":{"v":1e400}}', "too large for a double", 5),
+    (b'{"jsonrpc":"2.0","id":5,"result":{"v":1e-400}}', "too small for a double", 5),
+    (b'{"jsonrpc":"2.0","id":5,"ID":6,"result":{"v":NaN}}', "NaN and Infinity", None),  # two readings of the id
+    (b'{"jsonrpc":"2.0","id":5,"method":"sampling/createMessage","params":{"v":NaN}}', "NaN", None),  # a request
+    (b'{"jsonrpc":"2.0","id":5,"result":{"v":NaN},"error":{"code":1,"message":"m"}}', "NaN", None),
+])
+def test_an_upstream_line_without_one_reading_is_dropped_naming_only_the_request_its_envelope_proves(
+    line: bytes, problem: str, answers: object
+) -> None:
+    """The agent reads the server's line as written, the record holds the gateway's reading: a key
+    repeated anywhere in it (``isError`` twice), NaN, a number no double holds leave them apart, so
+    the line is dropped. Its request is named when the envelope itself reads one way."""
+    with pytest.raises(MessageError) as info:
+        parse_upstream_message(line)
+    assert info.value.code == PARSE_ERROR and problem in info.value.message
+    assert undecodable_response_id(line) == answers
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    (b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"s":"a\x01b"}}', "parse error: Invalid control character at character 56"),
+    (b'\xef\xbb\xbf{"jsonrpc":"2.0","id":1,"method":"ping"}', "parse error: the message starts with a byte order mark (U+FEFF)"),
+    (b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"s":"ab', "parse error: Unterminated string starting at character 54"),
+])
+def test_a_parse_error_says_what_is_wrong_once(line: bytes, message: str) -> None:
+    with pytest.raises(MessageError) as info:
+        parse_client_message(line)
+    assert info.value.message.startswith(message) and " at at " not in info.value.message
+
+
+@pytest.mark.parametrize(("method", "refused"), [
+    ("tools/call", False), ("tools/list", False), ("notifications/initialized", False), ("caf\u00e9/x", False),
+    ("Tools/call", True), ("tools/call ", True), ("\ntools/call", True),
+    ("tools/call\x00", True), ("tools/call\u200b", True), ("\uff54ools/call", True), ("tools/call\u2028", True),
+    ("tools/call\u00a0", True), ("tools/list\x00", True), ("tools/\u00adlist", True), ("tools\u2215call", False),
+])
+def test_a_method_some_reader_could_take_for_another_is_refused(method: str, refused: bool) -> None:
+    """NUL (a C-string reader stops there), format and space characters, compatibility forms: a method
+    holding one is refused whatever it reads as; an ordinary non-ASCII method in NFKC form is not."""
+    assert looks_like_tools_call(method) is refused

@@ -18,7 +18,7 @@ from drawbridge.canonical.encoders import compact_encoder
 from drawbridge.catalogue.names import shown_name, tool_name_problem
 from drawbridge.gateway.protocol.eras import envelope_version, is_modern
 from drawbridge.gateway.protocol.jsonrpc import INVALID_PARAMS, Message, MessageError, RequestId
-from drawbridge.gateway.protocol.one_reading import CALL_MEMBERS, inexact_member
+from drawbridge.gateway.protocol.one_reading import CALL_MEMBERS, fold, inexact_member
 
 _text_encode = compact_encoder(sort_keys=False, ensure_ascii=False, allow_nan=True)
 
@@ -49,10 +49,12 @@ def parse_tool_call(message: Message, agent: str, session_version: str | None) -
 
     if not isinstance(params, dict):
         raise invalid("tools/call params must be a JSON object")
-    if inexact_member(params, CALL_MEMBERS) is not None:
+    inexact = inexact_member(params, CALL_MEMBERS)
+    if inexact is not None:
+        member = CALL_MEMBERS[fold(inexact)]
         raise invalid(
-            "a key of params reads as name, arguments or _meta to a case-insensitive parser without being "
-            "spelled as one"
+            f"a key of params reads as {member} to a case-insensitive parser without being spelled so "
+            f"(the members a call is read by: {', '.join(CALL_MEMBERS.values())})"
         )
     if has_lone_surrogate(message.raw, (message.id, params)):
         raise invalid(

@@ -11,7 +11,11 @@ discards through the next newline. ``parse_client_message`` is the strict parser
 (what another parser could read differently -- repeated keys, keys equal but for case, keys with
 control characters, NaN and numbers beyond a double, nesting past the limit -- is refused,
 ``one_reading``: policy must see what the server will see); ``parse_upstream_message`` is the
-lenient one for what a server sends (the relay only needs the id of a response). Both return a
+lenient one for what a server sends: it holds to one reading the keys of the parts the relay reads
+(the envelope and the keys of ``params``, ``result`` and ``error``), and refuses anywhere in the line
+what has no single reading at all -- a key repeated exactly, ``NaN`` or ``Infinity``, a number no
+double holds -- since the agent reads the line as the server wrote it while the record holds the
+gateway's reading (``isError`` twice: which one is the outcome?). Both return a
 ``Message``: its kind, method, id and the parsed body, together with the raw line for forwarding.
 The ``*_line`` builders render the few messages the relay writes itself.
 """
@@ -221,17 +225,33 @@ def _refuse_constant(_name: str) -> Any:
 
 
 def _finite_float(text: str) -> float:
+    """The decimal hook: a number within a double's range. ``1e400`` has no double (no JSON number, no
+    canonical form for evidence); ``1e-400`` reads as 0 here while a reader of exact decimals reads a
+    positive number, so a literal with a non-zero digit that reads as 0 is refused too."""
     value = float(text)
-    if value in (math.inf, -math.inf):  # 1e400: no JSON number, and no canonical form for evidence
-        raise ValueError("a number is too large for a double")
+    if value in (math.inf, -math.inf):
+        raise NumberTooLarge("a number is too large for a double")
+    if value == 0.0 and text.lower().partition("e")[0].strip("-+0."):
+        raise NumberTooLarge("a number is too small for a double (it would read as 0)")
     return value
+
+
+def _no_repeated_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The upstream's object hook: only an exact repeat is refused (the cheapest check there is)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise RepeatedKey("a JSON object in the message repeats a key")
+    return obj
 
 
 _STRICT_DECODER = json.JSONDecoder(
     object_pairs_hook=one_reading_object, parse_constant=_refuse_constant, parse_float=_finite_float,
     parse_int=bounded_int,
 )
-_LENIENT_DECODER = json.JSONDecoder()
+_UPSTREAM_DECODER = json.JSONDecoder(
+    object_pairs_hook=_no_repeated_key, parse_constant=_refuse_constant, parse_float=_finite_float
+)
+_BOM: Final = "\ufeff"
 
 
 def _decode(line: bytes, decoder: json.JSONDecoder) -> Any:
@@ -246,7 +266,11 @@ def _decode(line: bytes, decoder: json.JSONDecoder) -> Any:
     except Ambiguous as exc:  # any other reading another parser could make: refused, the id unread
         raise MessageError(INVALID_REQUEST, f"invalid request: {exc}") from None
     except json.JSONDecodeError as exc:
-        raise MessageError(PARSE_ERROR, f"parse error: {exc.msg} at character {exc.pos}") from None
+        if exc.pos == 0 and text.startswith(_BOM):
+            problem = "the message starts with a byte order mark (U+FEFF), which JSON text does not allow"
+        else:  # some of json's messages end in "at" ("Invalid control character at"): the position says it
+            problem = f"{exc.msg.removesuffix(' at')} at character {exc.pos}"
+        raise MessageError(PARSE_ERROR, f"parse error: {problem}") from None
     except ValueError as exc:  # the constant hook
         raise MessageError(PARSE_ERROR, f"parse error: {exc}") from None
     except RecursionError:
@@ -326,7 +350,7 @@ def parse_client_message(line: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> Mes
 def parse_upstream_message(line: bytes) -> Message:
     """Parse a line from the upstream server. Raises ``MessageError`` (the relay drops such lines)."""
     try:
-        body = _decode(line, _LENIENT_DECODER)
+        body = _decode(line, _UPSTREAM_DECODER)
     except _TooDeep:
         raise MessageError(PARSE_ERROR, "parse error: JSON nested too deeply") from None
     return _classify(line, body, strict=False)

@@ -5,21 +5,24 @@ the line starts as a JSON object, whose members up to that point are read exactl
 valid UTF-8 and JSON), among them ``id`` (a string or an integer) and ``result`` or ``error``, and no
 ``method``, nor a key another reader could take for a member (``one_reading.fold``: ``ID``, ``Id``...)
 or a member twice. A nested ``"id"``, a member cut before its end, an invalid byte before the id: no
-id. The part not read may still hold such a key: the relay uses this only for lines dropped for their
-size or their bytes, never for one a full reading found ambiguous, and answers the request named
-with an error of its own, never with anything from the line. So a
-dropped line (too large, not UTF-8, not JSON) is tied to the request it answers, or to none; a
-server's request or notification is never taken for an answer, whatever follows the part read.
+id. The part not read may still hold such a key: the relay uses ``response_id`` only for lines dropped
+for their size or their bytes. A line that is UTF-8 is read whole instead (``undecodable_response_id``),
+leniently (NaN, repeats), and names its request only when every top-level member was read so: its
+envelope reads one way, and what got it dropped lies inside ``result`` or ``error`` (a key repeated
+in the result, a ``NaN``). The relay answers the request named with an error of its own, never with
+anything from the line. So a dropped line (too large, not UTF-8, not one reading) is tied to the
+request it answers, or to none; a server's request or notification is never taken for an answer,
+whatever follows the part read.
 """
 
 from __future__ import annotations
 
 import codecs
 import json
-from typing import Final
+from typing import Any, Final
 
 from drawbridge.gateway.protocol.jsonrpc import RequestId, valid_id
-from drawbridge.gateway.protocol.one_reading import ENVELOPE_MEMBERS, fold
+from drawbridge.gateway.protocol.one_reading import ENVELOPE_MEMBERS, check_keys, fold
 
 _DECODER: Final = json.JSONDecoder()
 _SPACE: Final = " \t\n\r"
@@ -89,13 +92,35 @@ def response_id(data: bytes) -> RequestId | None:
 
 
 def undecodable_response_id(data: bytes) -> RequestId | None:
-    """``response_id`` of a line dropped for its bytes (not UTF-8); None for a UTF-8 line, which was
-    read whole and found ambiguous, so names no request."""
+    """Whom a line dropped for its bytes or its reading answers: ``response_id`` of a line that is not
+    UTF-8; for a UTF-8 line, the id of its envelope read whole, when it reads one way (module docstring)."""
     try:
-        data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         return response_id(data)
-    return None
+    return _whole_response_id(text)
+
+
+def _whole_response_id(text: str) -> RequestId | None:
+    envelope: list[tuple[str, Any]] = []
+
+    def keep(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        envelope[:] = pairs  # the top-level object is the last one built
+        return dict(pairs)
+
+    try:
+        body = json.JSONDecoder(object_pairs_hook=keep).decode(text)
+        if not isinstance(body, dict) or len(body) != len(envelope):
+            return None
+        check_keys(body)
+    except (ValueError, RecursionError):  # Ambiguous is a ValueError
+        return None
+    if any(ENVELOPE_MEMBERS.get(fold(key), key) != key for key in body) or "method" in body:
+        return None
+    request_id = body.get("id")
+    if not valid_id(request_id) or ("result" in body) == ("error" in body):
+        return None
+    return request_id
 
 
 __all__ = ["response_id", "undecodable_response_id"]

@@ -17,14 +17,16 @@ stream, and wrap relays that stream as the server's own (its id and subscription
 so the agent reads the accepted list at its next ``tools/list``.
 
 Theory of operation. Two loops run concurrently. The client loop frames the agent's stdin into lines,
-parses each strictly (``jsonrpc.read_client_line``) and either answers it (bad input), forwards it
+parses each strictly (``jsonrpc.read_client_line``) and either answers it (bad input, a method some
+reader could take for tools/call, a request the session's state refuses: ``wrap_session``), forwards it
 (everything but tools/call, under the pipeline's call timeout like a tools/call, but for
 ``initialize``, which waits for the server to start), or hands it to
 the pipeline (``CallPipeline.start``). The upstream loop
 frames the child's stdout, forwards server requests and notifications to the agent, and matches
 responses to the table of requests in flight, keyed by the agent's request id. A line it must drop
-for its size or its bytes (larger than the limit, not UTF-8) that provably answers a request in flight
-(``partial_id``) answers that request at once with an error naming the problem (-32603); one whose
+for its size, its bytes or its reading (larger than the limit, not UTF-8, not one reading) that provably
+answers a request in flight (``partial_id``) answers that request at once with an error naming the
+problem (-32603); one whose
 request cannot be known safely is only reported, and its request waits for the call timeout. For the pipeline the
 relay is three things: the call's ``Forwarder`` (its line goes to the child; the child's answer
 comes back to ``answered``), its ``Replier`` (in-band questions to the agent; the answers written),
@@ -51,7 +53,8 @@ write (``CallPipeline.flush``), before any other line the agent must see after t
 Size. The relay is one module because its invariant spans both loops: the table of requests in
 flight, the lines queued for the upstream and the gateway's own id spaces are shared by the client
 loop and the upstream loop, and each rule (who answers, in which order lines go out) reads only
-with both in view; the server's catalogue and the settings and pending requests live beside it.
+with both in view; the server's catalogue, the agent's session, the settings and pending requests live
+beside it.
 """
 
 from __future__ import annotations
@@ -75,7 +78,6 @@ from drawbridge.gateway.pipeline.call import (
 from drawbridge.gateway.pipeline.client_link import Elicit, in_band
 from drawbridge.gateway.pipeline.deciders import RECORDING_FAILED as RECORDING_FAILED  # the refusal's text
 from drawbridge.gateway.pipeline.tool_call import ToolCall
-from drawbridge.gateway.protocol.eras import envelope_version
 from drawbridge.gateway.protocol.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -105,6 +107,7 @@ from drawbridge.gateway.protocol.methods import (
     ELICIT,
     INITIALIZE,
     INITIALIZED,
+    NOT_EXACTLY_TOOLS_CALL,
     TOOLS_CALL,
     TOOLS_LIST,
     TOOLS_LIST_CHANGED,
@@ -112,6 +115,7 @@ from drawbridge.gateway.protocol.methods import (
 )
 from drawbridge.gateway.transports.relay_requests import OwnRequest, Pending, RelayConfig
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
+from drawbridge.gateway.transports.wrap_session import AgentSession
 from drawbridge.gateway.upstreams.child_process import UpstreamGone, UpstreamProcess
 from drawbridge.gateway.upstreams.child_spawn import EnvFilter
 
@@ -154,7 +158,7 @@ class StdioRelay:
         self._client_in = client_in
         self._client_out = client_out
         self.catalogue: Resolver = catalogue or ChildCatalogue(
-            self.config.server_id, self, self.request_upstream, modern=lambda: self._modern
+            self.config.server_id, self, self.request_upstream, modern=lambda: self.session.modern
         )
         self._to_send: list[Flight] = []
         """Calls decided from the client's last read, whose lines go to the upstream together."""
@@ -170,15 +174,11 @@ class StdioRelay:
         self._client_gone = False
         self._client_scope: anyio.CancelScope | None = None
         self._tasks: TaskGroup | None = None
-        self._session_version: str | None = None
-        self._modern = False
-        self._initialized = False
-        """The agent sent ``notifications/initialized`` (a handshake-era session may be notified)."""
+        self.session = AgentSession()
         self._closing = False
         self._stopped: str | None = None
         """Why the gateway stops (``stop``), once it was told to."""
         self._grace_scope: anyio.CancelScope | None = None
-        self._client_capabilities: Any = None
         random_part = secrets.token_hex(6)
         self._own_prefix = f"{OWN_ID_PREFIX}{random_part}-"
         self._own_upstream_prefix = f"{OWN_UPSTREAM_ID_PREFIX}{random_part}-"
@@ -370,7 +370,7 @@ class StdioRelay:
     def elicit(self, flight: Flight) -> Elicit | None:
         call = flight.call
         if call is not None and not call.modern:
-            return in_band(self._elicit, self._client_capabilities)
+            return in_band(self._elicit, self.session.capabilities)
         return None
 
     def deliver(self, flights: Sequence[Flight]) -> Awaitable[None] | None:
@@ -400,7 +400,7 @@ class StdioRelay:
     async def tools_changed(self) -> None:
         """What the agent's ``tools/list`` shows changed (pins accepted): tell a handshake-era agent
         whose session is initialized (module docstring); a 2026-07-28 agent is not told."""
-        if self._initialized and not self._modern and not self._closing:
+        if self.session.initialized and not self.session.modern and not self._closing:
             await self._to_client(encode_line({"jsonrpc": "2.0", "method": TOOLS_LIST_CHANGED}))
 
     # ------------------------------------------------------------------- the gateway's own requests
@@ -543,8 +543,7 @@ class StdioRelay:
             return
         if self._upstream_gone is None:
             await self._to_upstream(message.raw + b"\n")
-            if method == INITIALIZED:
-                self._initialized = True
+            if method == INITIALIZED and self.session.initialized_by_agent():
                 if self._tasks is not None and isinstance(self.catalogue, ChildCatalogue):
                     self.catalogue.prefetch(self._tasks)
 
@@ -575,22 +574,18 @@ class StdioRelay:
             await self._to_client(error_line(None, INVALID_REQUEST, f"invalid request: {detail}"))
             return
         if looks_like_tools_call(method):
-            detail = "method not found: the method is not exactly 'tools/call' and is refused"
-            await self.pipeline.guard.incident("invalid_message", "client", detail, METHOD_NOT_FOUND)
-            await self._to_client(error_line(message.id, METHOD_NOT_FOUND, detail))
+            await self._refuse(message, METHOD_NOT_FOUND, NOT_EXACTLY_TOOLS_CALL)
             return
-        meta = message.params.get("_meta") if isinstance(message.params, dict) else None
-        if self._session_version is None and not self._modern and envelope_version(meta) is not None:
-            self._modern = True  # no handshake came first: the agent speaks 2026-07-28
+        refusal = self.session.refusal(method, message.params)
+        if refusal is not None:
+            await self._refuse(message, INVALID_REQUEST, refusal)
+            return
         if method == TOOLS_CALL:
-            flight = self.pipeline.start(
-                message, agent=self.config.agent, version=self._session_version, replier=self, resolver=self.catalogue
-            )
+            flight = self.pipeline.start(message, agent=self.config.agent, version=self.session.version,
+                                         replier=self, resolver=self.catalogue)
             if not flight.settled:
                 self._inflight[key] = flight
             return
-        if method == INITIALIZE and isinstance(message.params, dict):
-            self._client_capabilities = message.params.get("capabilities")
         if self._upstream_gone is not None:
             await self._to_client(error_line(message.id, UPSTREAM_EXITED, f"{self._upstream_gone}; {method} was not sent"))
             return
@@ -604,6 +599,11 @@ class StdioRelay:
             return
         if self._tasks is not None and method != INITIALIZE:  # the server may take its time to start
             self._tasks.start_soon(self._time_out_pending, key, pending)
+
+    async def _refuse(self, message: Message, code: int, detail: str) -> None:
+        """A request the relay refuses itself: recorded, and answered with its id."""
+        await self.pipeline.guard.incident("invalid_message", "client", detail, code)
+        await self._to_client(error_line(message.id, code, detail))
 
     async def _forward(self, key: IdKey, pending: Pending) -> bool:
         """Send a relayed request to the upstream; False when it could not be sent (then answered so)."""
@@ -708,10 +708,7 @@ class StdioRelay:
                 line = self.catalogue.shown(message, line)
             await self._to_client(line)
             if entry.method == INITIALIZE:
-                result = message.body.get("result")
-                version = result.get("protocolVersion") if isinstance(result, dict) else None
-                if isinstance(version, str):
-                    self._session_version = version
+                self.session.answered_initialize(message.body)
             return 0
         await self.pipeline.flush()
         detail = f"a response for id {message.id!r}, which has no request in flight, was dropped"
