@@ -44,17 +44,22 @@ TOKEN = "hooksecret"
 """In every webhook URL's path: it must appear in no line the gateway writes."""
 CONSOLE = "https://console.example.test"
 WAIT = scaled(30.0)
+BIG = 64 << 20
+"""The body of the ``big`` receiver's answer: far more than a status needs."""
 
 
 class Hook:
     """A webhook receiver on a loopback port: records each POST as (path, body) and answers by the
     path's first segment: ``ok`` 200, ``fail`` 500, ``moved`` a 302 to ``/followed``, ``hang`` holds the
-    request until ``release`` is set."""
+    request until ``release`` is set, ``big`` a 200 whose body of ``BIG`` bytes is made as it is sent
+    (``big_sent`` counts what the client took before it closed; ``big_done`` is set at the end)."""
 
     def __init__(self) -> None:
         self.posts: list[tuple[str, bytes]] = []
         self.changed = threading.Condition()
         self.release = threading.Event()
+        self.big_sent = 0
+        self.big_done = threading.Event()
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -66,12 +71,29 @@ class Hook:
                 kind = self.path.split("/")[1]
                 if kind == "hang":
                     hook.release.wait(WAIT)
+                if kind == "big":
+                    self._big()
+                    return
                 status = {"fail": 500, "moved": 302}.get(kind, 200)
                 self.send_response(status)
                 if status == 302:
                     self.send_header("Location", f"http://127.0.0.1:{hook.port}/followed/{TOKEN}")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+
+            def _big(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(BIG))
+                self.end_headers()
+                chunk = b"x" * (1 << 20)
+                try:
+                    while hook.big_sent < BIG:
+                        self.wfile.write(chunk)
+                        hook.big_sent += len(chunk)
+                except OSError:
+                    self.close_connection = True
+                finally:
+                    hook.big_done.set()
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -311,3 +333,21 @@ async def test_a_full_queue_drops_with_a_warning_counting_the_drops(caplog: pyte
     assert [(d["event"], d["target"], d["dropped"]) for d in drops] == [
         ("approval_notify_dropped", "GW_HOOK", 1), ("approval_notify_dropped", "GW_HOOK", 2),
     ]
+
+
+async def test_a_receivers_answer_is_never_read_into_memory(hook: Hook, caplog: pytest.LogCaptureFixture) -> None:
+    now = datetime.now(UTC)
+    approval = Approval(
+        "e" * 32, "guest", "github.delete_repo", "digest", None, None, "needs a person", None, None, None, (),
+        ApprovalStatus.PENDING, now, now + timedelta(minutes=1),
+    )
+    notifier = ApprovalNotifier([NotifyTarget("GW_HOOK_BIG", hook.url("big"))], console=False)
+    with caplog.at_level(logging.WARNING, "drawbridge.activity"):
+        async with anyio.create_task_group() as group:
+            await group.start(notifier.run)
+            notifier.pending(approval)
+            assert await anyio.to_thread.run_sync(hook.big_done.wait, WAIT)
+            group.cancel_scope.cancel()
+    assert len(hook.to("big")) == 1 and not caplog.records  # delivered at the first attempt
+    # Closed unread: the receiver got no further than the sockets' buffers (a few MiB), not the whole body.
+    assert hook.big_sent < BIG // 4, hook.big_sent

@@ -7,7 +7,8 @@ from the process that opened the approval (so replicas on one state notify once)
 ``MAX_ATTEMPTS`` times in all with backoff after a 5xx or a connection failure, never after a 4xx; a
 redirect is a failure and is not followed (the URL carries a credential that must not be replayed
 elsewhere); no proxy is taken from the environment. Each attempt is bounded by the target's
-``timeout_seconds`` as a whole. The URL appears in no log line: a target is named by its ``url_env``,
+``timeout_seconds`` as a whole. Only a response's status is read: its body is never read (the
+response is streamed and closed unread), so no receiver can fill the gateway's memory. The URL appears in no log line: a target is named by its ``url_env``,
 a failure by its status or its exception's type (an exception's text may hold the URL). What is
 posted is ``approval.notices``: no argument value, no token.
 """
@@ -118,7 +119,12 @@ class ApprovalNotifier:
                 await anyio.sleep(self._backoff * 2 ** (attempt - 2))
             try:
                 with anyio.fail_after(target.timeout_seconds):
-                    response = await client.post(target.url, content=body, timeout=target.timeout_seconds)
+                    # Streamed and closed unread: only the status counts, and a receiver's body, however
+                    # large, never reaches this process's memory.
+                    async with client.stream(
+                        "POST", target.url, content=body, timeout=target.timeout_seconds
+                    ) as response:
+                        pass
             except TimeoutError:
                 failure = "timeout"
                 continue
