@@ -223,6 +223,9 @@ async def test_a_non_blocking_approval_is_posted_once_however_often_its_call_is_
     ("entry", "value", "says"),
     [
         ({"url_env": "GW_HOOK"}, f"http://example.com/{TOKEN}", "must hold an https:// URL"),
+        ({"url_env": "GW_HOOK"}, f"https://xn--/{TOKEN}", "must hold an https:// URL with a valid host name"),
+        ({"url_env": "GW_HOOK"}, f"https://a..example.com/{TOKEN}", "must hold an https:// URL with a valid host"),
+        ({"url_env": "GW_HOOK"}, f"https://example.com:0/{TOKEN}", "a port (if any) from 1 to 65535"),
         ({"url_env": "GW_HOOK"}, None, "GW_HOOK is missing or empty"),
         ({"url_env": "GW_HOOK", "timeout_seconds": 0}, f"https://example.com/{TOKEN}", "timeout_seconds"),
         ({"url_env": "GW_HOOK", "url": f"https://example.com/{TOKEN}"}, f"https://example.com/{TOKEN}", "unknown key 'url'"),
@@ -271,16 +274,29 @@ async def test_wrap_posts_the_questions_it_opens_and_never_hands_the_url_to_its_
     assert ARGUMENT not in text
 
 
-def test_wrap_refuses_a_variable_that_holds_no_webhook_url_in_one_line_without_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("flags", "value", "says"),
+    [
+        (["--notify-url-env", "GW_HOOK"], f"http://example.com/{TOKEN}",
+         "drawbridge: --notify-url-env: environment variable GW_HOOK must hold an https:// URL"),
+        (["--notify-url-env", "GW_HOOK"], f"https://xn--/{TOKEN}", "environment variable GW_HOOK must hold"),
+        (["--notify-url-env", f"https://example.com/{TOKEN}"], None,
+         "drawbridge: --notify-url-env: the value given is not an environment variable name"),
+        (["--notify-format", "slack"], None, "--notify-format needs --notify-url-env"),
+    ],
+)
+def test_wrap_refuses_a_notify_flag_that_names_no_webhook_in_one_line_without_the_url(
+    tmp_path: Path, flags: list[str], value: str | None, says: str
+) -> None:
     policy = tmp_path / "p.yaml"
     policy.write_text("name: p\nagent: '*'\nrules:\n  - tools: ['*']\n    action: human_approval\n", encoding="utf-8")
-    argv = [PYTHON, "-m", "drawbridge", "wrap", "--policy", str(policy), "--notify-url-env", "GW_HOOK", "--",
-            PYTHON, str(SERVERS / "crashy.py")]
-    done = subprocess.run(argv, capture_output=True, text=True, env=child_env({"GW_HOOK": f"http://example.com/{TOKEN}"}),
+    argv = [PYTHON, "-m", "drawbridge", "wrap", "--policy", str(policy), *flags, "--", PYTHON, str(SERVERS / "crashy.py")]
+    done = subprocess.run(argv, capture_output=True, text=True, env=child_env({"GW_HOOK": value} if value else None),
                           timeout=scaled(60), stdin=subprocess.DEVNULL)
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "--notify-url-env: environment variable GW_HOOK must hold an https:// URL" in done.stderr
-    assert TOKEN not in done.stderr and "example.com" not in done.stderr
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr and TOKEN not in done.stderr and "example.com" not in done.stderr, done.stderr
+    if value is not None or flags[0] == "--notify-url-env":
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 @pytest.mark.parametrize("timeout", [".nan", ".inf", "-1", "61", "true"])
