@@ -176,7 +176,7 @@ async def test_a_pending_approval_is_posted_once_to_each_target_without_holding_
     (posted,) = hook.to("ok")
     assert json.loads(posted) == {
         "event": "approval_pending", "approval_id": approval_id, "agent": "guest", "tool": "github.add_deploy_key",
-        "rule": "p.yaml:0", "reason": requested["reason"],
+        "rule": "p #0 (p.yaml)", "reason": requested["reason"],
         "expires_at": requested["expires_at"], "console": f"{CONSOLE}/console/approvals/{approval_id}",
     }
     (slack,) = hook.to("slack")
@@ -318,7 +318,7 @@ def test_only_a_command_that_posts_reads_the_variable(tmp_path: Path) -> None:
 
 
 def _notice(agent: str, tool: str, console: str | None = None) -> PendingNotice:
-    return PendingNotice("0123456789abcdef", agent, tool, "/p/p.yaml:0", "needs a person", "2026-01-01T00:00:00Z", console)
+    return PendingNotice("0123456789abcdef", agent, tool, "p #0 (p.yaml)", "needs a person", "2026-01-01T00:00:00Z", console)
 
 
 def test_slack_text_shows_a_mention_or_link_in_a_name_and_never_makes_one() -> None:

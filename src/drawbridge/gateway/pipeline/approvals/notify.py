@@ -23,8 +23,8 @@ import anyio
 from anyio.abc import ObjectSendStream, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from drawbridge.activity_log import activity, rule_of
-from drawbridge.approval.notices import PendingNotice, notice_bytes
+from drawbridge.activity_log import activity
+from drawbridge.approval.notices import PendingNotice, notice_bytes, rule_named
 from drawbridge.config_notify import NotifyTarget
 from drawbridge.state.approvals import Approval
 from drawbridge.state.sqlite import to_db_time
@@ -78,7 +78,7 @@ class ApprovalNotifier:
             console = target.config.console_url
             notice = PendingNotice(
                 approval.id, approval.agent, approval.tool,
-                rule_of(approval.source_file, approval.rule_index, approval.policy), approval.reason,
+                rule_named(approval.policy, approval.rule_index, approval.source_file), approval.reason,
                 to_db_time(approval.expires_at),
                 f"{console}/console/approvals/{approval.id}" if console and self._console else None,
             )
