@@ -8,8 +8,10 @@ distinctive token in its path: it must never reach the gateway's log, nor an arg
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import re
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -22,9 +24,11 @@ import anyio
 import anyio.to_thread
 import httpx
 import pytest
-from approval_support import answered_by_operator, text_of, trace, wait_pending_on, wrap_flags
+from approval_support import pending_on, answered_by_operator, text_of, trace, wait_pending_on, wrap_flags
 from conftest import PYTHON, SERVERS, child_env, connect, scaled, wrap_params
 from serve_support import GITHUB, Running, fields_of, http_client, http_gateway, serve_argv, write_config
+
+from mcp import types
 
 from drawbridge.approval.notices import PendingNotice, json_body, notice_bytes, slack_body
 from drawbridge.config import ConfigError, parse_config
@@ -217,6 +221,75 @@ async def test_a_non_blocking_approval_is_posted_once_however_often_its_call_is_
     assert [body["approval_id"] for body in bodies][0] == pending["id"]
     assert [body["tool"] for body in bodies] == ["github.add_deploy_key", "github.delete_repo"]
     assert "console" not in bodies[0]
+
+
+class Asked:
+    """An elicitation callback that notes which approval each call is asked about (its short id) and
+    holds the answer until ``release[short_id]`` is set, then cancels (the operator answered)."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.release: dict[str, anyio.Event] = {}
+        self._changed = anyio.Event()
+
+    async def __call__(self, context: Any, params: Any) -> types.ElicitResult:
+        match = re.search(r"\(approval ([0-9a-f]+),", params.message)
+        assert match is not None, params.message
+        self.ids.append(match[1])
+        self._changed.set()
+        self._changed = anyio.Event()
+        await self.release.setdefault(match[1], anyio.Event()).wait()
+        return types.ElicitResult(action="cancel")
+
+    async def until(self, count: int) -> list[str]:
+        with anyio.fail_after(WAIT):
+            while len(self.ids) < count:
+                await self._changed.wait()
+        return self.ids
+
+
+async def test_identical_calls_arriving_together_share_one_question_and_one_notice(
+    tmp_path: Path, hook: Hook
+) -> None:
+    calls = 4
+    config = _config(tmp_path, [{"url_env": "GW_HOOK_OK"}, {"url_env": "GW_HOOK_SLACK", "format": "slack"}])
+    env = {"GW_HOOK_OK": hook.url("ok"), "GW_HOOK_SLACK": hook.url("slack")}
+    asked, results, ran = Asked(), [], anyio.Event()
+    with http_gateway(config, env) as gateway:
+        assert gateway.url is not None
+        async with contextlib.AsyncExitStack() as stack, httpx.AsyncClient(
+            base_url=gateway.control(), trust_env=False, headers=gateway.control_headers()
+        ) as http:
+            clients = [
+                await stack.enter_async_context(http_client(gateway.url, elicitation_callback=asked))
+                for _ in range(calls)
+            ]
+
+            async def call(client: Any) -> None:
+                results.append(await client.call_tool("github.add_deploy_key", KEY))
+                ran.set()
+
+            async with anyio.create_task_group() as group:
+                for client in clients:
+                    group.start_soon(call, client)
+                first = set(await asked.until(calls))  # every call is waiting, asked in-band
+                (pending,) = await pending_on(http)
+                assert first == {pending["id"][:len(next(iter(first)))]}, asked.ids  # one question for all
+                approve = await http.post(f"/approvals/{pending['id']}/approve", json={"resolved_by": "op-ann"})
+                assert approve.status_code == 200
+                asked.release[next(iter(first))].set()
+                with anyio.fail_after(WAIT):
+                    await ran.wait()
+                # One approval lets one call through: the others share the next question.
+                again = set((await asked.until(2 * calls - 1))[calls:])
+                (second,) = await pending_on(http)
+                assert again == {second["id"][:len(next(iter(again)))]} and second["id"] != pending["id"], asked.ids
+                await anyio.to_thread.run_sync(hook.wait, lambda: len(hook.to("ok")) == len(hook.to("slack")) == 2)
+                group.cancel_scope.cancel()
+        _clean_log(gateway)
+    assert len(results) == 1 and not results[0].is_error and "added" in text_of(results[0])
+    assert [json.loads(body)["approval_id"] for body in hook.to("ok")] == [pending["id"], second["id"]]
+    assert len(asked.ids) == 2 * calls - 1 and len(hook.to("slack")) == 2
 
 
 @pytest.mark.parametrize(
