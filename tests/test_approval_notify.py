@@ -363,7 +363,8 @@ def test_wrap_refuses_a_notify_flag_that_names_no_webhook_in_one_line_without_th
 ) -> None:
     policy = tmp_path / "p.yaml"
     policy.write_text("name: p\nagent: '*'\nrules:\n  - tools: ['*']\n    action: human_approval\n", encoding="utf-8")
-    argv = [PYTHON, "-m", "drawbridge", "wrap", "--policy", str(policy), *flags, "--", PYTHON, str(SERVERS / "crashy.py")]
+    argv = [PYTHON, "-m", "drawbridge", "wrap", "--policy", str(policy), *flags, "--",
+            PYTHON, str(SERVERS / "crashy.py")]
     done = subprocess.run(argv, capture_output=True, text=True, env=child_env({"GW_HOOK": value} if value else None),
                           timeout=scaled(60), stdin=subprocess.DEVNULL)
     assert done.returncode == 2, done.stderr

@@ -33,9 +33,10 @@ Theory of operation. ``settle(call, verdict, elicitation_supported=...)`` follow
    counts under the argument shape, or the shape and the values of the rule's
    ``memory_key`` fields (``approval.memory.memory_key_digest``).
 6. The open question for this exact call that asks the same person, if any,
-   else a new approval (found or opened as one step: ``approvals.question_locks``) (``approval_requested``, its ``approver`` stored: the
+   else a new approval (``approval_requested``, its ``approver`` stored: the
    store refuses a client's approval of an operator's question; ``on_pending`` is
-   told of it, ``approvals.notify`` posting it to webhooks). A call only
+   told of it, ``approvals.notify`` posting it to webhooks), found or opened as
+   one step for identical calls in this process (``approvals.question_locks``). A call only
    an operator may approve is never asked in-band: it waits for an operator
    channel (blocking or non-blocking), or is refused at once when none is open.
    Otherwise, by what the client can do:

@@ -7,10 +7,11 @@ from the process that opened the approval (so replicas on one state notify once)
 ``MAX_ATTEMPTS`` times in all with backoff after a 5xx or a connection failure, never after a 4xx; a
 redirect is a failure and is not followed (the URL carries a credential that must not be replayed
 elsewhere); no proxy is taken from the environment. Each attempt is bounded by the target's
-``timeout_seconds`` as a whole. Only a response's status is read: its body is never read (the
-response is streamed and closed unread), so no receiver can fill the gateway's memory. The URL appears in no log line: a target is named by its ``url_env``,
-a failure by its status or its exception's type (an exception's text may hold the URL). What is
-posted is ``approval.notices``: no argument value, no token.
+``timeout_seconds`` as a whole. Only a response's status is read, never its body (the response is
+streamed and closed unread), so no receiver can fill the gateway's memory. The URL appears in no log
+line: a target is named by its ``url_env``, a failure by its status or its exception's type (an
+exception's text may hold the URL). What is posted is ``approval.notices``: no argument value, no
+token.
 """
 
 from __future__ import annotations
