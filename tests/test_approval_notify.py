@@ -8,8 +8,10 @@ distinctive token in its path: it must never reach the gateway's log, nor an arg
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import re
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -22,9 +24,11 @@ import anyio
 import anyio.to_thread
 import httpx
 import pytest
-from approval_support import answered_by_operator, text_of, trace, wait_pending_on, wrap_flags
+from approval_support import pending_on, answered_by_operator, text_of, trace, wait_pending_on, wrap_flags
 from conftest import PYTHON, SERVERS, child_env, connect, scaled, wrap_params
 from serve_support import GITHUB, Running, fields_of, http_client, http_gateway, serve_argv, write_config
+
+from mcp import types
 
 from drawbridge.approval.notices import PendingNotice, json_body, notice_bytes, slack_body
 from drawbridge.config import ConfigError, parse_config
@@ -44,17 +48,22 @@ TOKEN = "hooksecret"
 """In every webhook URL's path: it must appear in no line the gateway writes."""
 CONSOLE = "https://console.example.test"
 WAIT = scaled(30.0)
+BIG = 64 << 20
+"""The body of the ``big`` receiver's answer: far more than a status needs."""
 
 
 class Hook:
     """A webhook receiver on a loopback port: records each POST as (path, body) and answers by the
     path's first segment: ``ok`` 200, ``fail`` 500, ``moved`` a 302 to ``/followed``, ``hang`` holds the
-    request until ``release`` is set."""
+    request until ``release`` is set, ``big`` a 200 whose body of ``BIG`` bytes is made as it is sent
+    (``big_sent`` counts what the client took before it closed; ``big_done`` is set at the end)."""
 
     def __init__(self) -> None:
         self.posts: list[tuple[str, bytes]] = []
         self.changed = threading.Condition()
         self.release = threading.Event()
+        self.big_sent = 0
+        self.big_done = threading.Event()
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -66,12 +75,29 @@ class Hook:
                 kind = self.path.split("/")[1]
                 if kind == "hang":
                     hook.release.wait(WAIT)
+                if kind == "big":
+                    self._big()
+                    return
                 status = {"fail": 500, "moved": 302}.get(kind, 200)
                 self.send_response(status)
                 if status == 302:
                     self.send_header("Location", f"http://127.0.0.1:{hook.port}/followed/{TOKEN}")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+
+            def _big(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(BIG))
+                self.end_headers()
+                chunk = b"x" * (1 << 20)
+                try:
+                    while hook.big_sent < BIG:
+                        self.wfile.write(chunk)
+                        hook.big_sent += len(chunk)
+                except OSError:
+                    self.close_connection = True
+                finally:
+                    hook.big_done.set()
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -154,7 +180,7 @@ async def test_a_pending_approval_is_posted_once_to_each_target_without_holding_
     (posted,) = hook.to("ok")
     assert json.loads(posted) == {
         "event": "approval_pending", "approval_id": approval_id, "agent": "guest", "tool": "github.add_deploy_key",
-        "rule": "p.yaml:0", "reason": requested["reason"],
+        "rule": "p #0 (p.yaml)", "reason": requested["reason"],
         "expires_at": requested["expires_at"], "console": f"{CONSOLE}/console/approvals/{approval_id}",
     }
     (slack,) = hook.to("slack")
@@ -197,10 +223,82 @@ async def test_a_non_blocking_approval_is_posted_once_however_often_its_call_is_
     assert "console" not in bodies[0]
 
 
+class Asked:
+    """An elicitation callback that notes which approval each call is asked about (its short id) and
+    holds the answer until ``release[short_id]`` is set, then cancels (the operator answered)."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.release: dict[str, anyio.Event] = {}
+        self._changed = anyio.Event()
+
+    async def __call__(self, context: Any, params: Any) -> types.ElicitResult:
+        match = re.search(r"\(approval ([0-9a-f]+),", params.message)
+        assert match is not None, params.message
+        self.ids.append(match[1])
+        self._changed.set()
+        self._changed = anyio.Event()
+        await self.release.setdefault(match[1], anyio.Event()).wait()
+        return types.ElicitResult(action="cancel")
+
+    async def until(self, count: int) -> list[str]:
+        with anyio.fail_after(WAIT):
+            while len(self.ids) < count:
+                await self._changed.wait()
+        return self.ids
+
+
+async def test_identical_calls_arriving_together_share_one_question_and_one_notice(
+    tmp_path: Path, hook: Hook
+) -> None:
+    calls = 4
+    config = _config(tmp_path, [{"url_env": "GW_HOOK_OK"}, {"url_env": "GW_HOOK_SLACK", "format": "slack"}])
+    env = {"GW_HOOK_OK": hook.url("ok"), "GW_HOOK_SLACK": hook.url("slack")}
+    asked, results, ran = Asked(), [], anyio.Event()
+    with http_gateway(config, env) as gateway:
+        assert gateway.url is not None
+        async with contextlib.AsyncExitStack() as stack, httpx.AsyncClient(
+            base_url=gateway.control(), trust_env=False, headers=gateway.control_headers()
+        ) as http:
+            clients = [
+                await stack.enter_async_context(http_client(gateway.url, elicitation_callback=asked))
+                for _ in range(calls)
+            ]
+
+            async def call(client: Any) -> None:
+                results.append(await client.call_tool("github.add_deploy_key", KEY))
+                ran.set()
+
+            async with anyio.create_task_group() as group:
+                for client in clients:
+                    group.start_soon(call, client)
+                first = set(await asked.until(calls))  # every call is waiting, asked in-band
+                (pending,) = await pending_on(http)
+                assert first == {pending["id"][:len(next(iter(first)))]}, asked.ids  # one question for all
+                approve = await http.post(f"/approvals/{pending['id']}/approve", json={"resolved_by": "op-ann"})
+                assert approve.status_code == 200
+                asked.release[next(iter(first))].set()
+                with anyio.fail_after(WAIT):
+                    await ran.wait()
+                # One approval lets one call through: the others share the next question.
+                again = set((await asked.until(2 * calls - 1))[calls:])
+                (second,) = await pending_on(http)
+                assert again == {second["id"][:len(next(iter(again)))]} and second["id"] != pending["id"], asked.ids
+                await anyio.to_thread.run_sync(hook.wait, lambda: len(hook.to("ok")) == len(hook.to("slack")) == 2)
+                group.cancel_scope.cancel()
+        _clean_log(gateway)
+    assert len(results) == 1 and not results[0].is_error and "added" in text_of(results[0])
+    assert [json.loads(body)["approval_id"] for body in hook.to("ok")] == [pending["id"], second["id"]]
+    assert len(asked.ids) == 2 * calls - 1 and len(hook.to("slack")) == 2
+
+
 @pytest.mark.parametrize(
     ("entry", "value", "says"),
     [
         ({"url_env": "GW_HOOK"}, f"http://example.com/{TOKEN}", "must hold an https:// URL"),
+        ({"url_env": "GW_HOOK"}, f"https://xn--/{TOKEN}", "must hold an https:// URL with a valid host name"),
+        ({"url_env": "GW_HOOK"}, f"https://a..example.com/{TOKEN}", "must hold an https:// URL with a valid host"),
+        ({"url_env": "GW_HOOK"}, f"https://example.com:0/{TOKEN}", "a port (if any) from 1 to 65535"),
         ({"url_env": "GW_HOOK"}, None, "GW_HOOK is missing or empty"),
         ({"url_env": "GW_HOOK", "timeout_seconds": 0}, f"https://example.com/{TOKEN}", "timeout_seconds"),
         ({"url_env": "GW_HOOK", "url": f"https://example.com/{TOKEN}"}, f"https://example.com/{TOKEN}", "unknown key 'url'"),
@@ -249,16 +347,30 @@ async def test_wrap_posts_the_questions_it_opens_and_never_hands_the_url_to_its_
     assert ARGUMENT not in text
 
 
-def test_wrap_refuses_a_variable_that_holds_no_webhook_url_in_one_line_without_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("flags", "value", "says"),
+    [
+        (["--notify-url-env", "GW_HOOK"], f"http://example.com/{TOKEN}",
+         "drawbridge: --notify-url-env: environment variable GW_HOOK must hold an https:// URL"),
+        (["--notify-url-env", "GW_HOOK"], f"https://xn--/{TOKEN}", "environment variable GW_HOOK must hold"),
+        (["--notify-url-env", f"https://example.com/{TOKEN}"], None,
+         "drawbridge: --notify-url-env: the value given is not an environment variable name"),
+        (["--notify-format", "slack"], None, "--notify-format needs --notify-url-env"),
+    ],
+)
+def test_wrap_refuses_a_notify_flag_that_names_no_webhook_in_one_line_without_the_url(
+    tmp_path: Path, flags: list[str], value: str | None, says: str
+) -> None:
     policy = tmp_path / "p.yaml"
     policy.write_text("name: p\nagent: '*'\nrules:\n  - tools: ['*']\n    action: human_approval\n", encoding="utf-8")
-    argv = [PYTHON, "-m", "drawbridge", "wrap", "--policy", str(policy), "--notify-url-env", "GW_HOOK", "--",
+    argv = [PYTHON, "-m", "drawbridge", "wrap", "--policy", str(policy), *flags, "--",
             PYTHON, str(SERVERS / "crashy.py")]
-    done = subprocess.run(argv, capture_output=True, text=True, env=child_env({"GW_HOOK": f"http://example.com/{TOKEN}"}),
+    done = subprocess.run(argv, capture_output=True, text=True, env=child_env({"GW_HOOK": value} if value else None),
                           timeout=scaled(60), stdin=subprocess.DEVNULL)
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "--notify-url-env: environment variable GW_HOOK must hold an https:// URL" in done.stderr
-    assert TOKEN not in done.stderr and "example.com" not in done.stderr
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr and TOKEN not in done.stderr and "example.com" not in done.stderr, done.stderr
+    if value is not None or flags[0] == "--notify-url-env":
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 @pytest.mark.parametrize("timeout", [".nan", ".inf", "-1", "61", "true"])
@@ -280,7 +392,7 @@ def test_only_a_command_that_posts_reads_the_variable(tmp_path: Path) -> None:
 
 
 def _notice(agent: str, tool: str, console: str | None = None) -> PendingNotice:
-    return PendingNotice("0123456789abcdef", agent, tool, "/p/p.yaml:0", "needs a person", "2026-01-01T00:00:00Z", console)
+    return PendingNotice("0123456789abcdef", agent, tool, "p #0 (p.yaml)", "needs a person", "2026-01-01T00:00:00Z", console)
 
 
 def test_slack_text_shows_a_mention_or_link_in_a_name_and_never_makes_one() -> None:
@@ -311,3 +423,21 @@ async def test_a_full_queue_drops_with_a_warning_counting_the_drops(caplog: pyte
     assert [(d["event"], d["target"], d["dropped"]) for d in drops] == [
         ("approval_notify_dropped", "GW_HOOK", 1), ("approval_notify_dropped", "GW_HOOK", 2),
     ]
+
+
+async def test_a_receivers_answer_is_never_read_into_memory(hook: Hook, caplog: pytest.LogCaptureFixture) -> None:
+    now = datetime.now(UTC)
+    approval = Approval(
+        "e" * 32, "guest", "github.delete_repo", "digest", None, None, "needs a person", None, None, None, (),
+        ApprovalStatus.PENDING, now, now + timedelta(minutes=1),
+    )
+    notifier = ApprovalNotifier([NotifyTarget("GW_HOOK_BIG", hook.url("big"))], console=False)
+    with caplog.at_level(logging.WARNING, "drawbridge.activity"):
+        async with anyio.create_task_group() as group:
+            await group.start(notifier.run)
+            notifier.pending(approval)
+            assert await anyio.to_thread.run_sync(hook.big_done.wait, WAIT)
+            group.cancel_scope.cancel()
+    assert len(hook.to("big")) == 1 and not caplog.records  # delivered at the first attempt
+    # Closed unread: the receiver got no further than the sockets' buffers (a few MiB), not the whole body.
+    assert hook.big_sent < BIG // 4, hook.big_sent

@@ -12,6 +12,7 @@ them. A command that posts nothing (``discover``, the offline policy commands) d
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,27 +45,50 @@ class NotifyTarget:
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
 
 
+def _host_name(host: str) -> bool:
+    """Whether ``host`` can be connected to by name: an IP address, or a name IDNA encodes and decodes
+    again (no empty label, no malformed ``xn--`` label), which every POST to it would otherwise fail on."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return True
+    try:
+        host.encode("idna").decode("idna")
+    except UnicodeError:
+        return False
+    return True
+
+
 def _postable(url: str) -> bool:
-    """Whether a POST may go to ``url``: https with a host, or http to a loopback host; no user
-    information (a password would travel in the clear in logs of proxies), no whitespace."""
+    """Whether a POST may go to ``url``: https with a host, or http to a loopback host; the host a name
+    or an address that can be connected to, the port (when given) 1-65535; no user information (a
+    password would travel in the clear in logs of proxies), no whitespace."""
     if not url.isprintable() or any(ch.isspace() for ch in url):
         return False
     try:
         parts = urlsplit(url)
-        host, _port = parts.hostname, parts.port
+        host, port = parts.hostname, parts.port
     except ValueError:
         return False
-    if not host or parts.username is not None or parts.password is not None:
+    if not host or not _host_name(host) or port == 0:
+        return False
+    if parts.username is not None or parts.password is not None:
         return False
     return parts.scheme == "https" or (parts.scheme == "http" and is_loopback_address(host))
 
 
-def url_env_problem(name: str, env: Mapping[str, str] | None) -> str | None:
+def url_env_problem(name: str, env: Mapping[str, str] | None, *, subject: str = "url_env") -> str | None:
     """Why the variable ``name`` does not name a webhook (``env`` None: only its name is checked), in
     words that name the variable and never repeat a value: not even ``name`` when it is not a
-    variable's name, for it may be the URL itself, written where its variable's name goes."""
+    variable's name, for it may be the URL itself, written where its variable's name goes (then the
+    sentence is about ``subject``, the place the name was given)."""
     if not ENV_NAME.fullmatch(name):
-        return "url_env is not an environment variable name (it names the variable that holds the URL)"
+        return (
+            f"{subject} is not an environment variable name (letters, digits and _, not starting with a "
+            "digit): it names the variable that holds the URL, never the URL itself"
+        )
     if env is None:
         return None
     url = env.get(name, "")
@@ -72,8 +96,8 @@ def url_env_problem(name: str, env: Mapping[str, str] | None) -> str | None:
         return f"environment variable {name} is missing or empty"
     if not _postable(url):
         return (
-            f"environment variable {name} must hold an https:// URL with a host and no user or password "
-            "(http:// only to a loopback host)"
+            f"environment variable {name} must hold an https:// URL with a valid host name, a port (if any) "
+            "from 1 to 65535 and no user or password (http:// only to a loopback host)"
         )
     return None
 

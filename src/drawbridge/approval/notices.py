@@ -36,6 +36,15 @@ class PendingNotice:
     """The approval's console page; None when no console is configured or served."""
 
 
+def rule_named(policy: str | None, rule_index: int | None, source_file: str | None) -> str:
+    """The rule that asked, as the CLI and the console name it: ``policy #index (file)``, the index
+    marked as one so it is never read as a line number; for a call the gateway itself held (a changed
+    pin), that no rule did."""
+    if rule_index is None:
+        return f"none: held by the gateway ({policy or 'no policy'})"
+    return f"{policy} #{rule_index} ({source_file})"
+
+
 def clean(text: str, limit: int) -> str:
     """``text`` on one line: each character of ``UNSAFE_CATEGORIES`` (control, format, separators) made
     U+FFFD, and cut to ``limit`` characters with an ellipsis."""
@@ -81,4 +90,6 @@ def notice_bytes(notice: PendingNotice, form: str) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-__all__ = ["PENDING", "PendingNotice", "clean", "json_body", "notice_bytes", "slack_body", "slack_escape"]
+__all__ = [
+    "PENDING", "PendingNotice", "clean", "json_body", "notice_bytes", "rule_named", "slack_body", "slack_escape",
+]

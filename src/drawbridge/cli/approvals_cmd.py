@@ -28,6 +28,7 @@ from typing import Any
 import click
 from rich.text import Text
 
+from drawbridge.approval.notices import rule_named
 from drawbridge.approval.shown_arguments import argument_lines
 from drawbridge.canonical import escape_unsafe
 from drawbridge.cli.control_client import Control, ControlError, control_options, default_person, segment
@@ -116,9 +117,8 @@ def _visible(value: Any) -> Any:
 def _rule(view: dict[str, Any]) -> str:
     """The rule that asked, or, for a call the gateway itself held (a catalogue floor: a changed
     pin), that no rule did: its reason is the ``why`` line."""
-    if view.get("rule_index") is None:
-        return f"none: held by the gateway ({view.get('policy') or 'no policy'}), see why"
-    return f"{view.get('policy')} #{view.get('rule_index')} ({view.get('source_file')})"
+    named = rule_named(view.get("policy"), view.get("rule_index"), view.get("source_file"))
+    return f"{named}, see why" if view.get("rule_index") is None else named
 
 
 def _show(view: dict[str, Any]) -> None:

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import click
+from click.core import ParameterSource
 
 from drawbridge.cli.log_format import announce, configure_logging, log_format_option, startup_failed
 from drawbridge.cli.output import EXIT_INPUT, agent_id
@@ -276,6 +277,9 @@ def command(
         raise click.UsageError(f"--shadow-policy {what}: the shadow is decided beside an enforced policy")
     if control_port is not None and policy is None:
         raise click.UsageError("--control-port needs --policy (approvals come from human_approval rules)")
+    given = click.get_current_context().get_parameter_source("notify_format") is not ParameterSource.DEFAULT
+    if given and not notify_url_envs:
+        raise click.UsageError("--notify-format needs --notify-url-env (the webhook it says what to post to)")
     if policy is None and not allow_everything:
         click.echo("drawbridge: no --policy given: every tools/call will be refused", err=True)
     label = server_id or os.path.basename(server_command[0]) or "upstream"
@@ -409,8 +413,8 @@ def _notify_targets(names: tuple[str, ...], form: str) -> tuple[NotifyTarget, ..
     from drawbridge.config_notify import NotifyTarget, url_env_problem
 
     for name in names:
-        if (problem := url_env_problem(name, os.environ)) is not None:
-            startup_failed(f"drawbridge: --notify-url-env: {problem.removeprefix('url_env ')}")
+        if (problem := url_env_problem(name, os.environ, subject="the value given")) is not None:
+            startup_failed(f"drawbridge: --notify-url-env: {problem}")
             sys.exit(EXIT_INPUT)
     return tuple(NotifyTarget(name, os.environ[name], form) for name in dict.fromkeys(names))
 

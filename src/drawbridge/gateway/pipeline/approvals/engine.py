@@ -35,7 +35,8 @@ Theory of operation. ``settle(call, verdict, elicitation_supported=...)`` follow
 6. The open question for this exact call that asks the same person, if any,
    else a new approval (``approval_requested``, its ``approver`` stored: the
    store refuses a client's approval of an operator's question; ``on_pending`` is
-   told of it, ``approvals.notify`` posting it to webhooks). A call only
+   told of it, ``approvals.notify`` posting it to webhooks), found or opened as
+   one step for identical calls in this process (``approvals.question_locks``). A call only
    an operator may approve is never asked in-band: it waits for an operator
    channel (blocking or non-blocking), or is refused at once when none is open.
    Otherwise, by what the client can do:
@@ -88,14 +89,14 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import anyio
 
 from drawbridge.activity_log import activity, rule_of
 from drawbridge.approval.binding import binding_digest
 from drawbridge.approval.channels import Channel
-from drawbridge.approval.memory import MemoryConfig, memory_key_digest
+from drawbridge.approval.memory import MemoryConfig
 from drawbridge.approval.shape import ArgumentShape, ShapeError, argument_shape, injection_findings
 from drawbridge.approval.shown_arguments import ShownArguments
 from drawbridge.canonical import sanitize
@@ -108,7 +109,10 @@ from drawbridge.gateway.pipeline.approvals.resolutions import Resolutions
 from drawbridge.gateway.pipeline.approvals.settlement import (
     NO_CHANNEL, UNBINDABLE, Settlement, SettlementKind, clip, denied, operator_needed, settlement_of,
 )
-from drawbridge.gateway.pipeline.approvals.standing import ApprovalMemory, grant_settlement
+from drawbridge.gateway.pipeline.approvals.question_locks import QuestionLocks
+from drawbridge.gateway.pipeline.approvals.standing import (
+    ApprovalMemory, DigestKey, grant_settlement, memory_digest_of,
+)
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import Action, Verdict, described
 from drawbridge.policy.model import Approver
@@ -133,16 +137,6 @@ class _Terms:
     shape: ArgumentShape | None
     findings: tuple[str, ...]
     memory_digest: str | None
-
-
-class DigestKey(Protocol):
-    """The keyed-digest key (``gateway.recorder.TruthKey`` fits): bytes and a key id."""
-
-    @property
-    def key(self) -> bytes: ...
-
-    @property
-    def key_id(self) -> str: ...
 
 
 class ApprovalEngine:
@@ -191,7 +185,7 @@ class ApprovalEngine:
         self._non_blocking = non_blocking
         self._elicit = elicit
         self._uses = uses
-        self._held = HeldArguments()
+        self._held, self._asking = HeldArguments(), QuestionLocks()
         self._resolutions = Resolutions(
             store, trace_append, clock=clock, timeout_seconds=self.timeout_seconds, poll_seconds=poll_seconds,
             held=self._held,
@@ -327,7 +321,7 @@ class ApprovalEngine:
             shape: ArgumentShape | None = argument_shape(call.arguments)
         except ShapeError:
             shape = None
-        memory_digest = self._memory_digest(call, shape, verdict)
+        memory_digest = memory_digest_of(call, shape, verdict, self._key)
         terms = _Terms(verdict, digest, shape, findings, memory_digest)
 
         async def submit() -> Approval:  # memory's row is opened like any other, once memory approves
@@ -430,18 +424,6 @@ class ApprovalEngine:
             return self._binding(call.arguments)
         return binding_digest(dict(call.arguments), bytes(self._key.key), self._key.key_id)
 
-    def _memory_digest(self, call: ToolCall, shape: ArgumentShape | None, verdict: Verdict) -> str | None:
-        """The key approval memory counts this call under: its shape's digest, or with the rule's
-        ``memory_key`` a keyed digest of the shape and those fields' values. None: never counted
-        (no shape, or memory may not stand in for a person on this call)."""
-        if shape is None or not verdict.memory_applies:
-            return None
-        if not verdict.memory_key:
-            return shape.digest
-        return memory_key_digest(
-            shape.digest, call.arguments, verdict.memory_key, bytes(self._key.key), self._key.key_id
-        )
-
     async def _submit(self, call: ToolCall, terms: _Terms, now: datetime) -> Approval:
         verdict = terms.verdict
         reason = clip(described(verdict, verdict.reason), 4000) or "human_approval"
@@ -462,7 +444,12 @@ class ApprovalEngine:
         )
 
     async def _question(self, call: ToolCall, terms: _Terms, now: datetime, mode: str) -> tuple[Approval, bool]:
-        """The open approval for this exact call that asks the same person, or a new one (recorded, True)."""
+        """The open approval for this exact call that asks the same person, or a new one (recorded, True);
+        found or opened as one step for identical calls in this process (``question_locks``)."""
+        async with self._asking.held((call.agent, call.tool, terms.digest, terms.verdict.operator_only)):
+            return await self._find_or_open(call, terms, now, mode)
+
+    async def _find_or_open(self, call: ToolCall, terms: _Terms, now: datetime, mode: str) -> tuple[Approval, bool]:
         open_id = await self._uses.find_pending(
             call.agent, call.tool, terms.digest, now=now, operator_only=terms.verdict.operator_only
         )

@@ -7,9 +7,11 @@ from the process that opened the approval (so replicas on one state notify once)
 ``MAX_ATTEMPTS`` times in all with backoff after a 5xx or a connection failure, never after a 4xx; a
 redirect is a failure and is not followed (the URL carries a credential that must not be replayed
 elsewhere); no proxy is taken from the environment. Each attempt is bounded by the target's
-``timeout_seconds`` as a whole. The URL appears in no log line: a target is named by its ``url_env``,
-a failure by its status or its exception's type (an exception's text may hold the URL). What is
-posted is ``approval.notices``: no argument value, no token.
+``timeout_seconds`` as a whole. Only a response's status is read, never its body (the response is
+streamed and closed unread), so no receiver can fill the gateway's memory. The URL appears in no log
+line: a target is named by its ``url_env``, a failure by its status or its exception's type (an
+exception's text may hold the URL). What is posted is ``approval.notices``: no argument value, no
+token.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import anyio
 from anyio.abc import ObjectSendStream, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from drawbridge.activity_log import activity, rule_of
-from drawbridge.approval.notices import PendingNotice, notice_bytes
+from drawbridge.activity_log import activity
+from drawbridge.approval.notices import PendingNotice, notice_bytes, rule_named
 from drawbridge.config_notify import NotifyTarget
 from drawbridge.state.approvals import Approval
 from drawbridge.state.sqlite import to_db_time
@@ -77,7 +79,7 @@ class ApprovalNotifier:
             console = target.config.console_url
             notice = PendingNotice(
                 approval.id, approval.agent, approval.tool,
-                rule_of(approval.source_file, approval.rule_index, approval.policy), approval.reason,
+                rule_named(approval.policy, approval.rule_index, approval.source_file), approval.reason,
                 to_db_time(approval.expires_at),
                 f"{console}/console/approvals/{approval.id}" if console and self._console else None,
             )
@@ -118,7 +120,12 @@ class ApprovalNotifier:
                 await anyio.sleep(self._backoff * 2 ** (attempt - 2))
             try:
                 with anyio.fail_after(target.timeout_seconds):
-                    response = await client.post(target.url, content=body, timeout=target.timeout_seconds)
+                    # Streamed and closed unread: only the status counts, and a receiver's body, however
+                    # large, never reaches this process's memory.
+                    async with client.stream(
+                        "POST", target.url, content=body, timeout=target.timeout_seconds
+                    ) as response:
+                        pass
             except TimeoutError:
                 failure = "timeout"
                 continue

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Final
+from typing import Final, Protocol
 
 from drawbridge.approval.channels import Channel, Strength
-from drawbridge.approval.memory import MEMORY_RESOLVER, MemoryConfig, decide
+from drawbridge.approval.memory import MEMORY_RESOLVER, MemoryConfig, decide, memory_key_digest
+from drawbridge.approval.shape import ArgumentShape
 from drawbridge.gateway.pipeline.approvals.grants import TraceAppend
 from drawbridge.gateway.pipeline.approvals.resolutions import Resolutions
 from drawbridge.gateway.pipeline.approvals.settlement import Settlement, SettlementKind, clip
 from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.pipeline.verdicts import Verdict
 from drawbridge.state.approval_uses import ApprovalUses
 from drawbridge.state.approvals import Approval, ApprovalStatus, ApprovalStore
 from drawbridge.state.grants import Grant
@@ -37,6 +39,27 @@ TRACE_BY_MEMORY: Final = "approval_by_memory"
 
 Submit = Callable[[], Awaitable[Approval]]
 """Open the approval row for the call being settled (``ApprovalEngine._submit``)."""
+
+
+class DigestKey(Protocol):
+    """The keyed-digest key (``gateway.recorder.TruthKey`` fits): bytes and a key id."""
+
+    @property
+    def key(self) -> bytes: ...
+
+    @property
+    def key_id(self) -> str: ...
+
+
+def memory_digest_of(call: ToolCall, shape: ArgumentShape | None, verdict: Verdict, key: DigestKey) -> str | None:
+    """The key approval memory counts this call under: its shape's digest, or with the rule's
+    ``memory_key`` a keyed digest of the shape and those fields' values. None: never counted
+    (no shape, or memory may not stand in for a person on this call)."""
+    if shape is None or not verdict.memory_applies:
+        return None
+    if not verdict.memory_key:
+        return shape.digest
+    return memory_key_digest(shape.digest, call.arguments, verdict.memory_key, bytes(key.key), key.key_id)
 
 
 async def grant_settlement(
