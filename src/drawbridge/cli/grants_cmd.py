@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from drawbridge.approval.durations import DurationError, parse_duration
-from drawbridge.cli.control_client import Control, control_options, default_person, segment
+from drawbridge.cli.control_client import Control, control_options, default_person, id_prefix, segment
 from drawbridge.cli.output import console, display_text, emit_json, table
 
 
@@ -86,7 +86,7 @@ def list_grants(ctl: Control, everything: bool) -> None:
 
 
 @command.command(name="revoke")
-@click.argument("grant_id")
+@click.argument("grant_id", callback=id_prefix("grant"))
 @click.option("--by", default=None, help="Who revokes (recorded as given; default cli:<login>).")
 @control_options
 def revoke(ctl: Control, grant_id: str, by: str | None) -> None:
