@@ -434,3 +434,20 @@ def test_empty_and_dot_ids_and_impossible_agents_are_refused_before_any_request(
         assert "action:" not in explained.stdout
     drafted = drawbridge("discover", "--generate-policy", "--agent", "bad agent", "--openapi", str(tmp_path / "x.json"))
     assert drafted.returncode == 2 and "is not an agent glob a policy accepts" in drafted.stderr, drafted.stderr
+
+
+def test_messages_say_what_to_do(tmp_path: Path) -> None:
+    from serve_support import GITHUB, write_config
+
+    config = write_config(tmp_path, [GITHUB], auth={"admin": {"token_sha256": ADMIN_SHA256}})
+    hashed = drawbridge("tools", "list", "--config", str(config), "--url", "http://127.0.0.1:1", token=None)
+    assert hashed.returncode == 2, hashed.stderr
+    assert "names the admin token, only by its hash (token_sha256), which cannot be sent" in hashed.stderr
+    assert "no variable does not" not in hashed.stderr and "--config" not in hashed.stderr.split(":", 2)[-1]
+    table = tmp_path / "t.yaml"
+    table.write_text("cases:\n  - {agent: a, tool: echo, expect: allow}\n")
+    untabled = drawbridge("policy", "test", str(table))
+    assert untabled.returncode == 2 and "the table has no `policy:` key" in untabled.stderr, untabled.stderr
+    assert "--config" not in untabled.stderr
+    long = drawbridge("grants", "create", "--agent", "a", "--tools", "x.*", "--for", "25h", "--url", "http://127.0.0.1:1")
+    assert long.returncode == 2 and "duration 25h is above the maximum of 24h" in long.stderr, long.stderr

@@ -280,9 +280,10 @@ def find_token(
         if not access.token_configured:
             path = str(token_file_for(access.state_path))
             return _from_file(path), path
+        held = (f"its variable {access.token_env} is not set here" if access.token_env is not None
+                else "only by its hash (token_sha256), which cannot be sent")
         raise ControlError(
-            f"the configuration's auth.admin names the admin token, and {access.token_env or 'no variable'} "
-            f"does not hold it here: {TOKEN_HINT}",
+            f"the configuration's auth.admin names the admin token, {held}: set {TOKEN_ENV} or give --token-file",
             EXIT_INPUT,
         )
     if state is not None:

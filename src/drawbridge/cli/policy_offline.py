@@ -273,6 +273,9 @@ def test(policy: str | None, files: tuple[Path, ...]) -> None:
     for path in files:
         table = _table(path)
         own = str(path.parent / table.policy) if table.policy is not None else None
+        if policy is None and own is None:  # test has no --config: the table names its policy
+            raise click.UsageError(f"{path}: the table has no `policy:` key (a path relative to the table); "
+                                   "add one, or give --policy DIR|FILE")
         store = _store(policy or own, None)
         for number, case in enumerate(table.cases, start=1):
             problem = _check_case(store, case)
