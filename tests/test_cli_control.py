@@ -432,6 +432,8 @@ def test_empty_and_dot_ids_and_impossible_agents_are_refused_before_any_request(
         explained = drawbridge("policy", "explain", "echo", "--agent", agent, "--policy", str(policy))
         assert explained.returncode == 2 and "an agent id uses only" in explained.stderr, explained.stderr
         assert "action:" not in explained.stdout
+    listed = drawbridge("approvals", "list", "--agent", "a b", "--url", closed)
+    assert listed.returncode == 2 and "an agent id uses only" in listed.stderr and "cannot reach" not in listed.stderr
     drafted = drawbridge("discover", "--generate-policy", "--agent", "bad agent", "--openapi", str(tmp_path / "x.json"))
     assert drafted.returncode == 2 and "is not an agent glob a policy accepts" in drafted.stderr, drafted.stderr
 

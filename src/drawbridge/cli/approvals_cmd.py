@@ -31,7 +31,7 @@ from rich.text import Text
 from drawbridge.approval.shown_arguments import argument_lines
 from drawbridge.canonical import escape_unsafe
 from drawbridge.cli.control_client import Control, ControlError, control_options, default_person, id_prefix, segment
-from drawbridge.cli.output import cell_text, console, display_text, emit_json, key_values, table
+from drawbridge.cli.output import agent_id, cell_text, console, display_text, emit_json, key_values, table
 from drawbridge.cli.seconds import Seconds
 
 STATUSES = ("pending", "approved", "denied", "expired", "all")
@@ -79,7 +79,7 @@ def _status(value: Any) -> Text:
 @command.command(name="list")
 @click.option("--status", type=click.Choice(STATUSES), default="pending", show_default=True)
 @click.option("--tool", default=None, help="Only approvals for tools matching this glob.")
-@click.option("--agent", default=None, help="Only approvals of this agent.")
+@click.option("--agent", default=None, callback=agent_id, help="Only approvals of this agent (an agent id).")
 @control_options
 def list_approvals(ctl: Control, status: str, tool: str | None, agent: str | None) -> None:
     """Approvals, most recent first (pending ones by default)."""
