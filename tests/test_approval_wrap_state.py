@@ -192,6 +192,14 @@ async def test_non_blocking_pending_approve_then_the_retry_runs_exactly_once(tmp
 def test_control_port_needs_a_policy_and_a_free_port(tmp_path: Path) -> None:
     no_policy = cli("wrap", "--allow-all", "--control-port", "0", "--", *GITHUB_LIKE)
     assert no_policy.returncode == 2 and "--control-port needs --policy" in no_policy.stderr
+    for flags in (["--notify-url-env", "GW_HOOK"], ["--approval-memory", "2"], ["--non-blocking-approvals"]):
+        refused = cli("wrap", "--allow-all", *flags, "--", *GITHUB_LIKE)
+        assert refused.returncode == 2 and f"{flags[0]} needs --policy" in refused.stderr, (flags, refused.stderr)
+    for server_id, problem in ((f"evil\x1b[31m\nINJECT", "holds whitespace, a line break"), ("a b", "holds whitespace"),
+                               ("", "is empty"), ("x" * 129, "longer than 128")):
+        refused = cli("wrap", "--allow-all", "--server-id", server_id, "--", *GITHUB_LIKE)
+        assert refused.returncode == 2 and problem in refused.stderr, (server_id, refused.stderr)
+        assert "INJECT" not in refused.stderr
     port = free_port()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", port))

@@ -717,3 +717,27 @@ def test_subcommands_are_discovered_from_cmd_modules() -> None:
     assert found["evidence"] == "drawbridge.cli.evidence_cmd"
     assert all(module.endswith("_cmd") for module in found.values())
     assert all("_" not in name for name in found)
+
+
+def test_an_out_file_that_cannot_be_written_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.ndjson"
+    write_trace(trace)
+    (tmp_path / "afile").write_text("x")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    cases = [(tmp_path, "is a directory"), (tmp_path / "none" / "x", "No such file or directory"),
+             (tmp_path / "afile" / "x", "Not a directory")]
+    if os.geteuid() != 0:
+        cases.append((locked / "x", "Permission denied"))
+    for target, why in cases:
+        refused = run("evidence", "checkpoint", str(trace), "--out", str(target))
+        assert refused.returncode == 2, err(refused)
+        assert "Traceback" not in err(refused) and len(err(refused).strip().splitlines()) == 1, err(refused)
+        assert f"{target}: " in err(refused) and why in err(refused)
+
+
+def test_evidence_keys_with_both_directories_says_not_both(tmp_path: Path) -> None:
+    both = run("evidence", "keys", "--evidence-dir", str(tmp_path), "--keys-dir", str(tmp_path))
+    assert both.returncode == 2 and "give one of --evidence-dir or --keys-dir, not both" in err(both)
+    neither = run("evidence", "keys")
+    assert neither.returncode == 2 and "not both" not in err(neither)

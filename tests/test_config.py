@@ -342,3 +342,12 @@ def test_the_listeners_read_limits_have_defaults_and_load(tmp_path):
     cfg = parse_config(text, str(tmp_path / "drawbridge.yaml"), ENV)
     assert (cfg.header_read_seconds, cfg.body_read_seconds, cfg.max_connections) == (2.5, 60.0, 8)
     assert (cfg.max_message_bytes, cfg.call_timeout_seconds) == (2048, 5.0)
+
+
+@pytest.mark.parametrize("key", ["call_timeout_seconds", "header_read_seconds", "body_read_seconds"])
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "0"])
+def test_a_limit_in_seconds_that_is_not_a_positive_finite_number_is_refused(tmp_path, key, value):
+    with pytest.raises(ConfigError, match=f"limits.{key} must be"):
+        text = BASE.replace("call_timeout_seconds: 5}", f"call_timeout_seconds: 5, {key}: {value}}}")
+        parse_config(text.replace("call_timeout_seconds: 5, call_timeout_seconds", "call_timeout_seconds"),
+                     str(tmp_path / "drawbridge.yaml"), ENV)

@@ -104,6 +104,7 @@ def test_explain_refuses_the_arguments_the_gateway_would_refuse_before_any_rule(
     policies = str(_policies(tmp_path))
     refused = {
         "[1]": "must be a JSON object",
+        "null": "must be a JSON object",  # the gateway never decides null arguments as {}
         '{"owner":"evil","owner":"ok"}': "repeats a key",
         '{"owner":"evil","OWNER":"ok"}': "differ only in case",
         '{"owner":"ok","n":9007199254740993}': "no double holds exactly",
@@ -115,6 +116,9 @@ def test_explain_refuses_the_arguments_the_gateway_would_refuse_before_any_rule(
         assert result.returncode == 2, (args, result.stdout)
         assert "refuses such a call before any rule" in result.stderr and problem in result.stderr, (args, result.stderr)
         assert "action:" not in result.stdout
+    name = drawbridge("policy", "explain", "--policy", policies, "--agent", "c", "github.get\x1brepo")
+    assert name.returncode == 2 and "refuses such a call before any rule" in name.stderr, name.stderr
+    assert "tool name contains a control or format character (U+001B" in name.stderr and "action:" not in name.stdout
     decided = drawbridge("policy", "explain", "--policy", policies, "--agent", "c", "--args", '{"owner":"evil"}',
                          "github.get_repo")
     assert decided.returncode == 0 and "action: human_approval" in decided.stdout, decided.stderr
@@ -164,6 +168,17 @@ def test_policy_test_refuses_a_table_that_would_not_test_what_it_says(tmp_path: 
         "no_cases": ("cases: []\n", 2, "`cases` is empty: a table that tests nothing would always pass"),
         "bad_expect": (case.replace("expect: allow", "expect: allowed") + "}\n", 3, "unknown action 'allowed'"),
         "tagged": ("cases:\n  - !case {agent: claude, tool: t, expect: deny}\n", 3, 'custom tag "!case"'),
+        "nan": (case + ", arguments: {x: .nan}}\n", 3, "a number must be finite"),
+        "inf": (case + ", arguments: {x: .inf}}\n", 3, "a number must be finite"),
+        "int_key": (case + ", arguments: {1: x}}\n", 3, "mapping key 1 is not a string"),
+        # What the gateway refuses before any rule: a table must not assert a decision no call gets.
+        "case_keys": (case + ", arguments: {max_count: 3, Max_count: 3}}\n", 3,
+                      "case 1: the gateway refuses such a call before any rule: invalid request: a JSON object in "
+                      "the message has keys that differ only in case"),
+        "big_int": (case + ", arguments: {n: 9007199254740993}}\n", 3,
+                    "case 1: the gateway refuses such a call before any rule: parse error: an integer no double"),
+        "escape_name": ('cases:\n  - {agent: claude, tool: "git.\\e", expect: deny}\n', 3,
+                        "case 1: the gateway refuses such a call before any rule: invalid params: tool name contains"),
     }
     for name, (body, line, problem) in refused.items():
         table = _table(tmp_path, f"{name}.yaml", body)

@@ -74,6 +74,7 @@ async def test_bad_tools_call_params_are_invalid_params_and_recorded(harness) ->
         ({"name": " echo", "arguments": {}}, "leading or trailing whitespace"),
         ({"name": "", "arguments": {}}, "tool name is empty"),
         ({"name": "e" * 1025, "arguments": {}}, "longer than 1024 characters"),
+        ({"name": "echo", "arguments": None}, "params.arguments must be a JSON object"),  # never forwarded as null
     ]
     async with raw_pipe(relay.argv()) as pipe:
         await pipe.initialize()

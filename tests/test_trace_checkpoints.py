@@ -258,6 +258,9 @@ def test_a_line_proven_alone_by_a_tlog_proof(tmp_path: Path) -> None:
     refused = cli("evidence", "verify-proof", str(proof), str(line), "--vkey", vkey, "--format", "json")
     assert refused.returncode == 1 and json.loads(refused.stdout)["ok"] is False
     assert cli("evidence", "prove", "--evidence-dir", str(evidence), "99").returncode == 2
+    unwritable = cli("evidence", "prove", "--evidence-dir", str(evidence), "3", "--out", str(tmp_path / "none" / "x"))
+    assert unwritable.returncode == 2 and "Traceback" not in unwritable.stderr, unwritable.stderr
+    assert "none/x: cannot write: No such file or directory" in unwritable.stderr
 
 
 @pytest.mark.parametrize("mode", [0o640, 0o604])

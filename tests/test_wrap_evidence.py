@@ -130,6 +130,17 @@ def test_key_never_reaches_the_server(tmp_path: Path, family: str) -> None:
     assert "PATH" in names
 
 
+def test_a_demo_dir_that_cannot_be_made_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    result = subprocess.run(
+        [PYTHON, "-m", "drawbridge", "demo", "--dir", str(tmp_path / "afile" / "d")], capture_output=True, text=True,
+        timeout=scaled(60), env=child_env(),
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "cannot create" in result.stderr and "Not a directory" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_demo_command_passes(tmp_path: Path) -> None:
     result = subprocess.run(
         [PYTHON, "-m", "drawbridge", "demo", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=scaled(120),
@@ -139,11 +150,13 @@ def test_demo_command_passes(tmp_path: Path) -> None:
     assert "demo passed" in result.stdout
     assert result.stdout.count("VERIFIED") == 5
     evidence = next(tmp_path.glob("run-*/evidence"))
-    # wrap's default state file lives inside its evidence directory (approvals, grants, memory)
+    # wrap's default state file lives inside its evidence directory (approvals, grants, memory), with
+    # the folder of the running gateways' instance locks beside it, empty once the demo's wrap ended
     assert {p.name for p in evidence.iterdir()} == {
         "trace.ndjson", "tool-decisions.ndjson", "carriers.ndjson", "drawbridge.db", "keys", "checkpoint",
-        "checkpoints.ndjson",
+        "checkpoints.ndjson", "drawbridge.db.instances",
     }
+    assert not any((evidence / "drawbridge.db.instances").iterdir())
 
 
 async def test_lone_surrogates_from_the_agent_neither_break_the_evidence_nor_reach_it(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 listeners read their peers.
 
 Invariant: limits that load are in range: a message limit of at least 1 KiB, a nesting depth from 2
-to 512, a positive call timeout, at least one session per agent and no fewer sessions in all, read
+to 512, a positive and finite call timeout (``.nan`` and ``.inf`` are refused: every float here
+is compared so that nan fails), at least one session per agent and no fewer sessions in all, read
 deadlines more than 0 and at most an hour (a peer that does not send never holds a connection
 forever), and at least one connection per listener. Every key has a default, so a file without the
 section gets these same limits.
@@ -10,6 +11,7 @@ section gets these same limits.
 
 from __future__ import annotations
 
+import math
 from typing import Final
 
 from drawbridge.config_reader import Reader
@@ -59,8 +61,8 @@ def limits_section(top: Reader) -> dict[str, float]:
         raise limits.fail("max_message_bytes", "limits.max_message_bytes must be at least 1024")
     if not 2 <= max_depth <= 512:
         raise limits.fail("max_depth", "limits.max_depth must be from 2 to 512")
-    if timeout <= 0:
-        raise limits.fail("call_timeout_seconds", "limits.call_timeout_seconds must be positive")
+    if not (math.isfinite(timeout) and timeout > 0):  # nan passes `<= 0`; inf would never time out
+        raise limits.fail("call_timeout_seconds", "limits.call_timeout_seconds must be a positive, finite number")
     return {
         "max_message_bytes": max_bytes, "call_timeout_seconds": timeout, "max_depth": max_depth,
         "max_sessions_per_agent": per_agent, "max_sessions": max_sessions, "max_connections": max_connections, **reads,

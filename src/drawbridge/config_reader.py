@@ -24,6 +24,10 @@ AGENT_ID = re.compile(r"[A-Za-z0-9._:@/-]+")
 
 AGENT_ID_CHARS = "[A-Za-z0-9._:@/-]"
 
+AGENT_GLOB = re.compile(r"[A-Za-z0-9._:@/*?\[\]^\\-]+")
+"""A glob over agent ids (a grant's agent, ``policy set``'s): the characters of an agent id and the glob
+metacharacters only; a space, a line break or an escape character could match no agent."""
+
 
 _KIND_NAMES: dict[type, str] = {
     str: "a string", int: "an integer", float: "a number", bool: "true or false",
@@ -174,4 +178,4 @@ def named_entry(file: str, node: Any, section: str, index: int, keys: set[str]) 
     return reader, name
 
 
-__all__ = ["AGENT_ID", "AGENT_ID_CHARS", "NAME_RE", "ConfigError", "Reader", "line_of", "named_entry", "resolve_path", "str_list", "str_map"]
+__all__ = ["AGENT_GLOB", "AGENT_ID", "AGENT_ID_CHARS", "NAME_RE", "ConfigError", "Reader", "line_of", "named_entry", "resolve_path", "str_list", "str_map"]

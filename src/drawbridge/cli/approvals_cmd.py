@@ -31,10 +31,9 @@ from rich.text import Text
 from drawbridge.approval.notices import rule_named
 from drawbridge.approval.shown_arguments import argument_lines
 from drawbridge.canonical import escape_unsafe
-from drawbridge.cli.control_client import Control, ControlError, control_options, default_person, segment
-from drawbridge.cli.output import cell_text, console, display_text, emit_json, key_values, table
+from drawbridge.cli.control_client import Control, ControlError, control_options, default_person, id_prefix, segment
+from drawbridge.cli.output import agent_id, cell_text, console, display_text, emit_json, key_values, table
 from drawbridge.cli.seconds import Seconds
-from drawbridge.state.ids import InvalidId, parse_prefix
 
 STATUSES = ("pending", "approved", "denied", "expired", "all")
 ARGUMENTS_ENDED = "not shown once an approval has ended (the gateway lets go of them)"
@@ -81,7 +80,7 @@ def _status(value: Any) -> Text:
 @command.command(name="list")
 @click.option("--status", type=click.Choice(STATUSES), default="pending", show_default=True)
 @click.option("--tool", default=None, help="Only approvals for tools matching this glob.")
-@click.option("--agent", default=None, help="Only approvals of this agent.")
+@click.option("--agent", default=None, callback=agent_id, help="Only approvals of this agent (an agent id).")
 @control_options
 def list_approvals(ctl: Control, status: str, tool: str | None, agent: str | None) -> None:
     """Approvals, most recent first (pending ones by default)."""
@@ -176,15 +175,7 @@ def _not_held(view: dict[str, Any]) -> str:
     return ARGUMENTS_NOT_HELD
 
 
-def _approval_id(context: click.Context, parameter: click.Parameter, value: str) -> str:
-    """An approval id or prefix as the gateway reads it (``state.ids``); anything else (empty, padded,
-    ``../grants``) is a usage error here, never a request sent to another path than the approval's."""
-    if not value.strip():
-        raise click.UsageError("the approval id is empty", context)
-    try:
-        return parse_prefix(value, "approval")
-    except InvalidId as exc:
-        raise click.UsageError(str(exc), context) from None
+_approval_id = id_prefix("approval")
 
 
 @command.command(name="show")
@@ -243,8 +234,8 @@ def deny(ctl: Control, approval_id: str, by: str | None, reason: str | None) -> 
 
 
 @command.command(name="watch")
-@click.option("--interval", type=Seconds(min=0.2), default=2.0, show_default=True,
-              help="Seconds between polls.")
+@click.option("--interval", type=Seconds(min=0.2, max=3600), default=2.0, show_default=True,
+              help="Seconds between polls (0.2 to 3600).")
 @click.option("--once", is_flag=True, help="Ask about the pending approvals once, then exit.")
 @click.option("--by", default=None, help="Who decides (recorded as given; default cli:<login>).")
 @control_options(formats=False)

@@ -27,6 +27,7 @@ hint for an authorization failure (which environment variable to set, never its 
 from __future__ import annotations
 
 import functools
+import ipaddress
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -77,11 +78,16 @@ def shown_url(url: str) -> str:
 def _url_problem(url: str) -> str | None:
     """Why ``url`` cannot be the control plane's, in words that never repeat it (a password or a
     token could be in it); None when it can. The admin token goes in a header, never in the URL."""
+    if url != url.strip():
+        # urlsplit drops leading blanks, the HTTP library does not: refused rather than read two ways.
+        return "begins or ends with whitespace: give the address without blanks around it"
     try:
         parts = urlsplit(url)
         _port = parts.port
     except ValueError:
         return "is not a valid URL (its host or port does not parse)"
+    if parts.hostname and _host_problem(parts.hostname):
+        return "has a host name that cannot be looked up (an empty label, a label over 63 characters, or a character IDNA refuses)"
     if parts.scheme not in ("http", "https") or not parts.hostname or not url.isprintable():
         return "must be an http:// or https:// URL with a host"
     if "@" in parts.netloc:
@@ -95,9 +101,47 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
+def _host_problem(host: str) -> bool:
+    """Whether ``host`` would fail the IDNA encoding the resolver applies before connecting: found
+    when the URL is read, not as a traceback from the connection."""
+    try:
+        ipaddress.ip_address(host)
+        return False
+    except ValueError:
+        pass
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return True
+    return False
+
+
+DOT_SEGMENTS: Final = ("", ".", "..")
+
+
 def segment(value: str) -> str:
-    """One path segment, percent-encoded so that ``/`` and ``?`` stay inside it."""
+    """One path segment, percent-encoded so that ``/`` and ``?`` stay inside it. An empty, ``.`` or
+    ``..`` segment would be read as another path (a redirect, the parent route), so it is never sent:
+    the commands refuse such a name first, and this is the last guard."""
+    if value in DOT_SEGMENTS:
+        raise ControlError(f"{value!r} names nothing the control plane holds: give an id or a name", EXIT_INPUT)
     return quote(value, safe="")
+
+
+def id_prefix(what: str) -> Callable[[click.Context, click.Parameter, str], str]:
+    """An argument callback for an id or prefix as the gateway reads it (``state.ids``): anything else
+    (empty, padded, ``..``) is a usage error here, never a request sent to another path than the id's."""
+    from drawbridge.state.ids import InvalidId, parse_prefix
+
+    def check(context: click.Context, parameter: click.Parameter, value: str) -> str:
+        if not value.strip():
+            raise click.UsageError(f"the {what} id is empty", context)
+        try:
+            return parse_prefix(value, what)
+        except InvalidId as exc:
+            raise click.UsageError(str(exc), context) from None
+
+    return check
 
 
 @dataclass(frozen=True)
@@ -236,9 +280,10 @@ def find_token(
         if not access.token_configured:
             path = str(token_file_for(access.state_path))
             return _from_file(path), path
+        held = (f"its variable {access.token_env} is not set here" if access.token_env is not None
+                else "only by its hash (token_sha256), which cannot be sent")
         raise ControlError(
-            f"the configuration's auth.admin names the admin token, and {access.token_env or 'no variable'} "
-            f"does not hold it here: {TOKEN_HINT}",
+            f"the configuration's auth.admin names the admin token, {held}: set {TOKEN_ENV} or give --token-file",
             EXIT_INPUT,
         )
     if state is not None:

@@ -28,7 +28,7 @@ import anyio
 import click
 
 from drawbridge.cli.evidence_cmd import read_surface
-from drawbridge.cli.output import console, plain, table, verdict
+from drawbridge.cli.output import InputError, console, display_text, plain, table, verdict
 from drawbridge.evidence.trace_audit import HeldCheckpoint, audit_trace
 from drawbridge.evidence.side_effect_verify import verify_side_effects
 from drawbridge.evidence.truth.vectors import verify_carriers
@@ -144,7 +144,10 @@ def _checks(run_dir: Path) -> list[tuple[str, bool, str]]:
 def command(base_dir: str) -> None:
     """Run the gateway demo: an agent, a policy, a GitHub-like server, evidence verified offline."""
     run_dir = Path(base_dir) / datetime.now(UTC).strftime("run-%Y%m%dT%H%M%S%fZ")
-    run_dir.mkdir(parents=True, mode=0o700)
+    try:
+        run_dir.mkdir(parents=True, mode=0o700)
+    except OSError as exc:  # an unwritable parent, a parent that is a file: one line, exit 2
+        raise InputError(f"--dir {display_text(base_dir)}: cannot create {display_text(str(run_dir))}: {exc.strerror}") from None
     env = dict(os.environ)
     env["DRAWBRIDGE_TDT_HMAC_KEY"] = secrets.token_hex(32)
     env["DRAWBRIDGE_TDT_HMAC_KEY_ID"] = "demo-" + secrets.token_hex(4)

@@ -51,6 +51,7 @@ from drawbridge.config import (
     load_config,
     parse_config,
 )
+from drawbridge.config_reader import AGENT_GLOB, AGENT_ID_CHARS
 from drawbridge.policy.globs import GlobError
 from drawbridge.policy.load import agent_glob
 
@@ -278,6 +279,8 @@ def command(
         raise click.UsageError("--backend goes with --openapi")
     try:
         agent_glob(agent)  # the loader's own rule for `agent`: a draft that would not load is never written
+        if not AGENT_GLOB.fullmatch(agent):  # and one that could match no agent id serve or wrap takes
+            raise GlobError(f"use only the characters of an agent id {AGENT_ID_CHARS} and the glob characters")
     except GlobError as exc:
         click.echo(f"drawbridge: --agent {agent!r} is not an agent glob a policy accepts: {exc}", err=True)
         sys.exit(EXIT_INPUT)

@@ -35,6 +35,17 @@ def read_bytes(path: str) -> bytes:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
 
 
+def write_out(path: str, data: bytes) -> None:
+    """Write ``--out FILE``; a path that cannot be written (a directory, a missing parent, a parent
+    that is a file, no permission) -> exit 2 naming the path and why."""
+    try:
+        Path(path).write_bytes(data)
+    except IsADirectoryError:
+        raise InputError(f"{record_text(path)}: is a directory, expected a file to write") from None
+    except OSError as exc:
+        raise InputError(f"{record_text(path)}: cannot write: {exc.strerror}") from None
+
+
 def parse_document(data: bytes, label: str) -> Any:
     """One JSON document; invalid -> exit 2 with the parser's position (never the content)."""
     try:
@@ -88,4 +99,4 @@ def _finish(ok: bool) -> NoReturn:
     click.get_current_context().exit(EXIT_OK if ok else EXIT_FAILED)
 
 
-__all__ = ["AUDIT_IMPORT_FORMAT", "_finish", "_label", "audit_import_files", "parse_document", "read_bytes"]
+__all__ = ["AUDIT_IMPORT_FORMAT", "_finish", "_label", "audit_import_files", "parse_document", "read_bytes", "write_out"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from drawbridge.cli.evidence_io import _finish, _label, parse_document, read_bytes
+from drawbridge.cli.evidence_io import _finish, _label, parse_document, read_bytes, write_out
 from drawbridge.cli.output import EXIT_FAILED, InputError, console, emit_json, format_option, key_values, plain, table, verdict
 from drawbridge.evidence.chain import (
     ChainFormatError,
@@ -211,7 +211,8 @@ def keys_cmd(evidence_dir: str | None, keys_dir: str | None, init: bool, origin:
     from drawbridge.state.signing_keys import ATTESTATION_PUB, dsse_keyid, open_keys, read_public_pem
 
     if (evidence_dir is None) == (keys_dir is None):
-        raise click.UsageError("give --evidence-dir or --keys-dir")
+        raise click.UsageError("give one of --evidence-dir or --keys-dir"
+                               + (", not both" if keys_dir is not None else ""))
     directory = Path(keys_dir) if keys_dir is not None else Path(evidence_dir or ".") / KEYS_DIR
     if origin is not None and not init:
         raise click.UsageError("--origin goes with --init")
@@ -265,7 +266,7 @@ def prove_cmd(evidence_dir: str, index: int, out: str | None) -> None:
     if out is None:
         sys.stdout.write(text)
     else:
-        Path(out).write_text(text, encoding="utf-8")
+        write_out(out, text.encode("utf-8"))
 
 
 @click.command(name="verify-proof")
@@ -323,7 +324,7 @@ def checkpoint_cmd(trace_file: str, out_file: str | None) -> None:
     if out_file is None:
         sys.stdout.buffer.write(data)
     else:
-        Path(out_file).write_bytes(data)
+        write_out(out_file, data)
 
 
 COMMANDS = (verify_chain_cmd, keys_cmd, prove_cmd, verify_proof_cmd, checkpoint_cmd)

@@ -4,20 +4,20 @@ A grant lets an agent (glob) run tools (glob) that need a person's approval with
 while (at most 24 hours). It never lifts ``deny``. Each creation and revocation is recorded in the
 trace chain by the gateway.
 
-Exit codes: 0 done; 1 refused or not found (a glob or duration the gateway refuses, unknown or
-already revoked id); 2 usage error (including a duration that does not parse) or control plane
+Exit codes: 0 done; 1 refused or not found (a glob the gateway refuses, unknown or already revoked
+id); 2 usage error (including a duration that does not parse or is not within 1 s to 24 h, the
+gateway's bound ``state.grants.DEFAULT_MAX_DURATION``, and an id that is not one) or control plane
 unreachable.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import click
 
 from drawbridge.approval.durations import DurationError, parse_duration
-from drawbridge.cli.control_client import Control, control_options, default_person, segment
+from drawbridge.cli.control_client import Control, control_options, default_person, id_prefix, segment
 from drawbridge.cli.output import console, display_text, emit_json, table
 
 
@@ -58,8 +58,8 @@ def create(ctl: Control, agent: str, tools: str, duration: str, by: str | None) 
     """Let AGENT run TOOLS without asking, for a while (human_approval becomes allow; deny stays deny)."""
     from drawbridge.state.grants import DEFAULT_MAX_DURATION  # the gateway's bound, which a suggestion fits
 
-    try:  # the spelling is checked here; the bound is the gateway's
-        parse_duration(duration, maximum=timedelta(days=3650), suggest_within=DEFAULT_MAX_DURATION)
+    try:  # the spelling and the gateway's own bound are checked here, before any request
+        parse_duration(duration, maximum=DEFAULT_MAX_DURATION, suggest_within=DEFAULT_MAX_DURATION)
     except DurationError as exc:
         raise click.BadParameter(str(exc), param_hint="--for") from None
     body = {"agent": agent, "tools": tools, "duration": duration, "by": by or default_person()}
@@ -86,7 +86,7 @@ def list_grants(ctl: Control, everything: bool) -> None:
 
 
 @command.command(name="revoke")
-@click.argument("grant_id")
+@click.argument("grant_id", callback=id_prefix("grant"))
 @click.option("--by", default=None, help="Who revokes (recorded as given; default cli:<login>).")
 @control_options
 def revoke(ctl: Control, grant_id: str, by: str | None) -> None:

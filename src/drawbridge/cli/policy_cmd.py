@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import click
 
-from drawbridge.cli.control_client import Control, control_options, segment
+from drawbridge.catalogue.names import shown_name, tool_name_problem
+from drawbridge.cli.control_client import DOT_SEGMENTS, Control, control_options, segment
+from drawbridge.config_reader import AGENT_GLOB, AGENT_ID_CHARS
 from drawbridge.cli.output import console, display_text, emit_json, key_values, table
 from drawbridge.cli.policy_offline import check, explain, test
 from drawbridge.policy.edit import conditional_text
@@ -39,7 +41,7 @@ def command() -> None:
 @control_options
 def set_action(ctl: Control, agent: str, tool: str, action: str, by: str, unserved: bool) -> None:
     """Set TOOL's ACTION for AGENT, for every call (inherit removes a rule set this way)."""
-    problem = _name_problem(agent, "AGENT") or _name_problem(tool, "TOOL")
+    problem = _agent_problem(agent) or _tool_problem(tool)
     if problem is not None:
         raise click.UsageError(problem)
     body: dict[str, object] = {"action": action, "by": by}
@@ -65,11 +67,21 @@ def set_action(ctl: Control, agent: str, tool: str, action: str, by: str, unserv
     console().print(key_values(f"{agent} / {tool}", rows))
 
 
-def _name_problem(value: str, what: str) -> str | None:
-    """A name no policy edit can take, refused here as the control plane would (400)."""
-    if not value.isprintable():
-        return f"{what} contains a control character or a line break"
+def _agent_problem(agent: str) -> str | None:
+    """An AGENT no policy edit can take, refused here before any request: an agent id as serve and wrap
+    take them (``config_reader.AGENT_ID``), or a glob over such ids as a policy writes it (``*``); never
+    ``.`` or ``..``, which would be sent as another path."""
+    if agent in DOT_SEGMENTS or not AGENT_GLOB.fullmatch(agent):
+        return f"AGENT {shown_name(agent)!r} is not an agent id (ids use only {AGENT_ID_CHARS}) or a glob over them"
     return None
+
+
+def _tool_problem(tool: str) -> str | None:
+    """A TOOL no policy edit can take, refused here as the gateway refuses the name of a call."""
+    problem = tool_name_problem(tool)
+    if problem is None and tool in DOT_SEGMENTS:
+        problem = "tool name is a dot segment ('.' or '..'), which names no tool"
+    return f"TOOL: {problem}" if problem is not None else None
 
 
 @command.command(name="list")

@@ -20,11 +20,11 @@ from typing import Any
 import anyio
 import click
 
-from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT
+from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT, agent_id
 from drawbridge.cli.seconds import Seconds
 from drawbridge.config import ConfigError, GatewayConfig, load_config
 from drawbridge.policy.lint import Finding, dead_rules, shadowed_rules
-from drawbridge.policy.expectations import Case, Table, TableError, read_table
+from drawbridge.policy.expectations import Case, Table, read_table
 from drawbridge.policy.load import PolicyLoadError
 from drawbridge.policy.model import Action, Basis, Decision, PolicySet
 from drawbridge.state.policy_files import missing_policy_problem
@@ -123,32 +123,44 @@ def check(policy: str | None, config_path: str | None, timeout: float) -> None:
     click.echo(f"{len(store.current.policies)} policies, {rules} rules{catalogue}: {len(findings)} warning(s)")
 
 
-def _arguments(text: str | None, tool: str) -> Any:
-    """The arguments as the gateway reads them: the call is built as an agent would send it and read by
-    the gateway's own reader, so what it would refuse before any rule (a repeated key, a number no double
-    holds, arguments that are not an object) is refused here too, never explained as if it ran."""
+def gateway_reading(text: str, tool: str) -> tuple[dict[str, Any], None] | tuple[None, str]:
+    """The arguments (JSON text) of a call to ``tool`` as the gateway reads them: the call is built as an
+    agent would send it and read by the gateway's own reader, so what it would refuse before any rule (a
+    name with a control character, a repeated key, keys equal after case folding, a number no double
+    holds, arguments that are not an object) is refused here too, never decided as if it ran. Either
+    ``(arguments, None)`` or ``(None, why)``."""
     from drawbridge.gateway.pipeline.tool_call import parse_tool_call
     from drawbridge.gateway.protocol.jsonrpc import LineRefusal, MessageError, read_client_line
 
-    if text is None:
-        return {}
-    try:
-        json.loads(text)  # one JSON value, its syntax errors placed in the text as given
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not JSON: {exc.msg} at character {exc.pos}", param_hint="--args") from None
-    except (ValueError, RecursionError):
-        pass  # what the gateway's reader refuses, it says why below
     head = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool}})[:-2]
     line = f'{head},"arguments":{text}}}}}'.encode("utf-8", "surrogatepass")
     message = read_client_line(line)
     if isinstance(message, LineRefusal):
-        problem = message.detail
-    else:
+        return None, message.detail
+    try:
+        return dict(parse_tool_call(message, "explain", None).arguments), None
+    except MessageError as exc:
+        return None, exc.message
+
+
+REFUSED_BEFORE_ANY_RULE = "the gateway refuses such a call before any rule"
+
+
+def _arguments(text: str | None, tool: str) -> Any:
+    """``--args`` (absent: ``{}``, so the name is still read as the gateway reads it) through
+    ``gateway_reading``; what the gateway refuses is a usage error, never explained as if it ran."""
+    if text is not None:
         try:
-            return parse_tool_call(message, "explain", None).arguments
-        except MessageError as exc:
-            problem = exc.message
-    raise click.BadParameter(f"the gateway refuses such a call before any rule: {problem}", param_hint="--args")
+            json.loads(text)  # one JSON value, its syntax errors placed in the text as given
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not JSON: {exc.msg} at character {exc.pos}", param_hint="--args") from None
+        except (ValueError, RecursionError):
+            pass  # what the gateway's reader refuses, it says why below
+    arguments, problem = gateway_reading("{}" if text is None else text, tool)
+    if problem is not None:
+        raise click.BadParameter(f"{REFUSED_BEFORE_ANY_RULE}: {problem}",
+                                 param_hint="--args" if text is not None else "TOOL")
+    return arguments
 
 
 def _rule_shown(decision: Decision) -> str:
@@ -168,7 +180,7 @@ def _rule_shown(decision: Decision) -> str:
 @click.option("--config", "config_path", metavar="FILE",
               help="The gateway configuration: names the policy, and with it the floors are computed from the "
                    "upstreams' live catalogues and the pins in the state file.")
-@click.option("--agent", required=True, metavar="ID", help="The agent id the call comes from.")
+@click.option("--agent", required=True, metavar="ID", callback=agent_id, help="The agent id the call comes from.")
 @click.option("--args", "args_json", metavar="JSON", help="The call's arguments (a JSON object).")
 @click.option("--timeout", type=Seconds(min=0.1, max=600), default=CATALOGUE_TIMEOUT_SECONDS,
               show_default=True, help="Seconds to wait for the upstreams (with --config).")
@@ -227,11 +239,18 @@ def explain(
 def _table(path: Path) -> Table:
     """A table file, read strictly (``policy.expectations``); one that does not read is exit 1."""
     try:
-        return read_table(path.read_text(encoding="utf-8"), str(path))
+        table = read_table(path.read_text(encoding="utf-8"), str(path))
     except (OSError, UnicodeDecodeError) as exc:
         raise click.ClickException(f"{path}: cannot read the table: {exc}") from None
-    except TableError as exc:
+    except PolicyLoadError as exc:  # TableError, and any other located problem of the text
         raise click.ClickException(str(exc)) from None
+    for number, case in enumerate(table.cases, start=1):
+        # A case the gateway would refuse before any rule (a repeated key after case folding, an integer
+        # beyond 2^53, a name with a control character) would assert a decision no call ever gets.
+        _, problem = gateway_reading(json.dumps(case.arguments, ensure_ascii=False), case.tool)
+        if problem is not None:
+            raise click.ClickException(f"{path}:{case.line}: case {number}: {REFUSED_BEFORE_ANY_RULE}: {problem}")
+    return table
 
 
 @click.command(name="test")
@@ -254,6 +273,9 @@ def test(policy: str | None, files: tuple[Path, ...]) -> None:
     for path in files:
         table = _table(path)
         own = str(path.parent / table.policy) if table.policy is not None else None
+        if policy is None and own is None:  # test has no --config: the table names its policy
+            raise click.UsageError(f"{path}: the table has no `policy:` key (a path relative to the table); "
+                                   "add one, or give --policy DIR|FILE")
         store = _store(policy or own, None)
         for number, case in enumerate(table.cases, start=1):
             problem = _check_case(store, case)

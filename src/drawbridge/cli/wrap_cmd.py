@@ -84,6 +84,24 @@ def _service_name(_ctx: click.Context, _param: click.Parameter, value: str) -> s
     return value
 
 
+MAX_SERVER_ID_CHARS = 128
+
+
+def _server_id(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--server-id`` is written into every surface record and decision line: a line break, an escape
+    sequence or a blank in it would make a record read as something else, so only a printable word
+    of bounded length is taken."""
+    if value is None:
+        return None
+    if not value:
+        raise click.BadParameter("the server id is empty")
+    if len(value) > MAX_SERVER_ID_CHARS:
+        raise click.BadParameter(f"the server id is longer than {MAX_SERVER_ID_CHARS} characters")
+    if not value.isprintable() or any(char.isspace() for char in value):
+        raise click.BadParameter("the server id holds whitespace, a line break or a control or format character")
+    return value
+
+
 @click.command(
     name="wrap",
     context_settings={"help_option_names": ["-h", "--help"], "allow_interspersed_args": False},
@@ -110,7 +128,9 @@ def _service_name(_ctx: click.Context, _param: click.Parameter, value: str) -> s
 )
 @click.option(
     "--server-id",
-    help="The upstream's id in surface records (default: the server command's file name).",
+    callback=_server_id,
+    help="The upstream's id in surface records (default: the server command's file name); printable, "
+    f"without whitespace, at most {MAX_SERVER_ID_CHARS} characters.",
 )
 @click.option("--allow-all", "allow_everything", is_flag=True, help="Forward every tools/call (no policy).")
 @click.option(
@@ -275,10 +295,14 @@ def command(
     if shadow_policy is not None and (allow_everything or policy is None):
         what = "and --allow-all exclude each other" if allow_everything else "needs --policy"
         raise click.UsageError(f"--shadow-policy {what}: the shadow is decided beside an enforced policy")
-    if control_port is not None and policy is None:
-        raise click.UsageError("--control-port needs --policy (approvals come from human_approval rules)")
-    given = click.get_current_context().get_parameter_source("notify_format") is not ParameterSource.DEFAULT
-    if given and not notify_url_envs:
+    approval_only = {
+        "--control-port": control_port is not None, "--non-blocking-approvals": non_blocking_approvals,
+        "--approval-memory": approval_memory > 0, "--notify-url-env": bool(notify_url_envs),
+    }
+    if policy is None and (given := [name for name, used in approval_only.items() if used]):
+        raise click.UsageError(f"{given[0]} needs --policy (approvals come from human_approval rules)")
+    format_given = click.get_current_context().get_parameter_source("notify_format") is not ParameterSource.DEFAULT
+    if format_given and not notify_url_envs:
         raise click.UsageError("--notify-format needs --notify-url-env (the webhook it says what to post to)")
     if policy is None and not allow_everything:
         click.echo("drawbridge: no --policy given: every tools/call will be refused", err=True)

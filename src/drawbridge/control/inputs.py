@@ -21,7 +21,6 @@ The default ``by`` of a change is the caller's address (``caller``).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -31,7 +30,7 @@ import unicodedata
 
 from drawbridge.canonical import sanitize
 from drawbridge.canonical.text import UNSAFE_CATEGORIES
-from drawbridge.config_reader import AGENT_ID_CHARS
+from drawbridge.config_reader import AGENT_GLOB, AGENT_ID_CHARS
 from drawbridge.control.problems import Problem
 from drawbridge.control.services import JsonReader
 
@@ -110,13 +109,10 @@ def person(value: str | None, key: str) -> str | None:
     return value
 
 
-_AGENT_GLOB: Final = re.compile(r"[A-Za-z0-9._:@/*?\[\]^\\-]+")
-
-
 def agent_glob(value: str, key: str) -> str:
     """A glob over agent ids: the characters of an agent id (``config_reader.AGENT_ID``) and glob
     metacharacters only; a space, a line break or an escape character could match no agent."""
-    if not _AGENT_GLOB.fullmatch(value):
+    if not AGENT_GLOB.fullmatch(value):
         raise Problem(
             400, f"{key!r} is not a glob over agent ids: use only {AGENT_ID_CHARS} and the glob characters * ? [ ] ^ \\"
         )

@@ -85,7 +85,12 @@ def _case(node: Any, number: int, line: int, file: str) -> Case:
     arguments: dict[str, Any] = {}
     if "arguments" in node:
         where = value_line(node, "arguments")
-        value = json_value(node["arguments"], file, where)
+        try:  # a value no JSON holds (.nan, .inf, a non-string key) is the table's error, located
+            value = json_value(node["arguments"], file, where)
+        except TableError:
+            raise
+        except PolicyLoadError as exc:
+            raise TableError(exc.file, exc.line, exc.problem) from None
         if not isinstance(value, dict):
             raise TableError(file, where, f"`arguments` in {what} must be an object (a mapping), as a call's are")
         arguments = value

@@ -2,7 +2,8 @@
 
 Invariant: a ``ToolCall`` exists only for a request whose name and arguments read one way. The
 reading takes ``params.name``, ``params.arguments`` and ``params._meta`` and refuses what policy could
-misread: a name with control or format characters (``catalogue.names``), non-object arguments, a
+misread: a name with control or format characters (``catalogue.names``), non-object arguments
+(``null`` included: absent arguments are ``{}``, ``null`` would be forwarded as it is), a
 string anywhere in the call or its id that holds a lone surrogate (no evidence could digest it), a
 key that a case-insensitive parser would take for one of those members (``protocol.one_reading``).
 A refusal is a ``MessageError(INVALID_PARAMS)`` whose message never quotes an argument.
@@ -67,9 +68,9 @@ def parse_tool_call(message: Message, agent: str, session_version: str | None) -
     problem = tool_name_problem(name)
     if problem is not None:
         raise invalid(problem)
+    # Absent arguments are no arguments; ``null`` is not an object: decided on as ``{}`` it was forwarded
+    # as ``null``, so the call that ran was not the call decided.
     arguments = params.get("arguments", {})
-    if arguments is None:
-        arguments = {}
     if not isinstance(arguments, dict):
         raise invalid("tools/call params.arguments must be a JSON object")
     meta = params.get("_meta")
