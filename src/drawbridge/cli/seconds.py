@@ -20,10 +20,10 @@ class Seconds(click.FloatRange):
     name = "seconds"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
+        number = click.FLOAT.convert(value, param, ctx)  # finite first: inf is no number out of range
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number of seconds.", param, ctx)
-        return number
+        return super().convert(number, param, ctx)
 
 
 __all__ = ["Seconds"]
