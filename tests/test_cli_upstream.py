@@ -320,3 +320,17 @@ async def test_the_draft_never_allows_a_command_whose_flags_are_free(tmp_path: P
     assert tools == discovered
     for name in ("gitcli.show", "gitcli.fetch", "gitcli.describe", "gitcli.log"):
         assert (rows[name]["policy_action"], rows[name]["action"]) == ("human_approval", "human_approval"), name
+
+
+def test_an_argument_check_that_raises_denies_the_call() -> None:
+    """The route's check of what its upstream could run fails closed: a deny naming the exception's
+    type, never the call forwarded and never the exception's text (it may quote an argument)."""
+    from drawbridge.gateway.pipeline.floors import Route, refused_arguments
+    from drawbridge.policy.model import Action
+
+    def broken(arguments: Any) -> str | None:
+        raise KeyError(f"no {arguments['command']}")
+
+    verdict = refused_arguments(Route("git", "__dispatch", refusal=broken), "git.__dispatch", {"command": "s3cr3t"})
+    assert verdict is not None and verdict.action is Action.DENY
+    assert "KeyError" in verdict.reason and "s3cr3t" not in verdict.reason

@@ -58,6 +58,24 @@ def is_loopback_address(host: str) -> bool:
         return False
 
 
+def connectable_host(host: str) -> bool:
+    """Whether ``host`` can be connected to by name: an IP address, or a name IDNA encodes and decodes
+    again (no empty label, no label over 63 characters, no malformed ``xn--`` label). Checked when a
+    URL is read, so that such a host is refused in one line rather than failing every connection (or
+    ending in a traceback from the resolver's IDNA step)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return True
+    try:
+        host.encode("idna").decode("idna")
+    except UnicodeError:
+        return False
+    return True
+
+
 def allowed_hosts(listen: Reader) -> tuple[str, ...]:
     """``listen.allowed_hosts``, each entry checked and normalized (``HOST``, ``HOST:PORT`` or ``HOST:*``)."""
     entries = str_list(listen, "allowed_hosts")
@@ -79,4 +97,4 @@ def allowed_hosts(listen: Reader) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-__all__ = ["allowed_hosts", "is_loopback_address", "split_authority"]
+__all__ = ["allowed_hosts", "connectable_host", "is_loopback_address", "split_authority"]

@@ -12,7 +12,6 @@ them. A command that posts nothing (``discover``, the offline policy commands) d
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from urllib.parse import urlsplit
 
 from ruamel.yaml.comments import CommentedSeq
 
-from drawbridge.config_hosts import is_loopback_address
+from drawbridge.config_hosts import connectable_host, is_loopback_address
 from drawbridge.config_reader import ENV_NAME, Reader
 
 NOTIFY_FORMATS: Final = ("json", "slack")
@@ -45,22 +44,6 @@ class NotifyTarget:
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
 
 
-def _host_name(host: str) -> bool:
-    """Whether ``host`` can be connected to by name: an IP address, or a name IDNA encodes and decodes
-    again (no empty label, no malformed ``xn--`` label), which every POST to it would otherwise fail on."""
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    else:
-        return True
-    try:
-        host.encode("idna").decode("idna")
-    except UnicodeError:
-        return False
-    return True
-
-
 def _postable(url: str) -> bool:
     """Whether a POST may go to ``url``: https with a host, or http to a loopback host; the host a name
     or an address that can be connected to, the port (when given) 1-65535; no user information (a
@@ -72,7 +55,7 @@ def _postable(url: str) -> bool:
         host, port = parts.hostname, parts.port
     except ValueError:
         return False
-    if not host or not _host_name(host) or port == 0:
+    if not host or not connectable_host(host) or port == 0:
         return False
     if parts.username is not None or parts.password is not None:
         return False

@@ -27,7 +27,6 @@ hint for an authorization failure (which environment variable to set, never its 
 from __future__ import annotations
 
 import functools
-import ipaddress
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -40,6 +39,7 @@ import httpx
 
 from drawbridge.cli.output import EXIT_FAILED, EXIT_INPUT, FORMATS, display_text
 from drawbridge.config import ConfigError, ControlAccess, control_access
+from drawbridge.config_hosts import connectable_host
 from drawbridge.gateway.runtime.admin_token import AdminTokenProblem, read_token_file, token_file_for
 
 DEFAULT_URL: Final = "http://127.0.0.1:8788"
@@ -86,7 +86,7 @@ def _url_problem(url: str) -> str | None:
         _port = parts.port
     except ValueError:
         return "is not a valid URL (its host or port does not parse)"
-    if parts.hostname and _host_problem(parts.hostname):
+    if parts.hostname and not connectable_host(parts.hostname):
         return "has a host name that cannot be looked up (an empty label, a label over 63 characters, or a character IDNA refuses)"
     if parts.scheme not in ("http", "https") or not parts.hostname or not url.isprintable():
         return "must be an http:// or https:// URL with a host"
@@ -99,21 +99,6 @@ def _url_problem(url: str) -> str | None:
         # every route, and could hold what the user meant to keep out of the URL.
         return "must not have a path: give the control plane's address only (scheme, host and port)"
     return None
-
-
-def _host_problem(host: str) -> bool:
-    """Whether ``host`` would fail the IDNA encoding the resolver applies before connecting: found
-    when the URL is read, not as a traceback from the connection."""
-    try:
-        ipaddress.ip_address(host)
-        return False
-    except ValueError:
-        pass
-    try:
-        host.encode("idna")
-    except UnicodeError:
-        return True
-    return False
 
 
 DOT_SEGMENTS: Final = ("", ".", "..")

@@ -16,7 +16,7 @@ route's server are being checked; ``Floors.when_checked(route)`` waits for that 
 Before any floor, a route may refuse arguments its upstream could never run (``Route.refusal``: a CLI
 call whose subcommand is an option, ``--exec-path=...``, or that holds a shell metacharacter):
 ``refused_arguments`` makes that a deny by the gateway, so no policy is asked and no person is asked to
-approve a call that would be refused once approved.
+approve a call that would be refused once approved. A check that raises denies too (its type named).
 """
 
 from __future__ import annotations
@@ -117,7 +117,10 @@ def refused_arguments(route: Route, tool: str, arguments: Mapping[str, Any]) -> 
     """A deny by the gateway when the route's upstream could never run ``arguments`` (module docstring)."""
     if route.refusal is None:
         return None
-    problem = route.refusal(arguments)
+    try:
+        problem = route.refusal(arguments)
+    except Exception as exc:  # noqa: BLE001 -- a check that fails is a refusal, whatever it raised
+        problem = f"the arguments could not be checked ({type(exc).__name__})"
     if problem is None:
         return None
     reason = f"invalid arguments for {sanitize(tool)}: {problem}"

@@ -67,6 +67,7 @@ from drawbridge.gateway.protocol.methods import (
     INITIALIZE,
     INITIALIZED,
     LOG_MESSAGE,
+    NOT_EXACTLY_TOOLS_CALL,
     PING,
     PROGRESS,
     TOOLS_CALL,
@@ -254,9 +255,8 @@ class DownstreamSession:
         method = message.method
         assert method is not None
         if looks_like_tools_call(method):
-            detail = "method not found: the method is not exactly 'tools/call' and is refused"
-            await self.gateway.incident("invalid_message", "client", detail, METHOD_NOT_FOUND)
-            return error_response(message.id, METHOD_NOT_FOUND, detail)
+            await self.gateway.incident("invalid_message", "client", NOT_EXACTLY_TOOLS_CALL, METHOD_NOT_FOUND)
+            return error_response(message.id, METHOD_NOT_FOUND, NOT_EXACTLY_TOOLS_CALL)
         handler = self._handlers.get(method)
         if handler is None:
             return error_response(

@@ -10,8 +10,8 @@ the gateway hammer the issuer.
 Theory of operation. ``run`` fetches every issuer's keys at start and again every
 ``jwks_cache_seconds``, in the background; a request finds its key in a dict. Only a ``kid`` not in
 the set awaits a fetch (async, bounded by ``FETCH_TIMEOUT_SECONDS``). Fetch failures are logged with
-the URL fetched and the reason, and the keys held so far stay in use. A URL is shown as ``shown_url``
-makes it: scheme, host and path only, since a ``jwks_uri`` an issuer's metadata names may carry a user
+the URL fetched and the reason, and the keys held so far stay in use. A URL is shown as
+``http_link.safe_url`` makes it: scheme, host and path only, since a ``jwks_uri`` an issuer's metadata names may carry a user
 name, a password or a query key (the configured ones may not: ``config_oauth``).
 """
 
@@ -29,6 +29,7 @@ from jwt import PyJWK
 from jwt.exceptions import PyJWKError
 
 from drawbridge.config_oauth import IssuerConfig, OAuthConfig
+from drawbridge.gateway.upstreams.http_link import safe_url
 
 logger = logging.getLogger("drawbridge.gateway.oauth")
 
@@ -49,16 +50,6 @@ def metadata_urls(issuer: str) -> list[str]:
     rfc8414 = urlunsplit((parts.scheme, parts.netloc, f"/.well-known/oauth-authorization-server{path}", "", ""))
     oidc = urlunsplit((parts.scheme, parts.netloc, f"{path}/.well-known/openid-configuration", "", ""))
     return [rfc8414, oidc]
-
-
-def shown_url(url: str) -> str:
-    """``url`` as a log line may show it: without user name, password, query or fragment."""
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc.rpartition("@")[2]
-    except ValueError:
-        return "(a URL that does not parse)"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class IssuerKeys:
@@ -120,7 +111,7 @@ class IssuerKeys:
         document = await _get_json(client, self._jwks_uri)
         entries = document.get("keys")
         if not isinstance(entries, list):
-            raise KeysUnavailable(f"the key set at {shown_url(self._jwks_uri)} has no keys list")
+            raise KeysUnavailable(f"the key set at {safe_url(self._jwks_uri)} has no keys list")
         keys: dict[str | None, PyJWK] = {}
         for entry in entries:
             if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
@@ -145,16 +136,16 @@ class IssuerKeys:
                 problems.append(str(exc))
                 continue
             if metadata.get("issuer") != self.issuer.issuer:
-                raise KeysUnavailable(f"the metadata at {shown_url(url)} names another issuer")
+                raise KeysUnavailable(f"the metadata at {safe_url(url)} names another issuer")
             jwks_uri = metadata.get("jwks_uri")
             if not isinstance(jwks_uri, str) or urlsplit(jwks_uri).scheme not in ("https", "http"):
-                raise KeysUnavailable(f"the metadata at {shown_url(url)} has no usable jwks_uri")
+                raise KeysUnavailable(f"the metadata at {safe_url(url)} has no usable jwks_uri")
             return jwks_uri
         raise KeysUnavailable("; ".join(problems))
 
 
 async def _get_json(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
-    shown = shown_url(url)
+    shown = safe_url(url)
     try:
         response = await client.get(url, headers={"accept": "application/json"})
     except httpx.HTTPError as exc:
@@ -206,4 +197,4 @@ class KeyStore:
                 await self._client.aclose()
 
 
-__all__ = ["FETCH_TIMEOUT_SECONDS", "IssuerKeys", "KeyStore", "KeysUnavailable", "metadata_urls", "shown_url"]
+__all__ = ["FETCH_TIMEOUT_SECONDS", "IssuerKeys", "KeyStore", "KeysUnavailable", "metadata_urls"]

@@ -25,7 +25,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -47,14 +47,13 @@ GET_STREAM_MAX_FAILURES: Final = 2
 
 
 def safe_url(url: str) -> str:
-    """A URL for logs and errors: scheme, host, port and path; never userinfo or query."""
+    """A URL for logs and errors: scheme, host, port and path as written (an IPv6 host keeps its
+    brackets); never userinfo, query or fragment. Every URL the gateway names goes through here."""
     try:
         parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
     except ValueError:
         return "<unparsable url>"
-    return f"{parts.scheme}://{host}{port}{parts.path}"
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 class SseFramer:
