@@ -13,7 +13,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -24,6 +23,7 @@ from typing import Final
 
 import pytest
 from conftest import scaled
+from ports import free_port
 
 START_TIMEOUT: Final = scaled(60)
 """Seconds pg_ctl waits for the server to accept connections (a loaded machine is slow)."""
@@ -38,12 +38,6 @@ def _binary(name: str) -> str:
     if not candidates:
         pytest.fail(f"{name} is missing: install Debian's postgresql package (scripts/test does)")
     return candidates[-1]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -101,7 +95,7 @@ def postgres_cluster() -> Iterator[Cluster]:
     data = root / "data"
     if user is not None:
         os.chown(root, owner.pw_uid, owner.pw_gid)
-    cluster = Cluster(data, _free_port(), user)
+    cluster = Cluster(data, free_port(), user)
     done = cluster._run(
         _binary("initdb"), "-D", str(data), "-U", "drawbridge", "--auth=trust", "-E", "UTF8", "--no-sync",
         timeout=scaled(120),

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import FIXTURES, LEGACY_VERSION, PYTHON, SERVERS, child_env, eventually, scaled
+from ports import free_port
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -108,12 +109,6 @@ def stdio_params(config: Path, *args: str, env: dict[str, str] | None = None) ->
     """``drawbridge serve --config ... --stdio`` as an MCP client launches it."""
     argv = serve_argv(config, "--stdio", *args)
     return StdioServerParameters(command=argv[0], args=argv[1:], env=child_env(env))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
