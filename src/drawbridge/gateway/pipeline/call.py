@@ -79,6 +79,7 @@ from drawbridge.gateway.pipeline.guard import EvidenceGuard
 from drawbridge.gateway.pipeline.outcomes import Outcome, outcome_of_response
 from drawbridge.gateway.pipeline.rate_limits import RateLimiter
 from drawbridge.gateway.pipeline.records import CallRecord
+from drawbridge.gateway.pipeline.result_guards import GUARDED_OUTCOMES, GuardReport, ResultGuards
 from drawbridge.gateway.pipeline.tool_call import ToolCall, parse_tool_call, requested_tool_name
 from drawbridge.gateway.pipeline.upstream_answers import INPUT_REQUIRED_FOR_HANDSHAKE, rewritten
 from drawbridge.gateway.pipeline.verdicts import (
@@ -235,6 +236,8 @@ class Flight:
     """What the flight's decision awaits; cancelled when the flight is settled meanwhile."""
     handle: Any = None
     """The forwarder's own bookkeeping for this call (an upstream request, a queued line)."""
+    guarded: GuardReport | None = None
+    """What ``result_guards`` did to the answer, when it did something."""
 
     @property
     def request_id(self) -> Any:
@@ -256,6 +259,7 @@ class CallPipeline:
         approvals: ApprovalGate | None = None,
         call_timeout: float = DEFAULT_CALL_TIMEOUT_SECONDS,
         rate_limits: RateLimiter | None = None,
+        result_guards: ResultGuards | None = None,
         refuse_after_record_failure: bool = True,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -265,6 +269,7 @@ class CallPipeline:
         self.approvals = approvals
         self.call_timeout = call_timeout
         self.rate_limits = rate_limits
+        self.result_guards = result_guards
         self.refuse_after_record_failure = refuse_after_record_failure
         self.clock = clock
         policy_now = getattr(policy, "decide_now", None)
@@ -546,6 +551,9 @@ class CallPipeline:
         if refusal is not None:
             self._settle(flight, refusal.outcome, refusal.reason, None, GatewayResult(refusal_result(verdict, refusal, call)))
             return None
+        if self.result_guards is not None and (why := self.result_guards.task_refusal(call, flight.message.params)):
+            self._settle(flight, Outcome.INVALID, why, INVALID_PARAMS, GatewayError(INVALID_PARAMS, why))
+            return None
         problem = self.guard.admit(call)
         if problem is not None:
             detail = f"the call's record cannot be built: {problem}; it was not run"
@@ -595,6 +603,10 @@ class CallPipeline:
             assert error is not None
             code = INTERNAL_ERROR
             answer = GatewayError(code, error)  # no CallToolResult in it: never passed on
+        elif self.result_guards is not None and call is not None and outcome in GUARDED_OUTCOMES:
+            if (guarded := self.result_guards.answer(call, body)) is not None:
+                new_body, flight.guarded = guarded
+                answer = UpstreamAnswer(new_body, encode_line(new_body)[:-1])
         return self._settle(flight, outcome, error, code, answer)
 
     def unreadable(self, flight: Flight, detail: str) -> bool:
@@ -775,23 +787,12 @@ class CallPipeline:
             approval=verdict.approval if verdict is not None else None,
             forwarded=flight.forwarded,
             session_id=flight.replier.session_id,
+            result_guard=flight.guarded,
         )
 
 
 __all__ = [
-    "DEFAULT_CALL_TIMEOUT_SECONDS",
-    "INPUT_REQUIRED_FOR_HANDSHAKE",
-    "UNKNOWN_TOOL",
-    "WAIT",
-    "Answer",
-    "CallPipeline",
-    "CatalogueUnavailable",
-    "Flight",
-    "Forwarder",
-    "GatewayError",
-    "GatewayResult",
-    "Replier",
-    "Resolved",
-    "Resolver",
+    "DEFAULT_CALL_TIMEOUT_SECONDS", "INPUT_REQUIRED_FOR_HANDSHAKE", "UNKNOWN_TOOL", "WAIT", "Answer", "CallPipeline",
+    "CatalogueUnavailable", "Flight", "Forwarder", "GatewayError", "GatewayResult", "Replier", "Resolved", "Resolver",
     "UpstreamAnswer",
 ]
