@@ -27,10 +27,12 @@ from drawbridge.config_guards import ResultGuardRule
 from drawbridge.gateway.pipeline.outcomes import Outcome
 from drawbridge.gateway.pipeline.result_text import cut, redacted, result_size
 from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.protocol.tasks import created_task
 from drawbridge.policy.secret_patterns import BUILTIN, Detector
 
-GUARDED_OUTCOMES: Final = frozenset({Outcome.OK, Outcome.TOOL_ERROR})
-"""The answers that carry a ``CallToolResult`` (an ``isError`` one too)."""
+GUARDED_OUTCOMES: Final = frozenset({Outcome.OK, Outcome.TOOL_ERROR, Outcome.TASK_CREATED})
+"""The answers that carry a ``CallToolResult`` (an ``isError`` one too), and a task the upstream made
+unasked, whose result would come back past the guard (it is withheld)."""
 TASK_REFUSED: Final = (
     "invalid params: this tool's results are guarded (result_guards entry {index}), and a task's result "
     "would reach the agent past the guard; call it without 'task'"
@@ -45,7 +47,7 @@ class GuardReport:
     secrets: tuple[tuple[str, int], ...] = ()
     """(kind, how many), by kind: redacted, or the reason for a refusal."""
     refused: str | None = None
-    """``secret`` or ``size``: the result was withheld."""
+    """``secret``, ``size`` or ``task``: the result was withheld."""
     size: int | None = None
     """The result's bytes, when a size limit acted."""
     limit: int | None = None
@@ -59,6 +61,8 @@ class GuardReport:
             return f"refused:secret:{kinds}"
         if self.refused == "size":
             return f"refused:size:{self.size}>{self.limit}"
+        if self.refused == "task":
+            return "refused:task"
         parts = [f"redacted:{kinds}"] if kinds else []
         parts += [f"cut:{self.cut_bytes}"] if self.limit is not None else []
         return ",".join(parts)
@@ -79,8 +83,8 @@ class GuardReport:
         if self.refused == "secret":
             return [("refused", kind, count) for kind, count in self.secrets]
         out = [("redacted", kind, count) for kind, count in self.secrets]
-        if self.refused == "size":
-            out.append(("refused", "size", 1))
+        if self.refused in ("size", "task"):
+            out.append(("refused", str(self.refused), 1))
         elif self.limit is not None:
             out.append(("truncated", "size", 1))
         return out
@@ -129,6 +133,10 @@ class ResultGuards:
         rule = self.rule_for(agent, tool)
         if rule is None:
             return None
+        if created_task(result) is not None:
+            text = (f"the upstream answered with a task, whose result would reach the agent past result_guards "
+                    f"entry {rule.index}; it was withheld")
+            return _withheld({}, text), GuardReport(rule.index, refused="task")
         out: dict[str, Any] = dict(result)
         secrets: tuple[tuple[str, int], ...] = ()
         detectors = self._detectors[rule.index]

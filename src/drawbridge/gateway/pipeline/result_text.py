@@ -11,8 +11,10 @@ Theory of operation. A result's size is the bytes of what it carries: each text'
 blob's base64 characters, each other content item's compact JSON, and ``structuredContent``'s compact
 JSON. ``cut`` keeps content items in order while they fit, cuts the first text that does not (the
 rest is dropped), drops an item that cannot be cut (a blob), and drops ``structuredContent`` when it
-does not fit (a cut JSON would not match the tool's output schema); one notice at the end says what
-was cut, in the words the CLI upstream's ``max_output_bytes`` uses (``cut_notice``).
+does not fit (a cut JSON would not match the tool's output schema) and then marks the result
+``isError`` (a client refuses a success that lacks the structured content its tool's output schema
+declares, and would show the agent nothing); one notice at the end says what was cut, in the words
+the CLI upstream's ``max_output_bytes`` uses (``cut_notice``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from drawbridge.policy.secret_patterns import Detector
+from drawbridge.policy.secret_patterns import BUILTIN, Detector
 
 NOTICE_ROOM: Final = 512
 """The bytes a cut result keeps for the gateway's notice (``config_guards.MIN_MAX_BYTES`` is larger)."""
@@ -62,6 +64,11 @@ def redactor(detectors: Sequence[Detector], found: Counter[str]) -> Callable[[st
         return text
 
     return redact
+
+
+def redacted_text(text: str, detectors: Sequence[Detector] = BUILTIN) -> str:
+    """One string with every secret the detectors find replaced (nothing counted)."""
+    return redactor(detectors, Counter())(text)
 
 
 def _walk(value: Any, redact: Callable[[str], str], keep: frozenset[str] = frozenset()) -> Any:
@@ -186,8 +193,10 @@ def cut(result: Mapping[str, Any], max_bytes: int, size: int) -> tuple[dict[str,
         if not full and used + structured <= budget:
             out["structuredContent"] = result["structuredContent"]
             used += structured
-        else:
-            notes.append("structuredContent was dropped: a cut one would not match the tool's output schema")
+        else:  # a success without the structured content its output schema declares is refused by clients
+            out["isError"] = True
+            notes.append("structuredContent was dropped (a cut one would not match the tool's output schema), "
+                         "so the result is marked isError")
     more = size - used
     notice = cut_notice("result", max_bytes, more, "result_guards")
     if notes:
@@ -196,4 +205,4 @@ def cut(result: Mapping[str, Any], max_bytes: int, size: int) -> tuple[dict[str,
     return out, more
 
 
-__all__ = ["NOTICE_ROOM", "cut", "cut_notice", "redacted", "redactor", "result_size"]
+__all__ = ["NOTICE_ROOM", "cut", "cut_notice", "redacted", "redacted_text", "redactor", "result_size"]
