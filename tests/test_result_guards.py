@@ -20,9 +20,8 @@ import httpx
 import mcp_types as types
 import pytest
 from approval_support import decisions
-from conftest import ERAS, PYTHON, SERVERS, child_env, connect, scaled, wrap_argv, wrap_params
-from conftest import RawPipe
-from serve_support import Running, fields_of, http_client, http_gateway, serve_argv, write_config
+from conftest import ERAS, LEGACY_VERSION, PYTHON, SERVERS, RawPipe, child_env, connect, scaled, wrap_argv, wrap_params
+from serve_support import Running, fields_of, http_client, http_gateway, initialize_request, serve_argv, write_config
 
 from drawbridge.config import parse_config
 from drawbridge.config_guards import ResultGuardRule
@@ -330,3 +329,36 @@ async def test_a_guarded_tool_is_not_run_as_a_task_and_wrap_without_guards_relay
     assert GITHUB_TOKEN in json.dumps(plain)  # a tool no entry names passes as it came
     logged = log.read_text(encoding="utf-8")
     assert "guard=" not in logged and "tool=read_config" in logged
+
+
+def _answer(response: httpx.Response) -> dict[str, Any]:
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        (data,) = [line[5:] for line in response.text.splitlines() if line.startswith("data:") and line[5:].strip()]
+        return json.loads(data)
+    return response.json()
+
+
+async def test_serve_refuses_a_task_call_to_a_guarded_tool_and_no_task_is_created(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.log"
+    tasks.touch()
+    upstream = {"name": "tasking", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "tasking.py")],
+                "env": {"TASKING_LOG": str(tasks), "TASKING_RELEASE": str(tmp_path / "release")}}
+    config = write_config(tmp_path, [upstream], auth={"anonymous_agent": "guest"}, evidence_dir=str(tmp_path / "evidence"),
+                          result_guards=[{"tools": ["tasking.brew"], "redact_secrets": True}])
+    with http_gateway(config) as running:
+        assert running.url is not None
+        headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+        with httpx.Client(timeout=CALL_SECONDS) as http:
+            opened = http.post(running.url, headers=headers, json=initialize_request())
+            headers.update({"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": LEGACY_VERSION})
+            http.post(running.url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+            params = {"name": "tasking.brew", "arguments": {"what": "tea"}, "task": {"ttl": 60000}}
+            refused = _answer(http.post(running.url, headers=headers,
+                                        json={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}))
+            params["name"] = "tasking.steep"  # no entry names it: its task is created as before
+            created = _answer(http.post(running.url, headers=headers,
+                                        json={"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params}))
+    assert refused["error"]["code"] == -32602 and "result_guards entry 0" in refused["error"]["message"]
+    assert "task" in created["result"] and tasks.read_text(encoding="utf-8").split()[1::2] == ["steep"]
+    (brew,) = decisions(tmp_path / "evidence", "tasking.brew")
+    assert brew["outcome"] == "invalid" and brew["action"] == "allow"
