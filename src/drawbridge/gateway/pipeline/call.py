@@ -27,11 +27,10 @@ version, a ``Replier`` (the agent's side: how to ask it in-band, how to write an
 5. approval: ``approvals.gate.ApprovalGate`` for ``human_approval`` and for 2026-07-28 retries; when
    a person allowed the call, 3 and 4 run again and must ask the same question;
 6. forward: ``Forwarder.send``, once the evidence guard has checked that the call's record can be
-   built (``EvidenceGuard.admit``: what the record derives from the arguments is computed now), under
-   the call timeout (one watch task for every call: they share
-   the timeout, so their deadlines come in the order they were sent);
-7. settle: the upstream's answer (``answered``), its loss (``lost``), the timeout, or the agent's
-   cancellation (``cancel``) -- whoever comes first; the others find the flight settled;
+   built (``EvidenceGuard.admit``), under the call timeout (one watch task for every call: their
+   deadlines come in the order they were sent); a task call to a tool ``result_guards`` guards is refused;
+7. settle: the upstream's answer (``answered``; its result guarded, ``result_guards``), its loss (``lost``),
+   the timeout, or the agent's cancellation (``cancel``) -- whoever comes first; the others find it settled;
 8. record: one ``CallRecord`` through the ``EvidenceGuard``;
 9. answer: ``Replier.deliver``, or the return of ``call``.
 
