@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from drawbridge.config_reader import ConfigError
 from drawbridge.gateway.pipeline.result_guards import ResultGuards
 from drawbridge.gateway.pipeline.result_text import result_size
 from drawbridge.policy.globs import compile_glob
-from drawbridge.policy.secret_patterns import BUILTIN
+from drawbridge.policy.secret_patterns import BUILTIN, Detector, check_secret_regex
 
 pytestmark = pytest.mark.anyio
 
@@ -109,6 +110,18 @@ def test_secrets_are_redacted_in_structured_keys_and_values_resources_and_errors
     assert out["isError"] is True and dict(report.secrets) == {"aws_access_key_id": 1, "github_token": 2}
 
 
+def test_a_result_built_to_make_the_detectors_backtrack_is_scanned_in_bounded_time() -> None:
+    """Every detector's prefix, followed by what makes it try longest and fail, over and over."""
+    bait = ["-----BEGIN PRIVATE KEY-----" + "A" * 200 + "!", "xoxb-" + "1" * 20 + "-" + "a" * 300, "eyJ" + "a" * 5000,
+            "Bearer " + "a" * 5000 + "=" * 50 + "!", "https://" + "a" * 300 + ":" + "b" * 300, "ghp_" + "a" * 300,
+            "github_pat_" + "a" * 300, "AIza" + "a" * 40, "sk_live_" + "a" * 300]
+    text = " ".join(bait * 40)
+    started = time.monotonic()
+    guarded = guards(redact_secrets=True, secret_patterns=(Detector("acme", check_secret_regex("ACME-[0-9a-f]{32}")),))
+    guarded.apply("a", "t", text_result(text))
+    assert time.monotonic() - started < scaled(5.0)
+
+
 def test_refusing_a_secret_names_its_kind_never_its_value() -> None:
     guarded = guards(redact_secrets=True, on_secret="refuse").apply("a", "t", {"resultType": "complete", **text_result(AWS_KEY)})
     assert guarded is not None
@@ -170,6 +183,7 @@ def _config(entries: Any) -> Any:
     ([{"secret_patterns": {"k": "(a+)+b{1,2}"}}], "the pattern nests repetition"),
     ([{"secret_patterns": {"k": "KEY-[0-9]+"}}], "can match more than 4096 characters"),
     ([{"secret_patterns": {"k": "(a"}}], "the pattern is not valid"),
+    ([{"secret_patterns": {"k": "[a-z]{1,600}X"}}], "could try too many ways at each position"),
     ([{"secret_patterns": {"jwt": "JWT-[0-9]{8}"}}], "'jwt' is the name of a built-in detector"),
     ([{"secret_patterns": {"Bad Name": "X{2}"}}], "the name 'Bad Name' must match"),
 ])

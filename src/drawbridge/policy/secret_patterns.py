@@ -25,8 +25,9 @@ from drawbridge.policy.regexes import RegexError, check_regex, run_cost
 
 MAX_SECRET_CHARS: Final = 4096
 """The longest match an operator's pattern may allow."""
-MAX_STEPS_PER_POSITION: Final = 100_000
-"""What one start position of an operator's pattern may cost (``regexes`` steps)."""
+MAX_STEPS_PER_POSITION: Final = 256
+"""What one start position of an operator's pattern may cost (``regexes``' bound: a range ``{20,40}``
+costs 21, a fixed count ``{32}`` 1), so that a result of n characters costs some 256 n at most."""
 KIND_NAME: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
 """A detector's kind name: it is a log field and a metric label."""
 
@@ -55,7 +56,7 @@ BUILTIN: Final = (
         "github_token",
         r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{50,244})(?![A-Za-z0-9_])",
     ),
-    _detector("slack_token", r"(?<![A-Za-z0-9-])xox[abprs]-(?:[0-9]{6,16}-){1,3}[A-Za-z0-9-]{8,200}(?![A-Za-z0-9-])"),
+    _detector("slack_token", r"(?<![A-Za-z0-9-])xox[abprs]-[0-9]{6,16}-[A-Za-z0-9-]{8,250}(?![A-Za-z0-9-])"),
     _detector("stripe_live_key", r"(?<![A-Za-z0-9_])(?:sk|rk)_live_[A-Za-z0-9]{20,247}(?![A-Za-z0-9_])"),
     _detector("google_api_key", r"(?<![A-Za-z0-9_-])AIza[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"),
     _detector(
@@ -89,7 +90,10 @@ def check_secret_regex(pattern: str) -> re.Pattern[str]:
     if low == 0:
         raise RegexError("can match the empty string")
     if run_cost(pattern, MAX_SECRET_CHARS, False) > MAX_STEPS_PER_POSITION:
-        raise RegexError("could backtrack too much at each position of a result (fewer alternatives or shorter ranges)")
+        raise RegexError(
+            f"could try too many ways at each position of a result (more than {MAX_STEPS_PER_POSITION}; "
+            "use fewer alternatives or narrower ranges such as {20,40})"
+        )
     return compiled
 
 
