@@ -20,6 +20,7 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
+from mcp.shared.exceptions import MCPError
 from approval_support import decisions
 from conftest import ERAS, LEGACY_VERSION, PYTHON, SERVERS, RawPipe, child_env, connect, scaled, wrap_argv, wrap_params
 from serve_support import Running, fields_of, http_client, http_gateway, initialize_request, serve_argv, write_config
@@ -251,6 +252,8 @@ async def test_serve_redacts_and_cuts_what_tools_return(served: Running, tmp_pat
             log = await client.call_tool("leaky.dump_log", {"kib": 16})
             snapshot = await client.call_tool("leaky.snapshot", {"kib": 8})
             cli = await client.call_tool("env.run", {"args": ["LEAKED"]})
+            with pytest.raises(MCPError) as rejected:
+                await client.call_tool("leaky.rejected", {})
     text = _texts(config)
     assert "github: [drawbridge: redacted github_token]" in text and "aws: [drawbridge: redacted aws_access_key_id]" in text
     assert "acme: [drawbridge: redacted acme_key]" in text
@@ -267,6 +270,8 @@ async def test_serve_redacts_and_cuts_what_tools_return(served: Running, tmp_pat
     assert "1 content item(s) that cannot be cut" in _texts(snapshot)
     assert "[drawbridge: redacted github_token]" in _texts(cli) and cli.structured_content is not None
     assert cli.structured_content["stdout"] == "[drawbridge: redacted github_token]\n"
+    assert rejected.value.error.message == "upstream refused credential [drawbridge: redacted github_token]"
+    assert rejected.value.error.data == {"token": "[drawbridge: redacted github_token]"}
     for result in (config, account, broken, log, snapshot, cli):
         assert not any(secret in json.dumps(result.model_dump(mode="json")) for secret in SECRETS)
 
@@ -277,12 +282,13 @@ async def test_serve_redacts_and_cuts_what_tools_return(served: Running, tmp_pat
     size = 2 * 16384 + len('{"result":""}')  # the text, and again as the SDK's structured output
     assert recorded["leaky.dump_log"] == {"entry": 0, "size": size, "limit": 4096, "cut_bytes": size - len(kept.text.encode())}
     assert recorded["env.run"] is not None and recorded["env.run"]["secrets"] == {"github_token": 2}
+    assert recorded["leaky.rejected"] == {"entry": 1, "secrets": {"github_token": 2}}
     lines = {f["tool"]: f.get("guard") for f in fields_of(served.text(), "decision")}
     assert lines["leaky.read_config"] == "redacted:acme_key*2,aws_access_key_id*2,github_token*2"
     assert lines["leaky.dump_log"] == f"cut:{recorded['leaky.dump_log']['cut_bytes']}"
 
     metrics = httpx.get(served.control() + "/metrics", headers=served.control_headers(), timeout=CALL_SECONDS).text
-    assert 'drawbridge_result_guard_total{action="redacted",kind="github_token"} 8.0' in metrics
+    assert 'drawbridge_result_guard_total{action="redacted",kind="github_token"} 10.0' in metrics
     assert 'drawbridge_result_guard_total{action="truncated",kind="size"} 2.0' in metrics
     served.process.terminate()
     served.process.wait(scaled(10))

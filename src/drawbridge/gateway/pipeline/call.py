@@ -593,8 +593,11 @@ class CallPipeline:
         if flight.settled or not flight.forwarded:
             return False
         outcome, error, code = outcome_of_response(body)
-        answer: Answer = UpstreamAnswer(body, raw)
         call = flight.call
+        if self.result_guards is not None and call is not None and outcome in GUARDED_OUTCOMES:
+            if (guarded := self.result_guards.answer(call, body)) is not None:  # before any other rewrite
+                (body, flight.guarded), raw = guarded, encode_line(guarded[0])[:-1]
+        answer: Answer = UpstreamAnswer(body, raw)
         if call is not None and (changed := rewritten(body, outcome, error, call, flight.verdict, self.approvals)):
             outcome, error, code, new_body = changed  # ``upstream_answers``: the agent's era, an approval
             answer = GatewayError(INTERNAL_ERROR, str(error)) if new_body is None else UpstreamAnswer(new_body, encode_line(new_body)[:-1])
@@ -602,10 +605,6 @@ class CallPipeline:
             assert error is not None
             code = INTERNAL_ERROR
             answer = GatewayError(code, error)  # no CallToolResult in it: never passed on
-        elif self.result_guards is not None and call is not None and outcome in GUARDED_OUTCOMES:
-            if (guarded := self.result_guards.answer(call, body)) is not None:
-                new_body, flight.guarded = guarded
-                answer = UpstreamAnswer(new_body, encode_line(new_body)[:-1])
         return self._settle(flight, outcome, error, code, answer)
 
     def unreadable(self, flight: Flight, detail: str) -> bool:

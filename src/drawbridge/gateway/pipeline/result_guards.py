@@ -30,9 +30,10 @@ from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.protocol.tasks import created_task
 from drawbridge.policy.secret_patterns import BUILTIN, Detector
 
-GUARDED_OUTCOMES: Final = frozenset({Outcome.OK, Outcome.TOOL_ERROR, Outcome.TASK_CREATED})
-"""The answers that carry a ``CallToolResult`` (an ``isError`` one too), and a task the upstream made
-unasked, whose result would come back past the guard (it is withheld)."""
+GUARDED_OUTCOMES: Final = frozenset({Outcome.OK, Outcome.TOOL_ERROR, Outcome.TASK_CREATED, Outcome.UPSTREAM_ERROR})
+"""The answers that carry a ``CallToolResult`` (an ``isError`` one too); a task the upstream made
+unasked, whose result would come back past the guard (it is withheld); and a JSON-RPC error, whose
+message and data the upstream wrote too (redacted; never held to a size)."""
 TASK_REFUSED: Final = (
     "invalid params: this tool's results are guarded (result_guards entry {index}), and a task's result "
     "would reach the agent past the guard; call it without 'task'"
@@ -124,9 +125,29 @@ class ResultGuards:
         return None if rule is None else TASK_REFUSED.format(index=rule.index)
 
     def answer(self, call: ToolCall, body: Mapping[str, Any]) -> tuple[dict[str, Any], GuardReport] | None:
-        """The upstream's response with its result guarded, or None when it passes as it came."""
+        """The upstream's response with its result (or its error) guarded, or None when it passes as it came."""
+        if isinstance(body.get("error"), Mapping):
+            return self._error(call, body)
+        if not isinstance(body.get("result"), Mapping):
+            return None  # not an answer the agent gets (an internal error names the problem instead)
         guarded = self.apply(call.agent, call.tool, body["result"])
         return None if guarded is None else ({**body, "result": guarded[0]}, guarded[1])
+
+    def _error(self, call: ToolCall, body: Mapping[str, Any]) -> tuple[dict[str, Any], GuardReport] | None:
+        """A JSON-RPC error's message and data, redacted like a result (or withheld under ``refuse``)."""
+        rule = self.rule_for(call.agent, call.tool)
+        if rule is None or not self._detectors[rule.index]:
+            return None
+        error, found = redacted(body["error"], self._detectors[rule.index])
+        if not found:
+            return None
+        secrets = tuple(sorted(found.items()))
+        if rule.on_secret == "refuse":
+            kinds = ", ".join(kind for kind, _count in secrets)
+            error = {"code": error.get("code"), "message": f"the upstream's error was withheld: it held a secret ({kinds}); "
+                     f"result_guards entry {rule.index} refuses such results"}
+            return {**body, "error": error}, GuardReport(rule.index, secrets, refused="secret")
+        return {**body, "error": error}, GuardReport(rule.index, secrets)
 
     def apply(self, agent: str, tool: str, result: Mapping[str, Any]) -> tuple[dict[str, Any], GuardReport] | None:
         """The result as the agent gets it and what was done, or None when the guard left it as it came."""
