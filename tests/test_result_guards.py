@@ -283,6 +283,7 @@ async def test_serve_redacts_and_cuts_what_tools_return(served: Running, tmp_pat
     assert recorded["leaky.dump_log"] == {"entry": 0, "size": size, "limit": 4096, "cut_bytes": size - len(kept.text.encode())}
     assert recorded["env.run"] is not None and recorded["env.run"]["secrets"] == {"github_token": 2}
     assert recorded["leaky.rejected"] == {"entry": 1, "secrets": {"github_token": 2}}
+    assert "  result guards: 2 entries (secrets redacted, sizes capped on what tools return)" in served.text()
     lines = {f["tool"]: f.get("guard") for f in fields_of(served.text(), "decision")}
     assert lines["leaky.read_config"] == "redacted:acme_key*2,aws_access_key_id*2,github_token*2"
     assert lines["leaky.dump_log"] == f"cut:{recorded['leaky.dump_log']['cut_bytes']}"
@@ -339,6 +340,7 @@ async def test_a_guarded_tool_is_not_run_as_a_task_and_wrap_without_guards_relay
             await pipe.initialize()
             task = await pipe.request(2, "tools/call", {"name": "read_config", "arguments": {}, "task": {"ttl": 60000}})
             plain = await pipe.request(3, "tools/call", {"name": "account", "arguments": {}})
+            guarded = await pipe.request(4, "tools/call", {"name": "read_config", "arguments": {}})
         finally:
             assert process.stdin is not None
             await process.stdin.aclose()
@@ -347,8 +349,10 @@ async def test_a_guarded_tool_is_not_run_as_a_task_and_wrap_without_guards_relay
     assert task["error"]["code"] == -32602 and "result_guards entry 0" in task["error"]["message"]
     assert "call it without 'task'" in task["error"]["message"]
     assert GITHUB_TOKEN in json.dumps(plain)  # a tool no entry names passes as it came
-    logged = log.read_text(encoding="utf-8")
-    assert "guard=" not in logged and "tool=read_config" in logged
+    assert "[drawbridge: redacted github_token]" in json.dumps(guarded)
+    lines = {(f["tool"], f["outcome"]): f.get("guard") for f in fields_of(log.read_text(encoding="utf-8"), "decision")}
+    assert lines == {("read_config", "invalid"): None, ("account", "ok"): None,
+                     ("read_config", "ok"): "redacted:aws_access_key_id*2,github_token*2"}
 
 
 def _answer(response: httpx.Response) -> dict[str, Any]:
