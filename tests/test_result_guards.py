@@ -1,5 +1,5 @@
 """``result_guards``: secrets redacted from tool results and results held to a size, under serve (both
-eras; an MCP and a CLI upstream) and wrap, through the official ``mcp`` SDK client; what is recorded
+eras; MCP, OpenAPI and CLI upstreams) and wrap, through the official ``mcp`` SDK client; what is recorded
 of it (the trace's ``result_guard``, the decision line's ``guard``, ``drawbridge_result_guard_total``)
 and that no secret reaches the evidence, the state or the logs; the configuration's errors.
 
@@ -20,8 +20,9 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
-from mcp.shared.exceptions import MCPError
 from approval_support import decisions
+from mcp.shared.exceptions import MCPError
+from openapi_support import items_entry, openapi_backend
 from conftest import ERAS, LEGACY_VERSION, PYTHON, SERVERS, RawPipe, child_env, connect, scaled, wrap_argv, wrap_params
 from serve_support import Running, fields_of, http_client, http_gateway, initialize_request, serve_argv, write_config
 
@@ -386,3 +387,22 @@ async def test_serve_refuses_a_task_call_to_a_guarded_tool_and_no_task_is_create
     assert "task" in created["result"] and tasks.read_text(encoding="utf-8").split()[1::2] == ["steep"]
     (brew,) = decisions(tmp_path / "evidence", "tasking.brew")
     assert brew["outcome"] == "invalid" and brew["action"] == "allow"
+
+
+async def test_an_openapi_upstream_s_answers_are_guarded_the_same_way(tmp_path: Path) -> None:
+    with openapi_backend() as backend:
+        config = write_config(tmp_path, [], openapi=[items_entry(backend)], evidence_dir=str(tmp_path / "evidence"),
+                              auth={"anonymous_agent": "guest"},
+                              result_guards=[{"tools": ["items.*"], "redact_secrets": True, "max_bytes": 1024}])
+        with http_gateway(config) as running:
+            assert running.url is not None
+            async with http_client(running.url) as client:
+                with anyio.fail_after(CALL_SECONDS):
+                    echoed = await client.call_tool("items.get_echo", {"text": GITHUB_TOKEN})
+                    big = await client.call_tool("items.get_big", {})
+    assert "/api/echo/[drawbridge: redacted github_token]" in _texts(echoed) and GITHUB_TOKEN not in _texts(echoed)
+    assert _texts(big).endswith("[drawbridge: result cut at 1024 bytes (result_guards); 2488 more bytes were not shown]")
+    assert len(_texts(big).split("\n")[0].encode()) <= 1024
+    recorded = {d["tool"]: d.get("result_guard") for d in decisions(tmp_path / "evidence")}
+    assert recorded == {"items.get_echo": {"entry": 0, "secrets": {"github_token": 2}},  # text and structured
+                        "items.get_big": {"entry": 0, "size": 3000, "limit": 1024, "cut_bytes": 2488}}
