@@ -3,9 +3,10 @@ result is redacted of secrets and held to a size (``config_guards`` reads the en
 
 Invariant: with guards configured, no ``CallToolResult`` of a guarded call reaches the agent but
 through ``ResultGuards.apply``: the pipeline applies it to every answer a forwarded call gets
-(``CallPipeline.answered``: MCP, OpenAPI and CLI upstreams, wrap and serve, both eras), and a call
-that asks to run as a task, whose result would come back by ``tasks/result`` past this stage, is
-refused before it is forwarded (``task_refusal``). What is recorded of a guard's work
+(``CallPipeline.answered``: MCP, OpenAPI and CLI upstreams, wrap and serve, both eras; a JSON-RPC
+error's message and data are redacted alike), and a call that asks to run as a task, whose result
+would come back by ``tasks/result`` past this stage, is refused before it is forwarded
+(``task_refusal``); a task the upstream made unasked is withheld. What is recorded of a guard's work
 (``GuardReport``) names the entry, the kinds and counts of secrets, and byte counts: never a secret,
 nor anything derived from one.
 
