@@ -199,6 +199,9 @@ def test_the_documented_full_example_is_a_valid_configuration(tmp_path: Path) ->
     assert agents["ci-bot"] == hashlib.sha256(b"replace-me-ci-token").hexdigest()
     assert agents["claude-code"] == hashlib.sha256(b"claude-example-0123456789").hexdigest()
     assert config.anonymous_agent == "guest" and config.listen_port == 8787
+    assert config.result_guards is not None
+    (guard,) = config.result_guards
+    assert (guard.max_bytes, guard.redact_secrets, [d.kind for d in guard.secret_patterns]) == (65536, True, ["acme_key"])
     # Every key the loader accepts appears in the example.
     for key in (
         "upstreams:", "name:", "transport:", "command:", "args:", "env:", "cwd:", "url:", "headers_env:",
@@ -211,7 +214,8 @@ def test_the_documented_full_example_is_a_valid_configuration(tmp_path: Path) ->
         "allow_private:", "cli_tools:", "bin:", "working_dir:", "commands:", "allowed_args:", "strict:",
         "default_action:", "max_output_bytes:", "bare:", "telemetry:", "endpoint:", "protocol:",
         "service_name:", "checkpoints:", "every_lines:", "every_seconds:", "keys_dir:", "origin:",
-        "notify:", "url_env:", "format:", "console_url:",
+        "notify:", "url_env:", "format:", "console_url:", "result_guards:", "tools:", "max_bytes:",
+        "on_oversize:", "redact_secrets:", "secret_patterns:", "on_secret:",
     ):
         assert key in blocks[0], key
     assert "SEARCH_AUTHORIZATION" in secret_env_names(config)

@@ -53,6 +53,7 @@ from drawbridge.config_limits import (
     MAX_SESSIONS_PER_AGENT,
     limits_section,
 )
+from drawbridge.config_guards import ResultGuardRule, result_guards_section
 from drawbridge.config_rates import RateLimits, rate_limits_section
 from drawbridge.config_state import SharedState, state_env_names, state_file, state_section
 from drawbridge.config_hosts import allowed_hosts as _allowed_hosts
@@ -166,6 +167,8 @@ class GatewayConfig:
     shared_state: SharedState | None = None
     """State on PostgreSQL shared by replicas (``state``, ``replica``); None: the SQLite ``state_path``."""
     rate_limits: RateLimits | None = None
+    result_guards: tuple[ResultGuardRule, ...] | None = None
+    """``result_guards``: None when absent (results pass as they come)."""
     credential_env: frozenset[str] = frozenset()
     """Every variable the file reads a credential from (tokens, headers, state URL, key rings): never a
     child's unless a stdio upstream's own ``env`` sets it (``runtime.settings.secret_env_names``)."""
@@ -235,7 +238,7 @@ _TOP_KEYS = {
     "upstreams", "policy_dir", "policy_file", "shadow_policy_dir", "shadow_policy_file", "evidence_dir",
     "state_path", "fsync", "listen", "control", "auth", "limits", "tool_decision_truth", "pin_tools",
     "hide_denied_tools", "approval", "openapi", "cli_tools", "checkpoints", "telemetry", "state", "replica",
-    "rate_limits",
+    "rate_limits", "result_guards",
 }
 
 
@@ -412,6 +415,7 @@ def parse_config(
         telemetry_service_name=service_name,
         shared_state=shared_state,
         rate_limits=rate_limits_section(top),
+        result_guards=result_guards_section(top),
         credential_env=token_env_names(top) | state_env_names(top) | notify_env_names(top)
         | {n for h in headers for n in h.values()},
     )

@@ -64,6 +64,10 @@ def print_summary(
         shadow = runtime.shadow_tally.store
         say(f"  shadow policy: {len(shadow.current.policies)} from {shadow.path} (reported, never enforced)",
             shadow_policy=str(shadow.path), shadow_policies=len(shadow.current.policies))
+    guards = runtime.settings.result_guards
+    if guards is not None:
+        say(f"  result guards: {len(guards.rules)} entries (secrets redacted, sizes capped on what tools return)",
+            result_guards=len(guards.rules))
     evidence = runtime.settings.evidence_dir
     say(f"  evidence: {evidence if evidence is not None else 'none (no trace is written)'}", evidence_dir=evidence)
     if mcp_url is not None:

@@ -57,6 +57,8 @@ from click.core import ParameterSource
 from drawbridge.cli.log_format import announce, configure_logging, log_format_option, startup_failed
 from drawbridge.cli.output import EXIT_INPUT, agent_id
 from drawbridge.cli.seconds import Seconds
+from drawbridge.config_guards import load_result_guards
+from drawbridge.config_reader import ConfigError
 from drawbridge.config_secrets import TOKEN_RULE, is_token
 from drawbridge.gateway.protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_UPSTREAM_MESSAGE_BYTES
 from drawbridge.gateway.recording.cadence import EVERY_LINES, EVERY_SECONDS
@@ -220,6 +222,14 @@ def _server_id(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     "(drawbridge pins accept).",
 )
 @click.option(
+    "--result-guards",
+    "result_guards_file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="A YAML file holding a result_guards list (docs/configuration.md): secrets redacted from tool "
+    "results, and results held to a size.",
+)
+@click.option(
     "--checkpoint-every-lines",
     type=click.IntRange(min=1),
     default=EVERY_LINES,
@@ -272,6 +282,7 @@ def command(
     state_path: str | None,
     control_port: int | None,
     pin_tools: bool,
+    result_guards_file: str | None,
     checkpoint_every_lines: int,
     checkpoint_every_seconds: float,
     keys_dir: str | None,
@@ -306,6 +317,13 @@ def command(
         raise click.UsageError("--notify-format needs --notify-url-env (the webhook it says what to post to)")
     if policy is None and not allow_everything:
         click.echo("drawbridge: no --policy given: every tools/call will be refused", err=True)
+    result_guards = None
+    if result_guards_file is not None:
+        try:
+            result_guards = load_result_guards(result_guards_file)
+        except ConfigError as exc:
+            startup_failed(f"drawbridge: {exc}")
+            sys.exit(EXIT_INPUT)
     label = server_id or os.path.basename(server_command[0]) or "upstream"
     header_names = _telemetry_header_names(otlp_endpoint, otlp_headers)
     notify = _notify_targets(notify_url_envs, notify_format)
@@ -355,6 +373,7 @@ def command(
             checkpoints=CheckpointSettings(checkpoint_every_lines, checkpoint_every_seconds),
             keys_dir=keys_dir,
             telemetry=telemetry,
+            result_guards=result_guards,
         )
         config = RelayConfig(
             agent=agent,

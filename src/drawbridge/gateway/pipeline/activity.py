@@ -40,6 +40,8 @@ def log_decision(record: CallRecord) -> None:
         how = record.approval.get("how")
         if how is not None:
             fields["approval"] = sanitize(str(how))
+    if record.result_guard is not None:  # kinds, counts and bytes only, never a secret
+        fields["guard"] = record.result_guard.log_field()
     ACTIVITY.info("%s", "decision", extra={"activity": {"event": "decision", **fields}})
 
 

@@ -27,11 +27,10 @@ version, a ``Replier`` (the agent's side: how to ask it in-band, how to write an
 5. approval: ``approvals.gate.ApprovalGate`` for ``human_approval`` and for 2026-07-28 retries; when
    a person allowed the call, 3 and 4 run again and must ask the same question;
 6. forward: ``Forwarder.send``, once the evidence guard has checked that the call's record can be
-   built (``EvidenceGuard.admit``: what the record derives from the arguments is computed now), under
-   the call timeout (one watch task for every call: they share
-   the timeout, so their deadlines come in the order they were sent);
-7. settle: the upstream's answer (``answered``), its loss (``lost``), the timeout, or the agent's
-   cancellation (``cancel``) -- whoever comes first; the others find the flight settled;
+   built (``EvidenceGuard.admit``), under the call timeout (one watch task for every call: their
+   deadlines come in the order they were sent); a task call to a tool ``result_guards`` guards is refused;
+7. settle: the upstream's answer (``answered``; its result guarded, ``result_guards``), its loss (``lost``),
+   the timeout, or the agent's cancellation (``cancel``) -- whoever comes first; the others find it settled;
 8. record: one ``CallRecord`` through the ``EvidenceGuard``;
 9. answer: ``Replier.deliver``, or the return of ``call``.
 
@@ -79,6 +78,7 @@ from drawbridge.gateway.pipeline.guard import EvidenceGuard
 from drawbridge.gateway.pipeline.outcomes import Outcome, outcome_of_response
 from drawbridge.gateway.pipeline.rate_limits import RateLimiter
 from drawbridge.gateway.pipeline.records import CallRecord
+from drawbridge.gateway.pipeline.result_guards import GUARDED_OUTCOMES, GuardReport, ResultGuards
 from drawbridge.gateway.pipeline.tool_call import ToolCall, parse_tool_call, requested_tool_name
 from drawbridge.gateway.pipeline.upstream_answers import INPUT_REQUIRED_FOR_HANDSHAKE, rewritten
 from drawbridge.gateway.pipeline.verdicts import (
@@ -235,6 +235,8 @@ class Flight:
     """What the flight's decision awaits; cancelled when the flight is settled meanwhile."""
     handle: Any = None
     """The forwarder's own bookkeeping for this call (an upstream request, a queued line)."""
+    guarded: GuardReport | None = None
+    """What ``result_guards`` did to the answer, when it did something."""
 
     @property
     def request_id(self) -> Any:
@@ -256,6 +258,7 @@ class CallPipeline:
         approvals: ApprovalGate | None = None,
         call_timeout: float = DEFAULT_CALL_TIMEOUT_SECONDS,
         rate_limits: RateLimiter | None = None,
+        result_guards: ResultGuards | None = None,
         refuse_after_record_failure: bool = True,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -265,6 +268,7 @@ class CallPipeline:
         self.approvals = approvals
         self.call_timeout = call_timeout
         self.rate_limits = rate_limits
+        self.result_guards = result_guards
         self.refuse_after_record_failure = refuse_after_record_failure
         self.clock = clock
         policy_now = getattr(policy, "decide_now", None)
@@ -546,6 +550,9 @@ class CallPipeline:
         if refusal is not None:
             self._settle(flight, refusal.outcome, refusal.reason, None, GatewayResult(refusal_result(verdict, refusal, call)))
             return None
+        if self.result_guards is not None and (why := self.result_guards.task_refusal(call, flight.message.params)):
+            self._settle(flight, Outcome.INVALID, why, INVALID_PARAMS, GatewayError(INVALID_PARAMS, why))
+            return None
         problem = self.guard.admit(call)
         if problem is not None:
             detail = f"the call's record cannot be built: {problem}; it was not run"
@@ -586,8 +593,11 @@ class CallPipeline:
         if flight.settled or not flight.forwarded:
             return False
         outcome, error, code = outcome_of_response(body)
-        answer: Answer = UpstreamAnswer(body, raw)
         call = flight.call
+        if self.result_guards is not None and call is not None and outcome in GUARDED_OUTCOMES:
+            if (guarded := self.result_guards.answer(call, body)) is not None:  # before any other rewrite
+                (body, flight.guarded), raw = guarded, encode_line(guarded[0])[:-1]
+        answer: Answer = UpstreamAnswer(body, raw)
         if call is not None and (changed := rewritten(body, outcome, error, call, flight.verdict, self.approvals)):
             outcome, error, code, new_body = changed  # ``upstream_answers``: the agent's era, an approval
             answer = GatewayError(INTERNAL_ERROR, str(error)) if new_body is None else UpstreamAnswer(new_body, encode_line(new_body)[:-1])
@@ -775,23 +785,12 @@ class CallPipeline:
             approval=verdict.approval if verdict is not None else None,
             forwarded=flight.forwarded,
             session_id=flight.replier.session_id,
+            result_guard=flight.guarded,
         )
 
 
 __all__ = [
-    "DEFAULT_CALL_TIMEOUT_SECONDS",
-    "INPUT_REQUIRED_FOR_HANDSHAKE",
-    "UNKNOWN_TOOL",
-    "WAIT",
-    "Answer",
-    "CallPipeline",
-    "CatalogueUnavailable",
-    "Flight",
-    "Forwarder",
-    "GatewayError",
-    "GatewayResult",
-    "Replier",
-    "Resolved",
-    "Resolver",
+    "DEFAULT_CALL_TIMEOUT_SECONDS", "INPUT_REQUIRED_FOR_HANDSHAKE", "UNKNOWN_TOOL", "WAIT", "Answer", "CallPipeline",
+    "CatalogueUnavailable", "Flight", "Forwarder", "GatewayError", "GatewayResult", "Replier", "Resolved", "Resolver",
     "UpstreamAnswer",
 ]

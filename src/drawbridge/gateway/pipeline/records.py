@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from drawbridge.gateway.pipeline.outcomes import Outcome
+from drawbridge.gateway.pipeline.result_guards import GuardReport
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.pipeline.verdicts import Provenance
 from drawbridge.gateway.protocol.jsonrpc import RequestId
@@ -50,6 +51,9 @@ class CallRecord:
     session_id: str | None = None
     """The 2025-11-25 HTTP session (``Mcp-Session-Id``) the call came in, for telemetry's
     ``mcp.session.id``; None where no session id exists (stdio, 2026-07-28). Not written to a record."""
+    result_guard: GuardReport | None = None
+    """What ``result_guards`` did to the result (kinds and counts, bytes; never a secret): the trace
+    entry's ``result_guard``, the decision line's ``guard``, the metrics; never in an Assay record."""
 
 
 @dataclass(frozen=True, slots=True)

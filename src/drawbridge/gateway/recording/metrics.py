@@ -75,6 +75,8 @@ class GatewayMetrics:
         self.evidence_broken: Callable[[], bool] | None = None
         self.shadow_calls: dict[tuple[str, str], int] | None = None
         """With a shadow policy: calls by the enforced policy's action and the shadow's."""
+        self.result_guard: dict[tuple[str, str], int] = {}
+        """What ``result_guards`` did, by action and kind (a detector's name, ``size``): operator-chosen names."""
 
     def observe_batch(self, events: Sequence[Any]) -> None:
         """Count the calls of one written batch (an ``EvidenceGuard`` batch observer)."""
@@ -89,6 +91,9 @@ class GatewayMetrics:
         if shadow is not None and self.shadow_calls is not None:
             pair = (shadow.policy_action.value, shadow.shown)
             self.shadow_calls[pair] = self.shadow_calls.get(pair, 0) + 1
+        if record.result_guard is not None:
+            for action, kind, count in record.result_guard.counts():
+                self.result_guard[(action, kind)] = self.result_guard.get((action, kind), 0) + count
         if record.decision_ms is not None:
             self._decision.observe(record.decision_ms / 1000.0)
             if record.forwarded:
@@ -129,6 +134,14 @@ class GatewayMetrics:
             for (action, shadow_action), count in sorted(self.shadow_calls.items()):
                 shadow.add_metric((action, shadow_action), count)
             yield shadow
+        if self.result_guard:
+            guard = CounterMetricFamily(
+                "drawbridge_result_guard", "What result_guards did to tool results: secrets redacted or refused "
+                "by kind, results truncated or refused by size", labels=("action", "kind"),
+            )
+            for (action, kind), count in sorted(self.result_guard.items()):
+                guard.add_metric((action, kind), count)
+            yield guard
         for key, (name, documentation) in HISTOGRAMS.items():
             buckets = self.histograms[key]
             yield HistogramMetricFamily(name, documentation, buckets=buckets.cumulative(floatToGoString), sum_value=buckets.sum)

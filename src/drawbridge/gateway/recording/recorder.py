@@ -297,6 +297,7 @@ class EvidenceRecorder(Durability):
         body.update({"policy_set_digest": provenance.policy_set} if provenance and provenance.policy_set else ())
         body.update({"approval": dict(record.approval)} if record.approval is not None else ())
         body.update({"observed_read": dict(observed)} if observed is not None else ())
+        body.update({"result_guard": record.result_guard.trace_body()} if record.result_guard is not None else ())
         return body
 
     def _trace_body_bytes(
@@ -306,7 +307,7 @@ class EvidenceRecorder(Durability):
         from call to call, so the JCS text around the four that change is rendered once per such
         combination (a bounded cache) and the four are filled in."""
         replica = self._trace.replica if self._trace is not None else None
-        if record.approval is not None or observed is not None:  # rare, and nested objects: the general route
+        if record.approval is not None or observed is not None or record.result_guard is not None:  # rare: the general route
             return Canonical(canonical_bytes(self._trace_body(record, digest, evidence, observed, replica)))
         key = (record.agent, record.tool, record.action, record.provenance, record.reason, record.outcome,
                record.error, record.error_code, record.protocol_version)

@@ -377,6 +377,7 @@ class Runtime:
             pipeline = CallPipeline(
                 policy=policy, guard=guard, floors=Floors(pins), approvals=gate, call_timeout=settings.call_timeout,
                 rate_limits=rate_limiter(settings.rate_limits, state_db),
+                result_guards=settings.result_guards,
             )
         except BaseException:
             _close(recorder, state_db, temp_dir, checkpointer, telemetry)

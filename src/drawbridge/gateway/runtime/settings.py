@@ -17,10 +17,12 @@ from drawbridge.approval.memory import MemoryConfig
 from drawbridge.catalogue.names import split_namespaced
 from drawbridge.config import GatewayConfig
 from drawbridge.config_notify import NotifyTarget
+from drawbridge.config_guards import ResultGuardRule
 from drawbridge.config_rates import RateLimits
 from drawbridge.config_state import SharedState
 from drawbridge.gateway.pipeline.approvals.gate import ApprovalSettings
 from drawbridge.gateway.pipeline.call import DEFAULT_CALL_TIMEOUT_SECONDS
+from drawbridge.gateway.pipeline.result_guards import ResultGuards
 from drawbridge.gateway.recording.checkpoints import CheckpointSettings
 from drawbridge.gateway.recording.telemetry import SERVE_LAST_EXPORT_SECONDS, TelemetrySettings
 from drawbridge.gateway.recording.truth_key import ALL_NAMES as TRUTH_KEY_NAMES
@@ -78,6 +80,8 @@ class RuntimeSettings:
     shared_state: SharedState | None = None
     """State on PostgreSQL shared with other replicas (``state``, ``replica``); None: ``state_path``."""
     rate_limits: RateLimits | None = None
+    result_guards: ResultGuards | None = None
+    """``result_guards`` (serve's file, ``wrap --result-guards``); None: results pass as they come."""
 
     @classmethod
     def from_config(cls, config: GatewayConfig, *, control_open: bool, network_transport: str = "tcp") -> RuntimeSettings:
@@ -109,6 +113,7 @@ class RuntimeSettings:
             network_transport=network_transport,
             shared_state=config.shared_state,
             rate_limits=config.rate_limits,
+            result_guards=ResultGuards.of(config.result_guards),
         )
 
     @classmethod
@@ -135,6 +140,7 @@ class RuntimeSettings:
         telemetry: TelemetrySettings | None = None,
         shadow_policy: str | None = None,
         notify: tuple[NotifyTarget, ...] = (),
+        result_guards: tuple[ResultGuardRule, ...] | None = None,
     ) -> RuntimeSettings:
         """wrap's settings, from its flags. The state file is ``--state``, else ``drawbridge.db`` inside
         the evidence directory, else a temporary file."""
@@ -167,6 +173,7 @@ class RuntimeSettings:
             checkpoints=checkpoints or CheckpointSettings(),
             keys_dir=keys_dir,
             telemetry=telemetry,
+            result_guards=ResultGuards.of(result_guards),
         )
 
 

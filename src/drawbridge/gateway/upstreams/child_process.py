@@ -31,6 +31,7 @@ import anyio
 
 from drawbridge.activity_log import activity
 from drawbridge.canonical import sanitize
+from drawbridge.gateway.pipeline.result_text import redacted_text
 from drawbridge.gateway.protocol.jsonrpc import LineFramer, Oversize
 from drawbridge.gateway.upstreams.child_spawn import EnvFilter, SpawnedChild, spawn_child
 from drawbridge.gateway.upstreams.pipes import FdReceiveStream
@@ -59,13 +60,15 @@ async def _pipe_writer(fd: int) -> asyncio.StreamWriter:
 
 def relay_stderr(fd: int, label: str) -> None:
     """Relay the child's stderr, line by line, as log lines naming the upstream (``upstream_stderr``),
-    in a thread of its own that ends with the child's stderr; it owns ``fd``. Not on any call's path."""
+    in a thread of its own that ends with the child's stderr; it owns ``fd``. Not on any call's path.
+    A secret the built-in detectors find (an upstream that logs the credential it failed with) is
+    redacted as ``result_guards`` redacts it: a log line never carries one."""
 
     def relay() -> None:
         with open(fd, "rb") as lines:
             for raw in lines:
                 line = raw.rstrip(b"\r\n").decode("utf-8", "replace")[:STDERR_LINE_CAP]
-                activity("upstream_stderr", {"upstream": label, "line": sanitize(line)})
+                activity("upstream_stderr", {"upstream": label, "line": sanitize(redacted_text(line))})
 
     threading.Thread(target=relay, name=f"drawbridge-stderr-{label}", daemon=True).start()
 

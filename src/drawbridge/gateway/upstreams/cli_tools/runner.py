@@ -31,6 +31,8 @@ from typing import Any, Final
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
+from drawbridge.gateway.pipeline.result_text import cut_notice
+
 DEFAULT_LANG: Final = "C.UTF-8"
 READ_CHUNK: Final = 65536
 REAPER: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
@@ -192,10 +194,7 @@ async def _supervise(process: Process, stdin: bytes | None, timeout: float, max_
 def _text(name: str, captured: Captured, limit: int) -> str:
     text = captured.data.decode("utf-8", errors="replace")
     if captured.cut:
-        text += (
-            f"\n[drawbridge: {name} cut at {limit} bytes (max_output_bytes); "
-            f"{captured.total - len(captured.data)} more bytes were not shown]"
-        )
+        text += "\n" + cut_notice(name, limit, captured.total - len(captured.data), "max_output_bytes")
     return text
 
 

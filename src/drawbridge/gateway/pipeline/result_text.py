@@ -1,0 +1,208 @@
+"""What ``result_guards`` does to a ``CallToolResult``: replace secrets, measure it, cut it to a size.
+
+Invariant: a secret found is replaced by ``[drawbridge: redacted <kind>]`` wherever the agent could
+read it -- every string of the result (content items' text, an embedded resource's text and URI,
+``structuredContent`` keys and values, ``_meta``), except the base64 of an image, an audio clip or a
+resource blob -- and nothing here ever returns or counts the secret itself, only its kind. A cut
+result is never longer than its limit, counting the gateway's own notice, and a text is never cut
+inside a UTF-8 character.
+
+Theory of operation. A result's size is the bytes of what it carries: each text's UTF-8 bytes, each
+blob's base64 characters, each other content item's compact JSON, and ``structuredContent``'s compact
+JSON. ``cut`` keeps content items in order while they fit, cuts the first text that does not (the
+rest is dropped), drops an item that cannot be cut (a blob), and drops ``structuredContent`` when it
+does not fit (a cut JSON would not match the tool's output schema) and then marks the result
+``isError`` (a client refuses a success that lacks the structured content its tool's output schema
+declares, and would show the agent nothing); one notice at the end says what was cut, in the words
+the CLI upstream's ``max_output_bytes`` uses (``cut_notice``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from drawbridge.policy.secret_patterns import BUILTIN, Detector
+
+NOTICE_ROOM: Final = 512
+"""The bytes a cut result keeps for the gateway's notice (``config_guards.MIN_MAX_BYTES`` is larger)."""
+BLOB_TYPES: Final = frozenset({"image", "audio"})
+
+
+def cut_notice(what: str, limit: int, more: int, setting: str) -> str:
+    """The one wording of a cut: ``[drawbridge: stdout cut at 1024 bytes (max_output_bytes); 10 more
+    bytes were not shown]``."""
+    return f"[drawbridge: {what} cut at {limit} bytes ({setting}); {more} more bytes were not shown]"
+
+
+# ------------------------------------------------------------------------------------ secrets
+
+
+def _replacer(detector: Detector, found: Counter[str]) -> Callable[[Any], str]:
+    marker = f"[drawbridge: redacted {detector.kind}]"
+    grouped = "secret" in detector.pattern.groupindex
+
+    def replace(match: Any) -> str:
+        found[detector.kind] += 1
+        if not grouped:
+            return marker
+        whole, start, end = match.group(0), match.start("secret") - match.start(), match.end("secret") - match.start()
+        return whole[:start] + marker + whole[end:]
+
+    return replace
+
+
+def redactor(detectors: Sequence[Detector], found: Counter[str]) -> Callable[[str], str]:
+    """A function replacing every secret the detectors find in a string; ``found`` counts them by kind."""
+    steps = [(detector.pattern, _replacer(detector, found)) for detector in detectors]
+
+    def redact(text: str) -> str:
+        for pattern, replace in steps:
+            text = pattern.sub(replace, text)
+        return text
+
+    return redact
+
+
+def redacted_text(text: str, detectors: Sequence[Detector] = BUILTIN) -> str:
+    """One string with every secret the detectors find replaced (nothing counted)."""
+    return redactor(detectors, Counter())(text)
+
+
+def _walk(value: Any, redact: Callable[[str], str], keep: frozenset[str] = frozenset()) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [_walk(item, redact) for item in value]
+    if isinstance(value, Mapping):
+        return {
+            (redact(key) if isinstance(key, str) else key): (item if key in keep else _walk(item, redact))
+            for key, item in value.items()
+        }
+    return value
+
+
+def _content_item(item: Any, redact: Callable[[str], str]) -> Any:
+    if not isinstance(item, Mapping):
+        return _walk(item, redact)
+    if item.get("type") in BLOB_TYPES:
+        return _walk(item, redact, frozenset({"data"}))
+    resource = item.get("resource")
+    if item.get("type") == "resource" and isinstance(resource, Mapping):
+        return {**_walk({k: v for k, v in item.items() if k != "resource"}, redact),
+                "resource": _walk(resource, redact, frozenset({"blob"}))}
+    return _walk(item, redact)
+
+
+def redacted(result: Mapping[str, Any], detectors: Sequence[Detector]) -> tuple[dict[str, Any], Counter[str]]:
+    """The result with every secret replaced, and how many of each kind were found."""
+    found: Counter[str] = Counter()
+    redact = redactor(detectors, found)
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        if key == "content" and isinstance(value, list):
+            out[key] = [_content_item(item, redact) for item in value]
+        else:
+            out[redact(key)] = _walk(value, redact)
+    return out, found
+
+
+# --------------------------------------------------------------------------------------- size
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+
+
+def _item_size(item: Any) -> int:
+    if isinstance(item, Mapping):
+        kind = item.get("type")
+        if kind == "text" and isinstance(item.get("text"), str):
+            return len(item["text"].encode("utf-8", "surrogatepass"))
+        if kind in BLOB_TYPES and isinstance(item.get("data"), str):
+            return len(item["data"])
+        resource = item.get("resource")
+        if kind == "resource" and isinstance(resource, Mapping):
+            if isinstance(resource.get("text"), str):
+                return len(resource["text"].encode("utf-8", "surrogatepass"))
+            if isinstance(resource.get("blob"), str):
+                return len(resource["blob"])
+    return _json_size(item)
+
+
+def result_size(result: Mapping[str, Any]) -> int:
+    """The bytes of what the result carries (module docstring)."""
+    content = result.get("content")
+    size = sum(_item_size(item) for item in content) if isinstance(content, list) else 0
+    if "structuredContent" in result:
+        size += _json_size(result["structuredContent"])
+    return size
+
+
+def _cut_utf8(data: bytes, room: int) -> bytes:
+    """At most ``room`` bytes of ``data``, ending before a character that would not fit whole."""
+    if room >= len(data):
+        return data
+    end = room
+    while end > 0 and data[end] & 0xC0 == 0x80:  # a continuation byte: its character started before
+        end -= 1
+    return data[:end]
+
+
+def _cut_text(item: Mapping[str, Any], room: int) -> tuple[Mapping[str, Any], int] | None:
+    """A text item (or a resource's text) cut to ``room`` bytes, with its new size; None if not text."""
+    if item.get("type") == "text" and isinstance(item.get("text"), str):
+        data = _cut_utf8(item["text"].encode("utf-8", "surrogatepass"), room)
+        return {**item, "text": data.decode("utf-8", "surrogatepass")}, len(data)
+    resource = item.get("resource")
+    if item.get("type") == "resource" and isinstance(resource, Mapping) and isinstance(resource.get("text"), str):
+        data = _cut_utf8(resource["text"].encode("utf-8", "surrogatepass"), room)
+        return {**item, "resource": {**resource, "text": data.decode("utf-8", "surrogatepass")}}, len(data)
+    return None
+
+
+def cut(result: Mapping[str, Any], max_bytes: int, size: int) -> tuple[dict[str, Any], int]:
+    """The result cut to ``max_bytes`` (its notice included), and how many bytes were not shown."""
+    budget = max_bytes - NOTICE_ROOM
+    content = result.get("content")
+    items = list(content) if isinstance(content, list) else []
+    kept: list[Any] = []
+    used = dropped = 0
+    full = False
+    for item in items:
+        item_size = _item_size(item)
+        if not full and used + item_size <= budget:
+            kept.append(item)
+            used += item_size
+            continue
+        shortened = _cut_text(item, budget - used) if not full and isinstance(item, Mapping) else None
+        if shortened is not None and shortened[1] > 0:
+            kept.append(shortened[0])
+            used += shortened[1]
+        elif not (isinstance(item, Mapping) and item.get("type") == "text"):
+            dropped += 1
+        full = True
+    out = {key: value for key, value in result.items() if key not in ("content", "structuredContent")}
+    notes = []
+    if dropped:
+        notes.append(f"{dropped} content item(s) that cannot be cut (images, audio, blobs) were dropped")
+    if "structuredContent" in result:
+        structured = _json_size(result["structuredContent"])
+        if not full and used + structured <= budget:
+            out["structuredContent"] = result["structuredContent"]
+            used += structured
+        else:  # a success without the structured content its output schema declares is refused by clients
+            out["isError"] = True
+            notes.append("structuredContent was dropped (a cut one would not match the tool's output schema), "
+                         "so the result is marked isError")
+    more = size - used
+    notice = cut_notice("result", max_bytes, more, "result_guards")
+    if notes:
+        notice = notice[:-1] + "; " + "; ".join(notes) + "]"
+    out["content"] = [*kept, {"type": "text", "text": notice}]
+    return out, more
+
+
+__all__ = ["NOTICE_ROOM", "cut", "cut_notice", "redacted", "redacted_text", "redactor", "result_size"]
