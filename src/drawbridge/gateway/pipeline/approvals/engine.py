@@ -476,7 +476,8 @@ class ApprovalEngine:
             raise
         activity("approval_asked", {
             "approval_id": approval.id, "agent": sanitize(call.agent), "tool": sanitize(call.tool),
-            "rule": rule_of(approval.source_file, approval.rule_index, approval.policy, terms.verdict.provenance.line),
+            "rule": rule_of(approval.source_file, approval.rule_index, approval.policy,
+                            terms.verdict.provenance.line),
             "mode": mode,
             "approver": approval.approver.value,
         })
