@@ -301,6 +301,23 @@ def test_an_exported_run_verifies_with_pinned_keys(exported: tuple[Path, Path]) 
 FILES_OF_A_PACKAGE = st.data()
 
 
+def test_another_logs_vkey_fails_the_checkpoint_without_denying_the_run_end(
+    tmp_path: Path, exported: tuple[Path, Path]
+) -> None:
+    """The run has its run_end: a checkpoint that does not verify under the key given leaves the run
+    unsealed, and run_sealed says so, never that the run_end is missing (a crash or a cut)."""
+    from drawbridge.state.signing_keys import open_keys
+
+    evidence, package = exported
+    open_keys(tmp_path / "other-keys")
+    done = cli("evidence", "verify-export", str(package), "--vkey", str(tmp_path / "other-keys" / "checkpoint.vkey"),
+               "--attestation-key", str(evidence / "keys" / "attestation.pub.pem"), "--format", "json")
+    failed = _failed(json.loads(done.stdout))
+    assert done.returncode == 1 and {"checkpoint", "run_sealed"} <= set(failed), failed
+    assert "no run_end" not in failed["run_sealed"] and "crash" not in failed["run_sealed"], failed
+    assert "run_end (line" in failed["run_sealed"] and "no checkpoint verified" in failed["run_sealed"], failed
+
+
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=FILES_OF_A_PACKAGE)
 def test_any_one_byte_change_in_any_package_file_fails(exported: tuple[Path, Path], data: st.DataObject) -> None:
@@ -637,6 +654,7 @@ def test_export_refuses_a_cut_trace_and_an_unsealed_run_does_not_verify(tmp_path
     done = cli("evidence", "verify-export", str(tmp_path / "p2"), "--format", "json")
     report = json.loads(done.stdout)
     assert done.returncode == 1 and [c["id"] for c in report["checks"] if not c["ok"]] == ["run_sealed"]
+    assert "incomplete: crash or cut (no run_end)" in _failed(report)["run_sealed"]
     assert "signer_identity" in report["claims_not_made"]  # the package's own keys were used
     assert cli("evidence", "export", "--evidence-dir", str(copy), "--out", str(tmp_path / "p3")).returncode == 2  # no --carriers
     again = cli("evidence", "export", "--evidence-dir", str(copy), "--carriers", str(copy / "carriers.ndjson"),

@@ -364,6 +364,28 @@ def test_side_effects_promoted_by_matching_record_from_directory(tmp_path: Path)
     assert "notes.txt" in text and "not a *.json file" in text  # listed, not read
 
 
+def test_side_effects_a_matched_record_lists_no_other_calls_non_match_as_its_reason(tmp_path: Path) -> None:
+    """The record for call 1 is tried against call 0 first (another repository): that attempt is kept in
+    the JSON's ``rejections``, but the table gives a matched record no reason, and an unmatched one its
+    attempt per call."""
+    surf = write_json(tmp_path / "surface.json",
+                      surface(decision("other-repo", ASSERTED), decision("prod-repo", ASSERTED)))
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    write_json(audit / "a-match.json", audit_record("prod-repo", "rec-1"))
+    write_json(audit / "b-none.json", audit_record("third-repo", "rec-2"))
+    report = json.loads(run("evidence", "verify-side-effects", str(surf), "--audit-import", str(audit),
+                            "--format", "json").stdout)
+    matched, unmatched = report["audit_records"]
+    assert (matched["status"], matched["matched_call"], [r["call"] for r in matched["rejections"]]) == ("matched", 1, [0])
+    assert (unmatched["status"], [r["call"] for r in unmatched["rejections"]]) == ("unmatched", [0])
+    text = out(run("evidence", "verify-side-effects", str(surf), "--audit-import", str(audit), "--format", "table"))
+    rows = text.split("Audit records", 1)[1]
+    matched_row = next(line for line in rows.splitlines() if "rec-1" in line)
+    assert "call 0" not in matched_row and "matched" in matched_row, text
+    assert "call 0:" in rows.split("rec-2", 1)[1], text  # the unmatched record: its attempt, per call
+
+
 def test_side_effects_an_audit_file_that_is_not_json_fails_naming_it(tmp_path: Path) -> None:
     """As verify-export fails it in a package: a .json import that is not JSON is never a quiet skip
     (it could be the record that vouches for a call)."""

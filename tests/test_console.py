@@ -149,7 +149,7 @@ def test_tools_lists_server_everythings_tools_with_their_classification(page: Pa
         expect(row.locator("[data-access]")).to_have_text(tool["classification"]["access"])
     echo = _row(page, "everything.echo")
     expect(echo.locator("[data-decision]")).to_have_text("allow")
-    expect(echo.locator("[data-rule]")).to_have_text("tester · tester.yaml:0")
+    expect(echo.locator("[data-rule]")).to_have_text("tester · tester.yaml:6")  # file:line, as the reason writes it
     shot(page, gateway.shots, "tools")
     page.screenshot(path=str(gateway.shots / "tools-top.png"))  # the first screen: docs/console.md shows it
     page.set_viewport_size({"width": 800, "height": 900})

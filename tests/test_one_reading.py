@@ -94,7 +94,7 @@ def _decided(gateway: LineGateway) -> set[str]:
 
 def _as_recorded(request_id: object) -> str:
     """A request id as the trace writes it: text, each control character but TAB, LF and CR as U+FFFD
-    (the evidence's sanitizing rule, evidence-formats.md 0.4), at most 128 characters."""
+    (the evidence's sanitizing rule, evidence-formats.md §0.4), at most 128 characters."""
     text = str(request_id)[:128] if isinstance(request_id, str) else str(request_id)
     return "".join("\ufffd" if unicodedata.category(c) == "Cc" and c not in "\t\n\r" else c for c in text)
 

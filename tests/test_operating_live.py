@@ -73,7 +73,7 @@ def _base(running: Running) -> str:
 
 def test_the_startup_summary_names_listener_control_plane_upstreams_policies_and_evidence(gateway: Running) -> None:
     text = gateway.text()
-    assert f"serving 2 upstream(s) on {gateway.url} (1 up, 1 down)" in text
+    assert f"serving 2 upstream(s) on {gateway.url} (1 up, 1 down)\n" in text  # its address is allowed as it is
     assert re.search(r"upstream github: up, 4 tools", text), text
     assert re.search(r"upstream gone: down: upstream 'gone' is (disconnected|reconnecting) .*exited with status 1", text), text
     assert re.search(r"policies: 1 from \S+policies \(\S*alice.yaml\)", text), text
@@ -92,8 +92,9 @@ async def test_each_decision_is_one_line_without_argument_values(gateway: Runnin
     by_tool = {line["tool"]: line for line in lines}
     allow, deny = by_tool["github.list_repos"], by_tool["github.delete_repo"]
     assert allow["agent"] == "alice" and allow["action"] == "allow" and allow["outcome"] == "ok"
-    assert allow["rule"].endswith("alice.yaml:0"), allow
-    assert deny["action"] == "deny" and deny["outcome"] == "refused" and deny["rule"].endswith("alice.yaml:1")
+    # ``file:N`` is the rule's line, as the reason and ``approvals show`` write it, never its index.
+    assert allow["rule"].endswith("alice.yaml:4"), allow
+    assert deny["action"] == "deny" and deny["outcome"] == "refused" and deny["rule"].endswith("alice.yaml:6")
     assert float(allow["ms"]) > 0
     assert SECRET not in gateway.text()
 
@@ -284,7 +285,7 @@ async def test_an_approval_asked_and_resolved_is_two_lines_naming_who_and_which_
                 assert approve.status_code == 200, approve.text
         resolved = wait_for(running, "approval_resolved")[0]
         decision = wait_for(running, "decision")[0]
-    assert asked["agent"] == "alice" and asked["tool"] == "github.get_repo" and asked["rule"].endswith("alice.yaml:0")
+    assert asked["agent"] == "alice" and asked["tool"] == "github.get_repo" and asked["rule"].endswith("alice.yaml:4")
     assert resolved["approval_id"] == asked["approval_id"] and resolved["status"] == "approved"
     assert resolved["by"] == "op-ida" and resolved["channel"] == "control_plane"
     assert decision["action"] == "allow" and decision["outcome"] == "ok", json.dumps(decision)

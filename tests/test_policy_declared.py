@@ -74,7 +74,7 @@ def test_assay_file_is_its_own_contract(tmp_path: Path) -> None:
     path = tmp_path / "assay.yaml"
     path.write_text(text)
     contract = declared_contract(load_policy_path(path), "any-agent")
-    # The reference page's digest for this policy (evidence-formats.md 2.5, the vectors' "base").
+    # The reference page's digest for this policy (evidence-formats.md §2.5, the vectors' "base").
     assert declared_policy_digest(contract) == declared_policy_digest(parse_assay_policy(text))
     assert declared_policy_digest(contract) == (
         "sha256:4c3c6a7a02a1877c0c68ea389e4c6234aff49db88827d3a8ef67d1e992e98e6f"

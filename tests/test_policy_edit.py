@@ -330,13 +330,30 @@ def test_inherit_refuses_a_hand_written_rule() -> None:
     text = "name: claude\nagent: claude\nrules:\n  # mine\n  - tools: [db.drop]\n    action: deny\n"
     result = refused(plan(text, "db.drop", "inherit"), 409)
     assert result.message == (
-        "rule 0 of policy 'claude' (claude.yaml:5) names \"db.drop\" and was written by hand; "
-        "edit it in the file"
+        "rule 0 of policy 'claude' (claude.yaml:5) names \"db.drop\" and was written by hand: "
+        "inherit would leave it deciding the tool; edit it in the file"
     )
 
 
+@pytest.mark.parametrize(
+    ("rules", "line"),
+    [
+        # named among several patterns: the rule was written for the tool as much as a lone one
+        ('  - tools: ["git.git_status", "git.git_log"]\n    action: allow\n', 4),
+        # named under conditions: it still decides the calls its conditions hold for
+        ("  - tools: [git.git_log]\n    action: deny\n"
+         "  - tools: [git.git_status]\n    action: allow\n    when: [{arg: n, op: '<', value: 3}]\n", 6),
+    ],
+)
+def test_inherit_refuses_a_hand_written_rule_that_names_the_tool_among_others(rules: str, line: int) -> None:
+    text = f"name: claude\nagent: claude\nrules:\n{rules}"
+    result = refused(plan(text, "git.git_status", "inherit"), 409)
+    assert f"(claude.yaml:{line}) names \"git.git_status\" and was written by hand" in result.message
+
+
 def test_inherit_without_a_rule_changes_nothing() -> None:
-    result = ok(plan(CLAUDE, "gmail.send_email", "inherit"))
+    # gmail.delete_email is decided by the glob ``gmail.*`` alone: nothing names it, nothing to revert.
+    result = ok(plan(CLAUDE, "gmail.delete_email", "inherit"))
     assert (result.placement, result.changed, result.new_text) == (Placement.UNCHANGED, False, CLAUDE)
     assert result.before == result.after
 
@@ -560,7 +577,11 @@ def test_any_sequence_of_edits_keeps_every_original_line_and_decides_as_asked(
     for tool, action in edits:
         result = plan(text, tool, action)
         if isinstance(result, EditRefused):
-            assert result.status == 400 and tool == "files.*" and action in ("allow", "human_approval")
+            if action == "inherit":
+                # Nothing of the console's to take away, and a hand-written rule names the tool.
+                assert result.status == 409 and tool == "gmail.send_email" and tool not in set_by_console
+            else:
+                assert result.status == 400 and tool == "files.*" and action in ("allow", "human_approval")
             continue
         text = result.new_text
         if action == "inherit":

@@ -78,8 +78,11 @@ def test_check_exits_1_on_a_policy_that_does_not_load(tmp_path: Path) -> None:
     result = drawbridge("policy", "check", "--policy", str(policies))
     assert result.returncode == 1
     assert "team.yaml" in result.stderr and "maybe" in result.stderr
-    missing = drawbridge("policy", "check", "--policy", str(tmp_path / "nowhere"))
-    assert missing.returncode == 1 and "policy directory does not exist" in missing.stderr
+    # A missing path is a load error like any other (policy-format.md section 7: ``file: problem``); the
+    # check's answer is that the policy does not load (exit 1), not a startup error.
+    for name, problem in (("nowhere", "policy directory does not exist"), ("gone.yaml", "policy file does not exist")):
+        missing = drawbridge("policy", "check", "--policy", str(tmp_path / name))
+        assert missing.returncode == 1 and missing.stderr == f"error: {tmp_path / name}: {problem}\n", missing.stderr
 
 
 def test_explain_names_the_rule_the_gateway_would_apply(tmp_path: Path) -> None:

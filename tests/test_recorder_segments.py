@@ -295,7 +295,7 @@ def _constant_fields_render(record: CallRecord) -> bool:
 
 
 def _expected_call_id(record: CallRecord) -> str:
-    """evidence-formats.md 2.10: ``arguments._meta.tool_call_id`` when a string, else ``req_<id>``."""
+    """evidence-formats.md §2.10: ``arguments._meta.tool_call_id`` when a string, else ``req_<id>``."""
     assert record.call is not None
     meta = record.call.arguments.get("_meta")
     if isinstance(meta, dict) and isinstance(meta.get("tool_call_id"), str):
@@ -525,7 +525,7 @@ HAND_DPD = "sha256:" + hashlib.sha256(
     b'{"enforcement":{"unconstrained_tools":"warn"},"schemas":{},"tools":{"allow":["t\xf0\x9f\x98\x80"]},'
     b'"version":"2.0"}'
 ).hexdigest()
-"""The declared view of ``HAND_CONTRACT`` (evidence-formats.md 2.5: version, the default enforcement,
+"""The declared view of ``HAND_CONTRACT`` (evidence-formats.md §2.5: version, the default enforcement,
 the tool lists, the schemas), written out in JCS by hand."""
 
 
@@ -547,7 +547,7 @@ def _hand_digest(jcs: bytes) -> str:
 
 
 def _hand_carrier(order: int, call_id: str, digest: str) -> dict[str, Any]:
-    """A carrier in the documented field order (evidence-formats.md 2.1), digests by rfc8785."""
+    """A carrier in the documented field order (evidence-formats.md §2.1), digests by rfc8785."""
     observed = "sha256:" + hashlib.sha256(
         rfc8785.dumps({"tool_name": "t\U0001f600", "args_digest": digest, "order": order})
     ).hexdigest()

@@ -194,6 +194,15 @@ async def test_configured_allowed_hosts_replace_the_loopback_names(tmp_path: Pat
     with http_gateway(config) as running:
         url, port = running.url, _port(running)
         assert url is not None
+        # The listening address is not on the list: the summary says which Host to send, and the
+        # health check it prints answers with that header (421 without it).
+        base = url.rsplit("/mcp", 1)[0]
+        needs = f"with the header Host: gateway.test (127.0.0.1:{port} is not in listen.allowed_hosts)"
+        assert f"{base}/healthz and {base}/readyz {needs}" in running.text(), running.text()
+        assert f"on {url} (1 up, 0 down) {needs}" in running.text()
+        with httpx.Client(trust_env=False, timeout=scaled(10)) as plain:
+            assert plain.get(f"{base}/healthz").status_code == 421
+            assert plain.get(f"{base}/healthz", headers={"host": "gateway.test"}).status_code == 200
         headers = {"Host": f"gateway.test:{port}", "Authorization": f"Bearer {ALICE}"}
         async with (
             create_mcp_http_client(headers=headers) as http,

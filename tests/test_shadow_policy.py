@@ -118,7 +118,7 @@ def test_the_shadow_is_decided_beside_and_kept_by_a_floor(tmp_path: Path) -> Non
     enforced, candidate = _policies(tmp_path)
     verdict = PolicyDecider(PolicyStore.open(enforced), PolicyStore.open(candidate)).decide_now(_call())
     assert verdict.action is Action.ALLOW
-    assert verdict.provenance.shadow == ShadowVerdict(Action.DENY, "shadow.yaml:0", Action.ALLOW)
+    assert verdict.provenance.shadow == ShadowVerdict(Action.DENY, "shadow.yaml:4", Action.ALLOW)
     floored = floored_verdict(verdict, Floor(Action.DENY, ("a new tool",)), "list_repos")
     assert floored.action is Action.DENY and floored.provenance.policy == "drawbridge"
     # The floor decided; the shadow still compares with what the enforced policy said (allow).
@@ -135,7 +135,7 @@ def test_a_pending_approval_counts_once_its_retry_is_recorded(tmp_path: Path) ->
     enforced, _ = _policies(tmp_path)
     tally, metrics = ShadowTally(PolicyStore.open(enforced)), GatewayMetrics()
     metrics.shadow_calls = {}
-    asked = ShadowVerdict(Action.DENY, "shadow.yaml:0", Action.HUMAN_APPROVAL)
+    asked = ShadowVerdict(Action.DENY, "shadow.yaml:4", Action.HUMAN_APPROVAL)
     for outcome in (Outcome.APPROVAL_PENDING, Outcome.OK):
         record = _record("add_deploy_key", asked, outcome=outcome)
         tally.observe(record)
@@ -161,8 +161,8 @@ def test_a_table_title_is_shown_as_written_never_as_markup() -> None:
 def test_the_tally_counts_each_record_differing_first_within_its_bound(tmp_path: Path) -> None:
     enforced, _ = _policies(tmp_path)
     tally = ShadowTally(PolicyStore.open(enforced), max_rows=2)
-    agree = ShadowVerdict(Action.ALLOW, "shadow.yaml:3", Action.ALLOW)
-    deny = ShadowVerdict(Action.DENY, "shadow.yaml:0", Action.ALLOW)
+    agree = ShadowVerdict(Action.ALLOW, "shadow.yaml:8", Action.ALLOW)
+    deny = ShadowVerdict(Action.DENY, "shadow.yaml:4", Action.ALLOW)
     for record in (_record("get_repo", agree), _record("get_repo", agree), _record("list_repos", deny),
                    _record("list_repos", None), _record("delete_repo", deny), _record("create_issue", agree)):
         tally.observe(record)
@@ -179,7 +179,7 @@ def test_the_tally_counts_each_record_differing_first_within_its_bound(tmp_path:
 
 def test_the_metrics_count_shadow_pairs_only_with_a_shadow() -> None:
     metrics = GatewayMetrics()
-    record = _record("list_repos", ShadowVerdict(Action.DENY, "shadow.yaml:0", Action.ALLOW), agent="alice")
+    record = _record("list_repos", ShadowVerdict(Action.DENY, "shadow.yaml:4", Action.ALLOW), agent="alice")
     metrics.observe(record)
     assert "drawbridge_shadow_calls" not in metrics.exposition()[0].decode()
     metrics.shadow_calls = {}
@@ -261,10 +261,10 @@ async def test_wrap_reports_the_shadow_and_enforces_only_the_policy(tmp_path: Pa
     lines = {line["tool"]: line for line in _decisions(log.read_text())}
     assert {tool: (line["action"], line["shadow"], line["shadow_rule"], line["shadow_differs"])
             for tool, line in lines.items()} == {
-        "list_repos": ("allow", "deny", "shadow.yaml:0", "true"),
-        "get_repo": ("allow", "human_approval", "shadow.yaml:1", "true"),
-        "delete_repo": ("deny", "allow", "shadow.yaml:2", "true"),
-        "add_deploy_key": ("allow", "allow", "shadow.yaml:2", "true"),
+        "list_repos": ("allow", "deny", "shadow.yaml:4", "true"),
+        "get_repo": ("allow", "human_approval", "shadow.yaml:6", "true"),
+        "delete_repo": ("deny", "allow", "shadow.yaml:8", "true"),
+        "add_deploy_key": ("allow", "allow", "shadow.yaml:8", "true"),
     }
     assert lines["add_deploy_key"]["approval"] and lines["list_repos"]["outcome"] == "ok"
     # Once per recorded call: the approved call was decided twice (asked, then again after the

@@ -1,7 +1,7 @@
 """Side-effect ladder, audit-record binding, and the verifier.
 
 Independent values: the binding digest of the reference fixtures' subject is given by
-evidence-formats.md 3.3 (sha256:31f2007b...4ec3, mismatch sha256:3546cc0f...4484); other digests are
+evidence-formats.md §3.3 (sha256:31f2007b...4ec3, mismatch sha256:3546cc0f...4484); other digests are
 recomputed inline with hashlib over hand-written JCS text.
 """
 
@@ -512,7 +512,7 @@ def test_a_restatement_is_its_write_and_takes_no_record() -> None:
 
 
 def test_a_recorded_subject_digest_that_is_not_the_calls_is_not_reproduced() -> None:
-    """evidence-formats.md 3.3: ``verification_subject_digest`` is the recomputed binding. A record
+    """evidence-formats.md §3.3: ``verification_subject_digest`` is the recomputed binding. A record
     edited to ``verified`` with another digest is not reproduced, even when a real record binds."""
     zero = "sha256:" + "0" * 64
     call = gh_call()

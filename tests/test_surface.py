@@ -1,7 +1,7 @@
 """Tool-decision surface: classifiers, target hashing, correlation, the entry builder and envelope.
 
 Expected hashes are either values from the format's reference fixtures or recomputed inline
-with hashlib from the algorithm in evidence-formats.md 1.5.
+with hashlib from the algorithm in evidence-formats.md §1.5.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ VALID_TP = "00-11111111111111111111111111111111-aaaaaaaaaaaaaaa1-01"
 
 
 def spec_hash(domain: str, value: str) -> str:
-    """evidence-formats.md 1.5, re-done inline (value already trimmed/lowercased by the caller)."""
+    """evidence-formats.md §1.5, re-done inline (value already trimmed/lowercased by the caller)."""
     return "sha256:" + hashlib.sha256(f"assay.tool_target.v0:{domain}:{value}".encode()).hexdigest()
 
 
@@ -338,7 +338,7 @@ LEAVES = ["add_deploy_key", "create_deploy_key", "add_member", "invite", "grant_
           "invite_external", "modify_org_policy", "create_workspace_token", "do_thing", ""]
 READ_KEYS = ["owner", "repo", "title", "key_title", "read_only", "workspace_id", "channel_id", "user_id",
              "user", "workspace", "org", "principal", "role"]
-#: evidence-formats.md 1.6 (exact) and 2.3 (normalised forms and their spelled variants).
+#: evidence-formats.md §1.6 (exact) and 2.3 (normalised forms and their spelled variants).
 SECRET_KEYS = [
     "public_key", "private_key", "token", "access_token", "authorization", "secret", "credential", "password",
     "api_key", "accesstoken", "refreshtoken", "authtoken", "idtoken", "sessiontoken", "passwd", "apikey",
@@ -365,7 +365,7 @@ statuses = st.sampled_from(["success", "blocked", "error"]) | any_text
 
 
 def _guard_invariants(d: dict[str, Any]) -> None:
-    """The format's fixture guard (evidence-formats.md 1.8), per entry."""
+    """The format's fixture guard (evidence-formats.md §1.8), per entry."""
     assert d["classification"] in v.EMITTED_CLASSIFICATION_STATES
     assert d["reason_code"] in v.EMITTED_REASON_CODES
     assert d["redaction"]["secret_material_stored"] is False

@@ -6,7 +6,7 @@ and fails on any drift (including key order); ``DRAWBRIDGE_UPDATE_VECTORS=1`` re
 from the case definitions below, on purpose.
 
 The expectations are not only our own output: every ``*_hash`` in an expected surface target is
-recomputed here from the raw input with hashlib (evidence-formats.md 1.5), every binding digest
+recomputed here from the raw input with hashlib (evidence-formats.md §1.5), every binding digest
 from hand-written JCS text (3.3), and the github subject's digest is the page's value.
 """
 

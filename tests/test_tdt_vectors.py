@@ -241,7 +241,7 @@ SECRET_ARGS = {
     "auth": {"Authorization": "Bearer SUPER-SECRET-2", "client_secret": "SUPER-SECRET-3", "realm": "r"},
     "items": [{"password": "SUPER-SECRET-4", "name": "n"}, "token"],
 }
-# The same arguments with the secret-like keys removed by hand (evidence-formats.md 2.3).
+# The same arguments with the secret-like keys removed by hand (evidence-formats.md §2.3).
 SECRET_ARGS_PROJECTED = {"path": "/x", "auth": {"realm": "r"}, "items": [{"name": "n"}, "token"]}
 
 # (id, policy, tool, args, order, identity, evidence, source_class, result_status, classified)
@@ -487,7 +487,7 @@ def test_vectors_cover_the_required_ground(committed: dict[str, Any]) -> None:
 
 
 def test_expected_verdicts_against_the_spec(committed: dict[str, Any]) -> None:
-    """A hand-derived expectation for each case from the axes of evidence-formats.md 2.7 / 2.8."""
+    """A hand-derived expectation for each case from the axes of evidence-formats.md §2.7 / 2.8."""
     by_id = {case["id"]: case["expected"] for case in committed["cases"]}
     hand = {
         "match": "match",

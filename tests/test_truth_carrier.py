@@ -1,7 +1,7 @@
 """The tool-decision-truth carrier: keyed argument digest, secret drop, builder, import gate.
 
 Expected digests are recomputed inline with hmac/hashlib from the algorithm of
-evidence-formats.md 2.2-2.4, or taken from the reference page itself.
+evidence-formats.md §2.2-2.4, or taken from the reference page itself.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from drawbridge.evidence.truth.carrier import (
     validate_carrier,
 )
 
-# The key Assay's conformance vectors use (its test source), with the key id of evidence-formats.md 2.2.
+# The key Assay's conformance vectors use (its test source), with the key id of evidence-formats.md §2.2.
 REFERENCE_KEY = b"tool-decision-truth-vectors-key-v0"
 REFERENCE_KID = "fixture-kid-v0"
 KEY = b"drawbridge-test-key"

@@ -1,4 +1,4 @@
-"""The OTel projection of verified tool-decision-truth evidence (evidence-formats.md 2.11)."""
+"""The OTel projection of verified tool-decision-truth evidence (evidence-formats.md §2.11)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The pack recipe row: construction, the eight fail-closed checks in order, tamper resistance.
 
 Expected digests are recomputed inline with hashlib over JCS text written out per
-evidence-formats.md 2.9; forged rows are made self-coherent by the same inline
+evidence-formats.md §2.9; forged rows are made self-coherent by the same inline
 recomputation, so only the check under test can reject them.
 """
 

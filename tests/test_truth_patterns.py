@@ -1,4 +1,4 @@
-"""Assay tool-name patterns (evidence-formats.md 2.6): every rule, stated as a case."""
+"""Assay tool-name patterns (evidence-formats.md §2.6): every rule, stated as a case."""
 
 from __future__ import annotations
 

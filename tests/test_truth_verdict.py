@@ -1,4 +1,4 @@
-"""The verdict gate (evidence-formats.md 2.7, 2.8): every axis, every branch, the schema check, the run."""
+"""The verdict gate (evidence-formats.md §2.7, 2.8): every axis, every branch, the schema check, the run."""
 
 from __future__ import annotations
 

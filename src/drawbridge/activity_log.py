@@ -2,7 +2,7 @@
 each decision, approval and refused login, in one shape whatever module logs it.
 
 Invariant: an activity line names who, what and how it ended -- agent, tool, action, the deciding rule
-(``file:index``, ``file:schema`` for an argument schema), outcome, milliseconds, approval ids,
+(``file:line``, ``file:schema`` for an argument schema), outcome, milliseconds, approval ids,
 channels -- and never an argument value, a token or a key. Values that came from an agent or a client (its id, the tool name, a path) are sanitized (no
 control characters) before they reach a line, and the formatter quotes what could split a line
 (``drawbridge.cli.log_format``).
@@ -30,17 +30,23 @@ def activity(event: str, fields: Mapping[str, Any], level: int = logging.INFO) -
         ACTIVITY.log(level, "%s", event, extra={"activity": {"event": event, **fields}})
 
 
-def rule_of(source_file: str | None, rule_index: int | None, policy: str | None) -> str:
-    """The deciding rule as an operator finds it: ``file:index``; ``file:schema`` when an argument
-    schema of that file refused the call (a schema is the only decision with a file and no rule
-    index: policy-format.md, section 4); the policy name without a file; or ``default`` when no rule
-    matched (default deny), ``gateway`` for the gateway's own refusals."""
+def rule_of(source_file: str | None, rule_index: int | None, policy: str | None, line: int | None) -> str:
+    """The deciding rule as an operator finds it: ``file:line``, the rule's line as the reason and
+    ``approvals show`` write it (``(team.yaml:10)``: ``file:N`` is always a line, never an index);
+    ``file:schema`` when an argument schema of that file refused the call (a schema is the only
+    decision with a file and no rule index: policy-format.md, section 4); ``policy #index (file)``,
+    the notifications' form, should a rule come without its line; the policy name without a file;
+    or ``default`` when no rule matched (default deny), ``gateway`` for the gateway's own refusals."""
     if source_file is not None:
-        return f"{source_file}:{rule_index if rule_index is not None else 'schema'}"
+        if rule_index is None:
+            return f"{source_file}:schema"
+        if line is not None:
+            return f"{source_file}:{line}"
+        return f"{policy} #{rule_index} ({source_file})"
     if policy is None:
         return "default"
     if rule_index is not None:
-        return f"{policy}:{rule_index}"
+        return f"{policy} #{rule_index}"
     return policy
 
 

@@ -10,7 +10,7 @@ order, ECMAScript number rendering, minimal string escaping) but refuses
 integers outside the I-JSON range (|n| > 2**53 - 1). Assay's canonicalizer
 instead renders every number as an IEEE-754 double, so ``9007199254740993``
 becomes ``9007199254740992`` and ``2**64 - 1`` becomes
-``18446744073709552000``. For byte compatibility (evidence-formats.md 0.1) we
+``18446744073709552000``. For byte compatibility (evidence-formats.md §0.1) we
 convert such integers to floats before handing the value to the library; the
 library's ECMAScript formatter then produces Assay's bytes. Booleans are
 ``int`` subclasses in Python and are left alone.

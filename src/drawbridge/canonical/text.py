@@ -1,7 +1,7 @@
 """Text normalization with Rust semantics, where a digest depends on it, and text made safe to show.
 
 Assay trims with Rust's ``str::trim`` (the Unicode White_Space property) and
-sanitizes with the Cc general category (evidence-formats.md 0.3, 0.4).
+sanitizes with the Cc general category (evidence-formats.md §0.3, 0.4).
 Python's ``str.strip()`` also strips U+001C..U+001F, which would change a
 target hash; these helpers keep the bytes identical.
 

@@ -363,7 +363,11 @@ def verify_side_effects_cmd(
             reasons = [describe_rejection(record.get("check"))]
         elif record.get("status") == "duplicate":
             reasons = [f"the same record as {record.get('duplicate_of')}: counted once"]
-        else:
+        elif record.get("matched_call") is not None:
+            # Its "matched call" says it all: the calls it was tried against before are no reason of
+            # its, and listing them here would read as why it matched (the JSON keeps every attempt).
+            reasons = []
+        else:  # why it matched none: each call it was tried against, with what that attempt found
             reasons = [
                 f"call {r.get('call')}: {describe_rejection(r.get('binding'))}"
                 for r in record.get("rejections", [])
@@ -379,7 +383,7 @@ def verify_side_effects_cmd(
             )
         )
     if record_rows:
-        columns = ("source", "record_id", "status", "matched call", "reasons")
+        columns = ("source", "record_id", "status", "matched call", "reasons (not matched)")
         out.print(table("Audit records", columns, record_rows))
     if skipped:
         skipped_rows = ((s["source"], s["reason"]) for s in skipped)

@@ -27,7 +27,6 @@ from drawbridge.policy.lint import Finding, dead_rules, shadowed_rules
 from drawbridge.policy.expectations import Case, Table, read_table
 from drawbridge.policy.load import PolicyLoadError
 from drawbridge.policy.model import Action, Basis, Decision, PolicySet
-from drawbridge.state.policy_files import missing_policy_problem
 from drawbridge.state.policy_store import PolicyStore
 
 CATALOGUE_TIMEOUT_SECONDS = 30.0
@@ -48,9 +47,6 @@ def _store(policy: str | None, config: GatewayConfig | None) -> PolicyStore:
     path = policy or (config.policy_dir or config.policy_file if config is not None else None)
     if path is None:
         raise click.UsageError("give --policy DIR|FILE, or --config FILE naming policy_dir or policy_file")
-    if not Path(path).exists():
-        click.echo(f"drawbridge: {missing_policy_problem(Path(path))}: {path}", err=True)
-        sys.exit(EXIT_FAILED)
     try:
         return PolicyStore.open(path)
     except PolicyLoadError as exc:

@@ -226,7 +226,10 @@ async def _run(
                 app = build_app(gateway, settings, health_routes(runtime, parts.upstream_up), auth=auth)
 
                 def ready(host: str, port: int) -> None:
-                    print_summary(runtime, describe_url(host, port), parts.upstreams, local)
+                    url = describe_url(host, port)
+                    listening = url.split("://", 1)[1].split("/", 1)[0]
+                    host_header = settings.allowed_hosts.host_to_send(listening)
+                    print_summary(runtime, url, parts.upstreams, local, host_header)
 
                 await serve_http(app, socks.mcp, ready, ListenerLimits.from_config(config))
             tg.cancel_scope.cancel()

@@ -45,9 +45,12 @@ def print_summary(
     mcp_url: str | None,
     upstreams: Sequence[UpstreamSession],
     local: Sequence[LocalUpstream],
+    host_header: str | None = None,
 ) -> None:
     """The startup summary (module docstring), one line per fact, through the log's format; the line
-    naming the listener comes last, so whoever waits for it has the whole summary."""
+    naming the listener comes last, so whoever waits for it has the whole summary. ``host_header`` is
+    the ``Host`` a client of ``mcp_url`` must send when its address is not in ``listen.allowed_hosts``
+    (``AllowedHosts.host_to_send``): the URLs are then printed with it, never as if they answered."""
     states = upstream_states(upstreams, local)
     up = sum(1 for state in states if state["up"])
     for state in states:
@@ -72,12 +75,18 @@ def print_summary(
     say(f"  evidence: {evidence if evidence is not None else 'none (no trace is written)'}", evidence_dir=evidence)
     if mcp_url is not None:
         base = mcp_url.rsplit("/mcp", 1)[0]
-        say(f"  live: decisions on this log; {base}/healthz and {base}/readyz; /metrics on the control plane",
-            healthz=f"{base}/healthz", readyz=f"{base}/readyz")
-    if mcp_url is not None:  # last: once it is printed, the whole summary is
+        authority = base.split("://", 1)[1]
+        needs = (
+            f" with the header Host: {host_header} ({authority} is not in listen.allowed_hosts)"
+            if host_header is not None else ""
+        )
+        extra = {"host_header": host_header} if host_header is not None else {}
+        say(f"  live: decisions on this log; {base}/healthz and {base}/readyz{needs}; /metrics on the "
+            "control plane", healthz=f"{base}/healthz", readyz=f"{base}/readyz", **extra)
+        # last: once it is printed, the whole summary is
         say(
-            f"serving {len(states)} upstream(s) on {mcp_url} ({up} up, {len(states) - up} down)",
-            listener=mcp_url, upstreams_up=up, upstreams_down=len(states) - up,
+            f"serving {len(states)} upstream(s) on {mcp_url} ({up} up, {len(states) - up} down){needs}",
+            listener=mcp_url, upstreams_up=up, upstreams_down=len(states) - up, **extra,
         )
     else:
         say(f"serving {len(states)} upstream(s) on stdin/stdout ({up} up, {len(states) - up} down)",

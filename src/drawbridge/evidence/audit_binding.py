@@ -5,7 +5,7 @@ that digest equals the call's subject digest, recomputed here from committed byt
 value naming the first check that failed, never a silent None, because a record that failed and a
 record never imported must not look alike. Only a bound record promotes a call to ``verified``.
 
-Theory of operation (evidence-formats.md 3):
+Theory of operation (evidence-formats.md §3):
 
 1. Binding. ``binding_digest(subject) = "sha256:" + hex(sha256(JCS(subject)))``.
    A call's subject is ``{action_class, verb, target}`` projected from its
@@ -39,7 +39,7 @@ Theory of operation (evidence-formats.md 3):
    * any other ``action_class``: Assay's rule (``owner``, ``repo``,
      ``key_title_hash``), so that a subject Assay can bind we bind alike.
 
-   Assay itself projects only github deploy keys (evidence-formats.md 7.2
+   Assay itself projects only github deploy keys (evidence-formats.md §7.2
    item 5); the two new subjects let every classified category reach
    ``verified``. Widening a table row changes every binding of that class.
 """

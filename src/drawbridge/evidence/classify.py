@@ -8,7 +8,7 @@ and ``role`` as sanitised plain labels, ``read_only`` as a boolean, and the
 identifiers below as domain-separated hashes. Every other argument, secret or
 not, is dropped by construction; no deny-list drives it.
 
-Theory of operation (evidence-formats.md 1.4, 1.5):
+Theory of operation (evidence-formats.md §1.4, 1.5):
 
 1. The *leaf* is the tool name after its last ``.`` (the whole name if there is
    none). Matching is exact and case-sensitive.

@@ -7,7 +7,7 @@ the fact "malformed", never as bytes. ``tracestate`` and ``baggage`` are never
 read: their values are free-form and may carry data redaction cannot reason
 about.
 
-Theory of operation (evidence-formats.md 1.7): the carrier is
+Theory of operation (evidence-formats.md §1.7): the carrier is
 ``params._meta.traceparent`` of the ``tools/call`` params (not ``arguments``).
 No ``_meta`` object or no ``traceparent`` key: no carrier. A present value that
 is not a JSON string (null included) is extracted as ``""``, which fails

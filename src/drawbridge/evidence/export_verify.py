@@ -282,12 +282,9 @@ def _trace_checks(
         checks.add("run_sealed", False, "the bundle does not verify (bundle_integrity): it names no run to find")
     elif run is None:
         checks.add("run_sealed", False, f"the trace holds no run {run_id}")
-    elif run.spliced is not None:
-        checks.add("run_sealed", False, f"run {run_id} is spliced: {run.spliced}")
     else:
-        sealed = run.sealed(audit.checkpoint["tree_size"] if audit.checkpoint else 0)
-        checks.add("run_sealed", sealed, f"run {run_id}: run_end and a covering checkpoint" if sealed
-                   else f"run {run_id} is incomplete: crash or cut (no run_end, or no checkpoint covering it)")
+        why = run.unsealed_because(audit.checkpoint["tree_size"] if audit.checkpoint else None)
+        checks.add("run_sealed", why is None, f"run {run_id}: " + (why or "run_end and a covering checkpoint"))
 
     def checkpoint_event() -> str:
         if not events or events[-1]["type"] != CHECKPOINT_EVENT:

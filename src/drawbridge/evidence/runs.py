@@ -67,6 +67,22 @@ class Run:
         """Whether the run ended cleanly and a signed tree of ``signed_size`` leaves covers its end."""
         return self.spliced is None and self.end_index is not None and signed_size > self.end_index
 
+    def unsealed_because(self, signed_size: int | None) -> str | None:
+        """Why the run is not sealed under a verified signed tree of ``signed_size`` leaves (None: no
+        checkpoint verified), or None when it is. Each cause is told as what it is: a run whose
+        ``run_end`` is in the trace is never said to lack it when only the signature is missing."""
+        if self.spliced is not None:
+            return f"spliced: {self.spliced}"
+        if self.end_index is None:
+            return "incomplete: crash or cut (no run_end)"
+        if signed_size is None:
+            return (f"its run_end (line {self.end_index}) is in the trace, but no checkpoint verified, so "
+                    "none covers it (see checkpoint)")
+        if signed_size <= self.end_index:
+            return (f"incomplete: its run_end (line {self.end_index}) is past the signed checkpoint "
+                    f"({signed_size} lines)")
+        return None
+
 
 def _marked(index: int, line: bytes) -> tuple[str, Mapping[str, Any]] | None:
     if _MARK not in line:

@@ -20,7 +20,7 @@ independently produced ``assay.provider_audit_record.v0``, whose binding is
 recomputed here from committed bytes, matches the observed call. Nothing in
 this module opens a socket or holds a provider credential.
 
-Theory of operation (evidence-formats.md 3): the ladder is here; a promotion past ``asserted``
+Theory of operation (evidence-formats.md §3): the ladder is here; a promotion past ``asserted``
 comes only from ``audit_binding`` (a bound provider audit record) or a read follow-up, and the
 verifier of a whole surface document is ``side_effect_verify``.
 

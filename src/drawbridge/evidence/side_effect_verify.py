@@ -9,7 +9,7 @@ recorded ``verification_subject_digest`` must be the one re-derived from the cal
 (``CLAIM_GATE``) caps what a consumer may claim at each level. How an imported file is read, and
 which files are records, is ``audit_import``'s.
 
-Theory of operation (evidence-formats.md 3):
+Theory of operation (evidence-formats.md §3):
 
 4. Verifier (:func:`verify_side_effects`), as Assay's ``verify-side-effects``
    but deterministic: audit records are tried in order of their source label
@@ -45,7 +45,7 @@ Theory of operation (evidence-formats.md 3):
 
 7. Subject digests. A recorded ``verification_subject_digest`` (on
    ``observed_confirmed`` and ``verified``) is the binding digest of the
-   call's own subject (evidence-formats.md 3.3: the bound record's digest, or
+   call's own subject (evidence-formats.md §3.3: the bound record's digest, or
    the write's for a read follow-up). One that is not, or that sits on a call
    with no subject, is counted in ``levels_not_reproduced`` and shown as the
    row's ``recorded_subject_digest``. Assay's verifier reads no recorded level
@@ -90,7 +90,7 @@ class ClaimGateRow:
 
 
 #: Assay's coding-agent claim gate evaluated at the three (source class,
-#: coverage) pairs the ladder uses (evidence-formats.md 3.4 step 5).
+#: coverage) pairs the ladder uses (evidence-formats.md §3.4 step 5).
 CLAIM_GATE: Final[Mapping[SideEffectLevel, ClaimGateRow]] = {
     SideEffectLevel.ASSERTED: ClaimGateRow(
         "producer_reported", "self_reported", "degraded", "asserted", "blocked"
@@ -190,7 +190,7 @@ def _read_call(index: int, decision: Any) -> SurfaceCall:
 
 
 def read_surface_calls(surface_doc: Any) -> list[SurfaceCall]:
-    """Shape checks (evidence-formats.md 3.4 step 3), failing closed with the
+    """Shape checks (evidence-formats.md §3.4 step 3), failing closed with the
     position of the first offence: a malformed document never reads as a run
     that asserted nothing."""
     if not isinstance(surface_doc, dict):
@@ -230,7 +230,7 @@ def verify_side_effects(
     ``audit_import.load_audit_records``); they are tried in label order, each
     distinct record once (``audit_import.distinct_audit_records``). Returns the
     ``assay.side_effect_verification.v0`` report (fields of evidence-formats.md
-    3.4, ``bundle`` being the optional label of the surface document) plus:
+    §3.4, ``bundle`` being the optional label of the surface document) plus:
 
     * per call, ``level_before`` (the level the document records; null when it
       has no ladder block), ``irreversibility_class`` when recorded,

@@ -10,7 +10,7 @@ leaves the side-effect block at level ``asserted``.
 The builder is total: any tool name and any JSON value as arguments or params
 yields exactly one record, never an exception.
 
-Theory of operation (evidence-formats.md 1.1, 1.2):
+Theory of operation (evidence-formats.md §1.1, 1.2):
 
 * ``side_effect_asserted`` is ``effect == "allow" and status == "success"``
   (the raw status, before sanitising); ``side_effect_verified`` is derived from

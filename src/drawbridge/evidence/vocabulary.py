@@ -5,7 +5,7 @@ verifier writes into a machine-readable field comes from a constant in this
 module. Downstream never parses prose, so a value that is not listed here is a
 bug, not a new state.
 
-The values and their order are the wire formats' (evidence-formats.md 1.3, 3.1,
+The values and their order are the wire formats' (evidence-formats.md §1.3, 3.1,
 3.4); schema ids name formats, not producers, and are kept verbatim. Where a
 record names its producer it says ``drawbridge``.
 """
@@ -97,7 +97,7 @@ UNCLASSIFIED: Final = "unclassified"
 ACTION_CLASSES: Final = (PRIVILEGED_ADMIN_ACTION, UNCLASSIFIED)
 
 #: ``action.resource_type`` per category. The binding subject's ``action_class`` is
-#: this value, not the category (evidence-formats.md 3.3).
+#: this value, not the category (evidence-formats.md §3.3).
 RESOURCE_TYPE: Final = {
     GITHUB_DEPLOY_KEY: "github_deploy_key",
     SLACK_ADD_MEMBER: "workspace_member",

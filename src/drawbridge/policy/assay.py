@@ -1,7 +1,7 @@
 """Assay-format policies (``--policy FILE``) converted into one native policy.
 
 Invariant: the converted policy decides every call at least as strictly as
-Assay's enforcement engine (evidence-formats.md 4.6) decides it, and reads
+Assay's enforcement engine (evidence-formats.md §4.6) decides it, and reads
 tool names exactly as Assay does (``matches_tool_pattern``, not our globs).
 Where Assay only records an obligation, the gateway enforces it or says in
 docs/policy-format.md that it does not.
@@ -57,7 +57,7 @@ from drawbridge.policy.schemas import SchemaLoadError, compile_schema
 
 @dataclass(frozen=True, slots=True)
 class AssayPattern:
-    """An Assay tool pattern (evidence-formats.md 2.6): exact, prefix*, *suffix, *substring*."""
+    """An Assay tool pattern (evidence-formats.md §2.6): exact, prefix*, *suffix, *substring*."""
 
     text: str
 

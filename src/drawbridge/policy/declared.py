@@ -2,7 +2,7 @@
 
 Invariant: the truth layer compares observed decisions with a contract that is a
 pure function of the loaded policy set and the agent id, so the same policy
-files always give the same ``declared_policy_digest`` (evidence-formats.md 2.5).
+files always give the same ``declared_policy_digest`` (evidence-formats.md §2.5).
 
 Theory of operation.
 

@@ -39,8 +39,11 @@ agent's own), and the policy set in force with that policy in it, and returns an
   get.
 * **inherit** removes the console rules naming the tool exactly, so evaluation falls to
   whatever comes next (the hand-written rules they stood in front of, included). With no console
-  rule but a hand-written one naming the tool exactly, it is refused with 409 (such rules are
-  edited in the file). With no such rule nothing changes.
+  rule but a hand-written rule of the own policy that names the tool literally (one of its
+  patterns matches only the tool, among other patterns or under conditions included), it is
+  refused with 409 naming that rule's file and line: that rule would still decide the tool, so an
+  answer of "unchanged" would let the user believe the tool was reverted (such rules are edited
+  in the file). With neither, nothing changes (the tool is decided by globs or other policies).
 * New lines copy the indentation of the neighbouring rule (the column of ``-`` and the gap after
   it) and the file's line ending; the tool name is written as a YAML double-quoted string in
   printable ASCII with glob characters escaped, so the rule matches the tool literally.
@@ -175,6 +178,12 @@ def names_tool_exactly(rule: Rule, tool: str) -> bool:
     return not rule.conditions and len(rule.tools) == 1 and rule.tools[0].exact_value == tool
 
 
+def names_tool_literally(rule: Rule, tool: str) -> bool:
+    """One of its patterns matches only ``tool`` (among others or not, under conditions or not):
+    the rule was written for this tool, so ``inherit`` that leaves it in force reverts nothing."""
+    return any(pattern.exact_value == tool for pattern in rule.tools)
+
+
 def _requested(action: object) -> Requested | None:
     if isinstance(action, Action):
         return action
@@ -284,12 +293,13 @@ def plan_edit(
 
     if requested == INHERIT:
         if not console:
-            if not exact:
+            hand = next((rule for rule in policy.rules if names_tool_literally(rule, tool)), None)
+            if hand is None:
                 return _unchanged(text, policy, policy_set, agent, tool, requested, by, date, before)
-            hand = policy.rules[exact[0]]
             return EditRefused(
                 409,
-                f"{_rule_where(policy, hand)} names {quoted(tool)} and was written by hand; edit it in the file",
+                f"{_rule_where(policy, hand)} names {quoted(tool)} and was written by hand: inherit "
+                "would leave it deciding the tool; edit it in the file",
             )
         removed = tuple(console)
         splices = [removal(layout.items[i]) for i in removed]
@@ -469,6 +479,7 @@ __all__ = [
     "conditional_text",
     "is_own_policy",
     "names_tool_exactly",
+    "names_tool_literally",
     "own_policy",
     "tool_refusal",
     "plan_edit",

@@ -46,7 +46,7 @@ POLICY_KEYS = ("name", "agent", "description", "rules", "schemas")
 RULE_KEYS = ("tools", "action", "when", "approval", "memory_key")
 CONDITION_KEYS = ("arg", "op", "value", "if_missing")
 
-#: Top-level keys of Assay's McpPolicy (evidence-formats.md 4.2): a file with some of
+#: Top-level keys of Assay's McpPolicy (evidence-formats.md §4.2): a file with some of
 #: these and without ``agent``/``rules`` is read as an Assay-format policy.
 ASSAY_KEYS = frozenset(
     {

@@ -1,4 +1,4 @@
-"""A tool's declared argument schema, compiled and checked as the reference does (evidence-formats.md 2.7).
+"""A tool's declared argument schema, compiled and checked as the reference does (evidence-formats.md §2.7).
 
 Invariant: arguments are ``VALID`` or ``INVALID`` only against a schema compiled the way the
 reference's ``jsonschema`` crate compiles it; a schema it would not compile -- or that only fails

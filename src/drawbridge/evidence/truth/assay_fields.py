@@ -1,4 +1,4 @@
-"""The fields of Assay's ``McpPolicy``: a JSON value checked against their types (evidence-formats.md 4).
+"""The fields of Assay's ``McpPolicy``: a JSON value checked against their types (evidence-formats.md §4).
 
 Invariant: what leaves ``Checker.read`` holds each field of the format in the type Assay's
 deserializer gives it; a wrong type is a ``structure`` error, as a serde failure is there, located

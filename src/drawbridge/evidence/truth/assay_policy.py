@@ -1,4 +1,4 @@
-"""Assay-format MCP policies read the way the reference reads them (evidence-formats.md 4, 2.5).
+"""Assay-format MCP policies read the way the reference reads them (evidence-formats.md §4, 2.5).
 
 Invariant: a policy that reaches the truth layer has been through exactly one of
 the two readings the reference has, and we say which:

@@ -1,4 +1,4 @@
-"""Assay-format policy text to a JSON value, with the line and column of every path (evidence-formats.md 4).
+"""Assay-format policy text to a JSON value, with the line and column of every path (evidence-formats.md §4).
 
 Invariant: the value is what the text means to every YAML reader, or the text is refused with
 its line: no spelling whose meaning differs between readers reaches a digest or a verdict.

@@ -1,4 +1,4 @@
-"""The observed side of tool-decision truth: the carrier record (evidence-formats.md 2.1-2.4).
+"""The observed side of tool-decision truth: the carrier record (evidence-formats.md §2.1-2.4).
 
 Invariant: raw tool arguments never enter a carrier. The only trace of the
 arguments is ``args_digest``, a keyed HMAC over their canonical form after every

@@ -1,4 +1,5 @@
-"""The declared side of tool-decision truth: what a policy declares, and its digest (evidence-formats.md 2.5).
+"""The declared side of tool-decision truth: what a policy declares, and its digest
+(evidence-formats.md §2.5).
 
 Invariant: ``declared_policy_digest`` is ``sha256:`` over the JCS bytes of
 ``declared_view(policy)`` and of nothing else, and ``declared_view`` reads the

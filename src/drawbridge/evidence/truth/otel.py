@@ -1,4 +1,4 @@
-"""OpenTelemetry view of verified tool-decision-truth evidence (evidence-formats.md 2.11).
+"""OpenTelemetry view of verified tool-decision-truth evidence (evidence-formats.md §2.11).
 
 Invariant: only decisions whose recipe row verified against their carrier are
 projected, and neither raw arguments nor the keyed ``args_digest`` ever reach

@@ -1,4 +1,4 @@
-"""The pack recipe row: how evidence cites one carrier (evidence-formats.md 2.9).
+"""The pack recipe row: how evidence cites one carrier (evidence-formats.md §2.9).
 
 Invariant: a recipe row verifies only against the exact carrier bytes it cites
 and only for a run verdict at least as severe as the carrier's own verdict.

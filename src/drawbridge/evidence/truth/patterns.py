@@ -1,4 +1,4 @@
-"""Tool-name patterns of the Assay policy format (evidence-formats.md 2.6).
+"""Tool-name patterns of the Assay policy format (evidence-formats.md §2.6).
 
 Invariant: every place that asks "does this declared name pattern cover this
 tool?" -- the tool axis, the approval/scope/redaction applicability, the

@@ -1,4 +1,4 @@
-"""A declared policy read once for the verdicts of many calls (evidence-formats.md 2.7, 2.8).
+"""A declared policy read once for the verdicts of many calls (evidence-formats.md §2.7, 2.8).
 
 Invariant: ``prepared_decision_verdict(prepare_policy(p), ...)`` is ``decision_verdict(p, ...)``
 for every policy, call and evidence: the same axes folded over the same normalized view, only

@@ -1,4 +1,4 @@
-"""Verifiers that recompute tool-decision-truth evidence from bytes (evidence-formats.md 2, 5.3).
+"""Verifiers that recompute tool-decision-truth evidence from bytes (evidence-formats.md §2, 5.3).
 
 Invariant: a report says ``ok`` only when every expectation it was handed has
 been recomputed here, from the document alone, and agrees. Nothing is taken on

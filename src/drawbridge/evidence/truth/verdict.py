@@ -1,4 +1,4 @@
-"""The verdict gate: one observed tool decision against the declared policy (evidence-formats.md 2.7, 2.8).
+"""The verdict gate: one observed tool decision against the declared policy (evidence-formats.md §2.7, 2.8).
 
 Invariant: the lattice is ``match < incomplete < mismatch < invalid``, every
 verdict is the lattice maximum of its parts, and the rule that carries the

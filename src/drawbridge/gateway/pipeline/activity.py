@@ -27,7 +27,7 @@ def log_decision(record: CallRecord) -> None:
         "tool": sanitize(record.tool) if record.tool is not None else None,
         "action": record.action.value if record.action is not None else None,
         "rule": (
-            rule_of(provenance.source_file, provenance.rule_index, provenance.policy)
+            rule_of(provenance.source_file, provenance.rule_index, provenance.policy, provenance.line)
             if provenance is not None else None
         ),
         "outcome": record.outcome.value,

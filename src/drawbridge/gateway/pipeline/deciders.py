@@ -132,7 +132,8 @@ class PolicyDecider:
         return Verdict(
             decision.action,
             decision.reason,
-            Provenance(decision.policy, decision.source_file, decision.rule_index, digest or None, shadow),
+            Provenance(decision.policy, decision.source_file, decision.rule_index, digest or None, shadow,
+                       decision.line),
             approver=decision.approver,
             memory_key=decision.memory_key,
         )

@@ -60,7 +60,7 @@ def shadow_verdict(store: PolicyStore, call: ToolCall, policy_action: Action) ->
     except Exception as exc:  # noqa: BLE001 -- the shadow must never fail a call, whatever it raised
         _log.warning("the shadow policy raised %s; the enforced verdict stands", type(exc).__name__)
         return ShadowVerdict(None, FAILED, policy_action)
-    rule = rule_of(decision.source_file, decision.rule_index, decision.policy)
+    rule = rule_of(decision.source_file, decision.rule_index, decision.policy, decision.line)
     return ShadowVerdict(decision.action, rule, policy_action)
 
 

@@ -38,6 +38,11 @@ class Provenance:
     """What the shadow policy would have decided (``shadow``); None without one. Kept as ``policy_set``
     is; no part of equality, and no recorder reads it: the shadow never changes a call or its records."""
 
+    line: int | None = field(default=None, compare=False)
+    """The deciding rule's line in ``source_file`` (the schema's for a schema refusal), as the reason
+    writes it; what the decision line names (``activity_log.rule_of``). No part of equality: the file,
+    the index and the policy set's digest already fix it."""
+
     def label(self) -> str:
         if self.policy is None:
             return "default deny"

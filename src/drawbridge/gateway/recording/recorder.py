@@ -71,7 +71,7 @@ ADMITTED_MAX = 65536
 """Admitted calls whose digests wait for their records (a bound, in case a record never comes)."""
 
 
-# The surface record's (effect, status) for each way a decided call ends (evidence-formats.md 1.2:
+# The surface record's (effect, status) for each way a decided call ends (evidence-formats.md §1.2:
 # an allowed success asserts the side effect; a refusal is ("deny", "blocked")).
 _EFFECT_STATUS: dict[Outcome, tuple[str, str]] = {
     Outcome.OK: ("allow", "success"),

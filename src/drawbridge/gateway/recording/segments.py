@@ -33,7 +33,7 @@ _ascii_line_encode = compact_encoder(sort_keys=False, ensure_ascii=True, allow_n
 
 
 def ndjson_line(record: Mapping[str, Any]) -> bytes:
-    """One compact JSON line in the record's insertion order (evidence-formats.md 0.2: digests are
+    """One compact JSON line in the record's insertion order (evidence-formats.md §0.2: digests are
     always recomputed over JCS, so the line keeps the documented field order for readers)."""
     try:
         return (_line_encode(record) + "\n").encode("utf-8")

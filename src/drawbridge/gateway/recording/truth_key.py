@@ -3,7 +3,7 @@
 Invariant: when the producer is enabled, the gateway starts only with a usable
 key (at least ``MIN_KEY_BYTES`` UTF-8 bytes, the floor of the argument digest key too:
 a shorter key makes every ``args_digest`` brute-forceable offline) and key id, and neither reaches the upstream's environment, a record, a log
-line or an error message (evidence-formats.md 2.10, tool-decision-truth.md).
+line or an error message (evidence-formats.md §2.10, tool-decision-truth.md).
 
 Names: ``DRAWBRIDGE_TDT_HMAC_KEY`` and ``DRAWBRIDGE_TDT_HMAC_KEY_ID``; for
 drop-in compatibility ``ASSAY_TDT_HMAC_KEY`` and ``ASSAY_TDT_HMAC_KEY_ID`` are read

@@ -57,6 +57,8 @@ class AllowedHosts:
 
     exact: frozenset[tuple[str, str | None]]
     any_port: frozenset[str] = frozenset()
+    configured: tuple[str, ...] = ()
+    """``listen.allowed_hosts`` as configured (normalized, in order); empty for the loopback default."""
 
     @classmethod
     def build(cls, configured: Sequence[str] | None, listen_host: str, port: int) -> AllowedHosts:
@@ -81,7 +83,16 @@ class AllowedHosts:
                 exact.update({(host, None), (host, here)})
             else:
                 exact.add((host, entry_port))
-        return cls(frozenset(exact), frozenset(any_port))
+        return cls(frozenset(exact), frozenset(any_port), tuple(configured))
+
+    def host_to_send(self, listening: str) -> str | None:
+        """The ``Host`` a client of the listening address ``listening`` (``host:port``) must send: None
+        when that address is admitted as it is, else the first configured entry (``HOST:*`` as
+        ``HOST``), so that the URL serve prints is never one that answers 421 without saying so."""
+        if self.admits(listening) or not self.configured:
+            return None
+        first = self.configured[0]
+        return first[:-2] if first.endswith(":*") else first
 
     def admits(self, authority: str) -> bool:
         split = split_authority(authority)

@@ -476,7 +476,9 @@ class ApprovalEngine:
             raise
         activity("approval_asked", {
             "approval_id": approval.id, "agent": sanitize(call.agent), "tool": sanitize(call.tool),
-            "rule": rule_of(approval.source_file, approval.rule_index, approval.policy), "mode": mode,
+            "rule": rule_of(approval.source_file, approval.rule_index, approval.policy,
+                            terms.verdict.provenance.line),
+            "mode": mode,
             "approver": approval.approver.value,
         })
         if self._on_pending is not None:
