@@ -23,7 +23,7 @@ import httpx
 import pytest
 from approval_support import POLICY, cli, write_policy
 from conftest import GITHUB_LIKE, PYTHON, child_env, eventually, scaled, wrap_argv
-from serve_support import Running, free_port, http_gateway, wait_for_port, write_config
+from serve_support import Running, free_port, http_gateway, serve_argv, sha256, wait_for_port, write_config
 
 from drawbridge.gateway.runtime.admin_token import AdminTokenProblem, ensure_admin_token, token_file_for
 
@@ -157,3 +157,38 @@ def test_two_gateways_on_one_state_file_share_one_token(tmp_path: Path) -> None:
     link.symlink_to(path)
     with pytest.raises(AdminTokenProblem, match="not a regular file"):
         ensure_admin_token(link)
+
+
+def _serve_once(config: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(serve_argv(config), input="", capture_output=True, text=True, env=child_env(env),
+                          timeout=scaled(60))
+
+
+@pytest.mark.parametrize("admin_env", ["GOOD", "ALSO_GOOD"])
+def test_serve_refuses_an_agent_whose_token_is_the_admin_token_in_one_line(tmp_path: Path, admin_env: str) -> None:
+    """An agent holding the control plane's token could approve its own calls: one variable named for
+    both, or two variables holding one value, stops the start (exit 2) naming the two uses, never the value."""
+    value = "one-token-for-two-uses-0123456789"
+    upstream = {"name": "github", "transport": "stdio", "command": GITHUB_LIKE[0], "args": GITHUB_LIKE[1:]}
+    auth = {"admin": {"token_env": admin_env}, "agents": [{"agent": "ci-bot", "token_env": "GOOD"}]}
+    config = write_config(tmp_path, [upstream], auth=auth)
+    result = _serve_once(config, {"GOOD": value, "ALSO_GOOD": value})
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "auth.admin (the control plane) and auth.agents[0] (agent ci-bot) hold one bearer token" in lines[0]
+    assert value not in result.stderr and sha256(value) not in result.stderr
+
+
+def test_serve_refuses_an_agent_whose_token_is_in_the_admin_token_file(tmp_path: Path) -> None:
+    """The token the gateway made for its control plane, copied into an agent's variable: refused alike."""
+    token_file = token_file_for(tmp_path / "drawbridge.db")
+    ensure_admin_token(token_file)
+    value = token_file.read_text(encoding="ascii").strip()
+    upstream = {"name": "github", "transport": "stdio", "command": GITHUB_LIKE[0], "args": GITHUB_LIKE[1:]}
+    config = write_config(tmp_path, [upstream], auth={"agents": [{"agent": "ci-bot", "token_env": "GOOD"}]},
+                          state_path="./drawbridge.db", evidence_dir=str(tmp_path / "evidence"))
+    result = _serve_once(config, {"GOOD": value})
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert f"the admin token file {token_file} (the control plane) and auth.agents (agent ci-bot) hold one" in lines[0]
+    assert value not in result.stderr

@@ -122,6 +122,33 @@ def test_shared_token_and_bad_digest_refused(tmp_path):
         parse_config(BASE.replace('token_sha256: "', 'token_sha256: "Z'), path, ENV)
 
 
+@pytest.mark.parametrize(
+    ("admin", "env"),
+    [
+        ("{token_env: CI_TOKEN}", ENV),  # one variable named twice
+        ("{token_env: ADMIN_TOKEN}", {**ENV, "ADMIN_TOKEN": ENV["CI_TOKEN"]}),  # two variables, one value
+        ('{token_sha256: "%s"}' % hashlib.sha256(ENV["CI_TOKEN"].encode()).hexdigest(), ENV),
+    ],
+)
+def test_an_agent_token_that_is_the_admin_token_is_refused_naming_both_uses_never_the_value(tmp_path, admin, env):
+    """An agent holding the control plane's token could approve its own calls."""
+    text = BASE.replace("admin: {token_env: ADMIN_TOKEN}", f"admin: {admin}")
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, str(tmp_path / "c.yaml"), env)
+    message = str(info.value)
+    assert "auth.admin (the control plane) and auth.agents[0] (agent ci-bot) hold one bearer token" in message
+    assert info.value.line == 17 and "\n" not in message
+    assert ENV["CI_TOKEN"] not in message and hashlib.sha256(ENV["CI_TOKEN"].encode()).hexdigest() not in message
+
+
+def test_two_agents_in_two_variables_of_one_value_are_refused(tmp_path):
+    text = BASE.replace("token_sha256: \"%s\"" % hashlib.sha256(b"reviewer-token").hexdigest(), "token_env: REVIEW_TOKEN")
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, str(tmp_path / "c.yaml"), {**ENV, "REVIEW_TOKEN": ENV["CI_TOKEN"]})
+    assert "two agents share one bearer token: auth.agents[0] (agent ci-bot) and auth.agents[1] (agent reviewer)" in str(info.value)
+    assert info.value.line == 19 and ENV["CI_TOKEN"] not in str(info.value)
+
+
 def test_unreadable_and_invalid_yaml(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "missing.yaml")

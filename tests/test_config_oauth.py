@@ -54,6 +54,8 @@ def test_without_the_section_there_is_no_oauth(tmp_path):
         ("https://gateway.example.com/mcp", "https://gateway.example.com/mcp#x", "must not have a fragment"),
         ("[ES256]", "[HS256]", "HS256 not among"),
         ("[ES256]", "[none]", "none not among"),
+        ("[ES256]", "[]", "auth.oauth.algorithms is empty"),
+        ("jwks_uri: \"https://other.example.com/keys/v2\"", "jwks_uri: \"https://a..b/keys\"", "its host is not a name"),
         ("agent_claim: azp", "agent_claim: azp\n    audience: x", "unknown key 'audience'"),
         ("files.delete", "files.[", "tool_scopes.files:write"),
         ("leeway_seconds: 5", "leeway_seconds: -1", "from 0 to 86400"),

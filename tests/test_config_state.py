@@ -50,6 +50,8 @@ def test_a_url_or_a_mapping_names_the_shared_state_and_the_rings_load_from_the_e
         ({"rate_limits": {}}, KEY_ENV, "rate_limits names no bucket"),
         ({"rate_limits": {"per_agent": {"rate": 0}}}, KEY_ENV, "rate must be a positive number"),
         ({"rate_limits": {"per_agent": {"rate": 1, "burst": 0}}}, KEY_ENV, "burst must be at least 1"),
+        ({"rate_limits": {"per_agent": {"rate": 1e-320, "burst": 1}}}, KEY_ENV, "longer than any finite time to refill"),
+        ({"rate_limits": {"per_agent_tool": {"rate": 1e-300, "burst": 10**400}}}, KEY_ENV, "finite time to refill"),
     ],
 )
 def test_what_cannot_work_is_refused_with_the_reason(

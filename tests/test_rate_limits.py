@@ -52,6 +52,16 @@ async def test_a_local_bucket_allows_its_burst_then_says_when_to_retry_and_refil
     assert await limiter.check(call()) is None
 
 
+async def test_a_rate_near_zero_names_a_wait_it_can_compute() -> None:
+    """One call's wait at 1e-307 calls per second is finite, but a hundred times it is not: the refusal
+    still names a wait (capped), never fails the decision."""
+    limiter = RateLimiter(RateLimits(per_agent=Bucket(rate=1e-307, burst=1)), LocalBuckets(FakeClock()))
+    assert await limiter.check(call()) is None
+    refused = await limiter.check(call())
+    assert refused is not None and refused.action is Action.DENY
+    assert refused.reason.endswith("retry after 1000000000.00 s")
+
+
 async def test_a_call_refused_by_its_tool_bucket_takes_nothing_from_its_agent_bucket() -> None:
     limiter = RateLimiter(
         RateLimits(per_agent=Bucket(rate=0.5, burst=3), per_agent_tool=Bucket(rate=0.5, burst=1)), LocalBuckets(FakeClock())

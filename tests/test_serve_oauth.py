@@ -245,18 +245,70 @@ async def test_a_session_belongs_to_the_credential_that_opened_it_not_only_to_it
     """The static token and a JWT whose subject the agents table maps to the same agent are two
     credentials: neither reaches a session the other opened (404, as for an unknown id)."""
     gateway, issuer, _ = world
-    legacy = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
-    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
-    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
     jwt_token = issuer.mint(aud=gateway.url, sub=OPS_SUBJECT, scope="mcp regional:lookup")
     for opener, other in ((STATIC_TOKEN, jwt_token), (jwt_token, STATIC_TOKEN)):
-        opened = _post(gateway.url, opener, legacy, initialize)
-        assert opened.status_code == 200, opened.text
-        session = {**legacy, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
-        assert _post(gateway.url, opener, session, listing).status_code == 200
-        taken = _post(gateway.url, other, session, listing)
+        session = _open_session(gateway.url, opener)
+        assert _post(gateway.url, opener, session, _LISTING).status_code == 200
+        taken = _post(gateway.url, other, session, _LISTING)
         assert taken.status_code == 404 and "unknown or ended session" in taken.text
+
+
+_LEGACY = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+_LISTING = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+
+def _open_session(url: str, token: str) -> dict[str, str]:
+    """A 2025-era session opened with ``token``: the headers that use it."""
+    opened = _post(url, token, _LEGACY, _INITIALIZE)
+    assert opened.status_code == 200, opened.text
+    return {**_LEGACY, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+
+
+async def test_an_oauth_subject_mapped_to_a_static_agent_holds_its_own_sessions(tmp_path: Path) -> None:
+    """``max_sessions_per_agent`` counts a credential's sessions: the subject the agents table maps to
+    the static agent's id opening sessions ends none of the static token's, only its own."""
+    with running_issuer() as issuer, serve_in_thread(_regional_upstream()) as upstream_url:
+        config = _config(tmp_path, issuer, upstream_url)
+        document = json.loads(config.read_text(encoding="utf-8"))
+        config.write_text(json.dumps({**document, "limits": {"max_sessions_per_agent": 2}}), encoding="utf-8")
+        with http_gateway(config, env={"REGIONAL_AUTHORIZATION": "Bearer x"}) as gateway:
+            assert gateway.url is not None
+            static = [_open_session(gateway.url, STATIC_TOKEN) for _ in range(2)]
+            subject = issuer.mint(aud=gateway.url, sub=OPS_SUBJECT, scope="mcp regional:lookup")
+            flood = [_open_session(gateway.url, subject) for _ in range(3)]
+            for headers in static:  # the static token's two sessions are still there
+                assert _post(gateway.url, STATIC_TOKEN, headers, _LISTING).status_code == 200
+            ended = _post(gateway.url, subject, flood[0], _LISTING)  # the subject's third ended its own first
+            assert ended.status_code == 404 and "unknown or ended session" in ended.text
+            assert all(_post(gateway.url, subject, h, _LISTING).status_code == 200 for h in flood[1:])
+
+
+async def test_scp_as_a_space_separated_string_grants_its_scopes(world: Any) -> None:
+    """Entra ID sends ``scp`` as one string, space-separated like ``scope``."""
+    gateway, issuer, _ = world
+    token = issuer.mint(aud=gateway.url, scp="mcp regional:lookup")
+    response = _post(gateway.url, token)
+    assert response.status_code == 200, response.text
+    assert response.json()["result"]["content"][0]["text"] == "tea in eu"
+    narrow = issuer.mint(aud=gateway.url, sub="reader", scp="mcp")  # regional.lookup needs regional:lookup
+    assert 'scope="regional:lookup"' in _post(gateway.url, narrow).headers["www-authenticate"]
+
+
+async def test_a_discovered_jwks_uri_over_plain_http_to_another_host_is_a_503_and_a_line_naming_the_issuer(
+    tmp_path: Path,
+) -> None:
+    """The issuer's metadata names a key URL that a configured ``jwks_uri`` could not be: nothing is
+    fetched from it (``.invalid`` is never resolved), the request is refused 503 and the log says why."""
+    with running_issuer(jwks_uri="http://keys.invalid:9913/jwks") as issuer, serve_in_thread(_regional_upstream()) as upstream_url:
+        config = _config(tmp_path, issuer, upstream_url)
+        with http_gateway(config, env={"REGIONAL_AUTHORIZATION": "Bearer x"}) as gateway:
+            response = _post(gateway.url, issuer.mint(aud=gateway.url, scope="mcp regional:lookup"))
+            assert response.status_code == 503, response.text
+            assert "signing keys could not be fetched" in response.json()["error"]["message"]
+            text = _logged(gateway, "uses plain http on a host that is not loopback")
+            assert f"the signing keys of issuer {issuer.url} could not be fetched: the jwks_uri in the metadata at" in text
 
 
 @pytest.mark.parametrize(("header", "problem"), [("us", "does not match"), (None, "missing")])

@@ -68,6 +68,18 @@ def _one_line(error: Exception, file: str, line: int, problem: str) -> None:
         ("policy_dir: ./policies\nupstreams: {name: gh}\n", 2, "config.upstreams must be a list"),
         (CONFIG_HEAD + "auth: {agents: {a: 1}}\n", 4, "auth.agents must be a list"),
         (CONFIG_HEAD + "listen: [1]\n", 4, "listen must be a mapping"),
+        # A plain value carries no position of its own: it is located by its key, or by its list.
+        (CONFIG_HEAD + "rate_limits: 5\n", 4, "rate_limits must be a mapping"),
+        (CONFIG_HEAD + "auth: {oauth: yes-please}\n", 4, "auth.oauth must be a mapping"),
+        (CONFIG_HEAD + "auth:\n  agents: [claude]\n", 5, "auth.agents[0] must be a mapping"),
+        (CONFIG_HEAD + "auth:\n  agents:\n    - {agent: a, token_sha256: '" + "a" * 64 + "'}\n    - claude\n", 7,
+         "auth.agents[1] must be a mapping"),
+        (CONFIG_HEAD + "auth:\n  oauth:\n    authorization_servers:\n      - 'http://127.0.0.1:1'\n", 7,
+         "auth.oauth.authorization_servers[0] must be a mapping"),
+        ("policy_dir: ./policies\nupstreams:\n  - {name: gh, transport: stdio, command: gh}\n  - gh\n", 4,
+         "upstreams[1] must be a mapping"),
+        (CONFIG_HEAD + "openapi: [spec.yaml]\n", 4, "openapi[0] must be a mapping"),
+        (CONFIG_HEAD + "approval:\n  notify:\n    - WEBHOOK_URL\n", 6, "approval.notify[0] must be a mapping"),
     ],
 )
 def test_a_configuration_problem_is_one_located_line(text: str, line: int, problem: str) -> None:

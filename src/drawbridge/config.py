@@ -61,8 +61,14 @@ from drawbridge.config_hosts import is_loopback_address, split_authority
 from drawbridge.config_approval import approval_section
 from drawbridge.config_notify import NotifyTarget, notify_env_names
 from drawbridge.config_oauth import OAuthConfig, oauth_section
-from drawbridge.config_secrets import USES_ALL, token_digest, token_env_names
-from drawbridge.config_reader import AGENT_ID, AGENT_ID_CHARS, ConfigError, env_map, url_problem
+from drawbridge.config_secrets import (
+    USES_ALL,
+    shared_token,
+    shared_token_problem,
+    token_digest,
+    token_env_names,
+)
+from drawbridge.config_reader import AGENT_ID, AGENT_ID_CHARS, ConfigError, env_map, item_line, url_problem
 from drawbridge.config_reader import Reader as _Reader
 from drawbridge.config_reader import resolve_path as _resolve
 from drawbridge.config_reader import str_list as _str_list
@@ -181,8 +187,8 @@ class GatewayConfig:
 
 
 
-def _upstream(file: str, node: Any, index: int, base: Path) -> UpstreamConfig:
-    reader = _Reader(file, node, f"upstreams[{index}]")
+def _upstream(file: str, node: Any, index: int, base: Path, line: int | None = None) -> UpstreamConfig:
+    reader = _Reader(file, node, f"upstreams[{index}]", line=line)
     reader.check_keys(
         {"name", "transport", "command", "args", "env", "cwd", "url", "headers_env", "protocol"}
     )
@@ -281,7 +287,10 @@ def parse_config(
     top = _top(text, source_file)
 
     raw_upstreams = top.get("upstreams", CommentedSeq, default=[])
-    upstreams = tuple(_upstream(source_file, node, i, base) for i, node in enumerate(raw_upstreams))
+    upstreams = tuple(
+        _upstream(source_file, node, i, base, item_line(raw_upstreams, i))
+        for i, node in enumerate(raw_upstreams)
+    )
 
     policy_dir, policy_file = _policy_keys(top, "")
     if policy_dir is None and policy_file is None:
@@ -324,11 +333,15 @@ def parse_config(
     admin_digest, agents, anonymous, oauth = None, [], None, None
     if (auth := top.child("auth")) is not None:
         auth.check_keys({"admin", "agents", "anonymous_agent", "oauth"})
+        holders: list[tuple[str, str, _Reader]] = []  # (use, digest, where): no two uses hold one token
         if (admin := auth.child("admin")) is not None:
             admin.check_keys({"token_sha256", "token_env"})
             admin_digest = token_digest(admin, env, "auth.admin", "admin" in uses) or None
-        for i, node in enumerate(auth.get("agents", CommentedSeq, default=[])):
-            entry = _Reader(source_file, node, f"auth.agents[{i}]")
+            if admin_digest is not None:
+                holders.append(("auth.admin (the control plane)", admin_digest, admin))
+        seq = auth.get("agents", CommentedSeq, default=[])
+        for i, node in enumerate(seq):
+            entry = _Reader(source_file, node, f"auth.agents[{i}]", line=item_line(seq, i))
             entry.check_keys({"agent", "token_sha256", "token_env"})
             agent = _agent_id(entry, "agent", required=True)
             digest = token_digest(entry, env, f"auth.agents[{i}]", "agents" in uses)
@@ -337,8 +350,10 @@ def parse_config(
             if not digest:
                 continue  # a command that serves no agent over HTTP does not need its token
             agents.append(AgentToken(agent=agent, token_sha256=digest))
-        if len({a.token_sha256 for a in agents}) != len(agents):
-            raise auth.fail("agents", "two agents share one bearer token")
+            holders.append((f"auth.agents[{i}] (agent {agent})", digest, entry))
+        if (shared := shared_token(holders)) is not None:
+            (first, _, _), (second, _, reader) = shared
+            raise reader.fail(None, shared_token_problem(first, second))
         anonymous = _agent_id(auth, "anonymous_agent")
         static_agents = bool(auth.get("agents", CommentedSeq, default=[]))
         oauth = oauth_section(auth, anonymous, host, static_agents=static_agents)
@@ -346,13 +361,15 @@ def parse_config(
     limits = limits_section(top)
     timeout = float(limits.get("call_timeout_seconds", CALL_TIMEOUT_SECONDS))
 
+    raw_openapi = top.get("openapi", CommentedSeq, default=[])
     openapi = tuple(
-        parse_openapi(source_file, node, i, base, timeout)
-        for i, node in enumerate(top.get("openapi", CommentedSeq, default=[]))
+        parse_openapi(source_file, node, i, base, timeout, item_line(raw_openapi, i))
+        for i, node in enumerate(raw_openapi)
     )
+    raw_cli_tools = top.get("cli_tools", CommentedSeq, default=[])
     cli_tools = tuple(
-        parse_cli_tool(source_file, node, i, base, timeout)
-        for i, node in enumerate(top.get("cli_tools", CommentedSeq, default=[]))
+        parse_cli_tool(source_file, node, i, base, timeout, item_line(raw_cli_tools, i))
+        for i, node in enumerate(raw_cli_tools)
     )
     if not (upstreams or openapi or cli_tools):
         raise top.fail(

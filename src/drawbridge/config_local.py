@@ -194,10 +194,13 @@ def _http_url(reader: Reader, key: str, owner: str, allow_private: bool) -> str 
     return url
 
 
-def parse_openapi(file: str, node: Any, index: int, base: Path, call_timeout: float) -> OpenApiConfig:
+def parse_openapi(
+    file: str, node: Any, index: int, base: Path, call_timeout: float, line: int | None = None
+) -> OpenApiConfig:
     reader, name = named_entry(
         file, node, "openapi", index,
         {"name", "file", "url", "backend_url", "headers", "timeout", "operations", "allow_private", "max_response_bytes"},
+        line,
     )
     owner = f"openapi {name!r}"
     allow_private = bool(reader.get("allow_private", bool, default=False))
@@ -240,10 +243,13 @@ def _cli_command(reader: Reader, owner: str, call_timeout: float) -> CliCommandC
     return CliCommandConfig(allowed_args=allowed, timeout_seconds=_timeout(reader, "timeout", default, call_timeout))
 
 
-def parse_cli_tool(file: str, node: Any, index: int, base: Path, call_timeout: float) -> CliToolConfig:
+def parse_cli_tool(
+    file: str, node: Any, index: int, base: Path, call_timeout: float, line: int | None = None
+) -> CliToolConfig:
     reader, name = named_entry(
         file, node, "cli_tools", index,
         {"name", "bin", "commands", "bare", "strict", "default_action", "env", "working_dir", "max_output_bytes"},
+        line,
     )
     owner = f"cli tool {name!r}"
     binary = reader.get("bin", str, required=True)

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from ruamel.yaml.comments import CommentedSeq
 
 from drawbridge.config_hosts import connectable_host, is_loopback_address
-from drawbridge.config_reader import ENV_NAME, Reader
+from drawbridge.config_reader import ENV_NAME, Reader, item_line
 
 NOTIFY_FORMATS: Final = ("json", "slack")
 """``json``: one JSON object per event; ``slack``: ``{"text": ...}``, which Slack, Mattermost and
@@ -125,7 +125,7 @@ def notify_targets(
     targets: list[NotifyTarget] = []
     seen: set[str] = set()
     for index, node in enumerate(entries):
-        entry = Reader(approval.file, node, f"approval.notify[{index}]")
+        entry = Reader(approval.file, node, f"approval.notify[{index}]", line=item_line(entries, index))
         target = _target(entry, env, used)
         name = entry.node["url_env"]
         if name in seen:

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from drawbridge.config_hosts import is_loopback_address
-from drawbridge.config_reader import AGENT_ID, Reader, str_list
+from drawbridge.config_hosts import connectable_host, is_loopback_address
+from drawbridge.config_reader import AGENT_ID, Reader, item_line, str_list
 from drawbridge.policy.globs import Glob, GlobError, compile_glob
 
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
@@ -68,9 +68,11 @@ class OAuthConfig:
         return tuple(scope for scope, globs in self.tool_scopes if any(g.matches(tool) for g in globs))
 
 
-def _checked_url(text: str, what: str) -> str | None:
-    """Why ``text`` is not an acceptable https URL (http on loopback only), or None. The words name the
-    place and never repeat the URL: a user name, a password or a query key in it may be a secret."""
+def transport_problem(text: str, what: str) -> str | None:
+    """Why ``text`` may not be fetched: not an absolute https URL with a host that can be connected to
+    (plain http on a loopback host only), or None. The rule for every URL keys are fetched from, the
+    configured ones and those an issuer's metadata names (``oauth_keys``): a key set fetched in the
+    clear from another host could be swapped on the way. The words never repeat the URL."""
     if not text.isprintable() or any(ch.isspace() for ch in text):
         return f"{what} is not a URL (it holds a space or a control character)"
     try:
@@ -81,14 +83,26 @@ def _checked_url(text: str, what: str) -> str | None:
         return f"{what} is not a URL (its host or port does not parse)"
     if parts.scheme not in ("https", "http") or not host:
         return f"{what} must be an absolute https URL"
+    if not connectable_host(host):
+        return f"{what} is not a URL (its host is not a name that can be connected to)"
+    if parts.scheme == "http" and not is_loopback_address(host):
+        return f"{what} uses plain http on a host that is not loopback: use https"
+    return None
+
+
+def _checked_url(text: str, what: str) -> str | None:
+    """Why ``text`` is not an acceptable configured URL (``transport_problem``; no user name, password,
+    query or fragment), or None. The words name the place and never repeat the URL: a user name, a
+    password or a query key in it may be a secret."""
+    if problem := transport_problem(text, what):
+        return problem
+    parts = urlsplit(text)
     if "@" in parts.netloc:
         return f"{what} must not hold a user name or password"
     if parts.query or "?" in text:
         return f"{what} must not have a query (?...)"
     if "#" in text:
         return f"{what} must not have a fragment (#...)"
-    if parts.scheme == "http" and not is_loopback_address(host):
-        return f"{what} uses plain http on a host that is not loopback: use https"
     return None
 
 
@@ -115,7 +129,8 @@ def oauth_section(
     issuers: list[IssuerConfig] = []
     servers = section.get("authorization_servers", list, required=True)
     for i, node in enumerate(servers):
-        entry = Reader(section.file, node, f"auth.oauth.authorization_servers[{i}]")
+        where = f"auth.oauth.authorization_servers[{i}]"
+        entry = Reader(section.file, node, where, line=item_line(servers, i))
         entry.check_keys({"issuer", "jwks_uri"})
         issuer = entry.get("issuer", str, required=True)
         jwks_uri = entry.get("jwks_uri", str)
@@ -171,7 +186,11 @@ def oauth_section(
     for scope in scopes:
         if not _SCOPE_RE.fullmatch(scope):
             raise section.fail("scopes", f"auth.oauth.scopes: {scope!r} is not a scope")
-    algorithms = str_list(section, "algorithms") or DEFAULT_ALGORITHMS
+    algorithms = str_list(section, "algorithms") if "algorithms" in section.node else DEFAULT_ALGORITHMS
+    if not algorithms:
+        raise section.fail(
+            "algorithms", "auth.oauth.algorithms is empty: no token could be checked (omit it for RS256 and ES256)"
+        )
     if unknown := [a for a in algorithms if a not in ALGORITHMS]:
         raise section.fail("algorithms", f"auth.oauth.algorithms: {', '.join(unknown)} not among {', '.join(ALGORITHMS)}")
     numbers: dict[str, float] = {}
@@ -191,4 +210,4 @@ def oauth_section(
     )
 
 
-__all__ = ["ALGORITHMS", "IssuerConfig", "OAuthConfig", "oauth_section"]
+__all__ = ["ALGORITHMS", "IssuerConfig", "OAuthConfig", "oauth_section", "transport_problem"]

@@ -2,7 +2,9 @@
 
 Invariant: a bucket that loads has a positive, finite rate (calls per second, refilled continuously)
 and a burst of at least one call (the bucket's size, and how many calls an idle agent may make at
-once); a section that names neither bucket is refused rather than read as "no limit".
+once), and the time it takes to refill whole (``burst / rate`` seconds) is a finite number: a rate so
+small that one call's wait is not (``1e-320``) would only fail at the first refusal. A section that
+names neither bucket is refused rather than read as "no limit".
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ def _bucket(section: Reader, key: str) -> Bucket | None:
     burst = node.get("burst", int, default=max(1, math.ceil(rate)))
     if burst < 1:
         raise node.fail("burst", f"{node.where}.burst must be at least 1")
+    try:
+        refill = burst / rate
+    except OverflowError:
+        refill = math.inf
+    if not math.isfinite(refill):
+        raise node.fail(
+            "rate",
+            f"{node.where}: at this rate the bucket would take longer than any finite time to refill; give a larger rate",
+        )
     return Bucket(rate, burst)
 
 

@@ -54,12 +54,23 @@ def line_of(node: Any, key: Any = None) -> int | None:
         return None
 
 
+def item_line(seq: Any, index: int) -> int | None:
+    """The line of a list's entry: a plain value (a string, a number) carries no position of its own,
+    but the list knows where each of its entries is."""
+    try:
+        return int(seq.lc.item(index)[0]) + 1
+    except Exception:  # noqa: BLE001 -- a list not read from YAML carries no positions
+        return line_of(seq)
+
+
 class Reader:
     """Typed field access on a mapping node that remembers what was read."""
 
-    def __init__(self, file: str, node: Any, where: str) -> None:
+    def __init__(self, file: str, node: Any, where: str, *, line: int | None = None) -> None:
+        """``line``: where the node is, when it may be a plain value that carries no position (a list's
+        entry: ``item_line``; a key's value: the key's line), so that "must be a mapping" is located."""
         if not isinstance(node, CommentedMap):
-            raise ConfigError(file, line_of(node), f"{where} must be a mapping")
+            raise ConfigError(file, line_of(node) or line, f"{where} must be a mapping")
         self.file, self.node, self.where = file, node, where
 
     def fail(self, key: str | None, problem: str) -> ConfigError:
@@ -101,7 +112,8 @@ class Reader:
             return None
         if self.node[key] is None:
             raise self.null(key)
-        return Reader(self.file, self.node[key], f"{self.where}.{key}" if self.where != "config" else key)
+        where = f"{self.where}.{key}" if self.where != "config" else key
+        return Reader(self.file, self.node[key], where, line=line_of(self.node, key))
 
 
 def url_problem(url: str) -> str | None:
@@ -167,10 +179,12 @@ def resolve_path(base: Path, value: str | None) -> str | None:
 NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def named_entry(file: str, node: Any, section: str, index: int, keys: set[str]) -> tuple[Reader, str]:
+def named_entry(
+    file: str, node: Any, section: str, index: int, keys: set[str], line: int | None = None
+) -> tuple[Reader, str]:
     """One entry of an upstream list: its reader (unknown keys refused) and its ``name``, which prefixes
     tool names and so must match ``[A-Za-z0-9_-]+``."""
-    reader = Reader(file, node, f"{section}[{index}]")
+    reader = Reader(file, node, f"{section}[{index}]", line=line)
     reader.check_keys(keys)
     name = reader.get("name", str, required=True)
     if not NAME_RE.fullmatch(name):
@@ -178,4 +192,7 @@ def named_entry(file: str, node: Any, section: str, index: int, keys: set[str]) 
     return reader, name
 
 
-__all__ = ["AGENT_GLOB", "AGENT_ID", "AGENT_ID_CHARS", "NAME_RE", "ConfigError", "Reader", "line_of", "named_entry", "resolve_path", "str_list", "str_map"]
+__all__ = [
+    "AGENT_GLOB", "AGENT_ID", "AGENT_ID_CHARS", "NAME_RE", "ConfigError", "Reader", "item_line", "line_of",
+    "named_entry", "resolve_path", "str_list", "str_map",
+]

@@ -5,17 +5,22 @@ command reads only the secrets it uses (``USES_ALL`` for ``serve`` over HTTP; ``
 ``serve --stdio`` no agent token; ``notify``: the approval webhooks' URLs, ``config_notify``), so a variable it does not use is not required. A token read from a
 variable is one line of 16 to 512 printable ASCII characters (``is_token``), the rule the CLI holds the
 admin token to (``gateway.runtime.admin_token``): a token that short or that odd is refused at load,
-naming the variable, never the value.
+naming the variable, never the value. No two uses hold one token (``shared_token``): not two agents
+(the evidence would name the wrong one), and never an agent and the control plane, whose token approves
+calls -- an agent holding it could approve its own. Tokens are compared by value (their digests), so
+two variables holding the same token are caught as surely as one variable named twice.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Final, TypeVar
 
 from drawbridge.config_reader import ENV_NAME, Reader
+
+_Where = TypeVar("_Where")
 
 HEX64: Final = re.compile(r"[0-9a-f]{64}")
 USES_ALL: Final = frozenset({"admin", "agents", "notify"})
@@ -60,6 +65,28 @@ def token_digest(
     return None
 
 
+def shared_token(
+    holders: Sequence[tuple[str, str, _Where]],
+) -> tuple[tuple[str, str, _Where], tuple[str, str, _Where]] | None:
+    """The first two of ``(use, digest, where)`` that hold one token, or None when every token is its own."""
+    seen: dict[str, tuple[str, str, _Where]] = {}
+    for holder in holders:
+        if holder[1] in seen:
+            return seen[holder[1]], holder
+        seen[holder[1]] = holder
+    return None
+
+
+def shared_token_problem(first: str, second: str) -> str:
+    """The refusal of two uses of one token; it names the uses, never the token."""
+    if first.startswith("auth.agents") and second.startswith("auth.agents"):
+        return f"two agents share one bearer token: {first} and {second}; give each agent its own"
+    return (
+        f"{first} and {second} hold one bearer token: the agent could use the control plane and approve "
+        "its own calls; give the control plane a token of its own"
+    )
+
+
 def token_env_names(top: Reader) -> frozenset[str]:
     """The variables ``auth`` reads tokens from (``auth.admin``, each of ``auth.agents``), once the
     section is accepted: named whether this command uses the token or not, none may reach a child."""
@@ -72,4 +99,7 @@ def token_env_names(top: Reader) -> frozenset[str]:
                      if isinstance(entry, Mapping) and isinstance(entry.get("token_env"), str))
 
 
-__all__ = ["HEX64", "TOKEN_RULE", "USES_ALL", "is_token", "token_digest", "token_env_names"]
+__all__ = [
+    "HEX64", "TOKEN_RULE", "USES_ALL", "is_token", "shared_token", "shared_token_problem", "token_digest",
+    "token_env_names",
+]

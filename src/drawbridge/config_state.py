@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from ruamel.yaml.comments import CommentedSeq
 
-from drawbridge.config_reader import ENV_NAME, Reader
+from drawbridge.config_reader import ENV_NAME, Reader, item_line
 
 MIN_KEY_BYTES: Final = 32
 DEFAULT_POOL_SIZE: Final = 10
@@ -63,7 +63,7 @@ def _ring(section: Reader, key: str, env: Mapping[str, str]) -> tuple[RingKey, .
         raise section.fail(key, f"{section.where}.{key} must be a non-empty list of {{id, env}}")
     ring: list[RingKey] = []
     for index, node in enumerate(entries):
-        entry = Reader(section.file, node, f"{section.where}.{key}[{index}]")
+        entry = Reader(section.file, node, f"{section.where}.{key}[{index}]", line=item_line(entries, index))
         entry.check_keys({"id", "env"})
         key_id = entry.get("id", str, required=True)
         if not _KEY_ID_RE.fullmatch(key_id) or any(k.key_id == key_id for k in ring):

@@ -113,6 +113,18 @@ class SharedBuckets:
         return await self._db.transact(transact, "take rate-limit tokens")
 
 
+MAX_RETRY_SECONDS: Final = 1e9
+"""The longest wait a refusal names (about 32 years): a wait beyond it says as much without its digits."""
+
+
+def _retry_seconds(wait: float) -> float:
+    """The wait a refusal names: rounded up to the hundredth, and never more than ``MAX_RETRY_SECONDS``
+    (a rate near zero makes the exact wait too large to round, or infinite)."""
+    if not wait < MAX_RETRY_SECONDS:  # also NaN
+        return MAX_RETRY_SECONDS
+    return math.ceil(wait * 100) / 100
+
+
 class RateLimiter:
     """The check the pipeline makes before deciding a call (module docstring)."""
 
@@ -130,7 +142,7 @@ class RateLimiter:
         if short is None:
             return None
         (_, bucket, what), wait = short
-        wait = math.ceil(wait * 100) / 100
+        wait = _retry_seconds(wait)
         reason = RATE_LIMITED.format(what=what, rate=bucket.rate, burst=bucket.burst, wait=wait)
         return Verdict(Action.DENY, reason, Provenance(GATEWAY_POLICY))
 

@@ -5,7 +5,8 @@ Invariant: no control plane runs without a credential. When the configuration na
 ``<state file stem>.admin-token`` beside its state file: made at the first start, reused by later
 starts and by every gateway that shares the state file (so one CLI credential reaches all of them),
 and refused -- the gateway does not start -- when it is anything but a regular file of this user that
-nobody else may read or write. The gateway keeps only the token's SHA-256; the token itself is never
+nobody else may read or write, or when it holds a configured agent's token (that agent could approve
+its own calls). The gateway keeps only the token's SHA-256; the token itself is never
 logged, printed or put in an error message (its file's path is).
 
 Theory of operation. ``token_file_for(state)`` names the file. ``ensure_admin_token(path)`` reads it,
@@ -25,10 +26,11 @@ import hashlib
 import os
 import secrets
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from drawbridge.config_secrets import TOKEN_RULE, is_token
+from drawbridge.config_secrets import TOKEN_RULE, is_token, shared_token_problem
 
 TOKEN_SUFFIX: Final = ".admin-token"
 TOKEN_BYTES: Final = 32
@@ -93,9 +95,10 @@ def _make(path: Path) -> None:
             pass
 
 
-def ensure_admin_token(path: str | os.PathLike[str]) -> str:
+def ensure_admin_token(path: str | os.PathLike[str], agents: Mapping[str, str] | None = None) -> str:
     """The SHA-256 (hex) of the token in ``path``, made first if the file does not exist (module
-    docstring); ``AdminTokenProblem`` when it cannot be used."""
+    docstring); ``AdminTokenProblem`` when it cannot be used, or when it is the token of one of
+    ``agents`` (digest -> agent id): an agent holding it could approve its own calls."""
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -106,7 +109,12 @@ def ensure_admin_token(path: str | os.PathLike[str]) -> str:
         _check_private(target)
     except OSError as exc:
         raise AdminTokenProblem(f"cannot make the admin token file {target}: {exc.strerror or exc}") from None
-    return hashlib.sha256(read_token_file(target).encode("ascii")).hexdigest()
+    digest = hashlib.sha256(read_token_file(target).encode("ascii")).hexdigest()
+    if (agent := (agents or {}).get(digest)) is not None:
+        raise AdminTokenProblem(
+            shared_token_problem(f"the admin token file {target} (the control plane)", f"auth.agents (agent {agent})")
+        )
+    return digest
 
 
 __all__ = [

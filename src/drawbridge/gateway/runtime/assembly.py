@@ -354,7 +354,7 @@ class Runtime:
                 assert state_db is not None
                 admin_file = token_file_for(state_db.path if isinstance(state_db, StateDB) else settings.state_path or STATE_FILE)
                 try:
-                    admin_digest = ensure_admin_token(admin_file)
+                    admin_digest = ensure_admin_token(admin_file, settings.agent_tokens)
                 except AdminTokenProblem as exc:
                     raise StartupProblem(str(exc)) from None
             if approvals:

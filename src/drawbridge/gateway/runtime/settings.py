@@ -8,7 +8,7 @@ file; wrap may run with ``--allow-all``, without evidence, or with a temporary s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -67,6 +67,8 @@ class RuntimeSettings:
     """A control plane is served: it needs a credential (``admin_token``)."""
     admin_token_sha256: str | None = None
     """The configured admin token's digest; None: the token file beside the state file (``admin_token``)."""
+    agent_tokens: Mapping[str, str] = field(default_factory=dict)
+    """The agents' static tokens, digest -> agent id: the token file's token must be none of them."""
     server_id: Callable[[str], str] = upstream_of
     """The served tool name -> the upstream's id in surface records."""
     checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
@@ -106,6 +108,7 @@ class RuntimeSettings:
             pin_tools=config.pin_tools,
             hide_denied_tools=config.hide_denied_tools,
             admin_token_sha256=config.admin_token_sha256,
+            agent_tokens={a.token_sha256: a.agent for a in config.agents},
             checkpoints=CheckpointSettings(config.checkpoint_every_lines, config.checkpoint_every_seconds),
             keys_dir=config.keys_dir,
             origin=config.origin,

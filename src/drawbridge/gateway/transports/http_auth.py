@@ -259,11 +259,14 @@ class Authenticator:
 
 
 def _scopes(claims: Mapping[str, Any]) -> frozenset[str]:
-    """``scope`` (RFC 9068: space-separated), or ``scp`` as a list, as some issuers send it."""
+    """``scope`` (RFC 9068: space-separated), or ``scp``, which issuers send either as a list or, as
+    Entra ID does, space-separated like ``scope``."""
     scope = claims.get("scope")
     if isinstance(scope, str):
         return frozenset(scope.split())
     scp = claims.get("scp")
+    if isinstance(scp, str):
+        return frozenset(scp.split())
     if isinstance(scp, list):
         return frozenset(s for s in scp if isinstance(s, str))
     return frozenset()

@@ -9,9 +9,10 @@ resource; or the anonymous agent when no ``Authorization`` is presented at all).
 the credential that created it (``Identity.credential``: a static token, the anonymous agent, or an
 OAuth issuer and subject), not only to its agent id; the same id presented with another credential
 is unknown (404). Session ids are minted by the gateway at ``initialize`` and never taken from the
-client (fixation defence). One agent's sessions never end another's: an agent holds at most
+client (fixation defence). One credential's sessions never end another's (an OAuth subject mapped to
+a static agent's id counts apart from the static token): a credential holds at most
 ``max_sessions_per_agent`` (its least recently used one ends when it opens one more), and when the
-gateway holds ``max_sessions`` an agent with none of its own is refused (503), never given room.
+gateway holds ``max_sessions`` a credential with none of its own is refused (503), never given room.
 
 Theory of operation. ``POST /mcp`` reads at most ``max_message_bytes`` (413 beyond, with a JSON-RPC
 error), parses one JSON-RPC message strictly and picks the era (``eras.http_era_is_modern``): 2026-07-28
@@ -102,7 +103,7 @@ RESPONSE_IN_MODERN: Final = EnvelopeRefusal(
 )
 SESSIONS_FULL: Final = (
     "service unavailable: the gateway holds as many sessions as it may (limits.max_sessions), none of them "
-    "this agent's; try again once sessions end"
+    "this credential's; try again once sessions end"
 )
 
 
@@ -126,7 +127,7 @@ class McpEndpoint:
         self.auth = auth if auth is not None else Authenticator(settings, None, None)
         self.params = ParamHeaders(gateway)
         self.sessions: dict[str, _HttpSession] = {}
-        self.by_agent: dict[str, dict[str, _HttpSession]] = {}
+        self.by_credential: dict[str, dict[str, _HttpSession]] = {}  # the limits count these, not agent ids
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -185,13 +186,12 @@ class McpEndpoint:
         return False
 
     async def _new_session(self, identity: Identity) -> _HttpSession | None:
-        """A session for ``identity``'s agent, or None when the gateway is full of other agents' sessions.
-
-        The room is made and the session registered before anything is awaited, so initializes that
+        """A session for ``identity``, or None when the gateway is full of other credentials' sessions:
+        the room is made and the session registered before anything is awaited, so initializes that
         arrive together cannot pass a limit between them; the sessions that make room end after.
         """
         agent = identity.agent
-        ending = self._make_room(agent)
+        ending = self._make_room(identity)
         state: _HttpSession | None = None
         if len(self.sessions) < self.settings.max_sessions:
             sid = secrets.token_urlsafe(32)
@@ -200,15 +200,15 @@ class McpEndpoint:
             session.session_id = sid
             state = _HttpSession(sid, agent, identity.credential, session, outbound)
             self.sessions[sid] = state
-            self.by_agent.setdefault(agent, {})[sid] = state
+            self.by_credential.setdefault(identity.credential, {})[sid] = state
         for old in ending:
             await self._close(old)
         return state
 
-    def _make_room(self, agent: str) -> list[_HttpSession]:
-        """Forget the sessions that make room for one more of ``agent``'s: only its own, or ended ones."""
+    def _make_room(self, identity: Identity) -> list[_HttpSession]:
+        """Forget the sessions that make room for one more of ``identity``'s: only its own, or ended ones."""
         ending: list[_HttpSession] = []
-        own = self.by_agent.get(agent, {})
+        agent, own = identity.agent, self.by_credential.get(identity.credential, {})
 
         def forget(state: _HttpSession) -> None:
             self._forget(state)
@@ -235,11 +235,11 @@ class McpEndpoint:
 
     def _forget(self, state: _HttpSession) -> None:
         self.sessions.pop(state.id, None)
-        own = self.by_agent.get(state.agent)
+        own = self.by_credential.get(state.credential)
         if own is not None:
             own.pop(state.id, None)
             if not own:
-                del self.by_agent[state.agent]
+                del self.by_credential[state.credential]
 
     async def _close(self, state: _HttpSession) -> None:
         state.outbound.mailbox.close()

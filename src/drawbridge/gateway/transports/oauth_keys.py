@@ -2,21 +2,28 @@
 
 Invariant: a token is checked only against a key fetched from its own issuer's ``jwks_uri`` (named in
 the configuration, or in the issuer's RFC 8414 metadata whose ``issuer`` equals the configured one
-exactly); a key set is replaced whole, so a key the issuer has withdrawn is gone once the set is
-fetched again. An unknown ``kid`` fetches the set at most once per ``jwks_min_refresh_seconds`` per
-issuer, and concurrent requests share that one fetch, so tokens with invented key ids cannot make
-the gateway hammer the issuer.
+exactly), over https or over plain http to a loopback host only -- the rule of
+``config_oauth.transport_problem``, held for a discovered ``jwks_uri`` as for a configured one (a
+metadata document that names another is refused: no key is fetched); a key set is replaced whole,
+so a key the issuer has withdrawn is gone once the set is fetched again. An unknown ``kid`` fetches
+the set at most once per ``jwks_min_refresh_seconds`` per issuer, and concurrent requests share that
+one fetch, so tokens with invented key ids cannot make the gateway hammer the issuer.
 
 Theory of operation. ``run`` fetches every issuer's keys at start and again every
 ``jwks_cache_seconds``, in the background; a request finds its key in a dict. Only a ``kid`` not in
-the set awaits a fetch (async, bounded by ``FETCH_TIMEOUT_SECONDS``). Fetch failures are logged with
-the URL fetched and the reason, and the keys held so far stay in use. A URL is shown as
-``http_link.safe_url`` makes it: scheme, host and path only, since a ``jwks_uri`` an issuer's metadata names may carry a user
-name, a password or a query key (the configured ones may not: ``config_oauth``).
+the set awaits a fetch. A fetch (discovery and key set together) is bounded as a whole by
+``FETCH_TIMEOUT_SECONDS``, not only each read, so an issuer that trickles its answer cannot hold the
+issuer's lock (and with it the refresh that drops a withdrawn key); each document is read as a stream
+and given up at ``MAX_DOCUMENT_BYTES``, so an endless answer costs no more memory than that. Fetch
+failures are logged with the URL fetched and the reason, and the keys held so far stay in use. A URL
+is shown as ``http_link.safe_url`` makes it: scheme, host and path only, since a ``jwks_uri`` an
+issuer's metadata names may carry a user name, a password or a query key (the configured ones may
+not: ``config_oauth``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -28,7 +35,7 @@ import httpx
 from jwt import PyJWK
 from jwt.exceptions import PyJWKError
 
-from drawbridge.config_oauth import IssuerConfig, OAuthConfig
+from drawbridge.config_oauth import IssuerConfig, OAuthConfig, transport_problem
 from drawbridge.gateway.upstreams.http_link import safe_url
 
 logger = logging.getLogger("drawbridge.gateway.oauth")
@@ -55,8 +62,15 @@ def metadata_urls(issuer: str) -> list[str]:
 class IssuerKeys:
     """One issuer's key set."""
 
-    def __init__(self, issuer: IssuerConfig, config: OAuthConfig, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        issuer: IssuerConfig,
+        config: OAuthConfig,
+        clock: Callable[[], float] = time.monotonic,
+        fetch_timeout: float = FETCH_TIMEOUT_SECONDS,
+    ) -> None:
         self.issuer = issuer
+        self._fetch_timeout = fetch_timeout
         self._config = config
         self._clock = clock
         self._jwks_uri = issuer.jwks_uri
@@ -99,10 +113,12 @@ class IssuerKeys:
     async def _fetch(self, client: httpx.AsyncClient) -> None:
         self._attempted_at = self._clock()
         try:
-            await self._fetch_now(client)
-        except KeysUnavailable as exc:
-            self._failure = str(exc)
-            raise
+            with anyio.fail_after(self._fetch_timeout):
+                await self._fetch_now(client)
+        except (KeysUnavailable, TimeoutError) as exc:
+            late = f"the keys of issuer {self.issuer.issuer} were not fetched within {self._fetch_timeout:g} s"
+            self._failure = str(exc) if isinstance(exc, KeysUnavailable) else late
+            raise KeysUnavailable(self._failure) from None
         self._failure = None
 
     async def _fetch_now(self, client: httpx.AsyncClient) -> None:
@@ -138,24 +154,34 @@ class IssuerKeys:
             if metadata.get("issuer") != self.issuer.issuer:
                 raise KeysUnavailable(f"the metadata at {safe_url(url)} names another issuer")
             jwks_uri = metadata.get("jwks_uri")
-            if not isinstance(jwks_uri, str) or urlsplit(jwks_uri).scheme not in ("https", "http"):
+            if not isinstance(jwks_uri, str):
                 raise KeysUnavailable(f"the metadata at {safe_url(url)} has no usable jwks_uri")
+            if problem := transport_problem(jwks_uri, f"the jwks_uri in the metadata at {safe_url(url)}"):
+                raise KeysUnavailable(problem)
             return jwks_uri
         raise KeysUnavailable("; ".join(problems))
 
 
 async def _get_json(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
+    """The JSON object at ``url``, read as a stream that stops at ``MAX_DOCUMENT_BYTES``."""
     shown = safe_url(url)
+    too_large = KeysUnavailable(f"{shown} answered more than {MAX_DOCUMENT_BYTES} bytes")
+    body = bytearray()
     try:
-        response = await client.get(url, headers={"accept": "application/json"})
+        async with client.stream("GET", url, headers={"accept": "application/json"}) as response:
+            if response.status_code != 200:
+                raise KeysUnavailable(f"{shown} answered HTTP {response.status_code}")
+            announced = response.headers.get("content-length", "")
+            if announced.isascii() and announced.isdigit() and int(announced) > MAX_DOCUMENT_BYTES:
+                raise too_large
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_DOCUMENT_BYTES:
+                    raise too_large
     except httpx.HTTPError as exc:
         raise KeysUnavailable(f"fetching {shown} failed ({type(exc).__name__})") from None
-    if response.status_code != 200:
-        raise KeysUnavailable(f"{shown} answered HTTP {response.status_code}")
-    if len(response.content) > MAX_DOCUMENT_BYTES:
-        raise KeysUnavailable(f"{shown} answered more than {MAX_DOCUMENT_BYTES} bytes")
     try:
-        document = response.json()
+        document = json.loads(body)
     except ValueError:
         raise KeysUnavailable(f"{shown} did not answer JSON") from None
     if not isinstance(document, dict):
