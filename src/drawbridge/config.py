@@ -185,8 +185,6 @@ class GatewayConfig:
         return tuple(u.name for u in (*self.upstreams, *self.openapi, *self.cli_tools))
 
 
-
-
 def _upstream(file: str, node: Any, index: int, base: Path, line: int | None = None) -> UpstreamConfig:
     reader = _Reader(file, node, f"upstreams[{index}]", line=line)
     reader.check_keys(
