@@ -18,6 +18,7 @@ from serve_support import ALLOW_ALL, GITHUB, free_port, http_gateway, sha256, wa
 
 from drawbridge.control.console.sessions import SessionStore, operator_name
 from drawbridge.evidence.bundle import record_hash
+from drawbridge.evidence.chain import entry_line, head_of, make_entry
 from drawbridge.evidence.truth.carrier import SCHEMA as CARRIER_SCHEMA
 
 ADMIN = "console-http-token-19ae"
@@ -255,3 +256,111 @@ def test_the_console_edit_tells_every_path_a_call_can_take(tmp_path: Path) -> No
     assert "github.delete_repo: allow -&gt; deny for guest (guest.yaml, rule 0)<" in pages[0]
     assert ("github.delete_repo: deny -&gt; allow for guest (guest.yaml, its rule removed); "
             "before that: human_approval if name starts_with (guest #0)<") in pages[1]
+
+
+BULK_ENTRY_BYTES = 23 * 1024 * 1024
+"""Three such entries make a trace past 64 MiB, where the console once stopped reading it."""
+
+
+def _bulk_trace(path: Path) -> list[int]:
+    """A valid trace of three big tool_decision entries (a changed tool's long description copied into
+    an entry makes such lines); the offset each line starts at."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    head, offsets, written = None, [], 0
+    with path.open("wb") as out:
+        for _ in range(3):
+            body = {"agent": "bulk", "tool": "github.list_repos", "action": "allow", "outcome": "ok",
+                    "description": "x" * BULK_ENTRY_BYTES}
+            entry = make_entry(head, "tool_decision", at, body)
+            line = entry_line(entry)
+            out.write(line)
+            offsets.append(written)
+            written += len(line)
+            head = head_of(entry)
+    return offsets
+
+
+def test_the_evidence_page_and_overview_read_the_whole_trace_past_64_mib(tmp_path: Path) -> None:
+    trace = tmp_path / "evidence" / "trace.ndjson"
+    offsets = _bulk_trace(trace)
+    assert trace.stat().st_size > 64 * 1024 * 1024
+    config = write_config(tmp_path, [GITHUB], policies=ALLOW_ALL, evidence_dir="./evidence", fsync="never",
+                          auth={"admin": {"token_sha256": sha256(ADMIN)}, "anonymous_agent": "guest"})
+    with http_gateway(config) as running, httpx.Client(base_url=running.control(), timeout=CLI_TIMEOUT) as client:
+        assert not call_tool(running, "github.list_repos", {"owner": "acme"}).get("isError")
+        _login(client)
+        row = _latest_call(client, "github.list_repos")
+        with trace.open("rb") as handle:
+            kinds = [json.loads(line)["kind"] for line in handle]
+        newest = len(kinds) - 1
+        assert newest > 2 and kinds[-1] == "tool_decision"
+        assert row.startswith(f'<tr data-seq="{newest}">'), row[:80]  # the gateway's own call, after the big entries
+        page = client.get("/console/evidence").text
+        assert f"The trace chain verifies: {newest + 1} entries, up to seq {newest}." in page
+        assert "x" * 100 not in page  # what a body holds beyond the shown fields is not copied into the page
+        overview = client.get("/console/").text
+        assert '<dd data-figure="calls">4</dd>' in overview and f"verifies, {newest + 1} entries" in overview
+        # An entry changed past 64 MiB is found: the whole chain is verified.
+        with trace.open("r+b") as handle:
+            handle.seek(offsets[2] + 1024 * 1024)
+            assert handle.read(1) == b"x"
+            handle.seek(-1, 1)
+            handle.write(b"y")
+        page = client.get("/console/evidence").text
+        assert 'data-chain="broken"' in page and "2 entries verify (up to seq 1); then line 3:" in page
+        assert f'<tr data-seq="{newest}">' in page  # the newest entries are still shown
+        overview = client.get("/console/").text
+        assert "does not verify</strong> after entry 2" in overview
+
+
+GLOB_POLICIES = {
+    "bots.yaml": "name: bots\nagent: 'bot-*'\nrules:\n  - tools: ['*']\n    action: allow\n",
+    "guest.yaml": "name: guest\nagent: guest\nrules:\n  - tools: ['*']\n    action: allow\n",
+}
+
+
+def test_the_tools_page_and_the_grant_form_check_what_the_control_plane_checks(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [GITHUB], policies=GLOB_POLICIES, auth={"admin": {"token_sha256": sha256(ADMIN)}})
+    with http_gateway(config) as running, httpx.Client(base_url=running.control()) as client:
+        _login(client)
+        tools = client.get("/console/tools")
+        assert tools.status_code == 200
+        assert re.findall(r'<option value="([^"]*)"', tools.text.split('name="family"')[0]) == ["guest"]
+        for agent in ("<b>", "bot-*", "bot-<x>"):
+            refused = client.get("/console/tools", params={"agent": agent})
+            api = httpx.get(f"{running.control()}/tools/decisions", params={"agent": agent},
+                            headers={"Authorization": f"Bearer {ADMIN}"})
+            assert (refused.status_code, api.status_code) == (400, 400), agent
+            assert "is not an agent id" in refused.text and "<b>" not in refused.text
+        # A tools glob with blanks around it is refused, as POST /grants refuses it.
+        csrf = CSRF.search(client.get("/console/grants").text)
+        assert csrf is not None
+        made = client.post("/console/grants", data={"csrf": csrf.group(1), "agent": "guest",
+                                                    "tools": " github.* ", "duration": "30m"})
+        assert made.status_code == 303
+        shown = client.get(made.headers["location"]).text
+        assert "&#39;tools&#39; has leading or trailing whitespace" in shown
+        api = httpx.post(f"{running.control()}/grants", headers={"Authorization": f"Bearer {ADMIN}"},
+                         json={"agent": "guest", "tools": " github.* ", "duration": "30m"})
+        assert api.status_code == 400
+        assert httpx.get(f"{running.control()}/grants", headers={"Authorization": f"Bearer {ADMIN}"}).json() == []
+
+
+def test_the_console_command_needs_no_admin_token_only_where_it_is(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [GITHUB], policies=ALLOW_ALL, control={"port": free_port()},
+                          auth={"admin": {"token_env": "DB_ADMIN_CONSOLE_TEST"}})
+    env = {k: v for k, v in child_env().items()
+           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "DRAWBRIDGE_ADMIN_TOKEN", "DRAWBRIDGE_URL")}
+    with http_gateway(config, env={"DB_ADMIN_CONSOLE_TEST": ADMIN}) as running:
+        done = subprocess.run([PYTHON, "-m", "drawbridge", "console", "--config", str(config), "--no-open"],
+                              capture_output=True, text=True, env=env, timeout=CLI_TIMEOUT)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"{running.control()}/console/"
+        assert "log in with the admin token from DB_ADMIN_CONSOLE_TEST" in done.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("control: {port: many}\n", encoding="utf-8")
+    refused = subprocess.run([PYTHON, "-m", "drawbridge", "console", "--config", str(bad), "--no-open"],
+                             capture_output=True, text=True, env=env, timeout=CLI_TIMEOUT)
+    assert refused.returncode == 2 and refused.stderr.startswith("drawbridge: "), refused.stderr
+    assert "Error:" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1

@@ -3,8 +3,10 @@
 The console is served by the control plane (``/console/``), so its URL is the control plane's,
 found as every control-plane command finds it (``--url``, ``DRAWBRIDGE_URL``, ``--config``, else
 ``http://127.0.0.1:8788``). The command prints the URL and where the admin token to log in with is
-(a file's path or a variable's name, never the token), checks that a console answers there, and
-opens a browser only when one can be shown (a graphical session, or macOS and Windows).
+(a file's path or a variable's name, never the token: it is located, not read, and need not be set
+in the shell that asks), checks that a console answers there (its login page, which needs no
+credential), and opens a browser only when one can be shown (a graphical session, or macOS and
+Windows). Its errors are one ``drawbridge:`` line each.
 
 Exit codes: 0 the console answers; 2 usage error, or nothing answers there as a console.
 """
@@ -33,7 +35,7 @@ def _browser_available() -> bool:
 @click.command(name="console", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--open/--no-open", "open_browser", default=True, show_default=True,
               help="Open a browser on the console when one can be shown.")
-@control_options(formats=False)
+@control_options(formats=False, read_token=False)
 def command(ctl: Control, open_browser: bool) -> None:
     """Print the web console's URL (and open it in a browser when there is one)."""
     url = f"{ctl.client.url}/console/"

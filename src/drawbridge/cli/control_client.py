@@ -146,7 +146,11 @@ class ControlClient:
         token_file: str | None = None,
         config: str | None = None,
         state: str | None = None,
+        read_token: bool = True,
     ) -> ControlClient:
+        """The client for the URL and token found as the module docstring says; with ``read_token``
+        false, the token is only located (``token_location``), never read nor demanded: for a command
+        that tells a person where it is and sends no credential (``drawbridge console``)."""
         env = os.environ if env is None else env
         access = None
         if config is not None:
@@ -159,6 +163,8 @@ class ControlClient:
         problem = _url_problem(url)
         if problem is not None:
             raise ControlError(f"--url (or {URL_ENV}) {problem}", EXIT_INPUT)
+        if not read_token:
+            return cls(url.rstrip("/"), None, token_source=token_location(env, token_file=token_file, access=access, state=state))
         token, source = find_token(env, token_file=token_file, access=access, state=state)
         if token is not None and _HEADER_SAFE.fullmatch(token) is None:
             raise ControlError(
@@ -279,6 +285,28 @@ def find_token(
     return None, None
 
 
+def token_location(
+    env: Mapping[str, str],
+    *,
+    token_file: str | None = None,
+    access: ControlAccess | None = None,
+    state: str | None = None,
+) -> str | None:
+    """Where ``find_token`` would look for the admin token, in its order (a file's path or a
+    variable's name), without reading it or requiring that it be there; None when nothing names it."""
+    if token_file is not None:
+        return token_file
+    if env.get(TOKEN_ENV):
+        return TOKEN_ENV
+    if access is not None:
+        if access.token_env is not None:
+            return access.token_env
+        return None if access.token_configured else str(token_file_for(access.state_path))
+    if state is not None:
+        return str(token_file_for(state))
+    return DEFAULT_TOKEN_FILE if os.path.exists(DEFAULT_TOKEN_FILE) else None
+
+
 def _from_file(path: str) -> str:
     try:
         return read_token_file(path)
@@ -298,8 +326,10 @@ class Control:
         return self.output_format == "json"
 
 
-def control_options(func: F | None = None, *, formats: bool = True) -> Any:
-    """Add ``--url`` (and ``--format``) and pass a ``Control`` as the ``ctl`` argument."""
+def control_options(func: F | None = None, *, formats: bool = True, read_token: bool = True) -> Any:
+    """Add ``--url`` (and ``--format``) and pass a ``Control`` as the ``ctl`` argument; with
+    ``read_token`` false the token is only located (``ControlClient.from_env``), and a problem with
+    the options is one ``drawbridge:`` line (exit 2)."""
 
     def decorate(f: F) -> F:
         @functools.wraps(f)
@@ -312,7 +342,15 @@ def control_options(func: F | None = None, *, formats: bool = True) -> Any:
             output_format: str = "table",
             **kwargs: Any,
         ) -> Any:
-            client = ControlClient.from_env(url, token_file=token_file, config=config_path, state=state_path)
+            try:
+                client = ControlClient.from_env(
+                    url, token_file=token_file, config=config_path, state=state_path, read_token=read_token
+                )
+            except ControlError as exc:
+                if read_token:
+                    raise
+                click.echo(f"drawbridge: {exc.message}", err=True)
+                raise SystemExit(exc.exit_code) from None
             return f(*args, ctl=Control(client, output_format), **kwargs)
 
         wrapped: Any = wrapper
@@ -376,4 +414,5 @@ __all__ = [
     "find_token",
     "segment",
     "shown_url",
+    "token_location",
 ]

@@ -12,6 +12,8 @@ equal the configured digest, compared with ``hmac.compare_digest`` over the two 
 time; the token itself is never compared, stored, logged or echoed). A missing, malformed, repeated
 or wrong ``Authorization`` is 401 ``{"error": "control plane requires admin authorization"}`` with
 ``WWW-Authenticate``. Proxy headers (``Forwarded``, ``X-Forwarded-For`` and kin) grant nothing.
+The one path answered without the check is a browser's own ``GET /favicon.ico``: 404, empty, unlogged
+(it is no route, and a browser sends it with no credential after any page or answer that names no icon).
 
 Theory of operation. ``AdminAuth`` is built once from the digest (checked: 64 lowercase hex).
 ``guard(endpoint)`` wraps a Starlette endpoint so the check runs before it; the control plane wraps
@@ -36,6 +38,7 @@ from starlette.responses import JSONResponse, Response
 ADMIN_REQUIRED: Final = "control plane requires admin authorization"
 WWW_AUTHENTICATE: Final = 'Bearer realm="drawbridge-control-plane"'
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
+BROWSER_ICON: Final = "/favicon.ico"
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -113,6 +116,11 @@ class AuthFirst:
         return any(path == mount or path.startswith(mount + "/") for mount in self.open_mounts)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("path") == BROWSER_ICON and scope.get("method") in ("GET", "HEAD"):
+            # A browser asks this by itself, with no credential, after showing anything that names no
+            # icon: answered as absent, and not logged as a refused login (it presented none).
+            await Response(status_code=404, headers={"Cache-Control": "max-age=86400"})(scope, receive, send)
+            return
         if scope["type"] == "http" and not self._open(scope.get("path", "")):
             refusal = self.auth.check(scope)
             if refusal is not None:

@@ -32,11 +32,11 @@ from starlette.responses import JSONResponse, Response
 
 from drawbridge.canonical import is_sha256_digest
 from drawbridge.catalogue.decisions import decision_table
-from drawbridge.config_reader import AGENT_ID, AGENT_ID_CHARS
 from drawbridge.control.inputs import (
     MAX_NAME_CHARS,
     caller,
     check_keys,
+    decision_agent,
     json_body,
     person,
     query_param,
@@ -82,19 +82,7 @@ class CatalogueHandlers:
 
     async def decisions(self, request: Request) -> Response:
         """``GET /tools/decisions?agent=ID``: what the policy decides per tool for one agent."""
-        agent = query_param(request, "agent")
-        if agent is None or not agent.strip():
-            raise Problem(400, "query parameter 'agent' is required: GET /tools/decisions?agent=<id>")
-        if len(agent) > MAX_NAME_CHARS:
-            raise Problem(400, f"agent is longer than {MAX_NAME_CHARS} characters")
-        if agent != "*" and not AGENT_ID.fullmatch(agent):
-            # No agent can have such an id (the configuration and --agent refuse it): a table for
-            # it would only show what nobody is decided by.
-            raise Problem(
-                400,
-                f"agent {shown(agent)} is not an agent id: ids use only {AGENT_ID_CHARS} "
-                "(or * for the policy written for every agent)",
-            )
+        agent = decision_agent(query_param(request, "agent"))
         return JSONResponse(await self.decision_rows(agent))
 
     async def decision_rows(self, agent: str) -> list[dict[str, Any]]:

@@ -10,7 +10,9 @@ at most once, and the name a change is recorded under (``by``, ``resolved_by``) 
 format character (``person``: it goes into policy files, the trace and log lines, where such a
 character could hide or reorder what a reader sees), and a grant's globs could match a name
 (``agent_glob``: only agent id characters and glob metacharacters; ``tool_glob``: no control or
-format character, no edge whitespace, as ``catalogue.names`` reads a tool name). Anything else is a ``Problem`` (400, or 413 for a body too large) whose message
+format character, no edge whitespace, as ``catalogue.names`` reads a tool name), and a decision
+table is made for an agent id or ``*`` only (``decision_agent``; the console's Tools page checks its
+agent with it too). Anything else is a ``Problem`` (400, or 413 for a body too large) whose message
 quotes a name from the request only through ``shown`` (sanitized, capped), never a value.
 
 Theory of operation. The body is read as a stream and refused as soon as it outgrows the limit,
@@ -30,7 +32,7 @@ import unicodedata
 
 from drawbridge.canonical import sanitize
 from drawbridge.canonical.text import UNSAFE_CATEGORIES
-from drawbridge.config_reader import AGENT_GLOB, AGENT_ID_CHARS
+from drawbridge.config_reader import AGENT_GLOB, AGENT_ID, AGENT_ID_CHARS
 from drawbridge.control.problems import Problem
 from drawbridge.control.services import JsonReader
 
@@ -119,6 +121,24 @@ def agent_glob(value: str, key: str) -> str:
     return value
 
 
+def decision_agent(agent: str | None) -> str:
+    """The agent a decision table is for: an agent id, or ``*`` for the policy written for every agent.
+    No agent can have another id (the configuration and ``--agent`` refuse it), so a table for it (a
+    policy's glob such as ``bot-*``, markup) would only show what nobody is decided by: refused, as
+    ``GET /tools/decisions`` and the console's Tools page both refuse it."""
+    if agent is None or not agent.strip():
+        raise Problem(400, "query parameter 'agent' is required: GET /tools/decisions?agent=<id>")
+    if len(agent) > MAX_NAME_CHARS:
+        raise Problem(400, f"agent is longer than {MAX_NAME_CHARS} characters")
+    if agent != "*" and not AGENT_ID.fullmatch(agent):
+        raise Problem(
+            400,
+            f"agent {shown(agent)} is not an agent id: ids use only {AGENT_ID_CHARS} "
+            "(or * for the policy written for every agent)",
+        )
+    return agent
+
+
 def tool_glob(value: str, key: str) -> str:
     """A glob over tool names: refused where a tool name is (no control or format character, no
     leading or trailing whitespace), named by position, never shown."""
@@ -159,6 +179,7 @@ __all__ = [
     "MAX_NAME_CHARS",
     "caller",
     "check_keys",
+    "decision_agent",
     "json_body",
     "person",
     "query_param",

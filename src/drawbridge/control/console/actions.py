@@ -35,7 +35,11 @@ DECISIONS: Final = {"approve": ApprovalStatus.APPROVED, "deny": ApprovalStatus.D
 MAX_REASON_CHARS: Final = 2000
 
 
-def _field(request: Request, name: str, *, required: bool = True, limit: int = MAX_NAME_CHARS) -> str:
+def _field(
+    request: Request, name: str, *, required: bool = True, limit: int = MAX_NAME_CHARS, strip: bool = True
+) -> str:
+    """A form field, checked; blanks around it dropped unless ``strip`` is false (a glob: refused with
+    them, as the control plane refuses it, by the glob's own check)."""
     value = request.state.form.get(name)
     if value is None or (isinstance(value, str) and not value.strip()):
         if required:
@@ -45,7 +49,7 @@ def _field(request: Request, name: str, *, required: bool = True, limit: int = M
         raise Problem(400, f"the form field {name!r} must be text")
     if len(value) > limit:
         raise Problem(400, f"the form field {name!r} is longer than {limit} characters")
-    return value.strip()
+    return value.strip() if strip else value
 
 
 class ActionHandlers(ConsoleBase):
@@ -116,7 +120,8 @@ class ActionHandlers(ConsoleBase):
         return self.answer(request, "/console/pins", f"accepted: {names}")
 
     async def create_grant(self, request: Request, session: Session) -> Response:
-        agent, tools = agent_glob(_field(request, "agent"), "agent"), tool_glob(_field(request, "tools"), "tools")
+        agent = agent_glob(_field(request, "agent", strip=False), "agent")
+        tools = tool_glob(_field(request, "tools", strip=False), "tools")
         duration = _field(request, "duration")
         service = self.services.approvals.grant_service
         try:

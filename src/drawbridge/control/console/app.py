@@ -3,8 +3,10 @@
 Invariant: every console page needs a live session and every state-changing console request (POST)
 also that session's CSRF token, checked before the handler runs; the only routes open without a
 session are the login form, its POST (which needs the admin token in the ``token`` field) and the
-static files (the pages name their icon there, so a browser never asks the credentialed
-``/favicon.ico``). The admin token is read from the login form's body only: never from a URL, never
+static files (the pages name their icon there; a browser's own ``/favicon.ico``, asked after an
+answer that names none, the control plane answers 404 unlogged: ``auth.AuthFirst``); a refused POST
+changes nothing and is answered as JSON to a script, as a page leading to the login (or back to the
+page to reload) to a browser's form. The admin token is read from the login form's body only: never from a URL, never
 written into a page, a cookie or a log line (rendering: ``base``); a login it refuses is logged as
 every refused credential is (``login_refused`` at WARNING: what was wrong, never the token).
 
@@ -40,6 +42,8 @@ from drawbridge.control.problems import Problem, problem_for
 from drawbridge.control.services import ControlServices
 
 CSRF_FIELD: Final = "csrf"
+ACTION_PAGES: Final = frozenset({"tools", "approvals", "pins", "grants"})
+"""The pages whose forms post to an action under them (``/console/<page>/...``)."""
 
 Handler = Callable[[Request, Session], Awaitable[Response]]
 
@@ -71,20 +75,25 @@ class Console(PageHandlers, ActionHandlers):
         @functools.wraps(handler)
         async def endpoint(request: Request) -> Response:
             session = self.session_of(request)
-            if session is None:
-                return self._refuse(request, 401, "log in to the console first")
+            if session is None:  # refused unread: the page to come back to is the one the action is on
+                return self._refuse(request, 401, "log in to the console first", _page_of(request.url.path))
             form = await request.form()
+            field = form.get("back")
+            back = _local(field if isinstance(field, str) else None)
             presented = form.get(CSRF_FIELD) or request.headers.get("x-csrf-token")
             if not isinstance(presented, str) or not session.csrf_matches(presented):
-                return self._refuse(request, 403, "the console's form token is missing or wrong; reload the page")
+                return self._refuse(request, 403, "the console's form token is missing or wrong; reload the page", back)
             request.state.form = form
             request.state.session = session
-            back = form.get("back")
-            return await self._run(handler, request, session, _local(back if isinstance(back, str) else None))
+            return await self._run(handler, request, session, back)
 
         return endpoint
 
-    def _refuse(self, request: Request, status: int, message: str) -> Response:
+    def _refuse(self, request: Request, status: int, message: str, back: str) -> Response:
+        """A refused POST: JSON for a script, a page for a browser's form (pointing to the login, or back
+        to the page to reload), with the same status either way; nothing was changed."""
+        if "text/html" in request.headers.get("accept", "") and "application/json" not in request.headers.get("accept", ""):
+            return self.render(request, "refused.html", None, status=status, refused=status, message=message, again=back)
         return JSONResponse({"error": message}, status_code=status, headers=SECURITY_HEADERS)
 
     async def _run(self, handler: Handler, request: Request, session: Session, back: str) -> Response:
@@ -135,6 +144,12 @@ def _local(target: str | None) -> str:
     if target and target.startswith("/console/") and "//" not in target and "\\" not in target:
         return target
     return "/console/"
+
+
+def _page_of(action: str) -> str:
+    """The page an action's form is on (``/console/tools/action`` is on ``/console/tools``)."""
+    section = action.removeprefix("/console/").split("/", 1)[0]
+    return f"/console/{section}" if section in ACTION_PAGES else "/console/"
 
 
 def console_mount(

@@ -13,6 +13,7 @@ no-store`` and a content security policy that allows only the console's own scri
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlencode
@@ -65,6 +66,7 @@ class ConsoleBase:
         )
         # A call's arguments read exactly as the CLI prints them: masked, cut, every unsafe character escaped.
         self.templates.filters["argument_lines"] = argument_lines
+        self.templates.filters["marked"] = marked
 
     # -- rendering --------------------------------------------------------------------------------
 
@@ -107,4 +109,17 @@ def shown(value: Any) -> Any:
     return value
 
 
-__all__ = ["CSP", "HERE", "SECURITY_HEADERS", "SHOWN_RAW", "ConsoleBase", "shown"]
+def marked(text: str, search: str) -> Markup:
+    """``text`` with each occurrence of ``search`` (ignoring case) in ``<mark>``: what a search found is
+    shown where it is. Every piece is escaped as markup here, and its unsafe characters by ``shown``."""
+    needle = search.strip()
+    if not needle:
+        return Markup.escape(text)
+    pieces = re.split(f"({re.escape(needle)})", text, flags=re.IGNORECASE)
+    return Markup("").join(
+        Markup("<mark>{}</mark>").format(piece) if index % 2 else Markup.escape(piece)
+        for index, piece in enumerate(pieces)
+    )
+
+
+__all__ = ["CSP", "HERE", "SECURITY_HEADERS", "SHOWN_RAW", "ConsoleBase", "marked", "shown"]

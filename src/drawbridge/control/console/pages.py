@@ -5,7 +5,11 @@ Invariant: a page shows what the control plane's JSON routes show, read through 
 (``ControlPlane.decision_rows``, ``approval_detail``, the pin service, the grant service), so the
 console can never tell a person something the gateway does not decide. Arguments of a pending call
 are shown only as ``approval.shown_arguments`` made them (secret-like values masked, long values
-cut); the trace is read from the file the gateway appends to, never copied.
+cut); the trace is read from the file the gateway appends to, never copied, and always whole: each
+view streams it line by line (memory bounded by a line, never the file) through the chain's
+verifier in a worker thread, so the verdict is the whole chain's and the entries shown are the
+newest, whatever the file's size. A tool's description is never cut out of reach: past
+``DESCRIPTION_SHOWN`` characters the whole text is in the row's expander.
 
 Theory of operation. ``PageHandlers`` is a part of ``app.Console``; each handler gathers its
 values and renders one template. Filters come from the query string and are applied here; unknown
@@ -17,24 +21,26 @@ from __future__ import annotations
 import difflib
 import json
 import unicodedata
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
 from drawbridge.canonical.text import UNSAFE_CATEGORIES
+from drawbridge.config_reader import AGENT_ID
 from drawbridge.control.console.base import ConsoleBase
 from drawbridge.control.console.sessions import Session
+from drawbridge.control.inputs import decision_agent
 from drawbridge.control.services import HeldBackTool, current_catalogue
 from drawbridge.control.views import approval_view, grant_view, tool_view
 from drawbridge.evidence.bundle import record_hash
-from drawbridge.evidence.chain import verify_chain
+from drawbridge.evidence.chain import ChainReport, verify_chain
 from drawbridge.evidence.truth.carrier import SCHEMA as CARRIER_SCHEMA
 from drawbridge.evidence.vocabulary import SURFACE_SCHEMA
 
@@ -42,7 +48,10 @@ ACTIONS: Final = ("allow", "deny", "human_approval", "inherit")
 PENDING_SHOWN: Final = 20
 HISTORY_SHOWN: Final = 50
 EVIDENCE_SHOWN: Final = 200
-TRACE_READ_LIMIT: Final = 64 * 1024 * 1024
+ENTRY_SHOWN: Final = ("seq", "at", "kind")
+BODY_SHOWN: Final = ("agent", "tool", "action", "outcome", "evidence")
+DESCRIPTION_SHOWN: Final = 240
+"""Characters of a tool's description shown in its row; the whole text is one click away."""
 SURFACE_SHOWN: Final = 1000
 SURFACE_READ_BYTES: Final = 4 * 1024 * 1024
 DIFF_CONTEXT: Final = 3
@@ -57,10 +66,17 @@ class PageHandlers(ConsoleBase):
         servers = Counter(item.server for item in items)
         held = Counter(item.server for item in items if item.pin_status is not None and item.pin_status.value != "pinned")
         pending = await self.services.approvals.store.list("pending", limit=None)
-        trace = await anyio.to_thread.run_sync(_read_trace, self.trace_path)
         since = self.services.clock() - timedelta(hours=1)
-        calls = [e for e in trace.entries if e.get("kind") == "tool_decision" and _after(e.get("at"), since)]
-        refused = [e for e in calls if (e.get("body") or {}).get("action") != "allow"]
+        counted = Counter[str]()
+
+        def count(entry: dict[str, Any]) -> None:
+            if entry.get("kind") == "tool_decision" and _after(entry.get("at"), since):
+                counted["calls"] += 1
+                body = entry.get("body")
+                if not isinstance(body, dict) or body.get("action") != "allow":
+                    counted["refused"] += 1
+
+        trace = await anyio.to_thread.run_sync(_read_trace, self.trace_path, count)
         states = dict(self.services.upstreams()) if self.services.upstreams is not None else {}
         names = sorted(set(servers) | set(states))
         return self.render(
@@ -68,13 +84,15 @@ class PageHandlers(ConsoleBase):
             servers=[
                 {"name": n, "tools": servers.get(n, 0), "held": held.get(n, 0), "down": states.get(n)} for n in names
             ],
-            pending=len(pending), calls=len(calls), refused=len(refused), trace=trace,
+            pending=len(pending), calls=counted["calls"], refused=counted["refused"], trace=trace,
         )
 
     async def tools_page(self, request: Request, session: Session) -> Response:
         query = request.query_params
         agents = _agents(self)
-        agent = query.get("agent") or (agents[0] if agents else "")
+        asked = query.get("agent")
+        # The agent check of GET /tools/decisions: a policy's glob or any other text names no agent.
+        agent = decision_agent(asked) if asked else (agents[0] if agents else "")
         if agent and agent not in agents:
             agents.append(agent)
         items = {item.name: item for item in await current_catalogue(self.services.catalogue)}
@@ -88,7 +106,8 @@ class PageHandlers(ConsoleBase):
             tool = tool_view(item) if item is not None else {}
             if one is not None:
                 if row["name"] == one:
-                    shown.append({"row": row, "tool": tool, "edit": _edit_state(row, agent)})
+                    shown.append({"row": row, "tool": tool, "edit": _edit_state(row, agent),
+                                  "description": _description_view(tool.get("description"), "")})
                 continue
             classification = row.get("classification") or {}
             if family and classification.get("family") != family:
@@ -100,7 +119,8 @@ class PageHandlers(ConsoleBase):
             text = f"{row['name']} {tool.get('description') or ''}".lower()
             if search and search not in text:
                 continue
-            shown.append({"row": row, "tool": tool, "edit": _edit_state(row, agent)})
+            shown.append({"row": row, "tool": tool, "edit": _edit_state(row, agent),
+                          "description": _description_view(tool.get("description"), search)})
         families = sorted({(r.get("classification") or {}).get("family") or "" for r in rows} - {""})
         accesses = sorted({(r.get("classification") or {}).get("access") or "" for r in rows} - {""})
         return self.render(
@@ -147,21 +167,25 @@ class PageHandlers(ConsoleBase):
         return self.render(request, "grants.html", session, active=active, ended=ended)
 
     async def evidence_page(self, request: Request, session: Session) -> Response:
-        trace = await anyio.to_thread.run_sync(_read_trace, self.trace_path)
+        query = request.query_params
+        wanted = {k: query.get(k, "").strip() for k in ("agent", "tool", "action", "outcome")}
+        latest: deque[tuple[dict[str, Any], dict[str, Any]]] = deque(maxlen=EVIDENCE_SHOWN)
+
+        def keep(entry: dict[str, Any]) -> None:
+            body = entry.get("body") if isinstance(entry.get("body"), dict) else {}
+            if not any(v and str(body.get(k)) != v for k, v in wanted.items()):
+                # Only the fields the page shows: the entries kept stay small whatever a body holds.
+                latest.append(({k: entry.get(k) for k in ENTRY_SHOWN}, {k: body.get(k) for k in BODY_SHOWN}))
+
+        trace = await anyio.to_thread.run_sync(_read_trace, self.trace_path, keep)
         surfaces = await anyio.to_thread.run_sync(_read_records, self.surface_path, SURFACE_SCHEMA, _surface_says)
         carriers = await anyio.to_thread.run_sync(_read_records, self.truth_path, CARRIER_SCHEMA, _carrier_says)
         read = {SURFACE_SCHEMA: (self.surface_path, surfaces), CARRIER_SCHEMA: (self.truth_path, carriers)}
-        query = request.query_params
-        wanted = {k: query.get(k, "").strip() for k in ("agent", "tool", "action", "outcome")}
-        shown = []
-        for entry in reversed(trace.entries):
-            body = entry.get("body") if isinstance(entry.get("body"), dict) else {}
-            if any(v and str(body.get(k)) != v for k, v in wanted.items()):
-                continue
-            records = [_record_view(r, read) for r in body.get("evidence") or [] if isinstance(r, dict)]
-            shown.append({"entry": entry, "body": body, "evidence": records})
-            if len(shown) >= EVIDENCE_SHOWN:
-                break
+        shown = [
+            {"entry": entry, "body": body,
+             "evidence": [_record_view(r, read) for r in body.get("evidence") or [] if isinstance(r, dict)]}
+            for entry, body in reversed(latest)
+        ]
         return self.render(request, "evidence.html", session, trace=trace, entries=shown, wanted=wanted)
 
 
@@ -169,12 +193,29 @@ class PageHandlers(ConsoleBase):
 
 
 def _agents(console: ConsoleBase) -> list[str]:
-    """The agents the policies are written for, most specific first (as evaluated)."""
+    """The agents the policies are written for, most specific first (as evaluated): those a decision
+    table can be made for (an agent id, or ``*``), as ``GET /tools/decisions`` accepts them; a policy
+    for a glob such as ``bot-*`` names no one agent."""
     seen: list[str] = []
     for policy in console.services.policy_store.current.policies:
-        if policy.agent.text not in seen:
-            seen.append(policy.agent.text)
+        text = policy.agent.text
+        if text not in seen and (text == "*" or AGENT_ID.fullmatch(text)):
+            seen.append(text)
     return seen
+
+
+def _description_view(text: str | None, search: str) -> dict[str, Any] | None:
+    """A tool's description as the Tools page lays it out: its first ``DESCRIPTION_SHOWN`` characters,
+    and when it is longer the whole text in an expander, open when the search matches it, so that no
+    word of it (an instruction after harmless text) is out of a person's reach."""
+    if not text:
+        return None
+    long = len(text) > DESCRIPTION_SHOWN
+    return {
+        "short": text[:DESCRIPTION_SHOWN] if long else text,
+        "whole": text if long else None,
+        "open": long and bool(search) and search in text.lower(),
+    }
 
 
 def _edit_state(row: dict[str, Any], agent: str) -> str:
@@ -299,20 +340,12 @@ class Said:
 
 
 class TraceView:
-    """The trace as the evidence page shows it: its entries, and whether (and up to where) it verifies."""
+    """The trace as a page shows it: whether (and up to where) the whole chain verifies, and what the
+    page asked to keep of its entries (``_read_trace``)."""
 
-    def __init__(self, path: Path | None, lines: list[bytes], problem: str | None = None) -> None:
+    def __init__(self, path: Path | None, report: ChainReport | None = None, problem: str | None = None) -> None:
         self.path = path
-        self.entries: list[dict[str, Any]] = []
-        for line in lines:
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                self.entries.append(value)
-        report = verify_chain(lines) if lines else None
-        self.ok = report.ok if report is not None else None
+        self.ok = report.ok if report is not None and problem is None else None
         self.verified = report.entries if report is not None else 0
         self.head_seq = report.head.seq if report is not None and report.head is not None else None
         first = report.first_problem if report is not None else None
@@ -373,16 +406,40 @@ def _read_records(path: Path | None, schema: str, says: Callable[[dict[str, Any]
     return out
 
 
-def _read_trace(path: Path | None) -> TraceView:
+def _read_trace(path: Path | None, see: Callable[[dict[str, Any]], None]) -> TraceView:
+    """Verify the whole trace chain, streaming it line by line (memory bounded by one line, whatever the
+    file's size), and hand every entry, oldest first, to ``see``: a page keeps what it shows (the
+    latest entries, a count over the last hour) and never stops short of the newest entry. A last line
+    still being written (no line feed yet) is left for the next view. Runs in a worker thread: it is
+    as slow as ``drawbridge evidence verify-chain`` on the same file."""
     if path is None:
-        return TraceView(None, [], "this gateway writes no trace (no evidence directory)")
+        return TraceView(None, problem="this gateway writes no trace (no evidence directory)")
     try:
         with path.open("rb") as handle:
-            data = handle.read(TRACE_READ_LIMIT)
+            lines = _whole_lines(handle, see)
+            report = verify_chain(lines)
+            for _rest in lines:  # past a problem: the entries are still shown, newest included
+                pass
     except OSError as exc:
-        return TraceView(path, [], f"the trace cannot be read ({exc.strerror})")
-    lines = [line for line in data.splitlines(keepends=True) if line.endswith(b"\n")]
-    return TraceView(path, lines)
+        return TraceView(path, problem=f"the trace cannot be read ({exc.strerror})")
+    if report.entries == 0 and report.ok:
+        return TraceView(path, problem="the trace holds no entry yet")
+    return TraceView(path, report)
+
+
+def _whole_lines(handle: BinaryIO, see: Callable[[dict[str, Any]], None]) -> Iterator[bytes]:
+    """The file's complete lines (split at line feeds only, as the verifier reads them), each parsed
+    entry handed to ``see`` on the way."""
+    for line in handle:
+        if not line.endswith(b"\n"):
+            return
+        try:
+            value = json.loads(line)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            see(value)
+        yield line
 
 
 __all__ = ["ACTIONS", "PageHandlers", "TraceView"]

@@ -123,10 +123,34 @@ function pollPending() {
   }, 2000);
 }
 
+// "expires in N s" counts down between polls: each count is read against the time its card was
+// rendered (the server's figure then), and keeps the width it was first shown with, so a count that
+// loses a digit never reflows the card and moves its buttons.
+
+function countDown() {
+  const now = Date.now();
+  document.querySelectorAll("[data-remaining]").forEach((span) => {
+    if (!span.hasAttribute("data-deadline")) {
+      const seconds = Number(span.getAttribute("data-remaining"));
+      if (!Number.isFinite(seconds)) { return; }
+      span.setAttribute("data-deadline", String(now + seconds * 1000));
+      span.style.minWidth = `${span.getBoundingClientRect().width}px`;
+    }
+    const left = Math.max(0, Math.ceil((Number(span.getAttribute("data-deadline")) - now) / 1000));
+    if (span.textContent !== String(left)) { span.textContent = String(left); }
+  });
+}
+
+function startCountDown() {
+  countDown();
+  window.setInterval(countDown, 1000);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   document.querySelectorAll("form[data-autosubmit] select, form[data-autosubmit] input[type=checkbox]").forEach((control) => {
     control.addEventListener("change", () => control.form.submit());
   });
   bindInline(document);
   pollPending();
+  startCountDown();
 });
