@@ -100,6 +100,17 @@ def test_a_collector_header_that_cannot_be_sent_is_one_line_exit_2_without_its_v
     assert said in lines[0] and "sekrit" not in done.stderr + done.stdout, lines[0]
 
 
+@pytest.mark.parametrize(("header", "said"), [
+    ("Authorization: Bearer HDRSECRET1", "the value given is not NAME=ENV_VAR"),
+    ("Authorization=Bearer HDRSECRET2", "telemetry header Authorization: the value given is not an environment variable"),
+    ("Authorization: Bearer HDRSECRET3=X", "a telemetry header's name is not an HTTP header name"),
+])
+def test_a_collector_credential_written_in_place_of_its_variable_is_refused_unrepeated(header: str, said: str) -> None:
+    done = _wrap("--otlp-endpoint", "http://127.0.0.1:9", "--otlp-header", header)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert said in " ".join(done.stderr.split()) and "HDRSECRET" not in done.stderr + done.stdout, done.stderr
+
+
 @pytest.mark.parametrize("name", ["", "  "])
 def test_an_empty_service_name_is_refused(name: str) -> None:
     done = _wrap("--otlp-endpoint", "http://127.0.0.1:9", "--service-name", name)
