@@ -91,4 +91,4 @@ class AgentSession:
             self.handshake = False
 
 
-__all__ = ["ALREADY_INITIALIZED", "NOT_INITIALIZED", "AgentSession"]
+__all__ = ["ALREADY_INITIALIZED", "MAX_VERSION_CHARS", "NOT_INITIALIZED", "AgentSession"]
