@@ -28,13 +28,20 @@ REQUESTS = {"/v1/traces": (ExportTraceServiceRequest, ExportTraceServiceResponse
             "/v1/logs": (ExportLogsServiceRequest, ExportLogsServiceResponse)}
 
 
+FLOOD_DECLARED = 3 * 1024**3
+"""The body length a flooding receiver declares (3 GiB); it sends at most ``flood`` bytes of it."""
+
+
 class Receiver:
     """An OTLP/HTTP receiver on 127.0.0.1: keeps every request body and decodes it; ``hang`` makes it
-    never answer (a collector that stalls)."""
+    never answer (a collector that stalls), ``status`` answers every export so (500: refused), and
+    ``flood`` answers with a body declared 3 GiB long, of which it writes up to ``flood`` bytes for as
+    long as the exporter reads (``flooded``: how many it could write)."""
 
-    def __init__(self, hang: threading.Event | None = None) -> None:
+    def __init__(self, hang: threading.Event | None = None, *, status: int = 200, flood: int = 0) -> None:
         self.bodies: list[tuple[str, bytes]] = []
         self.arrived = threading.Condition()
+        self.flooded = 0
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -46,13 +53,30 @@ class Receiver:
                 if hang is not None:
                     hang.wait(WAIT)
                     return
+                if flood:
+                    self._flood()
+                    return
                 kind = REQUESTS.get(self.path)
                 payload = kind[1]().SerializeToString() if kind else b""
-                self.send_response(200 if kind else 404)
+                self.send_response(status if kind else 404)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
+
+            def _flood(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(FLOOD_DECLARED))
+                self.end_headers()
+                chunk = bytes(1024 * 1024)
+                try:
+                    while receiver.flooded < flood:
+                        self.wfile.write(chunk)
+                        receiver.flooded += len(chunk)
+                except OSError:
+                    pass  # the exporter closed the connection: the rest goes unread
+                self.close_connection = True
 
             def log_message(self, *args: Any) -> None:
                 pass

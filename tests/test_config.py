@@ -378,3 +378,30 @@ def test_a_limit_in_seconds_that_is_not_a_positive_finite_number_is_refused(tmp_
         text = BASE.replace("call_timeout_seconds: 5}", f"call_timeout_seconds: 5, {key}: {value}}}")
         parse_config(text.replace("call_timeout_seconds: 5, call_timeout_seconds", "call_timeout_seconds"),
                      str(tmp_path / "drawbridge.yaml"), ENV)
+
+
+SECRET_IN_PLACE = "Bearer HDRSECRETVALUE"
+"""A credential written where its variable's name goes: refused, and never repeated."""
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    (BASE + f"telemetry: {{endpoint: 'http://127.0.0.1:4318', headers_env: {{Authorization: '{SECRET_IN_PLACE}'}}}}\n",
+     "telemetry.headers_env.Authorization: the value given is not an environment variable name"),
+    (BASE + f"telemetry: {{endpoint: 'http://127.0.0.1:4318', headers_env: {{'Authorization: {SECRET_IN_PLACE}': A}}}}\n",
+     "telemetry.headers_env: a header's name is not an HTTP header name"),
+    (BASE.replace("headers_env: {Authorization: TIME_AUTH}", f"headers_env: {{Authorization: '{SECRET_IN_PLACE}'}}"),
+     "upstreams[1].headers_env.Authorization: the value given is not an environment variable name"),
+    (BASE + f"openapi:\n  - name: pets\n    file: pets.yaml\n    headers: {{X-Key: '{SECRET_IN_PLACE}'}}\n",
+     "openapi[0].headers.X-Key: the value given is not an environment variable name"),
+    (BASE.replace("token_env: ADMIN_TOKEN", f"token_env: '{SECRET_IN_PLACE}'"),
+     "auth.admin: token_env is not an environment variable name"),
+    (BASE + f"state: {{url_env: 'postgresql://u:{SECRET_IN_PLACE}@db/x'}}\n",
+     "state.url_env is not an environment variable name"),
+    (BASE.replace("env: {LOG_LEVEL: debug}", f"env: {{'TOKEN={SECRET_IN_PLACE}': x}}"),
+     "upstreams[0].env: a name given is not an environment variable name"),
+])
+def test_a_credential_written_where_a_variable_name_goes_is_refused_without_repeating_it(tmp_path, text, said):
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, str(tmp_path / "drawbridge.yaml"), ENV)
+    assert said in str(info.value) and info.value.line is not None, str(info.value)
+    assert "HDRSECRET" not in str(info.value), str(info.value)

@@ -161,7 +161,7 @@ def test_an_upstream_header_value_that_cannot_be_sent_stops_the_start_unshown(tm
 
 
 @pytest.mark.parametrize(("env", "anchor", "said"), [
-    ({"BAD=NAME": "v"}, '"BAD=NAME"', "cli_tools[0].env: 'BAD=NAME' is not an environment variable name"),
+    ({"BAD=NAME": "v"}, '"BAD=NAME"', "cli_tools[0].env: a name given is not an environment variable name"),
     ({"OK": "s3cr3t\u0000inside"}, '"OK"', "cli_tools[0].env.OK: the value holds a NUL character"),
 ])
 def test_a_cli_env_that_exec_cannot_carry_stops_the_start_unshown(

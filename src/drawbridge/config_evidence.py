@@ -9,8 +9,8 @@ wrong path and land in logs), every header an HTTP token whose variable holds a 
 (its value is never read into the configuration, only checked: one with CR, LF or leading whitespace
 would make the exporter print it, the credential, in its error at every export), and a service name
 that names something. ``wrap``'s ``--otlp-header`` and ``--service-name`` are held to the same
-checks (``telemetry_header_problem``, ``service_name_problem``). A refused endpoint or header value
-is never echoed.
+checks (``telemetry_header_problem``, ``service_name_problem``). A refused endpoint, header value,
+header name or variable name is never echoed (any of them may be the credential, written in place).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from drawbridge.config_headers import HEADER_NAME, header_map, header_value_problem
-from drawbridge.config_reader import ENV_NAME, Reader, resolve_path
+from drawbridge.config_headers import HEADER_NAME, HEADER_NAME_RULE, header_map, header_value_problem
+from drawbridge.config_reader import Reader, env_name_problem, resolve_path
 
 _ORIGIN_RE = re.compile(r"[!-*,-~]{1,255}")
 """A checkpoint origin: printable ASCII, no space, no '+' (a C2SP key name)."""
@@ -71,12 +71,13 @@ def otlp_endpoint_problem(url: str) -> str | None:
 
 def telemetry_header_problem(header: str, env_name: str, env: Mapping[str, str]) -> str | None:
     """Why the collector cannot be sent header ``header`` from variable ``env_name``; None when it can.
-    Names the header and the variable, never the value (a credential)."""
+    Names the header and the variable, never the value (a credential), nor a name or variable name it
+    refuses: either may be the credential, written in place (``Authorization: Bearer ...``)."""
     if not HEADER_NAME.fullmatch(header):
-        return (f"telemetry header {header!r} is not an HTTP header name "
-                "(letters, digits and !#$%&'*+-.^_`|~ only; no spaces or control characters)")
-    if not ENV_NAME.fullmatch(env_name):
-        return f"telemetry header {header}: {env_name!r} is not an environment variable name"
+        return f"a telemetry header's name {HEADER_NAME_RULE}"
+    subject = f"telemetry header {header}: the value given"
+    if (problem := env_name_problem(env_name, subject, "the header's value")) is not None:
+        return problem
     value = env.get(env_name)
     if not value:
         return f"telemetry header {header} needs environment variable {env_name}, which is missing or empty"

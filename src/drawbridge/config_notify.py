@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from ruamel.yaml.comments import CommentedSeq
 
 from drawbridge.config_hosts import connectable_host, is_loopback_address
-from drawbridge.config_reader import ENV_NAME, Reader, item_line
+from drawbridge.config_reader import Reader, env_name_problem, item_line
 
 NOTIFY_FORMATS: Final = ("json", "slack")
 """``json``: one JSON object per event; ``slack``: ``{"text": ...}``, which Slack, Mattermost and
@@ -67,11 +67,8 @@ def url_env_problem(name: str, env: Mapping[str, str] | None, *, subject: str = 
     words that name the variable and never repeat a value: not even ``name`` when it is not a
     variable's name, for it may be the URL itself, written where its variable's name goes (then the
     sentence is about ``subject``, the place the name was given)."""
-    if not ENV_NAME.fullmatch(name):
-        return (
-            f"{subject} is not an environment variable name (letters, digits and _, not starting with a "
-            "digit): it names the variable that holds the URL, never the URL itself"
-        )
+    if (problem := env_name_problem(name, subject, "the URL")) is not None:
+        return problem
     if env is None:
         return None
     url = env.get(name, "")

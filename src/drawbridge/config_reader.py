@@ -3,7 +3,9 @@
 Invariant: every value read through a ``Reader`` has the type asked for, and every problem is a
 ``ConfigError`` located as ``file:line``; a key a section does not know is an error, never ignored.
 A key written without a value (``pin_tools:``, ``telemetry: null``) is an error too, not the
-default: read as "off" it would quietly turn a feature the file names off.
+default: read as "off" it would quietly turn a feature the file names off. No message repeats what was
+written where an environment variable's name goes, once it is refused (``env_name_problem``): it may
+be the secret itself, written in place of its variable's name.
 """
 
 from __future__ import annotations
@@ -136,7 +138,7 @@ def str_list(reader: Reader, key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def str_map(reader: Reader, key: str, value_re: re.Pattern[str] | None = None) -> dict[str, str]:
+def str_map(reader: Reader, key: str) -> dict[str, str]:
     sub = reader.child(key)
     if sub is None:
         return {}
@@ -144,23 +146,34 @@ def str_map(reader: Reader, key: str, value_re: re.Pattern[str] | None = None) -
     for name, value in sub.node.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise sub.fail(name if isinstance(name, str) else None, f"{sub.where} must map strings to strings")
-        if value_re is not None and not value_re.fullmatch(value):
-            raise sub.fail(name, f"{sub.where}.{name}: {value!r} is not an environment variable name")
         out[name] = value
     return out
+
+
+def env_name_problem(name: str, subject: str, holds: str) -> str | None:
+    """Why ``name`` cannot name the environment variable that holds ``holds`` (None: it can), in words
+    that never repeat it: what was written where a variable's name goes may be the secret itself (a
+    token, a URL, a header's value), so the sentence is about ``subject``, the place it was given."""
+    if ENV_NAME.fullmatch(name):
+        return None
+    return (
+        f"{subject} is not an environment variable name (letters, digits and _, not starting with a digit): "
+        f"it names the variable that holds {holds}, never {holds} itself"
+    )
 
 
 def env_map(reader: Reader, key: str) -> dict[str, str]:
     """An ``env`` a child process is started with: refused here, at load, what ``exec`` cannot carry (a
     name that is empty or holds ``=`` or NUL, a value that holds NUL), which would otherwise fail every
-    call. A message names the variable, never its value (it may be a secret)."""
+    call. A message names a valid variable, never its value (it may be a secret), nor a name refused."""
     env = str_map(reader, key)
     sub = reader.child(key)
     for name, value in env.items():
         assert sub is not None  # a non-empty map came from this section
         if not name or "=" in name or "\x00" in name:
-            raise sub.fail(
-                name or None, f"{sub.where}: {name!r} is not an environment variable name (empty, or holds '=' or NUL)"
+            raise sub.fail(  # never the name: one holding '=' may be NAME=value, a secret
+                name or None,
+                f"{sub.where}: a name given is not an environment variable name (empty, or holds '=' or NUL)",
             )
         if "\x00" in value:
             raise sub.fail(
@@ -193,6 +206,6 @@ def named_entry(
 
 
 __all__ = [
-    "AGENT_GLOB", "AGENT_ID", "AGENT_ID_CHARS", "NAME_RE", "ConfigError", "Reader", "item_line", "line_of",
-    "named_entry", "resolve_path", "str_list", "str_map",
+    "AGENT_GLOB", "AGENT_ID", "AGENT_ID_CHARS", "NAME_RE", "ConfigError", "Reader", "env_name_problem", "item_line",
+    "line_of", "named_entry", "resolve_path", "str_list", "str_map",
 ]

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Final, TypeVar
 
-from drawbridge.config_reader import ENV_NAME, Reader
+from drawbridge.config_reader import Reader, env_name_problem
 
 _Where = TypeVar("_Where")
 
@@ -50,8 +50,8 @@ def token_digest(
             raise reader.fail("token_sha256", f"{what}: token_sha256 must be 64 lowercase hex characters")
         return digest
     if env_name is not None:
-        if not ENV_NAME.fullmatch(env_name):
-            raise reader.fail("token_env", f"{what}: {env_name!r} is not an environment variable name")
+        if (problem := env_name_problem(env_name, f"{what}: token_env", "the token")) is not None:
+            raise reader.fail("token_env", problem)
         token = env.get(env_name, "")
         if not token and not used:
             return ""

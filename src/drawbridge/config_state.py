@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from ruamel.yaml.comments import CommentedSeq
 
-from drawbridge.config_reader import ENV_NAME, Reader, item_line
+from drawbridge.config_reader import Reader, env_name_problem, item_line
 
 MIN_KEY_BYTES: Final = 32
 DEFAULT_POOL_SIZE: Final = 10
@@ -69,8 +69,8 @@ def _ring(section: Reader, key: str, env: Mapping[str, str]) -> tuple[RingKey, .
         if not _KEY_ID_RE.fullmatch(key_id) or any(k.key_id == key_id for k in ring):
             raise entry.fail("id", f"{entry.where}.id must be a unique [A-Za-z0-9._-]{{1,64}}")
         name = entry.get("env", str, required=True)
-        if not ENV_NAME.fullmatch(name):
-            raise entry.fail("env", f"{entry.where}.env must be an environment variable name")
+        if (problem := env_name_problem(name, f"{entry.where}.env", "the key")) is not None:
+            raise entry.fail("env", problem)
         material = _key_bytes(env.get(name, ""))
         if material is None or len(material) < MIN_KEY_BYTES:
             raise entry.fail(
@@ -123,6 +123,8 @@ def state_section(top: Reader, env: Mapping[str, str]) -> SharedState | None:
         if (url_env := state.get("url_env", str)) is not None:
             if url is not None:
                 raise state.fail("url_env", "state takes url or url_env, not both")
+            if (problem := env_name_problem(url_env, "state.url_env", "the URL")) is not None:
+                raise state.fail("url_env", problem)
             url = env.get(url_env) or None
             if url is None:
                 raise state.fail("url_env", f"environment variable {url_env} is missing or empty")

@@ -441,7 +441,11 @@ def _telemetry_header_names(endpoint: str | None, headers: tuple[str, ...]) -> d
     for item in headers:
         name, separator, variable = item.partition("=")
         if not separator:
-            raise click.BadParameter(f"{item!r} is not NAME=ENV_VAR", param_hint="--otlp-header")
+            # Not repeated: ``Authorization: Bearer ...`` is the credential itself, written in place.
+            raise click.BadParameter(
+                "the value given is not NAME=ENV_VAR (a header name, '=', and the environment variable that "
+                "holds the header's value, never the value itself)", param_hint="--otlp-header",
+            )
         # serve's check of its telemetry headers: the value is read here, checked, never shown.
         if (problem := telemetry_header_problem(name, variable, os.environ)) is not None:
             startup_failed(f"drawbridge: --otlp-header: {problem}")

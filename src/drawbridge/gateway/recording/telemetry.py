@@ -23,6 +23,9 @@ request refused before it was resolved) is ``OTHER_TOOL`` in the metric attribut
 and the span attributes alike (the OTel placeholder for a value outside a known set). The
 conventions require ``gen_ai.tool.name`` on a tool span, not the agent's spelling of a name that
 does not exist; the trace line the span points to (``drawbridge.trace.index``) keeps that, sanitized.
+Nor does any string make a span long: the worker cuts every attribute and status text to
+``telemetry_worker.MAX_ATTRIBUTE_CHARS``, so that no one call can make a collector refuse the batch
+its span travels in (and with it the other calls' spans).
 
 Spans (semantic-conventions-genai, MCP; auditor-evidence.md 6.7):
 

@@ -9,15 +9,16 @@ result. It writes nothing to the gateway's stdin or stdout (it has neither); its
 warnings (a collector that is down) go to its stderr, one line each (``LEVEL logger: message``, an
 exception by its type only), which the gateway reads and logs in its own log format. It ends when
 its input ends, after one last export of spans, metrics and log records at once, bounded by
-``last_export_seconds`` (what the collector has not taken by then is dropped, and said in one line
-with the number of spans lost), and only then: SIGINT and SIGTERM sent to the whole process group
+``last_export_seconds`` (what the collector has not taken by then, refused or not yet sent, is
+dropped, and said in one line with the number of spans lost), and only then: SIGINT and SIGTERM sent to the whole process group
 (Ctrl-C, a service manager) are the gateway's to act on, which then closes the input. It never
 outlives the gateway: a gateway that dies (SIGKILL) takes it along (``PR_SET_PDEATHSIG`` where Linux
 has it, and its input's end). It runs at a lower priority than the gateway (``NICENESS``).
 
 Spans are sampled always, whatever the agent's ``traceparent`` says: its flags cannot switch off the
 gateway's SERVER span for a call (the agent's span stays the parent). The header values (the
-collector's credentials) come in the settings frame, not in the worker's environment.
+collector's credentials) come in the settings frame, not in the worker's environment. What it reads
+of a collector's answers is bounded (``telemetry_http``).
 
 Frames on stdin: a 4-byte big-endian length, then a pickled tuple: ``("calls", [summary, ...])``
 or ``("checkpoint", tree_size, note)``. The first frame is ``("settings", {...})``. Spans and
@@ -41,6 +42,11 @@ from typing import Any, BinaryIO, Final
 
 BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 QUEUE_MAX: Final = 8192
+MAX_ATTRIBUTE_CHARS: Final = 256
+"""The longest string a span or event attribute, or a span's status description, carries: a request
+id (128 characters at most), a version, a tool or policy name fit; anything longer that reached a
+summary (an upstream's error text, a version an upstream answered) is cut, so that no one span can
+make the collector refuse the batch it travels in, and the other calls' spans with it."""
 
 # summary fields, in order (``telemetry.summary``)
 TOOL, REQUEST_ID, PROTOCOL, EFFECT, POLICY, RULE, ERROR_CODE, TOOL_ERROR, ERROR, LATENCY, DECISION, \
@@ -56,16 +62,22 @@ def _exporters(settings: Mapping[str, Any]) -> tuple[Any, Any, Any]:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-        options = {"endpoint": endpoint, "insecure": endpoint.startswith("http://"), "headers": headers, "timeout": timeout}
+        from drawbridge.gateway.recording.telemetry_http import GRPC_OPTIONS
+
+        options = {"endpoint": endpoint, "insecure": endpoint.startswith("http://"), "headers": headers, "timeout": timeout,
+                   "channel_options": GRPC_OPTIONS}
         return OTLPSpanExporter(**options), OTLPMetricExporter(**options), OTLPLogExporter(**options)
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogs
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
 
+    from drawbridge.gateway.recording.telemetry_http import BoundedSession
+
     base = endpoint.rstrip("/")
-    return (HttpSpans(endpoint=f"{base}/v1/traces", headers=headers, timeout=timeout),
-            HttpMetrics(endpoint=f"{base}/v1/metrics", headers=headers, timeout=timeout),
-            HttpLogs(endpoint=f"{base}/v1/logs", headers=headers, timeout=timeout))
+    # One session each (the exporters close theirs at shutdown), each reading bounded answers.
+    return (HttpSpans(endpoint=f"{base}/v1/traces", headers=headers, timeout=timeout, session=BoundedSession()),
+            HttpMetrics(endpoint=f"{base}/v1/metrics", headers=headers, timeout=timeout, session=BoundedSession()),
+            HttpLogs(endpoint=f"{base}/v1/logs", headers=headers, timeout=timeout, session=BoundedSession()))
 
 
 class CountingSpans:
@@ -100,7 +112,7 @@ class Exporter:
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace import SpanLimits, TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.sdk.trace.sampling import ALWAYS_ON
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -112,7 +124,8 @@ class Exporter:
         resource = Resource.create({"service.name": settings["service_name"], "service.version": version})
         # ALWAYS_ON, not the default parent-based sampler: an agent's traceparent with flags 00 would
         # otherwise switch the gateway's spans off (module docstring).
-        self.tracer_provider = TracerProvider(sampler=ALWAYS_ON, resource=resource, shutdown_on_exit=False)
+        self.tracer_provider = TracerProvider(sampler=ALWAYS_ON, resource=resource, shutdown_on_exit=False,
+                                              span_limits=SpanLimits(max_attribute_length=MAX_ATTRIBUTE_CHARS))
         self.tracer_provider.add_span_processor(BatchSpanProcessor(self.spans, max_queue_size=QUEUE_MAX))
         self.meter_provider = MeterProvider(resource=resource, metric_readers=[PeriodicExportingMetricReader(metrics)],
                                             shutdown_on_exit=False)
@@ -155,6 +168,7 @@ class Exporter:
             attributes["rpc.response.status_code"] = str(s[ERROR_CODE])
         if error_type is not None:
             attributes["error.type"] = error_type
+        status = Status(StatusCode.ERROR, (s[ERROR] or error_type)[:MAX_ATTRIBUTE_CHARS]) if error_type else None
         carrier = {key: value for key, value in (("traceparent", s[TRACEPARENT]), ("tracestate", s[TRACESTATE])) if value}
         parent = self.propagator.extract(carrier) if carrier else None
         name = f"tools/call {s[TOOL]}" if s[TOOL] else "tools/call"
@@ -172,12 +186,12 @@ class Exporter:
                 "mcp.protocol.version", "error.type", "rpc.response.status_code") if key in attributes}
             client = self.tracer.start_span(name, context=set_span_in_context(server), kind=SpanKind.CLIENT,
                                             attributes=client_attributes, start_time=decided)
-            if error_type is not None:
-                client.set_status(Status(StatusCode.ERROR, s[ERROR] or error_type))
+            if status is not None:
+                client.set_status(status)
             client.end(end_time=end)
             self.client_duration.record((end - decided) / 1e9, metric)
-        if error_type is not None:
-            server.set_status(Status(StatusCode.ERROR, s[ERROR] or error_type))
+        if status is not None:
+            server.set_status(status)
         server.end(end_time=end)
         self.made += 2 if s[FORWARDED] else 1
         self.server_duration.record(s[LATENCY] / 1000.0, metric)
@@ -198,10 +212,14 @@ class Exporter:
         deadline = time.monotonic() + seconds
         for thread in threads:
             thread.join(max(deadline - time.monotonic(), 0.0))
+        lost = max(self.made - self.spans.exported, 0)  # refused, unsent, or over the processor's queue
+        log = logging.getLogger("drawbridge.telemetry")
         if any(thread.is_alive() for thread in threads):
-            logging.getLogger("drawbridge.telemetry").warning(
-                "the collector did not take the last export within %g s: %d span(s) dropped, with the last "
-                "metrics and checkpoint records not yet sent", seconds, max(self.made - self.spans.exported, 0))
+            log.warning("the collector did not take the last export within %g s: %d span(s) dropped, with the last "
+                        "metrics and checkpoint records not yet sent", seconds, lost)
+        elif lost:
+            log.warning("the collector did not take %d of the %d span(s) made (refused, or not reached): dropped",
+                        lost, self.made)
 
 
 def read_frame(stream: BinaryIO) -> Any:

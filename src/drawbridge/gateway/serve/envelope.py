@@ -63,15 +63,23 @@ def unsupported_version(requested: Any) -> EnvelopeRefusal:
     return EnvelopeRefusal(UNSUPPORTED_PROTOCOL_VERSION, message, {"requested": requested})
 
 
+def version_refusal(requested: str | None) -> EnvelopeRefusal | None:
+    """The refusal of the version a request's envelope names (``eras.envelope_version``), None when it
+    names none or 2026-07-28: the first rung over stdio, for serve and for wrap's tools/call alike.
+    Only a version the gateway speaks is kept past it, so none an agent made up (of any length) is
+    recorded or exported as the call's ``protocol_version``."""
+    if requested is not None and not is_modern(requested):
+        return unsupported_version(requested)
+    return None
+
+
 def envelope_refusal(
     body: Mapping[str, Any], headers: Mapping[str, str] | None = None
 ) -> EnvelopeRefusal | None:
     """The refusal of a 2026-07-28 request's envelope, or None when it passes; ``headers`` (by
     lowercase name) for a request that came over HTTP, None over stdio (module docstring: the order)."""
-    if headers is None:
-        requested = message_version(body)
-        if requested is not None and not is_modern(requested):
-            return unsupported_version(requested)
+    if headers is None and (refused := version_refusal(message_version(body))) is not None:
+        return refused
     ladder = inbound()
     verdict = ladder.classify_inbound_request(body, headers=None if headers is None else dict(headers))
     if not isinstance(verdict, ladder.InboundLadderRejection):
@@ -101,4 +109,5 @@ __all__ = [
     "capabilities_refusal",
     "envelope_refusal",
     "unsupported_version",
+    "version_refusal",
 ]

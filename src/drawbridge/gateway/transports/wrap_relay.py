@@ -578,7 +578,7 @@ class StdioRelay:
             return
         refusal = self.session.refusal(method, message.params)
         if refusal is not None:
-            await self._refuse(message, INVALID_REQUEST, refusal)
+            await self._refuse(message, refusal.code, refusal.message, refusal.data)
             return
         if method == TOOLS_CALL:
             flight = self.pipeline.start(message, agent=self.config.agent, version=self.session.version,
@@ -600,10 +600,10 @@ class StdioRelay:
         if self._tasks is not None and method != INITIALIZE:  # the server may take its time to start
             self._tasks.start_soon(self._time_out_pending, key, pending)
 
-    async def _refuse(self, message: Message, code: int, detail: str) -> None:
-        """A request the relay refuses itself: recorded, and answered with its id."""
+    async def _refuse(self, message: Message, code: int, detail: str, data: Any = None) -> None:
+        """A request the relay refuses itself: recorded (the rule broken, never ``data``), and answered."""
         await self.pipeline.guard.incident("invalid_message", "client", detail, code)
-        await self._to_client(error_line(message.id, code, detail))
+        await self._to_client(error_line(message.id, code, detail, data))
 
     async def _forward(self, key: IdKey, pending: Pending) -> bool:
         """Send a relayed request to the upstream; False when it could not be sent (then answered so)."""
