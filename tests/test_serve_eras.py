@@ -202,7 +202,8 @@ async def test_a_handshake_upstreams_log_lines_reach_a_2026_agent_only_as_asked(
 
 async def test_codes_and_result_types_2026_forbids_never_reach_a_2026_agent(tmp_path: Path) -> None:
     """basic/index.mdx "Error Codes": -32002 became -32602; -32042 and undefined codes of
-    -32020..-32099 may not be sent. An unrecognised ``resultType`` is not a result; each is recorded as
+    -32020..-32099 may not be sent, and the defined ones (-32021 here) refused the gateway's request to
+    the upstream, not the agent's. An unrecognised ``resultType`` is not a result; each is recorded as
     what the agent got."""
     upstream = {"name": "old", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "era_answers.py")]}
     config = write_config(tmp_path, [upstream], fsync="never")
@@ -227,12 +228,12 @@ async def test_codes_and_result_types_2026_forbids_never_reach_a_2026_agent(tmp_
         assert "result" in await pipe.initialize()
         kept = await pipe.request("l", "tools/call", {"name": "old.fail", "arguments": {"code": -32002}})
         assert kept["error"]["code"] == -32002  # a 2025-11-25 agent gets its era's code
-    assert codes == [-32602, -32603, -32603, -32021, -32010]
+    assert codes == [-32602, -32603, -32603, -32603, -32010]
     entries = [json.loads(line)["body"] for line in (tmp_path / "evidence" / "trace.ndjson").read_text().splitlines()]
     typed = [(e["outcome"], e.get("error_code")) for e in entries if e.get("tool") == "old.typed"]
     assert typed == [("upstream_error", -32603), ("upstream_error", -32603), ("ok", None)]
     failed = [e.get("error_code") for e in entries if e.get("tool") == "old.fail"]
-    assert failed == [-32602, -32603, -32603, -32021, -32010, -32002]
+    assert failed == [-32602, -32603, -32603, -32603, -32010, -32002]
 
 
 async def test_the_2026_envelope_rules_at_the_edges(tmp_path: Path) -> None:

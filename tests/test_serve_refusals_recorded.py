@@ -137,6 +137,7 @@ async def test_envelope_refusals_over_stdio_are_recorded_checking_the_version_fi
         bogus = await call(2, {VERSION_KEY: "1999"})  # no clientCapabilities either: the version is said first
         missing = await call(3, {VERSION_KEY: MODERN})
         null = await call(4, {**ENVELOPE, CAPABILITIES_KEY: None})
+        number = await call(5, {**ENVELOPE, VERSION_KEY: 20260728})  # malformed, not unsupported
     assert handshake["code"] == -32022 and LEGACY_VERSION in handshake["data"]["supported"], handshake
     assert "handshake-era version" in handshake["message"] and "initialize" in handshake["message"], handshake
     assert bogus["code"] == -32022 and bogus["data"]["requested"] == "1999", bogus
@@ -145,9 +146,10 @@ async def test_envelope_refusals_over_stdio_are_recorded_checking_the_version_fi
         f"invalid params: params._meta is missing the required envelope key(s): {CAPABILITIES_KEY}"
     ), missing
     assert null["code"] == -32602 and null["message"].startswith("invalid params:"), null
+    assert number["code"] == -32602 and number["message"].startswith(f"invalid params: params._meta['{VERSION_KEY}']")
     incidents = [i for i in _incidents(tmp_path / "evidence") if i["kind"] == "invalid_message"]
     assert [(i["code"], i["detail"]) for i in incidents] == [
-        (error["code"], error["message"]) for error in (handshake, bogus, missing, null)
+        (error["code"], error["message"]) for error in (handshake, bogus, missing, null, number)
     ]
     assert SECRET not in json.dumps(incidents)
     assert _calls_received(log) == []

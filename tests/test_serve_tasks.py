@@ -231,6 +231,10 @@ async def test_another_agent_cannot_see_read_or_cancel_the_task(world: Any) -> N
         assert (await a.get(task_id)).status == "working"  # still the owner's, untouched
         cancelled = await a.cancel(task_id)
         assert cancelled.task_id == task_id and cancelled.status == "cancelled"
+    # Each probe is recorded, with the agent that made it and without the id it tried.
+    probes = [e["body"] for e in trace(tmp_path / "evidence", "relay_incident")]
+    assert [(p["kind"], p["code"], p["agent"]) for p in probes] == [("invalid_message", -32602, "b")] * 9, probes
+    assert not any(task_id in json.dumps(p) or upstream_id in json.dumps(p) for p in probes)
 
 
 def _modern(url: str, method: str, params: dict[str, Any]) -> httpx.Response:

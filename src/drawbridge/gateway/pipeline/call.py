@@ -588,17 +588,19 @@ class CallPipeline:
             self._settled.append(flight)
         return True
 
-    def answered(self, flight: Flight, body: Mapping[str, Any], raw: bytes | None = None) -> bool:
-        """The upstream answered a forwarded call; False when the flight had ended already."""
+    def answered(self, flight: Flight, body: Mapping[str, Any], raw: bytes | None = None,
+                 *, passed: frozenset[int] = frozenset()) -> bool:
+        """The upstream answered a forwarded call; False when the flight had ended already. ``passed``: the
+        codes 2026-07-28 defines that its error may carry to the agent (``protocol.hop.relayed_codes``)."""
         if flight.settled or not flight.forwarded:
             return False
         outcome, error, code = outcome_of_response(body)
-        call = flight.call
+        call, verdict = flight.call, flight.verdict
         if self.result_guards is not None and call is not None and outcome in GUARDED_OUTCOMES:
             if (guarded := self.result_guards.answer(call, body)) is not None:  # before any other rewrite
                 (body, flight.guarded), raw = guarded, encode_line(guarded[0])[:-1]
         answer: Answer = UpstreamAnswer(body, raw)
-        if call is not None and (changed := rewritten(body, outcome, error, call, flight.verdict, self.approvals)):
+        if call is not None and (changed := rewritten(body, outcome, error, call, verdict, self.approvals, passed=passed)):
             outcome, error, code, new_body = changed  # ``upstream_answers``: the agent's era, an approval
             answer = GatewayError(INTERNAL_ERROR, str(error)) if new_body is None else UpstreamAnswer(new_body, encode_line(new_body)[:-1])
         elif outcome is Outcome.UPSTREAM_ERROR and "error" not in body:

@@ -111,12 +111,14 @@ class EvidenceGuard:
                 await rest
 
     async def incident(
-        self, kind: str, direction: str, detail: str, code: int | None = None, *, log: bool = True
+        self, kind: str, direction: str, detail: str, code: int | None = None, *, log: bool = True,
+        agent: str | None = None,
     ) -> None:
         """Record an incident, and log it at WARNING unless ``log`` is false (its caller reports it)."""
         if log:
-            logger.warning("%s (%s): %s", kind, direction, detail)
-        await self.record(RelayIncident(kind, direction, detail, code))
+            whose = "" if agent is None else f", agent {agent}"
+            logger.warning("%s (%s%s): %s", kind, direction, whose, detail)
+        await self.record(RelayIncident(kind, direction, detail, code, agent))
 
     async def append(self, kind: str, body: Mapping[str, Any]) -> Any:
         """One trace entry that is not a call; the entry written, or None when the gateway writes no

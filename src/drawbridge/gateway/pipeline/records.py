@@ -68,6 +68,9 @@ class RelayIncident:
     direction: str  # "client" | "upstream"
     detail: str
     code: int | None = None
+    agent: str | None = None
+    """The agent whose message was refused, where the gateway knows it (serve's sessions): another
+    agent's task id tried, a cursor never issued, are then traced to who tried them."""
 
 
 RelayEvent = CallRecord | RelayIncident

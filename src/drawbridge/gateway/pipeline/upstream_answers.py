@@ -7,7 +7,9 @@ the upstream's ``requestState`` is replaced by a continuation the gateway seals 
 (``approvals.request_states``), bound to the call and its approval, so that the call's own retry
 runs without asking a person again and the upstream gets its state back unchanged; a state that
 cannot be carried (not text, too large) ends the call with an internal error. (2) For a 2026-07-28
-request, an error code that era forbids becomes the spec's (``protocol.hop.modern_error``).
+request, an error code that era forbids becomes the spec's (``protocol.hop.modern_error``), and so
+does a code it defines that speaks of what the gateway wrote, not of what the agent sent (``passed``
+names the others: ``protocol.hop.relayed_codes``).
 
 Theory of operation. ``rewritten`` takes the answer as ``outcomes.outcome_of_response`` read it and
 returns the new (outcome, error, code, body), or None when nothing changes; a body of None means
@@ -62,6 +64,8 @@ def rewritten(
     call: ToolCall,
     verdict: Verdict | None,
     approvals: ApprovalGate | None,
+    *,
+    passed: frozenset[int] = frozenset(),
 ) -> Rewritten | None:
     """The answer as the agent gets it, when it differs from the upstream's (module docstring)."""
     if outcome is Outcome.INPUT_REQUIRED and not call.modern:
@@ -69,10 +73,10 @@ def rewritten(
     if outcome is Outcome.INPUT_REQUIRED:
         return _continued(body, call, verdict, approvals)
     if outcome is Outcome.UPSTREAM_ERROR and call.modern and "error" in body:
-        translated = modern_error(body["error"])
+        translated = modern_error(body["error"], passed=passed)
         if translated is not body["error"]:
             code = translated["code"]
-            said = f"{error} (answered as {code}: 2026-07-28 does not allow the upstream's code)"
+            said = f"{error} (answered as {code}: the upstream's code cannot reach a 2026-07-28 agent as is)"
             return outcome, said, code, {**body, "error": translated}
     return None
 

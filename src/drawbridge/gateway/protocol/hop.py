@@ -24,7 +24,14 @@ these, which belong to one hop and are rewritten by the gateway:
 * on errors for a 2026-07-28 agent, the codes that era forbids (``modern_error``): ``-32002`` (resource
   not found before 2026) becomes ``-32602``, as the spec replaced it; ``-32042`` (URL elicitation
   required, 2025-11-25 only) and codes of ``-32020..-32099`` the spec does not define become
-  ``-32603``, whose message names the upstream's code;
+  ``-32603``, whose message names the upstream's code. So do the three it defines (``-32020`` header
+  mismatch, ``-32021`` missing client capability, ``-32022`` unsupported version) when they speak of
+  what the gateway wrote rather than of what the agent sent: passed on, they would read as the
+  gateway refusing the agent's request (a client falls back to another version on a ``-32022``).
+  Which ones the agent may get is ``relayed_codes``: under wrap all three (the agent's call reaches
+  the server as it came); under serve, which writes its own envelope, version and headers, only
+  ``-32021``, and only from a 2026-07-28 upstream, which is sent the capabilities the agent declared
+  (``RELAYED_CLIENT_CAPABILITIES``); a handshake-era upstream has none of these codes in its era;
 * on results for a 2026-07-28 agent: ``resultType`` is added when absent, and list and read results get
   ``ttlMs`` (the upstream's, or 0) and ``cacheScope: "private"``, because what the gateway serves can
   differ per agent and a shared cache must never hand one agent's answer to another; an interim
@@ -100,9 +107,22 @@ MCP_DEFINED_CODES: Final = frozenset({-32020, -32021, -32022})
 reserved band -32020..-32099 that 2026-07-28 defines (basic/index.mdx, "Error Codes")."""
 
 
-def modern_error(error: Any) -> Any:
+MISSING_CLIENT_CAPABILITY: Final = -32021
+
+
+def relayed_codes(*, envelope: bool = False, capabilities: bool = False) -> frozenset[int]:
+    """The codes 2026-07-28 defines that an upstream's error may carry to the agent (module
+    docstring): all where the agent's own ``envelope`` reached it (wrap); ``-32021`` where only the
+    ``capabilities`` the agent declared did (serve, to a 2026-07-28 upstream); none otherwise."""
+    if envelope:
+        return MCP_DEFINED_CODES
+    return frozenset({MISSING_CLIENT_CAPABILITY}) if capabilities else frozenset()
+
+
+def modern_error(error: Any, *, passed: frozenset[int] = frozenset()) -> Any:
     """An upstream's JSON-RPC ``error`` as a 2026-07-28 agent may receive it (module docstring);
-    anything else is returned as it is."""
+    anything else is returned as it is. ``passed``: which of the codes 2026-07-28 defines speak of
+    the agent's own request here (``relayed_codes``); the others become -32603."""
     if not isinstance(error, Mapping):
         return error
     code = error.get("code")
@@ -110,9 +130,12 @@ def modern_error(error: Any) -> Any:
         return error
     if code == RESOURCE_NOT_FOUND_2025:
         return {**error, "code": INVALID_PARAMS}
-    if code == URL_ELICITATION_REQUIRED_2025 or (code in MCP_RESERVED_CODES and code not in MCP_DEFINED_CODES):
+    if code == URL_ELICITATION_REQUIRED_2025 or (code in MCP_RESERVED_CODES and code not in passed):
         said = error.get("message")
-        message = f"the upstream answered with JSON-RPC error {code}, which 2026-07-28 does not allow"
+        why = "about the gateway's request to it, not this one" if code in MCP_DEFINED_CODES else (
+            "which 2026-07-28 does not allow"
+        )
+        message = f"the upstream answered with JSON-RPC error {code}, {why}"
         return {**error, "code": INTERNAL_ERROR, "message": f"{message}: {said}" if isinstance(said, str) else message}
     return error
 

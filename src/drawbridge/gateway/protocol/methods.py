@@ -12,6 +12,7 @@ holds one.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Mapping
 from typing import Final
 
 INITIALIZE: Final = "initialize"
@@ -33,6 +34,18 @@ LISTEN: Final = "subscriptions/listen"
 ELICIT: Final = "elicitation/create"
 ROOTS_LIST: Final = "roots/list"
 
+REMOVED_BY_MODERN: Final[Mapping[str, str]] = {
+    PING: "",
+    SET_LEVEL: "a request asks for its log lines with io.modelcontextprotocol/logLevel in its _meta",
+    RESOURCES_SUBSCRIBE: "a subscriptions/listen stream names the resources it wants updates of",
+    RESOURCES_UNSUBSCRIBE: "closing the subscriptions/listen stream ends its resources' updates",
+}
+"""The requests 2026-07-28 removed (its changelog: lifecycle, logging, the subscribe pair), each with
+what takes its place, if anything does: serve refuses a 2026-07-28 request for one with -32601
+(``removed_by_modern``) and records the refusal (it is refused for its era, not for want of an
+upstream); wrap passes it to the server, which answers it
+as its era says."""
+
 CANCELLED: Final = "notifications/cancelled"
 PROGRESS: Final = "notifications/progress"
 LOG_MESSAGE: Final = "notifications/message"
@@ -50,6 +63,13 @@ NOT_EXACTLY_TOOLS_CALL: Final = (
 """The refusal of a method ``looks_like_tools_call`` finds (it never quotes the method)."""
 _UNREADABLE_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"})
 """What no method holds: controls (NUL), format characters, unassigned and private code points, spaces."""
+
+
+def removed_by_modern(method: str) -> str:
+    """The -32601 message for a method 2026-07-28 removed (``REMOVED_BY_MODERN``)."""
+    instead = REMOVED_BY_MODERN[method]
+    said = f"method not found: {method} is not part of 2026-07-28, which removed it"
+    return f"{said} ({instead})" if instead else said
 
 
 def looks_like_tools_call(method: str) -> bool:

@@ -447,7 +447,7 @@ class EvidenceRecorder(Durability):
     def _lines(self, event: RelayEvent) -> _Lines:
         if isinstance(event, RelayIncident):
             body = {"kind": event.kind, "direction": event.direction, "detail": sanitize(event.detail),
-                    "code": event.code}
+                    "code": event.code, **({} if event.agent is None else {"agent": sanitize(event.agent)})}
             return ("relay_incident", body, None, None)
         return self._call_lines(event)
 

@@ -26,7 +26,7 @@ from drawbridge.catalogue.merged import build_catalogue
 from drawbridge.catalogue.names import split_namespaced, tool_name_problem
 from drawbridge.gateway.protocol.jsonrpc import INVALID_PARAMS, MessageError
 from drawbridge.gateway.protocol.methods import PROMPTS_LIST, RESOURCE_TEMPLATES_LIST, RESOURCES_LIST
-from drawbridge.gateway.serve.downstream_session import DownstreamSession, Inflight, error_response
+from drawbridge.gateway.serve.downstream_session import DownstreamSession, Inflight
 from drawbridge.gateway.upstreams.session import UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
@@ -127,14 +127,16 @@ async def complete(session: DownstreamSession, entry: Inflight) -> dict[str, Any
     params = entry.message.params if isinstance(entry.message.params, dict) else {}
     ref = params.get("ref")
     if not isinstance(ref, dict):
-        return error_response(entry.message.id, INVALID_PARAMS, "invalid params: ref must be an object")
+        return await session.refuse(entry.message.id, INVALID_PARAMS, "invalid params: ref must be an object")
     if ref.get("type") == "ref/prompt":
         upstream, name = _named_route(session, entry, ref.get("name"), "prompt")
         return await session.relay(entry, upstream, params, name={**ref, "name": name}, name_key="ref")
     if ref.get("type") == "ref/resource":
         upstream = await uri_route(session, entry, ref.get("uri"))
         return await session.relay(entry, upstream, params)
-    return error_response(entry.message.id, INVALID_PARAMS, "invalid params: ref.type must be ref/prompt or ref/resource")
+    return await session.refuse(
+        entry.message.id, INVALID_PARAMS, "invalid params: ref.type must be ref/prompt or ref/resource"
+    )
 
 
 __all__ = [

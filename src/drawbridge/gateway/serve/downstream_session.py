@@ -9,9 +9,11 @@ Theory of operation. A transport feeds the session parsed messages (``handle``) 
 ``Outbound`` to write to. Each request runs in its own cancel scope, so ``notifications/cancelled``
 (or, at 2026-07-28 over HTTP, a closed connection) stops it and tells the upstream. The session
 knows its era: 2025-11-25 and older after ``initialize``, or 2026-07-28 from the per-request envelope,
-which is checked before anything else (``envelope.py``); a request refused for its envelope or its
-era is recorded as an ``invalid_message`` incident (``refuse``), and a tools/call sent as a
-notification as a ``tools_call_notification``, whatever the transport. A request is answered by the
+which is checked before anything else (``envelope.py``); a request refused for its envelope, its
+era (a method 2026-07-28 removed: ``methods.REMOVED_BY_MODERN``) or its params (a handler's -32602)
+is recorded as an ``invalid_message`` incident naming the agent (``refuse``), and a tools/call sent as
+a notification as a ``tools_call_notification``, whatever the transport. Only a method no handler
+serves is answered -32601 without a record. A request is answered by the
 handler its method has in the session's table (``routes.py``: who answers what); the handlers take the
 session as it is here, so this module imports none of them, and a session is opened where the table is
 (``open_session``). What the handlers share lives here: relaying a request that is not decided
@@ -44,6 +46,7 @@ from drawbridge.gateway.protocol.hop import (
     modern_error,
     outbound_params,
     progress_token,
+    relayed_codes,
 )
 from drawbridge.gateway.protocol.jsonrpc import (
     INTERNAL_ERROR,
@@ -70,8 +73,10 @@ from drawbridge.gateway.protocol.methods import (
     NOT_EXACTLY_TOOLS_CALL,
     PING,
     PROGRESS,
+    REMOVED_BY_MODERN,
     TOOLS_CALL,
     looks_like_tools_call,
+    removed_by_modern,
 )
 from drawbridge.gateway.serve.agents import NoBackChannel, Outbound
 from drawbridge.gateway.serve.envelope import (
@@ -257,6 +262,8 @@ class DownstreamSession:
         if looks_like_tools_call(method):
             await self.gateway.incident("invalid_message", "client", NOT_EXACTLY_TOOLS_CALL, METHOD_NOT_FOUND)
             return error_response(message.id, METHOD_NOT_FOUND, NOT_EXACTLY_TOOLS_CALL)
+        if entry.modern and method in REMOVED_BY_MODERN:  # refused for its era: recorded
+            return await self.refuse(message.id, METHOD_NOT_FOUND, removed_by_modern(method))
         handler = self._handlers.get(method)
         if handler is None:
             return error_response(
@@ -272,8 +279,8 @@ class DownstreamSession:
             )
         try:
             return await handler(self, entry)
-        except MessageError as exc:
-            return error_response(message.id, exc.code, exc.message)
+        except MessageError as exc:  # a handler's refusal of the params (catalogue_routes): recorded
+            return await self.refuse(message.id, exc.code, exc.message)
 
     async def handle_notification(self, message: Message) -> None:
         method = message.method
@@ -300,9 +307,10 @@ class DownstreamSession:
     async def refuse(
         self, request_id: RequestId | None, code: int, detail: str, data: Any = None
     ) -> dict[str, Any]:
-        """A request refused for what it is (its envelope, its era): recorded (``invalid_message``,
-        the rule broken, never the content) and answered with an error."""
-        await self.gateway.incident("invalid_message", "client", detail, code)
+        """A request refused for what it is (its envelope, its era, its params): recorded
+        (``invalid_message``, the rule broken, never the content, and the agent that sent it) and
+        answered with an error."""
+        await self.gateway.incident("invalid_message", "client", detail, code, agent=self.agent)
         return error_response(request_id, code, detail, data)
 
     def cancel_request(self, request_id: Any) -> bool:
@@ -451,13 +459,16 @@ class DownstreamSession:
                 UPSTREAM_TIMEOUT,
                 f"upstream {upstream.name!r} did not answer {method} within {self.gateway.settings.call_timeout:g} seconds",
             )
-        return self.answer(entry, body)
+        return self.answer(entry, body, passed=relayed_codes(capabilities=upstream.modern))
 
-    def answer(self, entry: Inflight, body: Mapping[str, Any]) -> dict[str, Any]:
+    def answer(
+        self, entry: Inflight, body: Mapping[str, Any], *, passed: frozenset[int] = frozenset()
+    ) -> dict[str, Any]:
         """The agent's response to an upstream's answer: an error as it came, a result with only the
-        per-hop parts rewritten for the request's era (``hop.downstream_result``, ``hop.modern_error``)."""
+        per-hop parts rewritten for the request's era (``hop.downstream_result``, ``hop.modern_error``:
+        ``passed`` names the codes 2026-07-28 defines that the upstream may have meant for the agent)."""
         if "error" in body:
-            error = modern_error(body["error"]) if entry.modern else body["error"]
+            error = modern_error(body["error"], passed=passed) if entry.modern else body["error"]
             return _response(entry.message.id, {"error": error})
         result = downstream_result(body.get("result"), method=entry.message.method, modern=entry.modern)
         return _response(entry.message.id, {"result": result})

@@ -6,7 +6,10 @@ before anything else reads it, and every refusal names the rule broken, never th
 versions named are only the gateway's own (a handshake version the request asked for in the
 envelope), and ``data.requested`` of a -32022 carries the request's as MCP asks.
 
-The order of the rungs. Over stdio there are no routing headers, so the version is checked first: a
+The order of the rungs. A version that is not a string (``20260728``, ``null``) is a malformed
+envelope, refused -32602 naming the key before any other rung, over either transport: the SDK's
+header rung would otherwise call it a header mismatch (-32020), since no header can equal it. Over
+stdio there are no routing headers, so the version is checked next: a
 client naming a version the gateway does not speak is told so (-32022, and which versions it could
 use), not that its envelope lacks a key that version may not even have. Over HTTP the SDK's order
 stands (the routing headers before the version), so that a client whose headers and body disagree
@@ -25,6 +28,7 @@ from typing import Any, Final
 from drawbridge.gateway.protocol.eras import (
     CLIENT_CAPABILITIES_META_KEY,
     HANDSHAKE_PROTOCOL_VERSIONS,
+    PROTOCOL_VERSION_META_KEY,
     is_modern,
     message_version,
 )
@@ -35,6 +39,10 @@ INITIALIZE_IN_MODERN: Final = "invalid request: initialize is not part of 2026-0
 NO_CAPABILITIES: Final = (
     f"invalid params: params._meta['{CLIENT_CAPABILITIES_META_KEY}'] must be an object (the client "
     "capabilities of the 2026-07-28 envelope; {} declares none)"
+)
+VERSION_NOT_TEXT: Final = (
+    f"invalid params: params._meta['{PROTOCOL_VERSION_META_KEY}'] must be a string (the protocol version "
+    "of the 2026-07-28 envelope, such as \"2026-07-28\")"
 )
 UNSUPPORTED: Final = "Unsupported protocol version"
 """The SDK's words for -32022, which clients may look for."""
@@ -78,6 +86,10 @@ def envelope_refusal(
 ) -> EnvelopeRefusal | None:
     """The refusal of a 2026-07-28 request's envelope, or None when it passes; ``headers`` (by
     lowercase name) for a request that came over HTTP, None over stdio (module docstring: the order)."""
+    params = body.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance((meta if isinstance(meta, dict) else {}).get(PROTOCOL_VERSION_META_KEY, ""), str):
+        return EnvelopeRefusal(INVALID_PARAMS, VERSION_NOT_TEXT)
     if headers is None and (refused := version_refusal(message_version(body))) is not None:
         return refused
     ladder = inbound()
@@ -105,6 +117,7 @@ INITIALIZE_REFUSAL: Final = EnvelopeRefusal(INVALID_REQUEST, INITIALIZE_IN_MODER
 __all__ = [
     "INITIALIZE_REFUSAL",
     "NO_CAPABILITIES",
+    "VERSION_NOT_TEXT",
     "EnvelopeRefusal",
     "capabilities_refusal",
     "envelope_refusal",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from drawbridge.gateway.pipeline.call import CallPipeline, Flight
-from drawbridge.gateway.protocol.hop import outbound_params, progress_token
+from drawbridge.gateway.protocol.hop import outbound_params, progress_token, relayed_codes
 from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, RequestId
 from drawbridge.gateway.protocol.methods import TOOLS_CALL
 from drawbridge.gateway.protocol.tasks import created_result, created_task, offers_task_calls
@@ -122,7 +122,8 @@ class UpstreamForwarder:
             progress = None
             body = {**body, "result": created_result(result, held.task_id)}  # type: ignore[arg-type]
         self._dropped(progress)
-        if not self._pipeline.answered(flight, body) and held is not None:
+        passed = relayed_codes(capabilities=self._upstream.modern)  # its outbound_params(agent_capabilities=)
+        if not self._pipeline.answered(flight, body, passed=passed) and held is not None:
             self._hub.drop_task(held)  # the call had ended (timed out, cancelled): nobody will ask for it
 
     def abandon(self, flight: Flight, reason: str, *, timed_out: bool) -> Awaitable[None] | None:

@@ -2,9 +2,10 @@
 ``server/discover``, ``tools/list`` and ``logging/setLevel``.
 
 In the 2026-07-28 era ``ping`` and ``logging/setLevel`` do not exist (the changelog removes them; the
-log level rides on each request's ``_meta``): a 2026-07-28 request for either is -32601, as for any
-method the server does not implement (404 over HTTP), and a tools/list for a 2026-07-28 agent leaves
-out the tools that run only as tasks (``protocol.tasks.task_only``: every call to one would fail).
+log level rides on each request's ``_meta``): the session refuses a 2026-07-28 request for either
+before it reaches a handler here (-32601, ``methods.REMOVED_BY_MODERN``), and a tools/list for a
+2026-07-28 agent leaves out the tools that run only as tasks (``protocol.tasks.task_only``: every call
+to one would fail).
 
 Invariant: to an agent the gateway is one server, ``drawbridge``: its capabilities are the union of
 what the upstreams offer, its instructions theirs combined, and its tool list the merged catalogue as
@@ -25,24 +26,19 @@ from typing import Any, Final
 import drawbridge
 from drawbridge.gateway.protocol.eras import SERVED_VERSIONS, negotiate_version
 from drawbridge.gateway.protocol.hop import gateway_result
-from drawbridge.gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
-from drawbridge.gateway.protocol.methods import DISCOVER, SET_LEVEL
+from drawbridge.gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
+from drawbridge.gateway.protocol.methods import DISCOVER
 from drawbridge.gateway.protocol.tasks import task_only
 from drawbridge.gateway.serve.downstream_session import (
     DownstreamSession,
     Inflight,
-    error_response,
     result_response,
 )
 from drawbridge.gateway.serve.envelope import INITIALIZE_REFUSAL
 
 SERVER_INFO: Final[Mapping[str, str]] = {"name": "drawbridge", "version": drawbridge.__version__}
 SERVER_INFO_META_KEY: Final = "io.modelcontextprotocol/serverInfo"
-REMOVED_IN_MODERN: Final = "method not found: {method} is not part of 2026-07-28 (removed by that version)"
-SET_LEVEL_IN_MODERN: Final = (
-    "method not found: logging/setLevel is not part of 2026-07-28 (a request asks for its log lines with "
-    "io.modelcontextprotocol/logLevel in its _meta)"
-)
+NO_SUCH_CURSOR: Final = "invalid params: the gateway issued no such cursor"
 ALREADY_INITIALIZED: Final = "invalid request: the session is already initialized"
 TASKS_VERSION: Final = "2025-11-25"
 """The first version with tasks; the gateway declares them to no older session."""
@@ -85,19 +81,15 @@ async def discover(session: DownstreamSession, entry: Inflight) -> dict[str, Any
 
 
 async def acknowledge(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
-    """``ping`` and ``logging/setLevel``: an empty result; -32601 in the 2026-07-28 era, which has
-    neither."""
-    message = entry.message
-    if entry.modern:
-        said = SET_LEVEL_IN_MODERN if message.method == SET_LEVEL else REMOVED_IN_MODERN.format(method=message.method)
-        return error_response(message.id, METHOD_NOT_FOUND, said)
+    """``ping`` and ``logging/setLevel`` of a handshake-era session: an empty result (2026-07-28 has
+    neither, and the session refuses them there)."""
     return session.result(entry, {})
 
 
 async def tools_list(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
     params = entry.message.params
     if isinstance(params, dict) and params.get("cursor") is not None:
-        return error_response(entry.message.id, INVALID_PARAMS, "invalid params: the gateway issued no such cursor")
+        return await session.refuse(entry.message.id, INVALID_PARAMS, NO_SUCH_CURSOR)
     # Per agent: under hide_denied_tools the list leaves out what the agent could only be refused
     # (calls are still decided). gateway_result marks 2026-07-28 lists cacheScope "private".
     tools = session.gateway.listing_for(session.agent)

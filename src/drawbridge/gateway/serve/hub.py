@@ -494,5 +494,6 @@ class Gateway:
     async def upstream_dropped(self, upstream: UpstreamSession, kind: str, detail: str, log: bool) -> None:
         await self.incident(kind, "upstream", detail, log=log)
 
-    async def incident(self, kind: str, direction: str, detail: str, code: int | None = None, *, log: bool = True) -> None:
-        await self.guard.incident(kind, direction, detail, code, log=log)
+    async def incident(self, kind: str, direction: str, detail: str, code: int | None = None, *, log: bool = True,
+                       agent: str | None = None) -> None:
+        await self.guard.incident(kind, direction, detail, code, log=log, agent=agent)

@@ -7,8 +7,7 @@ upstream serves it), never guessed, and ``tools/call`` has exactly one handler, 
 refused before the table is looked at (``DownstreamSession``).
 
 =========================  ==============================================================================
-initialize, ping           the gateway (capabilities: the union of what upstreams offer; serverInfo drawbridge);
-                           ping is -32601 in 2026-07-28, which removed it
+initialize, ping           the gateway (capabilities: the union of what upstreams offer; serverInfo drawbridge)
 server/discover            the gateway (2026-07-28)
 tools/list                 the gateway, from the merged catalogue (``server.tool`` names), per agent; to a
                            2026-07-28 agent without the tools that run only as tasks
@@ -16,15 +15,20 @@ tools/call                 decided, then forwarded to the tool's upstream with t
 prompts/list               every upstream that offers prompts, merged, names namespaced like tools
 prompts/get                the upstream named by the prefix, prefix removed
 resources/list, templates  every upstream that offers resources, merged; URIs are not rewritten
-resources/read, subscribe  the upstream that listed the URI (or whose template matches it)
+resources/read, subscribe  the upstream that listed the URI (or whose template matches it); subscribe and
+                           unsubscribe are the handshake era's (2026-07-28 listens instead)
 completion/complete        by the reference: a namespaced prompt, or a resource URI
-logging/setLevel           answered by the gateway and not forwarded (upstream sessions are shared);
-                           -32601 in 2026-07-28, which removed it
+logging/setLevel           answered by the gateway and not forwarded (upstream sessions are shared)
 subscriptions/listen       the gateway (2026-07-28): the list changes of tools, prompts and resources
 tasks/get, result, cancel  the upstream running the agent's own task, ids mapped (2025-11-25)
 tasks/list                 the gateway, from the agent's own tasks
 anything else              -32601: the gateway cannot tell which upstream serves it
 =========================  ==============================================================================
+
+A 2026-07-28 request for a method that version removed (``ping``, ``logging/setLevel``,
+``resources/subscribe``, ``resources/unsubscribe``: ``methods.REMOVED_BY_MODERN``) is -32601 too,
+refused (and recorded) by the session before the table is looked at: the subscribe pair would subscribe an
+upstream for a request that ends with its answer, so no update could ever reach the agent.
 
 Theory of operation. The handlers take the session as it is (``downstream_session.py``), so the table
 is built here, above both: the gateway's own answers (``gateway_answers.py``), the decided call

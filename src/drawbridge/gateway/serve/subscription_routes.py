@@ -91,7 +91,7 @@ async def listen(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
     message = entry.message
     assert message.id is not None
     if not entry.modern:
-        return error_response(
+        return await session.refuse(
             message.id, METHOD_NOT_FOUND,
             "method not found: subscriptions/listen is part of 2026-07-28; this session is told of "
             "changes by list_changed notifications",
@@ -99,24 +99,26 @@ async def listen(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
     params = message.params if isinstance(message.params, dict) else {}
     wanted = params.get("notifications")
     if not isinstance(wanted, dict):
-        return error_response(message.id, INVALID_PARAMS, "invalid params: notifications must be an object")
+        said = "invalid params: notifications must be an object"
+        return await session.refuse(message.id, INVALID_PARAMS, said)
     honored: dict[str, Any] = {}
     methods: set[str] = set()
     for field_name, method in LISTEN_EVENTS.items():
         value = wanted.get(field_name)
         if value is not None and not isinstance(value, bool):
-            return error_response(message.id, INVALID_PARAMS, f"invalid params: {field_name} must be a boolean")
+            said = f"invalid params: {field_name} must be a boolean"
+            return await session.refuse(message.id, INVALID_PARAMS, said)
         if value:
             honored[field_name] = True
             methods.add(method)
     uris = wanted.get("resourceSubscriptions")
     if uris is not None and not (isinstance(uris, list) and all(isinstance(uri, str) for uri in uris)):
-        return error_response(
+        return await session.refuse(
             message.id, INVALID_PARAMS, "invalid params: resourceSubscriptions must be a list of strings"
         )
     has_stream = getattr(session.outbound, "has_stream", None)
     if has_stream is not None and not has_stream(message.id):
-        return error_response(message.id, INVALID_REQUEST, NO_LISTEN_STREAM)
+        return await session.refuse(message.id, INVALID_REQUEST, NO_LISTEN_STREAM)
     meta = {SUBSCRIPTION_ID_META_KEY: message.id}
     streams = session.gateway.listen_streams
     token, events = streams.listen(frozenset(methods))

@@ -4,11 +4,13 @@ routed to the upstream that runs the task, for the agent that owns it only.
 Invariant: a ``tasks/*`` request reaches an upstream only for a task the hub's task book says this
 agent owns (``task_book.py``), under the upstream's own id, and what comes back names the gateway's
 id; any other id is refused with -32602 ``UNKNOWN_TASK``, the same for a task of another agent, a task
-the gateway forgot and an id that never existed, and nothing is sent upstream. ``tasks/list`` is
-answered by the gateway from the agent's own tasks (one ``tasks/get`` per task to its upstream), so
-it never shows another agent's task nor a task an upstream created for a call the gateway did not
-forward. Tasks are 2025-11-25 only, and served only while an upstream runs tool calls as tasks (the
-gateway then declares them): otherwise, and to a 2026-07-28 request, ``tasks/*`` is -32601.
+the gateway forgot and an id that never existed, nothing is sent upstream, and the refusal is recorded
+with the agent that asked (``DownstreamSession.refuse``: a probe for another's task is traced to
+it). ``tasks/list`` is answered by the gateway from the agent's own tasks (one ``tasks/get`` per task
+to its upstream), so it never shows another agent's task nor a task an upstream created for a call
+the gateway did not forward. Tasks are 2025-11-25 only, and served only while an upstream runs tool
+calls as tasks (the gateway then declares them): otherwise, and to a 2026-07-28 request (then
+recorded, as refused for its era), ``tasks/*`` is -32601.
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ NO_TASKS = "method not found: no upstream of this gateway runs tool calls as tas
 NO_CURSOR = "invalid params: the gateway lists an agent's tasks in one page; it issued no cursor"
 
 
-def _not_served(session: DownstreamSession, entry: Inflight) -> dict[str, Any] | None:
+async def _not_served(session: DownstreamSession, entry: Inflight) -> dict[str, Any] | None:
     if entry.modern:
-        return error_response(entry.message.id, METHOD_NOT_FOUND, NOT_IN_ERA)
+        return await session.refuse(entry.message.id, METHOD_NOT_FOUND, NOT_IN_ERA)
     if not any(offers_task_calls(upstream.capabilities) for upstream in session.gateway.upstreams.values()):
         return error_response(entry.message.id, METHOD_NOT_FOUND, NO_TASKS)
     return None
@@ -51,14 +53,14 @@ def _not_served(session: DownstreamSession, entry: Inflight) -> dict[str, Any] |
 async def by_task(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
     """``tasks/get``, ``tasks/result``, ``tasks/cancel``: to the upstream of the agent's own task."""
     message = entry.message
-    refusal = _not_served(session, entry)
+    refusal = await _not_served(session, entry)
     if refusal is not None:
         return refusal
     params = message.params if isinstance(message.params, dict) else {}
     held = session.gateway.task_book.owned(session.agent, task_id_param(params))
     upstream = session.gateway.upstreams.get(held.upstream) if held is not None else None
     if held is None or upstream is None:
-        return error_response(message.id, INVALID_PARAMS, f"invalid params: {UNKNOWN_TASK}")
+        return await session.refuse(message.id, INVALID_PARAMS, f"invalid params: {UNKNOWN_TASK}")
     response = await session.relay(entry, upstream, {**params, "taskId": held.upstream_task_id})
     result = response.get("result")
     if "result" not in response:
@@ -77,12 +79,12 @@ async def tasks_list(session: DownstreamSession, entry: Inflight) -> dict[str, A
     """The agent's own tasks, each as its upstream reports it now; a task its upstream no longer knows
     is forgotten."""
     message = entry.message
-    refusal = _not_served(session, entry)
+    refusal = await _not_served(session, entry)
     if refusal is not None:
         return refusal
     params = message.params if isinstance(message.params, dict) else {}
     if params.get("cursor") is not None:
-        return error_response(message.id, INVALID_PARAMS, NO_CURSOR)
+        return await session.refuse(message.id, INVALID_PARAMS, NO_CURSOR)
     book = session.gateway.task_book
     tasks: list[dict[str, Any]] = []
     for held in book.of_agent(session.agent):

@@ -23,6 +23,7 @@ from typing import Any
 
 from drawbridge.gateway.pipeline.call import Flight, GatewayError, GatewayResult, UpstreamAnswer
 from drawbridge.gateway.pipeline.client_link import Elicit, in_band
+from drawbridge.gateway.protocol.hop import MCP_DEFINED_CODES
 from drawbridge.gateway.protocol.jsonrpc import INVALID_PARAMS
 from drawbridge.gateway.protocol.methods import ELICIT
 from drawbridge.gateway.protocol.tasks import TASK_ONLY_IN_MODERN
@@ -50,8 +51,8 @@ async def tools_call(session: DownstreamSession, entry: Inflight) -> dict[str, A
     )
     answer = flight.answer
     message_id = entry.message.id
-    if isinstance(answer, UpstreamAnswer):
-        return session.answer(entry, answer.body)
+    if isinstance(answer, UpstreamAnswer):  # its error already as the era allows (pipeline.upstream_answers)
+        return session.answer(entry, answer.body, passed=MCP_DEFINED_CODES)
     if isinstance(answer, GatewayResult):
         assert message_id is not None
         return result_response(message_id, answer.result)

@@ -29,8 +29,8 @@ order, so that a routing header missing, repeated or not matching the body is an
 * 2026-07-28 (stateless): each POST is a whole exchange with a fresh session. The request is checked by
   the SDK's inbound ladder (``serve.envelope``: envelope, ``Mcp-Method``/``Mcp-Name`` against the body,
   version), errors get the status the spec's table gives them (``Mcp-Param-*`` against the arguments:
-  ``http_params``), notifications are answered 202, closing the connection cancels the request (the
-  upstream is told), and every refusal is recorded as over stdio (``invalid_message``, with its code).
+  ``http_params``; an answer's: ``http_wire.answer_status``), notifications are answered 202, closing
+  the connection cancels the request, and every refusal is recorded as over stdio (``invalid_message``).
 
 Where a session's messages wait for their stream is ``http_mailbox.py``; the bytes on the wire (the
 body read, JSON answers, SSE framing) are ``http_wire.py``. ``build_app`` returns the Starlette app
@@ -82,6 +82,7 @@ from drawbridge.gateway.transports.http_mailbox import HttpOutbound, Mailbox
 from drawbridge.gateway.transports.http_wire import (
     TooLarge,
     accepts,
+    answer_status,
     header_values,
     headers_of,
     raw_headers,
@@ -300,7 +301,7 @@ class McpEndpoint:
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS and message.method != INITIALIZE:
             # -32022 with the versions served, so a dual-era client can fall back (2026-07-28 versioning)
-            await self._refuse(send, message, unsupported_version(version))
+            await self._refuse(send, message, unsupported_version(version), agent)
             return
         if message.kind is Kind.REQUEST and message.method == INITIALIZE:
             state = await self._new_session(identity)
@@ -331,7 +332,7 @@ class McpEndpoint:
         self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str], agent: str, message: Message
     ) -> None:
         if message.kind is Kind.RESPONSE:
-            await self._refuse(send, message, RESPONSE_IN_MODERN)
+            await self._refuse(send, message, RESPONSE_IN_MODERN, agent)
             return
         if message.kind is Kind.NOTIFICATION:
             await refuse_call_notification(self.gateway, message.method)
@@ -339,7 +340,7 @@ class McpEndpoint:
             return
         rejection = self._refusal(scope, headers, message)
         if rejection is not None:
-            await self._refuse(send, message, rejection)
+            await self._refuse(send, message, rejection, agent)
             return
         outbound = HttpOutbound(unsolicited=False)
         session = open_session(self.gateway, agent, outbound, transport="http")
@@ -360,10 +361,10 @@ class McpEndpoint:
         params = self.params.rejection(message, raw_headers(scope))
         return None if params is None else EnvelopeRefusal(params.code, params.message, params.data)
 
-    async def _refuse(self, send: Send, message: Message, refusal: EnvelopeRefusal) -> None:
-        """A message refused for its form, its headers or its version: recorded (``invalid_message``:
-        the rule broken, never the content) and answered with the status MCP gives the code."""
-        await self.gateway.incident("invalid_message", "client", refusal.message, refusal.code)
+    async def _refuse(self, send: Send, message: Message, refusal: EnvelopeRefusal, agent: str) -> None:
+        """A message refused for its form, its headers or its version: recorded (``invalid_message``: the
+        rule broken, never the content; the agent) and answered with the status MCP gives the code."""
+        await self.gateway.incident("invalid_message", "client", refusal.message, refusal.code, agent=agent)
         status = inbound().ERROR_CODE_HTTP_STATUS.get(refusal.code, 400)
         await send_json(send, status, error_response(message.id, refusal.code, refusal.message, refusal.data))
 
@@ -422,8 +423,7 @@ class McpEndpoint:
             response = error_response(message.id, INVALID_REQUEST, "the request was cancelled")
         status = 200
         if modern and isinstance(response.get("error"), dict):
-            code = response["error"].get("code")
-            status = inbound().ERROR_CODE_HTTP_STATUS.get(code, 200) if isinstance(code, int) else 200
+            status = answer_status(response["error"].get("code"))
         await send_json(send, status, response)
 
     async def _watch_disconnect(self, receive: Receive, session: DownstreamSession, request_id: RequestId | None) -> None:

@@ -20,9 +20,10 @@ from typing import Any, Final
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from drawbridge.gateway.protocol.jsonrpc import INVALID_REQUEST, Message, RequestId
+from drawbridge.gateway.protocol.jsonrpc import INVALID_REQUEST, PARSE_ERROR, Message, RequestId
 from drawbridge.gateway.serve.downstream_session import error_response, safe_render
 from drawbridge.gateway.transports.http_mailbox import Mailbox
+from drawbridge.gateway.upstreams.sdk_parts import inbound
 
 KEEPALIVE_SECONDS: Final = 15.0
 SSE_HEADERS: Final = [
@@ -87,6 +88,17 @@ def sse_event(message: Mapping[str, Any]) -> bytes | None:
     if data is None:
         return None
     return b"event: message\r\ndata: " + data.rstrip(b"\n") + b"\r\n\r\n"
+
+
+def answer_status(code: Any) -> int:
+    """The status of a 2026-07-28 answer whose error has ``code``: MCP's table, 200 for a code it gives
+    none. A parse error is answered as the message is read (400, ``McpEndpoint._post``); in an answer it can only be
+    an upstream's, about the gateway's own message to it, and takes 200 like any upstream error the
+    table does not name (the codes that would read as the gateway's header and envelope refusals never
+    reach an answer: ``hop.modern_error``)."""
+    if not isinstance(code, int) or code == PARSE_ERROR:
+        return 200
+    return inbound().ERROR_CODE_HTTP_STATUS.get(code, 200)
 
 
 async def send_json(

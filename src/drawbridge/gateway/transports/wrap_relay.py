@@ -78,6 +78,7 @@ from drawbridge.gateway.pipeline.call import (
 from drawbridge.gateway.pipeline.client_link import Elicit, in_band
 from drawbridge.gateway.pipeline.deciders import RECORDING_FAILED as RECORDING_FAILED  # the refusal's text
 from drawbridge.gateway.pipeline.tool_call import ToolCall
+from drawbridge.gateway.protocol.hop import relayed_codes
 from drawbridge.gateway.protocol.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -698,7 +699,7 @@ class StdioRelay:
             # still being decided (a guessable id) must not settle it.
             if entry.forwarded and entry.handle is SENT:
                 del self._inflight[key]
-                self.pipeline.answered(entry, message.body, item)
+                self.pipeline.answered(entry, message.body, item, passed=relayed_codes(envelope=True))
                 return 1
         elif entry is not None:
             del self._inflight[key]
