@@ -204,7 +204,7 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     raw.execute("INSERT INTO schema_version VALUES (99, 'future', '2030-01-01T00:00:00.000000Z')")
     raw.commit()
     raw.close()
-    newer = r"schema version 99, newer than this drawbridge supports \(5\)"
+    newer = r"schema version 99, newer than this drawbridge supports \(6\)"
     with pytest.raises(StateUnavailable, match=newer):
         StateDB.open(path)
 
