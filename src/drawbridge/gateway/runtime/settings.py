@@ -60,6 +60,8 @@ class RuntimeSettings:
     operator_channel: bool = True
     """A person can answer outside the client: a control plane is open, or the state file is shared."""
     pin_tools: bool = False
+    pin_prompts: bool = False
+    """Each upstream's prompts are pinned like its tools (``serve.prompt_pins``, ``wrap --pin-prompts``)."""
     hide_denied_tools: bool = False
     control_open: bool = False
     """A control plane is served: it needs a credential (``admin_token``)."""
@@ -100,6 +102,7 @@ class RuntimeSettings:
             operator_channel=control_open,
             control_open=control_open,
             pin_tools=config.pin_tools,
+            pin_prompts=config.pin_prompts,
             hide_denied_tools=config.hide_denied_tools,
             admin_token_sha256=config.admin_token_sha256,
             checkpoints=CheckpointSettings(config.checkpoint_every_lines, config.checkpoint_every_seconds),
