@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import PYTHON, SERVERS, eventually
+from conftest import PYTHON, SERVERS, child_env, eventually, scaled
 from mcp.shared.exceptions import MCPError
+from replica_support import KEY_ENV, KEYS
 from serve_support import http_client, http_gateway, sha256, write_config
 
 ADMIN = "prompt-pins-admin-7c2d"
@@ -72,8 +74,8 @@ async def _refused(url: str, name: str) -> str:
     return str(caught.value)
 
 
-async def _rug_pull_held_back_until_accepted(directory: Path, config: Path) -> None:
-    with http_gateway(config) as running:
+async def _rug_pull_held_back_until_accepted(directory: Path, config: Path, env: dict[str, str] | None = None) -> None:
+    with http_gateway(config, env=env) as running:
         assert running.url is not None
         url, base = running.url, running.control()
         listed = await _prompts(url)
@@ -123,15 +125,33 @@ async def _rug_pull_held_back_until_accepted(directory: Path, config: Path) -> N
         assert await _get(url, "rugpull.greet") == "greet for ana"
         assert "rugpull.leak" not in await _prompts(url)
 
-        # The server accepted whole (no kind: its tools and its prompts) lifts leak too.
-        answer = httpx.post(f"{base}/tools/pins/accept", headers=AUTH, json={"server": "rugpull"})
-        assert answer.status_code == 200 and answer.json()["count"] == 1, answer.text
+        # The CLI lists and shows it by kind, and accepts the server whole (its tools and its prompts).
+        listed_rows = json.loads(_cli("pins", "list", "--format", "json", "--url", base).stdout)
+        assert [(r["kind"], r["name"], r["status"]) for r in listed_rows] == [("prompt", "rugpull.leak", "new")]
+        shown = _cli("pins", "show", "rugpull.leak", "--kind", "prompt", "--url", base).stdout
+        assert "prompt: rugpull.leak (new)" in shown and "pins accept --kind prompt --fingerprint" in shown
+        _cli("pins", "accept", "--server", "rugpull", "--current", "--by", "marc", "--url", base)
         assert await _get(url, "rugpull.leak") == "leak for ana"
         assert httpx.get(f"{base}/tools/pins", headers=AUTH).json() == []
         recorded = [b for b in _events(directory, "mesh.pin_accept") if b.get("kind") == "prompt"]
-        assert [(b["prompt"], b["accepted_by"]) for b in recorded] == [("greet", "ana"), ("leak", "http:127.0.0.1")]
+        assert [(b["prompt"], b["accepted_by"]) for b in recorded] == [("greet", "ana"), ("leak", "marc")]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = child_env()
+    env["DRAWBRIDGE_ADMIN_TOKEN"] = ADMIN
+    done = subprocess.run([PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, env=env,
+                          timeout=scaled(30))
+    assert done.returncode == 0, done.stderr
+    return done
 
 
 @pytest.mark.anyio
 async def test_a_changed_prompt_is_held_back_until_accepted_on_sqlite(tmp_path: Path) -> None:
     await _rug_pull_held_back_until_accepted(tmp_path, _config(tmp_path, state_path="./state.db"))
+
+
+@pytest.mark.anyio
+async def test_a_changed_prompt_is_held_back_until_accepted_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
+    config = _config(tmp_path, state_path="./state.db", state=postgres_url, replica={"id": "a", "keys": KEYS})
+    await _rug_pull_held_back_until_accepted(tmp_path, config, KEY_ENV)

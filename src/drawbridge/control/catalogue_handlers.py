@@ -179,7 +179,7 @@ class CatalogueHandlers:
 
     # -- pins -------------------------------------------------------------------------------------
 
-    def _pins(self, kind: str = "tool") -> Any:
+    def pin_service(self, kind: str = "tool") -> Any:
         service = self.services.prompt_pins if kind == "prompt" else self.services.pins
         if service is None:
             raise Problem(409, PINNING_OFF[kind])
@@ -194,7 +194,7 @@ class CatalogueHandlers:
 
     async def held_back(self) -> list[Any]:
         """Every held-back tool and prompt, tools first (also the console's)."""
-        return [item for kind in self.pin_kinds() for item in await self._pins(kind).held_back()]
+        return [item for kind in self.pin_kinds() for item in await self.pin_service(kind).held_back()]
 
     async def pins(self, request: Request) -> Response:
         """``GET /tools/pins``: held-back tools (and prompts) with the pinned and the current description."""
@@ -219,7 +219,7 @@ class CatalogueHandlers:
         kinds = self.pin_kinds() if every else [kind or "tool"]
         accepted: list[dict[str, Any]] = []
         for each in kinds:
-            service = self._pins(each)
+            service = self.pin_service(each)
             if server is not None:
                 if not server.strip():
                     raise Problem(400, "field 'server' must not be empty")
@@ -271,7 +271,7 @@ class CatalogueHandlers:
         """Accept the current definitions (per server: ``None`` is all its tools, or prompts), each
         recorded as ``mesh.pin_accept`` (also the console's); with ``reviewed``, only if they are the
         reviewed ones."""
-        service = self._pins(kind)
+        service = self.pin_service(kind)
         accepted: list[dict[str, Any]] = []
         for name, names in groups.items():
             bound = None if reviewed is None else reviewed.get(name, {})

@@ -388,8 +388,8 @@ class SqlitePinStore:
                 unknown = [n for n in wanted if n not in pinned and n not in observed]
                 if unknown:
                     shown = ", ".join(repr(sanitize(n)) for n in unknown[:5])
-                    raise UnknownTool(f"no {kind} of that name is pinned or observed for server "
-                                      f"{sanitize(server)!r}: {shown}")
+                    what = "" if kind == TOOL else " as prompts"
+                    raise UnknownTool(f"neither pinned nor observed{what} for server {sanitize(server)!r}: {shown}")
                 candidates = wanted
             if bound is not None:
                 _check_bound(server, bound, candidates, pinned, observed)
