@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -155,3 +156,54 @@ async def test_a_changed_prompt_is_held_back_until_accepted_on_sqlite(tmp_path: 
 async def test_a_changed_prompt_is_held_back_until_accepted_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
     config = _config(tmp_path, state_path="./state.db", state=postgres_url, replica={"id": "a", "keys": KEYS})
     await _rug_pull_held_back_until_accepted(tmp_path, config, KEY_ENV)
+
+
+def _shifting(directory: Path, prompts: dict[str, str]) -> None:
+    tools = {"poke_prompts": {"description": "Say the prompts changed."}, "echo": {"description": "Echo."}}
+    listed = {name: {"description": text, "arguments": [{"name": "who", "required": True}]} for name, text in prompts.items()}
+    (directory / "shifting.json").write_text(json.dumps({"tools": tools, "prompts": listed}), encoding="utf-8")
+
+
+@pytest.mark.anyio
+async def test_a_prompt_changed_while_the_server_runs_and_a_pin_store_that_cannot_be_read(tmp_path: Path) -> None:
+    """``notifications/prompts/list_changed`` re-checks the prompts without a reconnect; prompt pins
+    that cannot be read hold every prompt of that server back, and its tools (not pinned) still run."""
+    _shifting(tmp_path, {"greet": HONEST})
+    upstream = {
+        "name": "shifting", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "shifting.py")],
+        "env": {"SHIFTING_STATE": str(tmp_path / "shifting.json")},
+    }
+    config = write_config(
+        tmp_path, [upstream], pin_prompts=True, state_path="./state.db", evidence_dir="./evidence", fsync="never",
+        auth={"admin": {"token_sha256": sha256(ADMIN)}, "anonymous_agent": "tester"},
+    )
+    with http_gateway(config) as running:
+        assert running.url is not None
+        url = running.url
+        assert await _get(url, "shifting.greet") == 'greet for {"who": "ana"}'
+
+        _shifting(tmp_path, {"greet": RUG_PULL})
+        async with http_client(url) as client:
+            await client.call_tool("shifting.poke_prompts", {})
+        held = eventually(
+            lambda: [b for b in _events(tmp_path, "mesh.pin_held_back") if b.get("kind") == "prompt"],
+            what="the changed prompt held back",
+        )[0]
+        assert held["cause"] == "list_changed" and held["prompts"][0]["status"] == "changed"
+        assert (await _prompts(url))["shifting.greet"].description == HONEST
+        assert "definition changed" in await _refused(url, "shifting.greet")
+
+        # A prompt pin row nobody can read: every prompt of the server is held back at the next check.
+        with sqlite3.connect(tmp_path / "state.db") as raw:
+            raw.execute("UPDATE pins SET fingerprint = 'sha256:broken' WHERE kind = 'prompt'")
+        async with http_client(url) as client:
+            await client.call_tool("shifting.poke_prompts", {})
+            unavailable = eventually(
+                lambda: [b for b in _events(tmp_path, "mesh.pin_store_unavailable") if b.get("kind") == "prompt"],
+                what="the prompt pins unavailable",
+            )[0]
+            assert "every prompt of this server is held back" in unavailable["reason"]
+            assert (await client.list_prompts()).prompts == []
+            echoed = await client.call_tool("shifting.echo", {})
+            assert not echoed.is_error
+        assert "pin store unavailable" in await _refused(url, "shifting.greet")

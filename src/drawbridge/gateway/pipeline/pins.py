@@ -274,6 +274,8 @@ class CataloguePins:
             except Exception as exc:  # noqa: BLE001 -- whatever failed, the server is held back
                 reason = _unavailable_reason(server, exc, self.kind.name)
                 body = {"server": server, "cause": cause, "reason": reason}
+                if self.kind is not TOOLS:
+                    body["kind"] = self.kind.name
                 if isinstance(exc, PinStoreUnavailable) and exc.cause != exc.detail:
                     body["failure"] = exc.cause  # names the database: for the operator, never the agent
                 logger.error("%s%s", reason, f" ({body['failure']})" if "failure" in body else "")
