@@ -207,3 +207,5 @@ async def test_a_prompt_changed_while_the_server_runs_and_a_pin_store_that_canno
             echoed = await client.call_tool("shifting.echo", {})
             assert not echoed.is_error
         assert "pin store unavailable" in await _refused(url, "shifting.greet")
+        ready = httpx.get(url.rsplit("/mcp", 1)[0] + "/readyz")
+        assert ready.status_code == 200 and ready.json()["prompt_pins_unavailable"] == ["shifting"], ready.text

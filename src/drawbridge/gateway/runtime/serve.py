@@ -14,6 +14,7 @@ floors changed.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterable, Mapping
@@ -155,7 +156,10 @@ def build_serve(
         assert pins is not None
         return await pins.check(upstream.name)
 
-    options = dict(
+    prompt_pins = runtime.prompt_pins
+    hub_class = Gateway if prompt_pins is None else functools.partial(PinnedPromptsGateway, prompt_pins=prompt_pins)
+    hub = hub_class(
+        upstreams,
         pipeline=runtime.pipeline,
         settings=GatewaySettings(call_timeout=config.call_timeout_seconds),
         on_catalogue=on_catalogue if pins is not None else None,
@@ -163,11 +167,6 @@ def build_serve(
         listing_view=PinnedListing(pins) if pins is not None else None,
         local=local,
     )
-    prompt_pins = runtime.prompt_pins
-    if prompt_pins is None:
-        hub = Gateway(upstreams, **options)  # type: ignore[arg-type]
-    else:
-        hub = PinnedPromptsGateway(upstreams, prompt_pins=prompt_pins, **options)
 
     async def after_accept(server: str) -> None:
         await hub.tools_changed()  # the accepted definitions are listed now
