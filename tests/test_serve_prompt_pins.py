@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -126,16 +127,29 @@ async def _rug_pull_held_back_until_accepted(directory: Path, config: Path, env:
         assert await _get(url, "rugpull.greet") == "greet for ana"
         assert "rugpull.leak" not in await _prompts(url)
 
-        # The CLI lists and shows it by kind, and accepts the server whole (its tools and its prompts).
+        # The CLI lists and shows it by kind; the console shows it marked as a prompt and accepts it.
         listed_rows = json.loads(_cli("pins", "list", "--format", "json", "--url", base).stdout)
         assert [(r["kind"], r["name"], r["status"]) for r in listed_rows] == [("prompt", "rugpull.leak", "new")]
         shown = _cli("pins", "show", "rugpull.leak", "--kind", "prompt", "--url", base).stdout
         assert "prompt: rugpull.leak (new)" in shown and "pins accept --kind prompt --fingerprint" in shown
-        _cli("pins", "accept", "--server", "rugpull", "--current", "--by", "marc", "--url", base)
+        with httpx.Client(base_url=base) as console:
+            assert console.post("/console/login", data={"token": ADMIN, "operator": "marc"}).status_code == 303
+            page = console.get("/console/pins").text
+            assert 'data-pin="rugpull.leak" data-kind="prompt" data-status="new"' in page
+            assert "Arguments" in page and "Accept every prompt of rugpull" in page
+            csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+            assert csrf is not None
+            fingerprint = listed_rows[0]["current"]["fingerprint"]
+            form = {"csrf": csrf.group(1), "back": "/console/pins", "tool": "rugpull.leak", "kind": "prompt",
+                    "fingerprint": f"rugpull.leak={fingerprint}"}
+            assert console.post("/console/pins/accept", data=form).status_code == 303
         assert await _get(url, "rugpull.leak") == "leak for ana"
         assert httpx.get(f"{base}/tools/pins", headers=AUTH).json() == []
+        nothing = _cli("pins", "accept", "--server", "rugpull", "--current", "--by", "marc", "--url", base).stdout
+        assert "nothing to accept" in nothing
         recorded = [b for b in _events(directory, "mesh.pin_accept") if b.get("kind") == "prompt"]
-        assert [(b["prompt"], b["accepted_by"]) for b in recorded] == [("greet", "ana"), ("leak", "marc")]
+        assert [b["prompt"] for b in recorded] == ["greet", "leak"] and recorded[0]["accepted_by"] == "ana"
+        assert "marc" in recorded[1]["accepted_by"]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
