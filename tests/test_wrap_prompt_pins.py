@@ -62,7 +62,7 @@ async def test_a_changed_prompt_is_held_back_until_a_person_accepts_it(tmp_path:
         listed = (await client.list_prompts()).prompts
         assert {p.name: p.description for p in listed} == {"greet": HONEST}  # as pinned; leak not listed
         changed = await _refused(client, "greet")
-        assert "definition changed" in changed and "drawbridge pins accept --kind prompt greet" in changed
+        assert "definition changed" in changed and "drawbridge pins accept --kind prompt rugpull.greet" in changed
         assert "is new since" in await _refused(client, "leak")
         incidents = [e["body"] for e in trace(evidence, "relay_incident") if e["body"]["kind"] == "prompt_held_back"]
         assert len(incidents) == 2 and {i["code"] for i in incidents} == {-32602}

@@ -21,6 +21,7 @@ from typing import Any
 
 from drawbridge.canonical import sanitize
 from drawbridge.catalogue.fingerprint import PinStatus
+from drawbridge.catalogue.names import namespaced
 from drawbridge.gateway.protocol.jsonrpc import Message
 from drawbridge.gateway.protocol.methods import PROMPTS_GET, PROMPTS_LIST, PROMPTS_LIST_CHANGED
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
@@ -59,9 +60,9 @@ class ChildPrompts(ChildCatalogue):
         name = params.get("name")
         if not isinstance(name, str):
             return None  # the server answers a malformed request itself
-        shown = sanitize(name)[:200]
-        accept = (f"a person reviews it (drawbridge pins show --kind prompt {shown}) and accepts it "
-                  f"(drawbridge pins accept --kind prompt {shown})")
+        shown, pinned_as = sanitize(name)[:200], sanitize(namespaced(self.name, name))[:200]  # the control plane's name
+        accept = (f"a person reviews it (drawbridge pins show --kind prompt {pinned_as}) and accepts it "
+                  f"(drawbridge pins accept --kind prompt {pinned_as})")
         held = self._pins.held(self.name)
         if held is not None:
             return f"prompt {shown!r} is held back: {held}"
