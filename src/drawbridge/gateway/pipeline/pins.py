@@ -30,6 +30,11 @@ What agents read follows the pins too (``listed``: serve's ``tools/list`` of its
 is listed as its pinned definition, a ``new`` one not at all, so a definition nobody accepted never
 reaches a model; its calls are still decided by the floors above.
 
+The same class guards prompts (``kind=PROMPTS``, ``pin_prompts``): its sources list prompts (as
+``tools``), its store is the prompt pin store, its records carry ``"kind": "prompt"`` and the prompt's
+name under ``prompt`` (a tool's records are as they always were), and no floor is read from it: the
+prompts' callers (``serve.prompt_pins``, ``transports.wrap_prompts``) list and refuse by its statuses.
+
 A failure anywhere publishes "unavailable" for that version (recorded as
 ``mesh.pin_store_unavailable``; the reason agents read names no database, the cause with the database
 goes to the log and the record's ``failure``), and is checked again after a backoff until a check
