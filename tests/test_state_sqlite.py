@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drawbridge.state.pins import SqlitePinStore
+from drawbridge.canonical import sha256_prefixed
+from drawbridge.state.pins import SqlitePinStore, ToolDefinition
 from drawbridge.state.sqlite import (
     APPLICATION_ID,
     MIGRATIONS,
@@ -39,10 +40,10 @@ def test_new_file_is_0600_wal_and_versioned(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert _mode(path) == 0o600
-    db.write_sync(lambda c: c.execute("INSERT INTO pin_servers VALUES ('s', 'x', 'y')"), "touch")
+    db.write_sync(lambda c: c.execute("INSERT INTO pin_servers VALUES ('s', 'tool', 'x', 'y')"), "touch")
     wal = tmp_path / "state.db-wal"
     assert wal.exists() and _mode(wal) == 0o600
-    assert db.schema_version() == SCHEMA_VERSION == 5
+    assert db.schema_version() == SCHEMA_VERSION == 6
     raw = sqlite3.connect(path)
     try:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -54,6 +55,7 @@ def test_new_file_is_0600_wal_and_versioned(tmp_path: Path) -> None:
             (3, "who may approve (approval: operator), and the key approval memory counts under (memory_key)"),
             (4, "replicas: who asked, the shared key ring's fingerprints, shared rate-limit buckets"),
             (5, "pinned and observed tools keep their whole definition (what the fingerprint covers)"),
+            (6, "pins and observations have a kind (tool or prompt): a tool and a prompt of one name never collide"),
         ]
     finally:
         raw.close()
@@ -74,7 +76,7 @@ def test_reopen_does_not_rerun_migrations(tmp_path: Path) -> None:
         StateDB.open(path).close()
     raw = sqlite3.connect(path)
     try:
-        assert raw.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 5
+        assert raw.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 6
     finally:
         raw.close()
 
@@ -124,9 +126,48 @@ def test_a_version_4_database_keeps_its_pins_and_gains_their_definitions(tmp_pat
     raw.close()
     db = StateDB.open(path)
     try:
-        assert db.schema_version() == 5
+        assert db.schema_version() == 6
         pins = anyio.run(SqlitePinStore(db).load, "s")
         assert pins["old"].description == "d" and pins["old"].definition is None
+    finally:
+        db.close()
+
+
+def test_a_version_5_database_keeps_its_tool_pins_and_pins_prompts_apart(tmp_path: Path) -> None:
+    """Migration 6 on a file written by version 5: every pin and observation becomes a tool's, and a
+    prompt of the same name on the same server is pinned (first use, accept) beside it, never over it."""
+    path = tmp_path / "state.db"
+    raw = _database_at_version(path, 5)
+    at = "2026-01-01T00:00:00.000000Z"
+    zero = "'sha256:' || lower(hex(zeroblob(32)))"
+    raw.execute("INSERT INTO pin_servers VALUES ('s', ?, 'cli:ana')", (at,))
+    raw.execute(f"INSERT INTO pins VALUES ('s', 'greet', {zero}, 'd', ?, 'cli:ana', NULL)", (at,))
+    raw.execute("INSERT INTO observed_servers VALUES ('s', ?)", (at,))
+    raw.execute(f"INSERT INTO observed_tools VALUES ('s', 'greet', {zero}, 'd', ?, NULL)", (at,))
+    raw.close()
+    db = StateDB.open(path)
+    try:
+        assert db.schema_version() == 6
+        tools, prompts = SqlitePinStore(db), SqlitePinStore(db, "prompt")
+        text = '{"name":"greet"}'
+        prompt = ToolDefinition(sha256_prefixed(text.encode()), "Say hello", text)
+        when = datetime(2026, 1, 2, tzinfo=UTC)
+
+        async def scenario() -> None:
+            assert await tools.is_pinned("s") and not await prompts.is_pinned("s")
+            assert (await tools.observed("s"))["greet"].description == "d"
+            assert await prompts.trust_on_first_use("s", {"greet": prompt}, at=when)
+            assert (await tools.load("s"))["greet"].description == "d"
+            assert (await prompts.load("s"))["greet"].description == "Say hello"
+            await prompts.observe("s", {}, at=when)
+            [gone] = await prompts.accept("s", ["greet"], accepted_by="cli:ana", at=when)
+            assert gone.record()["kind"] == "prompt" and gone.record()["prompt"] == "greet"
+            assert gone.record()["removed"] and "tool" not in gone.record()
+            assert await prompts.load("s") == {} and set(await tools.load("s")) == {"greet"}
+
+        anyio.run(scenario)
+        with pytest.raises(ValueError, match="kind"):
+            SqlitePinStore(db, "resource")
     finally:
         db.close()
 
@@ -163,7 +204,7 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     raw.execute("INSERT INTO schema_version VALUES (99, 'future', '2030-01-01T00:00:00.000000Z')")
     raw.commit()
     raw.close()
-    newer = r"schema version 99, newer than this drawbridge supports \(5\)"
+    newer = r"schema version 99, newer than this drawbridge supports \(6\)"
     with pytest.raises(StateUnavailable, match=newer):
         StateDB.open(path)
 
@@ -185,7 +226,7 @@ def test_exception_in_a_write_rolls_back(tmp_path: Path) -> None:
     db = StateDB.open(tmp_path / "state.db")
 
     def half(conn: sqlite3.Connection) -> None:
-        conn.execute("INSERT INTO pin_servers VALUES ('s', 'x', 'y')")
+        conn.execute("INSERT INTO pin_servers VALUES ('s', 'tool', 'x', 'y')")
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
@@ -207,7 +248,7 @@ def test_locked_past_busy_timeout_is_unavailable(tmp_path: Path) -> None:
     try:
         started = time.monotonic()
         with pytest.raises(StateUnavailable, match="locked"):
-            db.write_sync(lambda c: c.execute("INSERT INTO pin_servers VALUES ('s', 'x', 'y')"), "write")
+            db.write_sync(lambda c: c.execute("INSERT INTO pin_servers VALUES ('s', 'tool', 'x', 'y')"), "write")
         assert time.monotonic() - started >= 0.15
     finally:
         other.execute("ROLLBACK")
@@ -235,7 +276,7 @@ async def test_blocking_waits_happen_off_the_event_loop(tmp_path: Path) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(ticker)
             release.start()
-            await db.write(lambda c: c.execute("INSERT INTO pin_servers VALUES ('s', 'x', 'y')"), "write")
+            await db.write(lambda c: c.execute("INSERT INTO pin_servers VALUES ('s', 'tool', 'x', 'y')"), "write")
             tg.cancel_scope.cancel()
         assert ticks >= 10  # the loop kept running during the ~0.4 s wait
     finally:

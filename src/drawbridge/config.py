@@ -80,7 +80,6 @@ UPSTREAM_PROTOCOLS: tuple[str, ...] = ("2025-11-25", "2026-07-28")
 FSYNC_MODES = ("always", "batch", "never")
 
 
-
 @dataclass(frozen=True)
 class UpstreamConfig:
     """One upstream MCP server: a stdio child or a streamable-HTTP URL."""
@@ -147,6 +146,7 @@ class GatewayConfig:
     call_timeout_seconds: float = CALL_TIMEOUT_SECONDS
     tool_decision_truth_out: str | None = None
     pin_tools: bool = False
+    pin_prompts: bool = False
     hide_denied_tools: bool = False
     approval_timeout_seconds: float = 300.0
     approval_non_blocking: bool = False
@@ -241,8 +241,8 @@ def _agent_id(reader: _Reader, key: str, *, required: bool = False) -> str | Non
 _TOP_KEYS = {
     "upstreams", "policy_dir", "policy_file", "shadow_policy_dir", "shadow_policy_file", "evidence_dir",
     "state_path", "fsync", "listen", "control", "auth", "limits", "tool_decision_truth", "pin_tools",
-    "hide_denied_tools", "approval", "openapi", "cli_tools", "checkpoints", "telemetry", "state", "replica",
-    "rate_limits", "result_guards",
+    "pin_prompts", "hide_denied_tools", "approval", "openapi", "cli_tools", "checkpoints", "telemetry", "state",
+    "replica", "rate_limits", "result_guards",
 }
 
 
@@ -416,6 +416,7 @@ def parse_config(
         **limits,  # type: ignore[arg-type]
         tool_decision_truth_out=tdt_out,
         pin_tools=bool(top.get("pin_tools", bool, default=False)),
+        pin_prompts=bool(top.get("pin_prompts", bool, default=False)),
         hide_denied_tools=bool(top.get("hide_denied_tools", bool, default=False)),
         **approval,
         openapi=openapi,
@@ -478,7 +479,6 @@ def load_config(
 ) -> GatewayConfig:
     """Read and validate a configuration file; unreadable files are a ConfigError too."""
     return parse_config(_read(path), str(path), env, uses=uses)
-
 
 
 __all__ = [

@@ -20,6 +20,16 @@ and of nothing else::
 - not pinned: ``_meta``, ``icons``, ``execution`` and fields unknown to the protocol (they are
   forwarded untouched but are not the tool's contract).
 
+A prompt's fingerprint (``prompt_fingerprint``, for ``pin_prompts``) is ``sha256:`` + hex over the
+JCS bytes of ``{"name", "title", "description", "arguments"}``, on the same rules: every key present
+(``null`` when not declared), ``arguments`` a list sorted by argument name (``[]`` when the prompt
+declares none), each argument exactly ``{"name", "title", "description", "required"}`` with
+``required`` ``true`` only when the argument says so (absent and ``false`` are the same contract).
+An argument without a string name, an argument name given twice or a ``required`` that is not a
+boolean cannot be fingerprinted (``ValueError``: the prompt is held back). ``_meta``, ``icons`` and
+unknown fields are not pinned. The text a prompt renders comes from ``prompts/get`` and cannot be
+pinned ahead of a call; what is pinned is what the model and the person choose the prompt by.
+
 Theory of operation. ``compare`` takes the pins stored for one server (``None`` when the server
 has never been seen) and its current ``tools/list`` items, and gives each current tool a status:
 ``pinned`` (fingerprint equal to the pin), ``new`` (no pin for that name), ``changed``
@@ -32,7 +42,7 @@ comparing. ``floors.py`` turns the statuses into floors. Pure: the pin store is 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -91,6 +101,60 @@ def tool_fingerprint(tool: Mapping[str, Any]) -> str:
     return jcs_digest(pinned_document(tool))
 
 
+PROMPT_FIELDS: Final = ("name", "title", "description", "arguments")
+ARGUMENT_FIELDS: Final = ("name", "title", "description", "required")
+
+
+def _argument(argument: Any) -> dict[str, Any]:
+    if not isinstance(argument, Mapping) or not isinstance(argument.get("name"), str):
+        raise ValueError("a prompt argument is a JSON object with a string name")
+    required = argument.get("required")
+    if required is not None and not isinstance(required, bool):
+        raise ValueError(f"prompt argument {argument['name']!r}: required must be a boolean")
+    document = {field: _plain(argument.get(field)) for field in ARGUMENT_FIELDS}
+    document["required"] = required is True
+    return document
+
+
+def prompt_document(prompt: Mapping[str, Any]) -> dict[str, Any]:
+    """Exactly what a prompt's fingerprint covers (see the module docstring)."""
+    _tool_name(prompt)
+    arguments = prompt.get("arguments")
+    if arguments is None:
+        arguments = []
+    if not isinstance(arguments, (list, tuple)):
+        raise ValueError("a prompt's arguments are a list")
+    listed = sorted((_argument(argument) for argument in arguments), key=lambda a: a["name"])
+    names = [argument["name"] for argument in listed]
+    if len(set(names)) != len(names):
+        raise ValueError("a prompt argument is named more than once")
+    document = {field: _plain(prompt.get(field)) for field in PROMPT_FIELDS}
+    document["arguments"] = listed
+    return document
+
+
+def prompt_fingerprint(prompt: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` over the JCS bytes of ``prompt_document(prompt)``; ``ValueError`` as above."""
+    return jcs_digest(prompt_document(prompt))
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedKind:
+    """What is pinned of one kind of catalogue item: its name in records and the pin store, the
+    fields its fingerprint covers, and the document the fingerprint is the digest of."""
+
+    name: str
+    fields: tuple[str, ...]
+    document: Callable[[Mapping[str, Any]], dict[str, Any]]
+
+    def fingerprint(self, item: Mapping[str, Any]) -> str:
+        return jcs_digest(self.document(item))
+
+
+TOOLS: Final = PinnedKind("tool", PINNED_FIELDS, pinned_document)
+PROMPTS: Final = PinnedKind("prompt", PROMPT_FIELDS, prompt_document)
+
+
 @dataclass(frozen=True, slots=True)
 class ToolPin:
     """One current tool: its fingerprint now, the one accepted (if any), and the status."""
@@ -139,7 +203,9 @@ def _check_pins(pinned: Mapping[str, str]) -> None:
             raise ValueError(f"the pin for tool {name!r} is not a sha256 fingerprint")
 
 
-def compare(pinned: Mapping[str, str] | None, current: Iterable[Mapping[str, Any]]) -> PinComparison:
+def compare(
+    pinned: Mapping[str, str] | None, current: Iterable[Mapping[str, Any]], kind: PinnedKind = TOOLS
+) -> PinComparison:
     """Status of every current tool of one server against that server's pins.
 
     ``pinned`` is ``None`` for a server never seen (it is pinned whole); an empty mapping is a
@@ -156,7 +222,7 @@ def compare(pinned: Mapping[str, str] | None, current: Iterable[Mapping[str, Any
         if name in seen:
             raise ValueError(f"tool {name!r} is listed more than once")
         seen.add(name)
-        fingerprint = tool_fingerprint(item)
+        fingerprint = kind.fingerprint(item)
         accepted = None if pinned is None else pinned.get(name)
         if pinned is None or accepted == fingerprint:
             status = PinStatus.PINNED

@@ -1,4 +1,6 @@
-"""``drawbridge pins list|show|accept``: tools held back by pinning, what changed, and accepting them.
+"""``drawbridge pins list|show|accept``: tools (and prompts) held back by pinning, what changed, and
+accepting them. Every row has a kind (``tool``, or ``prompt`` under ``pin_prompts``); ``--kind
+prompt`` names prompts in ``show`` and ``accept`` (a tool and a prompt may share a name).
 
 An accept is bound to what a person reviewed: ``--fingerprint TOOL=sha256:...`` (the current
 fingerprint ``pins show TOOL`` or ``pins list`` printed) or ``--reviewed FILE`` (the output of
@@ -28,9 +30,15 @@ from drawbridge.cli.control_client import Control, ControlError, control_options
 from drawbridge.cli.output import EXIT_FAILED, console, display_text, emit_json, table
 
 
+KIND_OPTION = click.option(
+    "--kind", type=click.Choice(["tool", "prompt"]), default=None,
+    help="What the names are: tools (the default) or prompts (pin_prompts).",
+)
+
+
 @click.group(name="pins", context_settings={"help_option_names": ["-h", "--help"]})
 def command() -> None:
-    """Held-back tools (new or changed since their catalogue was pinned), what changed, accepting them."""
+    """Held-back tools and prompts (new or changed since they were pinned), what changed, accepting them."""
 
 
 @command.command(name="list")
@@ -46,30 +54,35 @@ def list_pins(ctl: Control) -> None:
         pinned = tool.get("pinned") or {}
         current = tool.get("current") or {}
         rows.append([
-            tool.get("name"), tool.get("status"), pinned.get("description"), current.get("description"),
+            tool.get("name"), tool.get("kind", "tool"), tool.get("status"), pinned.get("description"), current.get("description"),
             current.get("fingerprint"),
         ])
-    columns = ["TOOL", "STATUS", "PINNED DESCRIPTION", "CURRENT DESCRIPTION", "CURRENT FINGERPRINT"]
+    columns = ["NAME", "KIND", "STATUS", "PINNED DESCRIPTION", "CURRENT DESCRIPTION", "CURRENT FINGERPRINT"]
     console().print(table(f"{len(held)} held back", columns, rows))
     if held:
-        click.echo("see what changed: drawbridge pins show TOOL")
+        click.echo("see what changed: drawbridge pins show NAME (--kind prompt for a prompt)")
 
 
 @command.command(name="show")
 @click.argument("tool")
+@KIND_OPTION
 @control_options
-def show(ctl: Control, tool: str) -> None:
-    """A held-back tool's pinned and current definitions, their fingerprints and a diff."""
-    held = [t for t in ctl.client.get("/tools/pins") if t.get("name") == tool]
+def show(ctl: Control, tool: str, kind: str | None) -> None:
+    """A held-back tool's (or prompt's) pinned and current definitions, their fingerprints and a diff."""
+    held = [t for t in ctl.client.get("/tools/pins")
+            if t.get("name") == tool and (kind is None or t.get("kind", "tool") == kind)]
     if not held:
         raise ControlError(f"{display_text(tool)!r} is not held back: nothing to show", EXIT_FAILED)
+    if len(held) > 1:
+        raise click.UsageError(f"a tool and a prompt are named {display_text(tool)!r}: give --kind tool or --kind prompt")
     row = held[0]
+    kind = row.get("kind", "tool")
     if ctl.json:
         emit_json(row)
         return
     pinned, current = row.get("pinned") or {}, row.get("current") or {}
-    click.echo(f"tool: {display_text(str(row.get('name')))} ({row.get('status')})")
-    click.echo(f"pinned fingerprint:  {pinned.get('fingerprint') or '(none: a new tool)'}")
+    click.echo(f"{kind}: {display_text(str(row.get('name')))} ({row.get('status')})")
+    click.echo(f"pinned fingerprint:  {pinned.get('fingerprint') or f'(none: a new {kind})'}")
     click.echo(f"current fingerprint: {current.get('fingerprint')}")
     if pinned and pinned.get("definition") is None:
         click.echo("the pinned definition predates the store keeping it; its description was:")
@@ -83,7 +96,8 @@ def show(ctl: Control, tool: str) -> None:
         if not line.startswith(("---", "+++")):
             click.echo(line)
     bound = f"{display_text(tool)}={current.get('fingerprint')}"
-    click.echo(f"accept exactly this: drawbridge pins accept --fingerprint {bound}")
+    flag = "" if kind == "tool" else f"--kind {kind} "
+    click.echo(f"accept exactly this: drawbridge pins accept {flag}--fingerprint {bound}")
 
 
 def _pretty(value: Any) -> str:
@@ -102,6 +116,7 @@ def _pretty(value: Any) -> str:
               help="A file holding `pins list --format json` as reviewed: accept those fingerprints.")
 @click.option("--current", is_flag=True, help="Pin whatever the server offers now, reviewed or not.")
 @click.option("--by", default=None, help="Who accepts (recorded as given; default cli:<login>).")
+@KIND_OPTION
 @control_options
 def accept(
     ctl: Control,
@@ -112,14 +127,16 @@ def accept(
     reviewed: Path | None,
     current: bool,
     by: str | None,
+    kind: str | None,
 ) -> None:
-    """Accept held-back tools as reviewed: --fingerprint TOOL=FP, --reviewed FILE, or --current."""
+    """Accept held-back tools (or prompts: --kind prompt) as reviewed: --fingerprint NAME=FP,
+    --reviewed FILE, or --current. --server S --current accepts its tools and its prompts."""
     names = [*tools, *more]
     if more and not tools:
         raise click.UsageError("name tools after --tools (e.g. --tools github.create_issue github.get_repo)")
     if server is not None and names:
         raise click.UsageError("give --server S or --tools T [T ...], not both")
-    bound = _reviewed_fingerprints(fingerprints, reviewed, server, names)
+    bound = _reviewed_fingerprints(fingerprints, reviewed, server, names, kind)
     if current and bound is not None:
         raise click.UsageError("--current pins what is offered now: give it without --fingerprint, --reviewed")
     if not current and bound is None:
@@ -128,63 +145,73 @@ def accept(
             "(see drawbridge pins show TOOL) or --reviewed FILE (from pins list --format json); "
             "--current pins whatever is offered now, unseen"
         )
-    if server is None and not names:
-        if bound is None:
-            raise click.UsageError("give --server S or --tools T [T ...]")
-        names = list(bound)
-    body: dict[str, object] = {"by": by or default_person()}
-    if server is not None:
-        body["server"] = server
-    else:
-        body["tools"] = names
-    if bound is not None:
-        body["fingerprints"] = bound
-    result = ctl.client.post("/tools/pins/accept", body)
+    if server is None and not names and bound is None:
+        raise click.UsageError("give --server S or --tools T [T ...]")
+    groups: dict[str | None, dict[str, str] | None] = (
+        {kind if server is not None or kind else "tool": None} if bound is None else dict(bound)
+    )
+    accepted: list[Mapping[str, Any]] = []
+    results = []
+    for each, fingerprints_of in groups.items():
+        body: dict[str, object] = {"by": by or default_person()}
+        if each is not None:
+            body["kind"] = each
+        if server is not None:
+            body["server"] = server
+        else:
+            body["tools"] = names or list(fingerprints_of or ())
+        if fingerprints_of is not None:
+            body["fingerprints"] = fingerprints_of
+        results.append(ctl.client.post("/tools/pins/accept", body))
+        accepted += results[-1].get("accepted", [])
     if ctl.json:
-        emit_json(result)
+        emit_json(results[0] if len(results) == 1 else {"accepted": accepted, "count": len(accepted)})
         return
-    accepted = result.get("accepted", [])
     if not accepted:
-        click.echo("nothing to accept: every tool named is already pinned as it is now")
+        click.echo("nothing to accept: everything named is already pinned as it is now")
         return
     rows = [
         [
-            a.get("name"), "removed" if a.get("removed") else a.get("fingerprint"),
+            a.get("name"), a.get("kind", "tool"), "removed" if a.get("removed") else a.get("fingerprint"),
             a.get("previous_description"), a.get("description"),
         ]
         for a in accepted
     ]
-    console().print(table(f"{len(accepted)} accepted", ["TOOL", "FINGERPRINT", "WAS", "NOW"], rows))
+    console().print(table(f"{len(accepted)} accepted", ["NAME", "KIND", "FINGERPRINT", "WAS", "NOW"], rows))
 
 
 def _reviewed_fingerprints(
-    given: Sequence[str], reviewed: Path | None, server: str | None, names: Sequence[str]
-) -> dict[str, str] | None:
-    """Tool -> reviewed fingerprint from ``--fingerprint`` and ``--reviewed`` (None when neither).
+    given: Sequence[str], reviewed: Path | None, server: str | None, names: Sequence[str], kind: str | None
+) -> dict[str | None, dict[str, str]] | None:
+    """Kind -> name -> reviewed fingerprint from ``--fingerprint`` (of ``kind``, else tools) and
+    ``--reviewed`` (each row of its own kind; only ``kind``'s when given). None when neither.
 
-    From a reviewed listing only the rows this accept covers are taken (the server's, or the tools
-    named); a tool named with ``--tools`` that the listing lacks is a usage error."""
+    From a reviewed listing only the rows this accept covers are taken (the server's, or the names
+    given); a name given with ``--tools`` that the listing lacks is a usage error."""
     if not given and reviewed is None:
         return None
-    out: dict[str, str] = {}
+    by_kind: dict[str | None, dict[str, str]] = {}
     if reviewed is not None:
         rows = _read_listing(reviewed)
         for row in rows:
-            name, fingerprint = row["name"], row["current"]["fingerprint"]
-            if (server is None or row.get("server") == server) and (not names or name in names):
-                out[name] = fingerprint
-        missing = [n for n in names if n not in out]
+            name, fingerprint, of = row["name"], row["current"]["fingerprint"], row.get("kind", "tool")
+            if (server is None or row.get("server") == server) and (not names or name in names) \
+                    and kind in (None, of):
+                by_kind.setdefault(of, {})[name] = fingerprint
+        found = {name for rows_of in by_kind.values() for name in rows_of}
+        missing = [n for n in names if n not in found]
         if missing:
             listed = ", ".join(display_text(n) for n in missing[:5])
             raise click.UsageError(f"{reviewed} does not list {listed}")
     for item in given:
         name, sep, fingerprint = item.rpartition("=")
         if not sep or not name or not fingerprint:
-            raise click.UsageError(f"--fingerprint takes TOOL=sha256:<hex>, not {display_text(item)!r}")
-        out[name] = fingerprint
-    if not out:
-        raise click.UsageError(f"{reviewed} lists no held-back tool this accept covers")
-    return out
+            raise click.UsageError(f"--fingerprint takes TOOL=sha256:<hex> (a prompt's with --kind prompt), "
+                                   f"not {display_text(item)!r}")
+        by_kind.setdefault(kind or "tool", {})[name] = fingerprint
+    if not by_kind:
+        raise click.UsageError(f"{reviewed} lists nothing held back that this accept covers")
+    return by_kind
 
 
 def _read_listing(path: Path) -> list[Mapping[str, Any]]:

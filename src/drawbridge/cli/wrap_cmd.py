@@ -15,7 +15,9 @@ the same floors and the same fail-closed rules. Calls are resolved in the server
 catalogue, which the gateway lists itself: a name the server does not list is refused. With
 ``--pin-tools`` that catalogue is pinned in the state file (trust on first use), and a tool that
 changed needs a person, a new one is denied, as under ``serve``'s ``pin_tools``; the agent's
-``tools/list`` shows a changed tool as pinned and a new one not at all.
+``tools/list`` shows a changed tool as pinned and a new one not at all. ``--pin-prompts`` does the same
+for the server's prompts (``prompts/list`` shows only accepted definitions, and ``prompts/get`` of a
+changed or new prompt is refused), separately from ``--pin-tools``.
 
 Human approval (``human_approval`` rules; ``gateway.pipeline.approvals``). The queue, grants and approval
 memory live in the SQLite file ``--state`` (default: ``drawbridge.db`` inside ``--evidence-dir``, so
@@ -230,6 +232,13 @@ def _server_id(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     "results, and results held to a size.",
 )
 @click.option(
+    "--pin-prompts",
+    is_flag=True,
+    help="Pin the server's prompts in the state file (trust on first use): a changed prompt is listed as "
+    "pinned and a new one is not listed, and getting either is refused, until the change is accepted "
+    "(drawbridge pins accept --kind prompt).",
+)
+@click.option(
     "--checkpoint-every-lines",
     type=click.IntRange(min=1),
     default=EVERY_LINES,
@@ -283,6 +292,7 @@ def command(
     control_port: int | None,
     pin_tools: bool,
     result_guards_file: str | None,
+    pin_prompts: bool,
     checkpoint_every_lines: int,
     checkpoint_every_seconds: float,
     keys_dir: str | None,
@@ -368,6 +378,7 @@ def command(
             notify=notify,
             control_open=control_port is not None,
             pin_tools=pin_tools,
+            pin_prompts=pin_prompts,
             admin_token_sha256=hashlib.sha256(admin_token.encode("utf-8")).hexdigest() if admin_token else None,
             server_id=label,
             checkpoints=CheckpointSettings(checkpoint_every_lines, checkpoint_every_seconds),

@@ -62,6 +62,10 @@ logger = logging.getLogger("drawbridge.control")
 
 _POLICIES_PREFIX: Final = "/policies/"
 _SET_ACTIONS: Final = frozenset(a.value for a in Action)
+PINNING_OFF: Final = {
+    "tool": "tool pinning is off (pin_tools: false): no tool is held back",
+    "prompt": "prompt pinning is off (pin_prompts: false): no prompt is held back",
+}
 
 
 def _seq(entry: Any) -> int | None:
@@ -163,43 +167,65 @@ class CatalogueHandlers:
 
     # -- pins -------------------------------------------------------------------------------------
 
-    def _pins(self) -> Any:
-        if self.services.pins is None:
-            raise Problem(409, "tool pinning is off (pin_tools: false): no tool is held back")
-        return self.services.pins
+    def pin_service(self, kind: str = "tool") -> Any:
+        service = self.services.prompt_pins if kind == "prompt" else self.services.pins
+        if service is None:
+            raise Problem(409, PINNING_OFF[kind])
+        return service
+
+    def pin_kinds(self) -> list[str]:
+        """The kinds pinned here (``tool``, ``prompt``); 409 when neither is (also the console's)."""
+        kinds = [kind for kind, on in (("tool", self.services.pins), ("prompt", self.services.prompt_pins)) if on]
+        if not kinds:
+            raise Problem(409, PINNING_OFF["tool"])
+        return kinds
+
+    async def held_back(self) -> list[Any]:
+        """Every held-back tool and prompt, tools first (also the console's)."""
+        return [item for kind in self.pin_kinds() for item in await self.pin_service(kind).held_back()]
 
     async def pins(self, request: Request) -> Response:
-        """``GET /tools/pins``: held-back tools with the pinned and the current description."""
-        held = await self._pins().held_back()
-        return JSONResponse([tool.as_dict() for tool in held])
+        """``GET /tools/pins``: held-back tools (and prompts) with the pinned and the current description."""
+        return JSONResponse([item.as_dict() for item in await self.held_back()])
 
     async def accept_pins(self, request: Request) -> Response:
         """``POST /tools/pins/accept`` with ``{"server": S}`` or ``{"tools": [...]}`` (and ``by``), and
-        ``fingerprints`` (tool -> reviewed fingerprint) to accept only what was reviewed."""
-        service = self._pins()
+        ``fingerprints`` (tool -> reviewed fingerprint) to accept only what was reviewed. ``kind``
+        (``tool``, the default, or ``prompt``) says what the names and fingerprints are; a ``server``
+        alone, without ``kind`` or ``fingerprints``, accepts both its tools and its prompts."""
         body = await json_body(request, self.services.read_json)
-        check_keys(body, ("server", "tools", "fingerprints", "by"))
+        check_keys(body, ("server", "tools", "fingerprints", "by", "kind"))
+        kind = body.get("kind")
+        if kind is not None and kind not in PINNING_OFF:
+            raise Problem(400, 'field "kind" must be "tool" or "prompt"')
         server = text_field(body, "server", required=False)
         tools = body.get("tools")
         by = person(text_field(body, "by", required=False), "by") or caller(request)
         if (server is None) == (tools is None):
             raise Problem(400, 'give either "server" or "tools", not both and not neither')
-        if server is not None:
-            if not server.strip():
-                raise Problem(400, "field 'server' must not be empty")
-            if server not in service.servers():
-                raise Problem(404, f"no upstream server named {shown(server)}")
-            groups: dict[str, list[str] | None] = {server: None}
-        else:
-            if not isinstance(tools, list) or not tools or not all(isinstance(t, str) and t for t in tools):
-                raise Problem(400, 'field "tools" must be a non-empty list of tool names')
-            groups = dict(await self.group_tools(service, tools))
-        reviewed = await self.reviewed_fingerprints(service, body.get("fingerprints"), groups)
-        accepted = await self.accept_pin_groups(groups, by, reviewed)
+        every = server is not None and kind is None and body.get("fingerprints") is None
+        kinds = self.pin_kinds() if every else [kind or "tool"]
+        accepted: list[dict[str, Any]] = []
+        for each in kinds:
+            service = self.pin_service(each)
+            if server is not None:
+                if not server.strip():
+                    raise Problem(400, "field 'server' must not be empty")
+                if server not in service.servers():
+                    if every and each == "prompt":
+                        continue  # an upstream with no prompts of its own (OpenAPI, CLI)
+                    raise Problem(404, f"no upstream server named {shown(server)}")
+                groups: dict[str, list[str] | None] = {server: None}
+            else:
+                if not isinstance(tools, list) or not tools or not all(isinstance(t, str) and t for t in tools):
+                    raise Problem(400, f'field "tools" must be a non-empty list of {each} names')
+                groups = dict(await self.group_tools(service, tools, each))
+            reviewed = await self.reviewed_fingerprints(service, body.get("fingerprints"), groups, each)
+            accepted += await self.accept_pin_groups(groups, by, reviewed, each)
         return JSONResponse({"accepted": accepted, "count": len(accepted)})
 
     async def reviewed_fingerprints(
-        self, service: Any, value: Any, groups: Mapping[str, Sequence[str] | None]
+        self, service: Any, value: Any, groups: Mapping[str, Sequence[str] | None], kind: str = "tool"
     ) -> dict[str, dict[str, str | None]] | None:
         """``fingerprints`` (agent-visible name -> ``sha256:...``, or null for a tool reviewed as
         removed) by server and upstream name; None when absent (the current definitions are pinned).
@@ -215,7 +241,7 @@ class CatalogueHandlers:
                 )
         reviewed: dict[str, dict[str, str | None]] = {name: {} for name in groups}
         for (server, upstream), fingerprint in zip(
-            await self.resolve_tools(service, list(value)), value.values(), strict=True
+            await self.resolve_tools(service, list(value), kind), value.values(), strict=True
         ):
             if server not in reviewed:
                 raise Problem(400, f"a fingerprint names {shown(service.display_name(server, upstream), 80)}, "
@@ -228,10 +254,12 @@ class CatalogueHandlers:
         groups: Mapping[str, Sequence[str] | None],
         by: str,
         reviewed: Mapping[str, Mapping[str, str | None]] | None = None,
+        kind: str = "tool",
     ) -> list[dict[str, Any]]:
-        """Accept the current definitions (per server: ``None`` is all its tools), each recorded as
-        ``mesh.pin_accept`` (also the console's); with ``reviewed``, only if they are the reviewed ones."""
-        service = self._pins()
+        """Accept the current definitions (per server: ``None`` is all its tools, or prompts), each
+        recorded as ``mesh.pin_accept`` (also the console's); with ``reviewed``, only if they are the
+        reviewed ones."""
+        service = self.pin_service(kind)
         accepted: list[dict[str, Any]] = []
         for name, names in groups.items():
             bound = None if reviewed is None else reviewed.get(name, {})
@@ -252,18 +280,19 @@ class CatalogueHandlers:
                 accepted.append(record)
         return accepted
 
-    async def group_tools(self, service: Any, tools: list[str]) -> dict[str, list[str]]:
+    async def group_tools(self, service: Any, tools: list[str], kind: str = "tool") -> dict[str, list[str]]:
         """Agent-visible names -> upstream names, grouped by server; all resolved before any change (also
         the console's)."""
         groups: dict[str, list[str]] = {}
-        for server, upstream in await self.resolve_tools(service, tools):
+        for server, upstream in await self.resolve_tools(service, tools, kind):
             groups.setdefault(server, []).append(upstream)
         return groups
 
-    async def resolve_tools(self, service: Any, tools: Sequence[str]) -> list[tuple[str, str]]:
-        """``(server, upstream name)`` of each agent-visible name (served, or pinned and gone); 404
-        naming the unknown ones."""
-        by_name = {item.name: item for item in await current_catalogue(self.services.catalogue)}
+    async def resolve_tools(self, service: Any, tools: Sequence[str], kind: str = "tool") -> list[tuple[str, str]]:
+        """``(server, upstream name)`` of each agent-visible name (served, or pinned and gone; a prompt's
+        by its ``<server>.<prompt>`` name); 404 naming the unknown ones."""
+        served = await current_catalogue(self.services.catalogue) if kind == "tool" else ()
+        by_name = {item.name: item for item in served}
         servers = list(service.servers())
         resolved: list[tuple[str, str]] = []
         unknown: list[str] = []
@@ -279,7 +308,7 @@ class CatalogueHandlers:
                 resolved.append(target)
         if unknown:
             names = ", ".join(shown(n, 80) for n in unknown[:5])
-            raise Problem(404, f"no served or pinned tool named {names}")
+            raise Problem(404, f"no served or pinned {kind} named {names}")
         return resolved
 
 

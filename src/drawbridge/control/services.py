@@ -30,6 +30,8 @@ Theory of operation. ``ControlServices`` bundles:
   fingerprints) and returns one ``PinAcceptance`` per change. "Observed" is what this gateway's own
   server offers when the gateway has listed it (replicas on PostgreSQL share one observation row per
   server, written by whichever replica checked last).
+  ``prompt_pins`` is the same on the prompt pin store (``pin_prompts``); every held-back item says
+  its ``kind``.
 * ``recent_calls(agent, limit)``: the agent's latest decisions for the approval detail view (async,
   optional). ``RecentCallRing`` is a bounded in-memory implementation the recorder can feed.
 * ``clock``: "now" for remaining times in views.
@@ -187,12 +189,15 @@ class HeldBackTool:
     """The pinned definition's JCS text (None: not pinned, or pinned before the store kept it)."""
     current_definition: str | None = None
     """The definition observed now, as JCS text (None when the observation predates it)."""
+    kind: str = "tool"
+    """``tool``, or ``prompt`` (``pin_prompts``): then ``tool`` holds the prompt's own name."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "kind": self.kind,
             "server": self.server,
-            "tool": self.tool,
+            self.kind: self.tool,
             "status": self.status.value,
             "pinned": None
             if self.pinned_fingerprint is None
@@ -264,6 +269,8 @@ class StorePinService:
         self._display = display_name
         self._after_accept = after_accept
         self._offered = offered
+        self.kind: str = getattr(store, "kind", "tool")
+        """What this service shows and accepts: the store's kind (``tool`` or ``prompt``)."""
 
     def _own(self, server: str) -> Mapping[str, ToolDefinition] | None:
         return None if self._offered is None else self._offered(server)
@@ -302,6 +309,7 @@ class StorePinService:
                         current_description=seen.description,
                         pinned_definition=None if pin is None else pin.definition,
                         current_definition=seen.definition,
+                        kind=self.kind,
                     )
                 )
         return out
@@ -379,6 +387,8 @@ class ControlServices:
     trace_append: TraceAppend
     read_json: JsonReader
     pins: PinService | None = None
+    prompt_pins: PinService | None = None
+    """Held-back prompts and accepting them (``pin_prompts``), on the same routes as tools."""
     recent_calls: RecentCalls | None = None
     clock: Clock = field(default=utc_clock)
     checkpoint: Callable[[], Awaitable[str | None]] | None = None

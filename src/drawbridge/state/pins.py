@@ -41,102 +41,30 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from drawbridge.canonical import is_sha256_digest, sanitize, sha256_prefixed
 from drawbridge.state.backend import StateBackend
-from drawbridge.state.sqlite import StateError, StateUnavailable, from_db_time, to_db_time
+from drawbridge.state.pin_types import (
+    FIRST_USE_BY,
+    KINDS,
+    MAX_NAME,
+    PROMPT,
+    TOOL,
+    InvalidPin,
+    ObservedTool,
+    PinAcceptance,
+    PinConflict,
+    PinError,
+    PinnedTool,
+    PinStoreUnavailable,
+    ToolDefinition,
+    UnknownTool,
+)
+from drawbridge.state.sqlite import StateUnavailable, from_db_time, to_db_time
 
 T = TypeVar("T")
-
-FIRST_USE_BY: Final = "system:first-use"
-MAX_NAME: Final = 1024
-
-
-class PinStoreUnavailable(StateUnavailable):
-    """The pins of ``server`` cannot be read or written: hold every tool of that server back."""
-
-    def __init__(self, server: str, detail: str, *, cause: str | None = None) -> None:
-        super().__init__(
-            f"pin store unavailable for server {sanitize(server)!r}: {detail}; "
-            "every tool of this server is held back until the pin store can be read",
-            detail=detail,
-        )
-        self.server = server
-        self.cause = cause if cause is not None else detail
-        """What failed, for the log and the records: the database named (never its password)."""
-
-
-class PinError(StateError):
-    """A pin operation the store refuses (named in the message)."""
-
-
-class InvalidPin(PinError, ValueError):
-    """A tool definition that cannot be pinned (bad name, fingerprint or description)."""
-
-
-class UnknownTool(PinError, LookupError):
-    """``accept`` was given a tool that is neither pinned nor observed for the server."""
-
-
-class PinConflict(PinError):
-    """``accept`` was bound to reviewed fingerprints and the server offers something else now."""
-
-
-@dataclass(frozen=True, slots=True)
-class ToolDefinition:
-    """What the catalogue hands in for one tool: its fingerprint, its description (None if absent)
-    and the JCS text the fingerprint covers (None when not given)."""
-
-    fingerprint: str
-    description: str | None = None
-    definition: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PinnedTool:
-    fingerprint: str
-    description: str | None
-    pinned_at: datetime
-    pinned_by: str = ""
-    definition: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ObservedTool:
-    fingerprint: str
-    description: str | None
-    observed_at: datetime
-    definition: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PinAcceptance:
-    """One accepted change: ``previous`` None for a new tool, ``accepted`` None for a removed one."""
-
-    server: str
-    name: str
-    previous: PinnedTool | None
-    accepted: PinnedTool | None
-    accepted_by: str
-    at: datetime
-
-    def record(self) -> dict[str, Any]:
-        """Trace-chain body for ``mesh.pin_accept``."""
-        body: dict[str, Any] = {
-            "server": self.server,
-            "tool": self.name,
-            "accepted_by": self.accepted_by,
-            "at": to_db_time(self.at),
-            "previous_fingerprint": self.previous.fingerprint if self.previous else None,
-            "previous_description": self.previous.description if self.previous else None,
-            "fingerprint": self.accepted.fingerprint if self.accepted else None,
-            "description": self.accepted.description if self.accepted else None,
-            "removed": self.accepted is None,
-        }
-        return body
 
 
 class PinStore(Protocol):
@@ -226,21 +154,21 @@ def _decode_pin(server: str, row: tuple[Any, ...]) -> tuple[str, PinnedTool]:
     return name, PinnedTool(fingerprint, description, when, pinned_by, definition)
 
 
-def _read_pins(conn: sqlite3.Connection, server: str) -> dict[str, PinnedTool]:
+def _read_pins(conn: sqlite3.Connection, server: str, kind: str) -> dict[str, PinnedTool]:
     rows = conn.execute(
         "SELECT name, fingerprint, description, pinned_at, pinned_by, definition FROM pins "
-        "WHERE server = ? ORDER BY name",
-        (server,),
+        "WHERE server = ? AND kind = ? ORDER BY name",
+        (server, kind),
     ).fetchall()
     return dict(_decode_pin(server, row) for row in rows)
 
 
-def _read_observed(conn: sqlite3.Connection, server: str) -> dict[str, ObservedTool]:
+def _read_observed(conn: sqlite3.Connection, server: str, kind: str) -> dict[str, ObservedTool]:
     out: dict[str, ObservedTool] = {}
     for name, fingerprint, description, observed_at, definition in conn.execute(
         "SELECT name, fingerprint, description, observed_at, definition FROM observed_tools "
-        "WHERE server = ? ORDER BY name",
-        (server,),
+        "WHERE server = ? AND kind = ? ORDER BY name",
+        (server, kind),
     ):
         if not isinstance(name, str) or not is_sha256_digest(fingerprint):
             raise PinStoreUnavailable(server, "an observed tool row is malformed")
@@ -256,18 +184,18 @@ def _read_observed(conn: sqlite3.Connection, server: str) -> dict[str, ObservedT
 
 
 def _write_pins(
-    conn: sqlite3.Connection, server: str, tools: Mapping[str, ToolDefinition], by: str, when: str
+    conn: sqlite3.Connection, server: str, kind: str, tools: Mapping[str, ToolDefinition], by: str, when: str
 ) -> None:
-    conn.execute("DELETE FROM pins WHERE server = ?", (server,))
+    conn.execute("DELETE FROM pins WHERE server = ? AND kind = ?", (server, kind))
     conn.execute(
-        "INSERT INTO pin_servers (server, pinned_at, pinned_by) VALUES (?, ?, ?) "
-        "ON CONFLICT (server) DO UPDATE SET pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by",
-        (server, when, by),
+        "INSERT INTO pin_servers (server, kind, pinned_at, pinned_by) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (server, kind) DO UPDATE SET pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by",
+        (server, kind, when, by),
     )
     conn.executemany(
-        "INSERT INTO pins (server, name, fingerprint, description, pinned_at, pinned_by, definition) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [(server, name, d.fingerprint, d.description, when, by, d.definition) for name, d in tools.items()],
+        "INSERT INTO pins (server, kind, name, fingerprint, description, pinned_at, pinned_by, definition) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(server, kind, name, d.fingerprint, d.description, when, by, d.definition) for name, d in tools.items()],
     )
 
 
@@ -310,53 +238,60 @@ def _check_bound(
         )
 
 
-def _write_observed(conn: sqlite3.Connection, server: str, tools: Mapping[str, ToolDefinition], when: str) -> None:
-    conn.execute("DELETE FROM observed_tools WHERE server = ?", (server,))
+def _write_observed(
+    conn: sqlite3.Connection, server: str, kind: str, tools: Mapping[str, ToolDefinition], when: str
+) -> None:
+    conn.execute("DELETE FROM observed_tools WHERE server = ? AND kind = ?", (server, kind))
     conn.execute(
-        "INSERT INTO observed_servers (server, observed_at) VALUES (?, ?) "
-        "ON CONFLICT (server) DO UPDATE SET observed_at = excluded.observed_at",
-        (server, when),
+        "INSERT INTO observed_servers (server, kind, observed_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (server, kind) DO UPDATE SET observed_at = excluded.observed_at",
+        (server, kind, when),
     )
     conn.executemany(
-        "INSERT INTO observed_tools (server, name, fingerprint, description, observed_at, definition) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        [(server, name, d.fingerprint, d.description, when, d.definition) for name, d in tools.items()],
+        "INSERT INTO observed_tools (server, kind, name, fingerprint, description, observed_at, definition) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(server, kind, name, d.fingerprint, d.description, when, d.definition) for name, d in tools.items()],
     )
 
 
 class SqlitePinStore:
     """``PinStore`` on the embedded SQLite database. See the module docstring."""
 
-    def __init__(self, db: StateBackend) -> None:
+    def __init__(self, db: StateBackend, kind: str = TOOL) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"a pin kind is one of {', '.join(KINDS)}")
         self._db = db
+        self.kind = kind
+        """What this store pins (``tool`` or ``prompt``): every row it reads or writes has this kind."""
+
+    def _unavailable(self, server: str, exc: StateUnavailable) -> PinStoreUnavailable:
+        """``exc`` said of this store's kind (a malformed row is found before the kind is known)."""
+        cause = exc.cause if isinstance(exc, PinStoreUnavailable) else str(exc)
+        return PinStoreUnavailable(server, exc.detail, cause=cause, kind=self.kind)
 
     async def _read(self, server: str, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
         try:
             return await self._db.read(fn, what)
-        except PinStoreUnavailable:
-            raise
         except StateUnavailable as exc:
-            raise PinStoreUnavailable(server, exc.detail, cause=str(exc)) from None
+            raise self._unavailable(server, exc) from None
 
     async def _write(self, server: str, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
         try:
             return await self._db.write(fn, what)
-        except PinStoreUnavailable:
-            raise
         except StateUnavailable as exc:
-            raise PinStoreUnavailable(server, exc.detail, cause=str(exc)) from None
+            raise self._unavailable(server, exc) from None
 
     async def load(self, server: str) -> dict[str, PinnedTool]:
         """The pins of ``server`` ({} when it has none); ``PinStoreUnavailable`` when they cannot be read."""
         _check_name(server, "server")
-        return await self._read(server, lambda conn: _read_pins(conn, server), "read pins")
+        return await self._read(server, lambda conn: _read_pins(conn, server, self.kind), "read pins")
 
     async def is_pinned(self, server: str) -> bool:
         """Whether the catalogue of ``server`` was ever pinned (even with no tools)."""
         _check_name(server, "server")
-        sql = "SELECT 1 FROM pin_servers WHERE server = ?"
+        sql = "SELECT 1 FROM pin_servers WHERE server = ? AND kind = ?"
         return await self._read(
-            server, lambda conn: conn.execute(sql, (server,)).fetchone() is not None, "read pinned servers"
+            server, lambda conn: conn.execute(sql, (server, self.kind)).fetchone() is not None, "read pinned servers"
         )
 
     async def trust_on_first_use(
@@ -368,9 +303,11 @@ class SqlitePinStore:
         when = to_db_time(at)
 
         def first_use(conn: sqlite3.Connection) -> bool:
-            if conn.execute("SELECT 1 FROM pin_servers WHERE server = ?", (server,)).fetchone():
+            if conn.execute(
+                "SELECT 1 FROM pin_servers WHERE server = ? AND kind = ?", (server, self.kind)
+            ).fetchone():
                 return False
-            _write_pins(conn, server, checked, FIRST_USE_BY, when)
+            _write_pins(conn, server, self.kind, checked, FIRST_USE_BY, when)
             return True
 
         return await self._write(server, first_use, "pin on first use")
@@ -385,8 +322,8 @@ class SqlitePinStore:
         when = to_db_time(at)
 
         def write(conn: sqlite3.Connection) -> dict[str, PinnedTool]:
-            _write_pins(conn, server, checked, pinned_by, when)
-            return _read_pins(conn, server)
+            _write_pins(conn, server, self.kind, checked, pinned_by, when)
+            return _read_pins(conn, server, self.kind)
 
         return await self._write(server, write, "replace pins")
 
@@ -397,12 +334,14 @@ class SqlitePinStore:
         when = to_db_time(at)
 
         await self._write(
-            server, lambda conn: _write_observed(conn, server, checked, when), "record observed catalogue"
+            server, lambda conn: _write_observed(conn, server, self.kind, checked, when), "record observed catalogue"
         )
 
     async def observed(self, server: str) -> dict[str, ObservedTool]:
         _check_name(server, "server")
-        return await self._read(server, lambda conn: _read_observed(conn, server), "read observed catalogue")
+        return await self._read(
+            server, lambda conn: _read_observed(conn, server, self.kind), "read observed catalogue"
+        )
 
     async def accept(
         self,
@@ -429,30 +368,35 @@ class SqlitePinStore:
         bound = None if reviewed is None else _check_reviewed(reviewed)
         own = None if offered is None else _check_tools(offered)
         when = to_db_time(at)
+        kind = self.kind
 
         def write(conn: sqlite3.Connection) -> list[PinAcceptance]:
             if own is not None:
-                _write_observed(conn, server, own, when)
-            if conn.execute("SELECT 1 FROM observed_servers WHERE server = ?", (server,)).fetchone() is None:
+                _write_observed(conn, server, kind, own, when)
+            if conn.execute(
+                "SELECT 1 FROM observed_servers WHERE server = ? AND kind = ?", (server, kind)
+            ).fetchone() is None:
                 raise PinError(
-                    f"no catalogue has been observed for server {sanitize(server)!r}; nothing to accept"
+                    f"no catalogue{'' if kind == TOOL else ' of prompts'} has been observed for server "
+                    f"{sanitize(server)!r}; nothing to accept"
                 )
-            pinned = _read_pins(conn, server)
-            observed = _read_observed(conn, server)
+            pinned = _read_pins(conn, server, kind)
+            observed = _read_observed(conn, server, kind)
             if wanted is None:
                 candidates = sorted(set(pinned) | set(observed))
             else:
                 unknown = [n for n in wanted if n not in pinned and n not in observed]
                 if unknown:
                     shown = ", ".join(repr(sanitize(n)) for n in unknown[:5])
-                    raise UnknownTool(f"neither pinned nor observed for server {sanitize(server)!r}: {shown}")
+                    what = "" if kind == TOOL else " as prompts"
+                    raise UnknownTool(f"neither pinned nor observed{what} for server {sanitize(server)!r}: {shown}")
                 candidates = wanted
             if bound is not None:
                 _check_bound(server, bound, candidates, pinned, observed)
             conn.execute(
-                "INSERT INTO pin_servers (server, pinned_at, pinned_by) VALUES (?, ?, ?) "
-                "ON CONFLICT (server) DO NOTHING",
-                (server, when, accepted_by),
+                "INSERT INTO pin_servers (server, kind, pinned_at, pinned_by) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (server, kind) DO NOTHING",
+                (server, kind, when, accepted_by),
             )
             changes: list[PinAcceptance] = []
             for name in candidates:
@@ -460,8 +404,10 @@ class SqlitePinStore:
                 if seen is None:
                     if pin is None:
                         continue
-                    conn.execute("DELETE FROM pins WHERE server = ? AND name = ?", (server, name))
-                    changes.append(PinAcceptance(server, name, pin, None, accepted_by, at))
+                    conn.execute(
+                        "DELETE FROM pins WHERE server = ? AND kind = ? AND name = ?", (server, kind, name)
+                    )
+                    changes.append(PinAcceptance(server, name, pin, None, accepted_by, at, kind))
                     continue
                 if pin is not None and (pin.fingerprint, pin.description) == (
                     seen.fingerprint,
@@ -469,16 +415,16 @@ class SqlitePinStore:
                 ):
                     continue
                 conn.execute(
-                    "INSERT INTO pins (server, name, fingerprint, description, pinned_at, pinned_by, definition) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (server, name) DO UPDATE SET "
+                    "INSERT INTO pins (server, kind, name, fingerprint, description, pinned_at, pinned_by, "
+                    "definition) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (server, kind, name) DO UPDATE SET "
                     "fingerprint = excluded.fingerprint, description = excluded.description, "
                     "pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by, definition = excluded.definition",
-                    (server, name, seen.fingerprint, seen.description, when, accepted_by, seen.definition),
+                    (server, kind, name, seen.fingerprint, seen.description, when, accepted_by, seen.definition),
                 )
                 accepted = PinnedTool(
                     seen.fingerprint, seen.description, from_db_time(when), accepted_by, seen.definition
                 )
-                changes.append(PinAcceptance(server, name, pin, accepted, accepted_by, at))
+                changes.append(PinAcceptance(server, name, pin, accepted, accepted_by, at, kind))
             return changes
 
         return await self._write(server, write, "accept pins")
@@ -486,6 +432,9 @@ class SqlitePinStore:
 
 __all__ = [
     "FIRST_USE_BY",
+    "KINDS",
+    "PROMPT",
+    "TOOL",
     "InvalidPin",
     "ObservedTool",
     "PinAcceptance",

@@ -58,6 +58,15 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         ),
     ),
     SQLITE_MIGRATIONS[4],
+    Migration(
+        6,
+        SQLITE_MIGRATIONS[5].name,
+        (
+            *SQLITE_MIGRATIONS[5].statements,  # the old pins table took its trigger with it
+            """CREATE TRIGGER pins_changed AFTER INSERT OR UPDATE OR DELETE ON pins FOR EACH ROW
+               EXECUTE FUNCTION drawbridge_pins_changed()""",
+        ),
+    ),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 

@@ -214,6 +214,64 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             "ALTER TABLE observed_tools ADD COLUMN definition TEXT",
         ),
     ),
+    Migration(
+        6,
+        "pins and observations have a kind (tool or prompt): a tool and a prompt of one name never collide",
+        (
+            """CREATE TABLE pin_servers_v6 (
+                server TEXT NOT NULL,
+                kind TEXT NOT NULL CHECK (kind IN ('tool', 'prompt')),
+                pinned_at TEXT NOT NULL,
+                pinned_by TEXT NOT NULL,
+                PRIMARY KEY (server, kind)
+            )""",
+            """CREATE TABLE pins_v6 (
+                server TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                name TEXT NOT NULL,
+                fingerprint TEXT NOT NULL,
+                description TEXT,
+                pinned_at TEXT NOT NULL,
+                pinned_by TEXT NOT NULL,
+                definition TEXT,
+                PRIMARY KEY (server, kind, name),
+                FOREIGN KEY (server, kind) REFERENCES pin_servers_v6 (server, kind)
+            )""",
+            """CREATE TABLE observed_servers_v6 (
+                server TEXT NOT NULL,
+                kind TEXT NOT NULL CHECK (kind IN ('tool', 'prompt')),
+                observed_at TEXT NOT NULL,
+                PRIMARY KEY (server, kind)
+            )""",
+            """CREATE TABLE observed_tools_v6 (
+                server TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                name TEXT NOT NULL,
+                fingerprint TEXT NOT NULL,
+                description TEXT,
+                observed_at TEXT NOT NULL,
+                definition TEXT,
+                PRIMARY KEY (server, kind, name),
+                FOREIGN KEY (server, kind) REFERENCES observed_servers_v6 (server, kind)
+            )""",
+            "INSERT INTO pin_servers_v6 (server, kind, pinned_at, pinned_by) "
+            "SELECT server, 'tool', pinned_at, pinned_by FROM pin_servers",
+            "INSERT INTO pins_v6 (server, kind, name, fingerprint, description, pinned_at, pinned_by, definition) "
+            "SELECT server, 'tool', name, fingerprint, description, pinned_at, pinned_by, definition FROM pins",
+            "INSERT INTO observed_servers_v6 (server, kind, observed_at) SELECT server, 'tool', observed_at "
+            "FROM observed_servers",
+            "INSERT INTO observed_tools_v6 (server, kind, name, fingerprint, description, observed_at, definition) "
+            "SELECT server, 'tool', name, fingerprint, description, observed_at, definition FROM observed_tools",
+            "DROP TABLE pins",
+            "DROP TABLE pin_servers",
+            "DROP TABLE observed_tools",
+            "DROP TABLE observed_servers",
+            "ALTER TABLE pin_servers_v6 RENAME TO pin_servers",
+            "ALTER TABLE pins_v6 RENAME TO pins",
+            "ALTER TABLE observed_servers_v6 RENAME TO observed_servers",
+            "ALTER TABLE observed_tools_v6 RENAME TO observed_tools",
+        ),
+    ),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from drawbridge.approval.channels import Channel
+from drawbridge.control.catalogue_handlers import PINNING_OFF
 from drawbridge.control.console.base import ConsoleBase
 from drawbridge.control.console.sessions import Session
 from drawbridge.control.inputs import MAX_NAME_CHARS, agent_glob, tool_glob
@@ -98,24 +99,25 @@ class ActionHandlers(ConsoleBase):
         return self.answer(request, back, f"{approval.tool} for {approval.agent}: {approval.status}")
 
     async def accept_pins(self, request: Request, session: Session) -> Response:
-        """Accept the current definitions of one server's tools, or of the tools named."""
+        """Accept the current definitions of one server's tools (or prompts: ``kind``), or of those named."""
         server = _field(request, "server", required=False)
         tools = [t for t in request.state.form.getlist("tool") if isinstance(t, str) and t]
         if bool(server) == bool(tools):
             raise Problem(400, "accept either one server or some tools")
-        service = self.services.pins
-        if service is None:
-            raise Problem(409, "tool pinning is off (pin_tools: false): no tool is held back")
+        kind = _field(request, "kind", required=False) or "tool"
+        if kind not in PINNING_OFF:
+            raise Problem(400, "kind is tool or prompt")
+        service = self.plane.pin_service(kind)
         groups: dict[str, Any]
         if server:
             if server not in service.servers():
                 raise Problem(404, f"no upstream server named {server!r}")
             groups = {server: None}
         else:
-            groups = await self.plane.group_tools(service, tools)
+            groups = await self.plane.group_tools(service, tools, kind)
         shown = _shown_fingerprints(request.state.form.getlist("fingerprint"))
-        reviewed = await self.plane.reviewed_fingerprints(service, shown, groups)
-        accepted = await self.plane.accept_pin_groups(groups, session.operator, reviewed)
+        reviewed = await self.plane.reviewed_fingerprints(service, shown, groups, kind)
+        accepted = await self.plane.accept_pin_groups(groups, session.operator, reviewed, kind)
         names = ", ".join(a["name"] for a in accepted) or "nothing new"
         return self.answer(request, "/console/pins", f"accepted: {names}")
 

@@ -147,15 +147,14 @@ class PageHandlers(ConsoleBase):
         return self.render(request, "approval.html", session, approval=detail)
 
     async def pins_page(self, request: Request, session: Session) -> Response:
-        service = self.services.pins
-        if service is None:
+        if self.services.pins is None and self.services.prompt_pins is None:
             return self.render(request, "pins.html", session, enabled=False, held=[], servers=[])
         items = {item.name: item for item in await current_catalogue(self.services.catalogue)}
         held = []
-        for tool in await service.held_back():
-            item = items.get(tool.name)
+        for tool in await self.plane.held_back():
+            item = items.get(tool.name) if tool.kind == "tool" else None
             held.append(_held_view(tool, None if item is None else tool_view(item)))
-        servers = sorted({h["server"] for h in held})
+        servers = sorted({(h["server"], h["kind"]) for h in held})
         return self.render(request, "pins.html", session, enabled=True, held=held, servers=servers)
 
     async def grants_page(self, request: Request, session: Session) -> Response:
@@ -262,7 +261,9 @@ def _marked(lines: list[tuple[str, str]]) -> list[tuple[str, str, bool]]:
 
 
 DEFINITION_PARTS: Final = (("description", "Description"), ("inputSchema", "Input schema"),
-                            ("outputSchema", "Output schema"), ("annotations", "Annotations"), ("title", "Title"))
+                            ("outputSchema", "Output schema"), ("annotations", "Annotations"), ("title", "Title"),
+                            ("arguments", "Arguments"))
+"""The parts of a pinned definition the pins page sets side by side (a prompt's: its arguments too)."""
 
 
 def _folded(lines: list[tuple[str, str]], context: int = DIFF_CONTEXT) -> list[tuple[str, str]]:

@@ -30,6 +30,11 @@ What agents read follows the pins too (``listed``: serve's ``tools/list`` of its
 is listed as its pinned definition, a ``new`` one not at all, so a definition nobody accepted never
 reaches a model; its calls are still decided by the floors above.
 
+The same class guards prompts (``kind=PROMPTS``, ``pin_prompts``): its sources list prompts (as
+``tools``), its store is the prompt pin store, its records carry ``"kind": "prompt"`` and the prompt's
+name under ``prompt`` (a tool's records are as they always were), and no floor is read from it: the
+prompts' callers (``serve.prompt_pins``, ``transports.wrap_prompts``) list and refuse by its statuses.
+
 A failure anywhere publishes "unavailable" for that version (recorded as
 ``mesh.pin_store_unavailable``; the reason agents read names no database, the cause with the database
 goes to the log and the record's ``failure``), and is checked again after a backoff until a check
@@ -54,12 +59,14 @@ from typing import Any, Final, Protocol
 import anyio
 from anyio.abc import TaskStatus
 
-from drawbridge.canonical import canonical_bytes, sanitize, sha256_prefixed
-from drawbridge.catalogue.fingerprint import PINNED_FIELDS, PinStatus, compare, pinned_document, tool_fingerprint
+from drawbridge.canonical import sanitize
+from drawbridge.catalogue.fingerprint import TOOLS, PinnedKind, PinStatus, compare
 from drawbridge.catalogue.floors import Floor, tool_floor
 from drawbridge.catalogue.names import namespaced
 from drawbridge.policy.model import Action
-from drawbridge.state.pins import MAX_NAME, PinStore, PinStoreUnavailable, ToolDefinition
+from drawbridge.gateway.pipeline.pinnable import pinnable
+from drawbridge.state.backend import StateBackend
+from drawbridge.state.pins import PinStore, PinStoreUnavailable, SqlitePinStore, ToolDefinition
 
 logger = logging.getLogger("drawbridge.gateway.pins")
 
@@ -111,48 +118,6 @@ class ServerPins:
         return self.statuses.get(name, PinStatus.NEW)
 
 
-@dataclass(frozen=True, slots=True)
-class _Listed:
-    """The tools of one catalogue that can be pinned, and their pin-store definitions."""
-
-    tools: tuple[Mapping[str, Any], ...]
-    definitions: Mapping[str, ToolDefinition]
-    skipped: tuple[str, ...]
-    """Listed names that cannot be pinned (held back as ``new``), sanitized for records."""
-
-
-def _description(tool: Mapping[str, Any]) -> str | None:
-    value = tool.get("description")
-    return value if isinstance(value, str) else None
-
-
-def pinnable(tools: Iterable[Any]) -> _Listed:
-    """The listed tools that can be fingerprinted and pinned; the rest are named in ``skipped``."""
-    counts: dict[str, int] = {}
-    for item in tools:
-        name = item.get("name") if isinstance(item, Mapping) else None
-        if isinstance(name, str):
-            counts[name] = counts.get(name, 0) + 1
-    kept: list[Mapping[str, Any]] = []
-    definitions: dict[str, ToolDefinition] = {}
-    skipped: list[str] = []
-    for item in tools:
-        name = item.get("name") if isinstance(item, Mapping) else None
-        if not isinstance(name, str) or not name:
-            continue  # never served: the catalogue refuses it too
-        if counts[name] > 1 or len(name) > MAX_NAME:
-            skipped.append(sanitize(name)[:200])
-            continue
-        try:
-            document = canonical_bytes(pinned_document(item))  # what tool_fingerprint is the digest of
-        except ValueError:
-            skipped.append(sanitize(name)[:200])
-            continue
-        kept.append(item)
-        definitions[name] = ToolDefinition(sha256_prefixed(document), _description(item), document.decode("utf-8"))
-    return _Listed(tuple(kept), definitions, tuple(dict.fromkeys(skipped)))
-
-
 class CataloguePins:
     """Pin statuses of every guarded upstream, kept current by ``check`` (module docstring)."""
 
@@ -165,10 +130,14 @@ class CataloguePins:
         clock: Callable[[], datetime] = utc_now,
         wait_seconds: float = DEFAULT_WAIT_SECONDS,
         shown_name: Callable[[str, str], str] = namespaced,
+        kind: PinnedKind = TOOLS,
     ) -> None:
         if not math.isfinite(wait_seconds) or wait_seconds < 0:
             raise ValueError("wait_seconds must be a finite number >= 0")
         self._store = store
+        self.kind = kind
+        """What these pins guard: tools (``pin_tools``, the floors) or prompts (``pin_prompts``); a
+        prompt source lists its prompts as ``tools``."""
         self._sources: dict[str, CatalogueSource] = {}
         for source in sources:
             if source.name in self._sources:
@@ -188,6 +157,11 @@ class CataloguePins:
         """Set when a check publishes "unavailable": ``retry_unavailable`` starts retrying."""
         self.revision = 0
         """Counts published checks; a view computed from the floors is current while it is unchanged."""
+
+    @property
+    def store(self) -> PinStore:
+        """The pin store these pins check against (the control plane shows and accepts from it)."""
+        return self._store
 
     def add_source(self, source: CatalogueSource) -> None:
         """Guard one more upstream (wrap adds its server once the relay that lists it exists)."""
@@ -224,8 +198,8 @@ class CataloguePins:
         state = self._current(server)
         if state is None:
             return (
-                f"the catalogue of server {sanitize(server)!r} has not been checked against its pins "
-                "yet; every tool of this server is held back"
+                f"the {self.kind.name} catalogue of server {sanitize(server)!r} has not been checked against "
+                f"its pins yet; every {self.kind.name} of this server is held back"
             )
         return state.unavailable
 
@@ -235,7 +209,7 @@ class CataloguePins:
         source = self._sources.get(server)
         if source is None or source.catalogue_version == 0:
             return None
-        return dict(pinnable(source.tools).definitions)
+        return dict(pinnable(source.tools, self.kind).definitions)
 
     def unavailable(self) -> list[str]:
         """The guarded servers whose current catalogue's check could not read their pins (``/readyz``)."""
@@ -256,12 +230,15 @@ class CataloguePins:
 
     async def floor_when_checked(self, server: str, name: str) -> Floor:
         """Like ``floor``, but first waits (bounded) for a check of the current catalogue in progress."""
-        source = self._sources.get(server)
-        if source is not None and self._current(server) is None and self._wait > 0:
+        await self.wait_checked(server)
+        return self.floor(server, name)
+
+    async def wait_checked(self, server: str) -> None:
+        """Wait (at most ``wait_seconds``) until the catalogue ``server`` lists now has been checked."""
+        if server in self._sources and self._current(server) is None and self._wait > 0:
             with anyio.move_on_after(self._wait):
                 while self._current(server) is None:
                     await self._event(server).wait()
-        return self.floor(server, name)
 
     def _event(self, server: str) -> anyio.Event:
         event = self._published.get(server)
@@ -300,8 +277,10 @@ class CataloguePins:
             try:
                 state, events = await self._compare(server, version, tools, cause)
             except Exception as exc:  # noqa: BLE001 -- whatever failed, the server is held back
-                reason = _unavailable_reason(server, exc)
+                reason = _unavailable_reason(server, exc, self.kind.name)
                 body = {"server": server, "cause": cause, "reason": reason}
+                if self.kind is not TOOLS:
+                    body["kind"] = self.kind.name
                 if isinstance(exc, PinStoreUnavailable) and exc.cause != exc.detail:
                     body["failure"] = exc.cause  # names the database: for the operator, never the agent
                 logger.error("%s%s", reason, f" ({body['failure']})" if "failure" in body else "")
@@ -326,14 +305,16 @@ class CataloguePins:
     async def _compare(
         self, server: str, version: int, tools: tuple[Any, ...], cause: str
     ) -> tuple[ServerPins, list[tuple[str, dict[str, Any]]]]:
-        listed = pinnable(tools)
+        kind = self.kind
+        listed = pinnable(tools, kind)
+        marked = {} if kind is TOOLS else {"kind": kind.name}  # a tool's records are as they always were
         now = self._clock()
         events: list[tuple[str, dict[str, Any]]] = []
         first = False
         if not await self._store.is_pinned(server):
             first = await self._store.trust_on_first_use(server, listed.definitions, at=now)
         pins = await self._store.load(server)
-        comparison = compare({name: pin.fingerprint for name, pin in pins.items()}, listed.tools)
+        comparison = compare({name: pin.fingerprint for name, pin in pins.items()}, listed.tools, kind)
         await self._store.observe(server, listed.definitions, at=now)
         if first:
             events.append(
@@ -341,10 +322,11 @@ class CataloguePins:
                     PIN_FIRST_USE_KIND,
                     {
                         "server": server,
+                        **marked,
                         "cause": cause,
                         "count": len(listed.definitions),
-                        "tools": [
-                            {"tool": name, "fingerprint": d.fingerprint}
+                        f"{kind.name}s": [
+                            {kind.name: name, "fingerprint": d.fingerprint}
                             for name, d in sorted(listed.definitions.items())
                         ],
                     },
@@ -355,25 +337,26 @@ class CataloguePins:
             rows = []
             for tool in held:
                 pin = pins.get(tool.name)
-                rows.append(
-                    {
-                        "name": self._shown(server, tool.name),
-                        "tool": tool.name,
-                        "status": tool.status.value,
-                        "pinned_fingerprint": None if pin is None else pin.fingerprint,
-                        "pinned_description": None if pin is None else pin.description,
-                        "fingerprint": tool.fingerprint,
-                        "description": listed.definitions[tool.name].description,
-                        "floor": tool_floor(tool.status).action.value,
-                    }
-                )
+                row = {
+                    "name": self._shown(server, tool.name),
+                    kind.name: tool.name,
+                    "status": tool.status.value,
+                    "pinned_fingerprint": None if pin is None else pin.fingerprint,
+                    "pinned_description": None if pin is None else pin.description,
+                    "fingerprint": tool.fingerprint,
+                    "description": listed.definitions[tool.name].description,
+                }
+                if kind is TOOLS:  # a prompt has no floor: prompts/get of a held-back one is refused
+                    row["floor"] = tool_floor(tool.status).action.value
+                rows.append(row)
             events.append(
                 (
                     PIN_HELD_BACK_KIND,
                     {
                         "server": server,
+                        **marked,
                         "cause": cause,
-                        "tools": rows,
+                        f"{kind.name}s": rows,
                         "unpinnable": list(listed.skipped),
                         "removed": list(comparison.removed),
                     },
@@ -403,13 +386,14 @@ class CataloguePins:
             return None
         fingerprint, document = pin
         try:
-            if tool_fingerprint(item) == fingerprint:
+            if self.kind.fingerprint(item) == fingerprint:
                 return item
         except ValueError:
             return None
         if document is None:
             return None
-        shown = {key: value for key, value in item.items() if key not in PINNED_FIELDS or key == "name"}
+        fields = self.kind.fields
+        shown = {key: value for key, value in item.items() if key not in fields or key == "name"}
         shown.update((key, value) for key, value in document.items() if key != "name" and value is not None)
         return shown
 
@@ -462,6 +446,16 @@ class CataloguePins:
             await self.check(server, "accept")
 
 
+def open_pins(
+    db: StateBackend | None, trace_append: TraceAppend, kind: PinnedKind
+) -> tuple[SqlitePinStore, CataloguePins]:
+    """The pin store of ``kind`` on the state database and the ``CataloguePins`` that check against
+    it (no upstream yet: each is added as its catalogue becomes known)."""
+    assert db is not None, "pinning needs the state database"
+    store = SqlitePinStore(db, kind.name)
+    return store, CataloguePins(store, (), trace_append, kind=kind)
+
+
 def _document(definition: str | None) -> Mapping[str, Any] | None:
     """A pin's stored definition (JCS text, checked against its fingerprint by the store) as an object."""
     if definition is None:
@@ -473,12 +467,12 @@ def _document(definition: str | None) -> Mapping[str, Any] | None:
     return document if isinstance(document, dict) else None
 
 
-def _unavailable_reason(server: str, exc: BaseException) -> str:
+def _unavailable_reason(server: str, exc: BaseException, kind: str) -> str:
     if isinstance(exc, PinStoreUnavailable):
         return str(exc)
     return (
         f"pin store unavailable for server {sanitize(server)!r}: the check failed ({type(exc).__name__}); "
-        "every tool of this server is held back until the pin store can be read"
+        f"every {kind} of this server is held back until the pin store can be read"
     )
 
 
@@ -491,5 +485,6 @@ __all__ = [
     "CataloguePins",
     "CatalogueSource",
     "ServerPins",
+    "open_pins",
     "pinnable",
 ]

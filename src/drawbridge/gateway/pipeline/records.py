@@ -63,7 +63,7 @@ class RelayIncident:
     kind: str
     """parse_error, invalid_message, oversize, duplicate_id, tools_call_notification, upstream_garbage,
     upstream_oversize, unknown_response, upstream_exited, upstream_unwritable, late_response,
-    catalogue_refused; over HTTP also foreign_host, foreign_origin, repeated_authorization,
+    catalogue_refused, prompt_held_back; over HTTP also foreign_host, foreign_origin, repeated_authorization,
     session_limit"""
     direction: str  # "client" | "upstream"
     detail: str

@@ -17,7 +17,7 @@ environment (it never reaches an upstream, whether or not the producer is on), t
 and the state database are opened. It then assembles, in order: the guard around the recorder; the
 approval engine and its gate (with a policy: approvals come from ``human_approval`` rules), and with
 ``approval.notify`` the notifier each new question is posted to webhooks by; with
-``pin_tools``, the pin store and the ``CataloguePins`` (upstreams are added as their catalogues
+``pin_tools`` (and ``pin_prompts``), the pin store and the ``CataloguePins`` of that kind (upstreams are added as their catalogues
 become known, ``guard_catalogue``); the floors; the ``CallPipeline``. ``run`` starts, before any call
 is taken, what runs beside the calls: the pipeline's own tasks, the policy watcher (an edit takes
 effect on the next call; a broken edit keeps the previous policy; a shadow policy is watched alike,
@@ -39,6 +39,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from drawbridge.canonical import sanitize
+from drawbridge.catalogue.fingerprint import PROMPTS, TOOLS
 from drawbridge.config_state import URL_AS_PATH, looks_like_url
 from drawbridge.gateway.pipeline.activity import log_decision
 from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
@@ -53,7 +54,7 @@ from drawbridge.gateway.pipeline.call import CallPipeline
 from drawbridge.gateway.pipeline.deciders import Decider, PolicyDecider, allow_all, deny_all, policy_decider
 from drawbridge.gateway.pipeline.floors import Floors
 from drawbridge.gateway.pipeline.guard import EvidenceGuard
-from drawbridge.gateway.pipeline.pins import CataloguePins, CatalogueSource
+from drawbridge.gateway.pipeline.pins import CataloguePins, CatalogueSource, open_pins
 from drawbridge.gateway.pipeline.rate_limits import rate_limiter
 from drawbridge.gateway.pipeline.records import CallRecord, Recorder, null_recorder
 from drawbridge.gateway.recording.checkpoints import Checkpointer, evidence_producer, new_run_id
@@ -324,6 +325,8 @@ class Runtime:
     """With a shadow policy: its verdicts of the recorded calls, for ``GET /shadow``."""
     notifier: ApprovalNotifier | None = None
     """Posts each question this process opens to the webhooks of ``approval.notify``."""
+    prompt_pins: CataloguePins | None = None
+    """``pin_prompts``: each upstream's prompts against their pins (no floors: prompts are not decided)."""
     _prepared: bool = field(default=False, repr=False)
 
     @classmethod
@@ -347,7 +350,7 @@ class Runtime:
             engine = gate = None
             notifier: ApprovalNotifier | None = None
             approvals = isinstance(policy, PolicyDecider)
-            if approvals or settings.pin_tools or settings.control_open:
+            if approvals or settings.pin_tools or settings.pin_prompts or settings.control_open:
                 state_db, temp_dir = open_any_state(settings, replica_id)
             admin_digest, admin_file = settings.admin_token_sha256, None
             if settings.control_open and admin_digest is None:
@@ -369,11 +372,8 @@ class Runtime:
                     engine, elicitation=settings.approval.elicitation, operator_channel=settings.operator_channel,
                     ask_by_link=settings.approval.ask_by_link,
                 )
-            pin_store = pins = None
-            if settings.pin_tools:
-                assert state_db is not None
-                pin_store = SqlitePinStore(state_db)
-                pins = CataloguePins(pin_store, (), guard.append)
+            pin_store, pins = open_pins(state_db, guard.append, TOOLS) if settings.pin_tools else (None, None)
+            _, prompt_pins = open_pins(state_db, guard.append, PROMPTS) if settings.pin_prompts else (None, None)
             pipeline = CallPipeline(
                 policy=policy, guard=guard, floors=Floors(pins), approvals=gate, call_timeout=settings.call_timeout,
                 rate_limits=rate_limiter(settings.rate_limits, state_db),
@@ -385,7 +385,7 @@ class Runtime:
         return cls(
             settings, policy, recorder, guard, pipeline, state_db, engine, pin_store, pins, checkpointer, telemetry,
             temp_dir, admin_digest, admin_file, replica_id, metrics=metrics, shadow_tally=tally,
-            notifier=notifier,
+            notifier=notifier, prompt_pins=prompt_pins,
         )
 
     def recent_calls(self) -> RecentCallRing:
@@ -439,10 +439,11 @@ class Runtime:
                 await tg.start(self._run_approvals)
             if self.notifier is not None:
                 await tg.start(self.notifier.run)
-            if self.pins is not None:
-                await tg.start(self.pins.retry_unavailable, self.pins_changed_elsewhere)
+            for pins in (self.pins, self.prompt_pins):
+                if pins is not None:
+                    await tg.start(pins.retry_unavailable, self.pins_changed_elsewhere)
             if isinstance(self.state_db, PostgresDB):
-                await tg.start(follow, self.state_db, self.engine, self.pins, self.pins_changed_elsewhere)
+                await tg.start(follow, self.state_db, self.engine, self.pins, self.pins_changed_elsewhere, self.prompt_pins)
             task_status.started()
 
     async def _policy_reloaded(self, result: ReloadResult) -> None:

@@ -35,7 +35,7 @@ from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.gateway.runtime.operating import metrics_route
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
 from drawbridge.policy.model import Action
-from drawbridge.state.pins import PinStoreUnavailable, SqlitePinStore
+from drawbridge.state.pins import PinStore, PinStoreUnavailable
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +106,7 @@ class GatewayPinService(StorePinService):
     """``StorePinService`` that will not show an empty list for a server whose pins the gateway could
     not read: ``GET /tools/pins`` answers 503 naming the server (its tools are all held back)."""
 
-    def __init__(self, store: SqlitePinStore, pins: CataloguePins, **options: Any) -> None:
+    def __init__(self, store: PinStore, pins: CataloguePins, **options: Any) -> None:
         super().__init__(store, pins.servers, **options)
         self._pins = pins
 
@@ -139,6 +139,16 @@ def control_services(
                 await after_accept(server)
 
         pin_service = GatewayPinService(runtime.pin_store, pins, after_accept=accepted, offered=pins.offered)
+    prompt_service = None
+    if runtime.prompt_pins is not None:
+        prompts = runtime.prompt_pins
+
+        async def prompts_accepted(server: str) -> None:
+            await prompts.after_accept(server)
+            if after_accept is not None:
+                await after_accept(server)
+
+        prompt_service = GatewayPinService(prompts.store, prompts, after_accept=prompts_accepted, offered=prompts.offered)
     checkpointer = runtime.checkpointer
 
     async def checkpoint() -> str | None:
@@ -153,6 +163,7 @@ def control_services(
         trace_append=runtime.guard.append,
         read_json=read_control_body,
         pins=pin_service,
+        prompt_pins=prompt_service,
         recent_calls=runtime.recent_calls(),
         checkpoint=checkpoint,
         upstreams=upstreams,

@@ -95,6 +95,8 @@ def readiness(
     }
     if pins is not None:
         body["pins_unavailable"] = unreadable
+    if runtime.prompt_pins is not None:  # shown, not counted: a server's tools still serve without its prompts
+        body["prompt_pins_unavailable"] = runtime.prompt_pins.unavailable()
     if state_reachable is not None:
         body["state_unavailable"] = not state_reachable
     serving = [name for name in states if name not in down and name not in unreadable]

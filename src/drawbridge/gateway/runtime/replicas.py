@@ -83,24 +83,28 @@ async def follow(
     engine: ApprovalEngine | None,
     pins: CataloguePins | None,
     on_pins: Sequence[Callable[[str], Awaitable[None]]] = (),
+    prompt_pins: CataloguePins | None = None,
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Act on the other replicas' changes, forever (module docstring)."""
+    """Act on the other replicas' changes, forever (module docstring). A pins notification names a
+    server, not a kind: its tools and its prompts (``pin_prompts``) are both checked again."""
+    guarded = [p for p in (pins, prompt_pins) if p is not None]
 
     async def pins_changed(server: str) -> None:
-        if pins is None or server not in pins.servers():
-            return
-        await pins.after_accept(server)
-        for callback in on_pins:
+        checked = [p for p in guarded if server in p.servers()]
+        for each in checked:
+            await each.after_accept(server)
+        for callback in on_pins if checked else ():
             await callback(server)
 
     async def on_event(channel: str, payload: str | None) -> None:
         try:
             if channel == APPROVALS_CHANNEL and engine is not None:
                 engine.wake(payload)
-            elif channel == PINS_CHANNEL and pins is not None:
-                for server in [payload] if payload is not None else pins.servers():
+            elif channel == PINS_CHANNEL and guarded:
+                servers = {s for p in guarded for s in p.servers()}
+                for server in [payload] if payload is not None else sorted(servers):
                     await pins_changed(server)
         except Exception as exc:  # noqa: BLE001 -- one failed reaction must not stop the others
             logger.warning("could not act on a change from another replica (%s)", type(exc).__name__)

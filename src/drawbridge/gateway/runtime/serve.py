@@ -3,7 +3,8 @@
 Invariant: serve adds transports and upstreams, never a second decision path: the hub hands every
 tools/call to the runtime's pipeline, whose floors are the runtime's pins (every upstream is put
 under them with ``pin_tools``), and the control plane reads the hub's merged catalogue with the
-same pin statuses. OpenAPI services and CLI binaries (``openapi:``, ``cli_tools:``) are opened here
+same pin statuses. With ``pin_prompts`` the hub is ``PinnedPromptsGateway``, which checks each MCP
+upstream's prompts against the runtime's prompt pins. OpenAPI services and CLI binaries (``openapi:``, ``cli_tools:``) are opened here
 before the hub exists (``open_local_upstreams``: a spec that cannot be read, a binary that cannot be
 found is a startup error), put under the same pins, and served by the same hub and pipeline.
 Under ``hide_denied_tools`` agents are told (``notifications/tools/list_changed``)
@@ -13,6 +14,7 @@ floors changed.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterable, Mapping
@@ -29,7 +31,9 @@ from drawbridge.gateway.runtime.assembly import Runtime
 from drawbridge.gateway.runtime.control import CatalogueView, ServedTool, control_services
 from drawbridge.gateway.runtime.settings import secret_env_names
 from drawbridge.gateway.serve.hub import Gateway, GatewaySettings
+from drawbridge.gateway.protocol.methods import PROMPTS_LIST_CHANGED
 from drawbridge.gateway.serve.pinned_listing import PinnedListing
+from drawbridge.gateway.serve.prompt_pins import PinnedPromptsGateway
 from drawbridge.gateway.serve.visible_tools import VisibleTools
 from drawbridge.gateway.upstreams.child_spawn import EnvPolicy
 from drawbridge.gateway.upstreams.local import LocalUpstream, StartError
@@ -152,7 +156,9 @@ def build_serve(
         assert pins is not None
         return await pins.check(upstream.name)
 
-    hub = Gateway(
+    prompt_pins = runtime.prompt_pins
+    hub_class = Gateway if prompt_pins is None else functools.partial(PinnedPromptsGateway, prompt_pins=prompt_pins)
+    hub = hub_class(
         upstreams,
         pipeline=runtime.pipeline,
         settings=GatewaySettings(call_timeout=config.call_timeout_seconds),
@@ -164,6 +170,8 @@ def build_serve(
 
     async def after_accept(server: str) -> None:
         await hub.tools_changed()  # the accepted definitions are listed now
+        if prompt_pins is not None:
+            await hub.broadcast({"jsonrpc": "2.0", "method": PROMPTS_LIST_CHANGED})
 
     runtime.pins_changed_elsewhere.append(after_accept)
 

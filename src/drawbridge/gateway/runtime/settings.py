@@ -62,6 +62,8 @@ class RuntimeSettings:
     operator_channel: bool = True
     """A person can answer outside the client: a control plane is open, or the state file is shared."""
     pin_tools: bool = False
+    pin_prompts: bool = False
+    """Each upstream's prompts are pinned like its tools (``serve.prompt_pins``, ``wrap --pin-prompts``)."""
     hide_denied_tools: bool = False
     control_open: bool = False
     """A control plane is served: it needs a credential (``admin_token``)."""
@@ -106,6 +108,7 @@ class RuntimeSettings:
             operator_channel=control_open,
             control_open=control_open,
             pin_tools=config.pin_tools,
+            pin_prompts=config.pin_prompts,
             hide_denied_tools=config.hide_denied_tools,
             admin_token_sha256=config.admin_token_sha256,
             agent_tokens={a.token_sha256: a.agent for a in config.agents},
@@ -137,6 +140,7 @@ class RuntimeSettings:
         control_open: bool,
         pin_tools: bool,
         admin_token_sha256: str | None,
+        pin_prompts: bool = False,
         server_id: str,
         checkpoints: CheckpointSettings | None = None,
         keys_dir: str | None = None,
@@ -171,6 +175,7 @@ class RuntimeSettings:
             operator_channel=control_open or state_path is not None,
             control_open=control_open,
             pin_tools=pin_tools,
+            pin_prompts=pin_prompts,
             admin_token_sha256=admin_token_sha256,
             server_id=lambda _tool: server_id,
             checkpoints=checkpoints or CheckpointSettings(),

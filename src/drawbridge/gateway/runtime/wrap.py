@@ -5,7 +5,7 @@ every tools/call to the runtime's pipeline, which resolves it in the server's ow
 by the gateway), raises it to the floors of the runtime's pins (``--pin-tools`` puts that catalogue
 under them, in the same state file and with the same statuses as serve, and shows the agent's
 ``tools/list`` through them as serve does, telling a handshake-era agent when an accept changes
-that list) and records it through the runtime's guard. The truth
+that list; ``--pin-prompts`` puts the server's prompts under the prompt pins, ``wrap_prompts``) and records it through the runtime's guard. The truth
 producer's key variables never reach the child (its environment filter, set by the command, denies
 them).
 
@@ -28,7 +28,9 @@ import anyio
 from drawbridge.gateway.runtime.assembly import Runtime, StartupProblem
 from drawbridge.gateway.transports.process_stdio import process_stdio
 from drawbridge.gateway.transports.relay_requests import RelayConfig
+from drawbridge.gateway.protocol.methods import PROMPTS_LIST
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
+from drawbridge.gateway.transports.wrap_prompts import ChildPrompts
 from drawbridge.gateway.transports.wrap_relay import StdioRelay
 from drawbridge.gateway.upstreams.child_process import UpstreamProcess
 from drawbridge.gateway.upstreams.child_spawn import Upstream, UpstreamStartError
@@ -80,6 +82,12 @@ async def run_wrap(
                     catalogue.pin(pins)
                     after_accept = functools.partial(_pins_changed, catalogue, relay)
                     runtime.pins_changed_elsewhere.append(after_accept)
+                if runtime.prompt_pins is not None:
+                    relay.listings[PROMPTS_LIST] = prompts = ChildPrompts(
+                        catalogue.name, relay, relay.request_upstream, modern=lambda: relay.session.modern
+                    )
+                    runtime.prompt_pins.add_source(prompts)
+                    prompts.pin(runtime.prompt_pins)
                 if control is not None:
                     # The control plane's web stack is loaded only when it is served.
                     from drawbridge.gateway.runtime.control import (

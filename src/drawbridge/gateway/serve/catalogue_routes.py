@@ -10,7 +10,8 @@ with invalid params, never sent to a guess.
 
 Theory of operation. Prompt names are namespaced like tool names (``catalogue.merged``), so
 ``prompts/list`` is merged the way ``tools/list`` is, and a prompt that cannot be served under its name
-is logged and left out. Resource URIs are not rewritten; the lists an agent fetches teach the gateway
+is logged and left out. Under ``pin_prompts`` (``prompt_pins.py``) each upstream's prompts are shown as
+accepted, and ``prompts/get`` of one that is not is refused before it is relayed. Resource URIs are not rewritten; the lists an agent fetches teach the gateway
 which upstream owns which URI, and a URI not known yet has every upstream's resources listed again
 before it is refused. The request itself is relayed by the session (``DownstreamSession.relay``).
 """
@@ -26,7 +27,8 @@ from drawbridge.catalogue.merged import build_catalogue
 from drawbridge.catalogue.names import split_namespaced, tool_name_problem
 from drawbridge.gateway.protocol.jsonrpc import INVALID_PARAMS, MessageError
 from drawbridge.gateway.protocol.methods import PROMPTS_LIST, RESOURCE_TEMPLATES_LIST, RESOURCES_LIST
-from drawbridge.gateway.serve.downstream_session import DownstreamSession, Inflight
+from drawbridge.gateway.serve.downstream_session import DownstreamSession, Inflight, error_response
+from drawbridge.gateway.serve.prompt_pins import HELD_BACK_INCIDENT, PinnedPromptsGateway
 from drawbridge.gateway.upstreams.session import UpstreamSession
 
 logger = logging.getLogger("drawbridge.gateway")
@@ -86,6 +88,9 @@ async def uri_route(session: DownstreamSession, entry: Inflight, uri: Any) -> Up
 
 async def prompts_list(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
     found = await _fan_out(session, PROMPTS_LIST, "prompts", "prompts")
+    gateway = session.gateway
+    if isinstance(gateway, PinnedPromptsGateway):  # pin_prompts: only accepted definitions
+        found = {name: await gateway.shown_prompts(name, items) for name, items in found.items()}
     catalogue = build_catalogue(list(found.items()), "prompt")
     for problem in catalogue.problems:
         logger.warning("prompt not served: %s", problem.describe())
@@ -95,6 +100,12 @@ async def prompts_list(session: DownstreamSession, entry: Inflight) -> dict[str,
 async def prompts_get(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
     params = entry.message.params if isinstance(entry.message.params, dict) else {}
     upstream, name = _named_route(session, entry, params.get("name"), "prompt")
+    gateway = session.gateway
+    if isinstance(gateway, PinnedPromptsGateway):
+        refusal = await gateway.prompt_refusal(upstream.name, name)
+        if refusal is not None:
+            await gateway.incident(HELD_BACK_INCIDENT, "client", refusal, INVALID_PARAMS)
+            return error_response(entry.message.id, INVALID_PARAMS, refusal)
     return await session.relay(entry, upstream, params, name=name)
 
 

@@ -36,7 +36,7 @@ from drawbridge.gateway.pipeline.call import WAIT, CatalogueUnavailable, Forward
 from drawbridge.gateway.pipeline.floors import route_of
 from drawbridge.gateway.pipeline.pins import CataloguePins
 from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, Message, encode_line, error_line
-from drawbridge.gateway.protocol.methods import TOOLS_LIST
+from drawbridge.gateway.protocol.methods import TOOLS_LIST, TOOLS_LIST_CHANGED
 from drawbridge.gateway.protocol.modern import envelope, with_envelope
 from drawbridge.gateway.protocol.paging import ListingFailed, list_all
 
@@ -55,7 +55,12 @@ CatalogueHook = Callable[[], Awaitable[object]]
 
 
 class ChildCatalogue:
-    """The Resolver of wrap (module docstring); also a ``pins.CatalogueSource``."""
+    """The Resolver of wrap (module docstring); also a ``pins.CatalogueSource``. The class attributes
+    name what it lists, so that ``wrap_prompts.ChildPrompts`` lists the server's prompts the same way."""
+
+    LIST_METHOD: str = TOOLS_LIST
+    LIST_KEY: str = "tools"
+    CHANGED_BY: str = TOOLS_LIST_CHANGED
 
     def __init__(
         self,
@@ -117,8 +122,11 @@ class ChildCatalogue:
         if self._routes is None and self._loading is None:
             tasks.start_soon(self.load)
 
-    def changed(self, tasks: Any) -> None:
-        """The server said its tool list changed: list it again, in the background."""
+    def changed(self, tasks: Any, method: str | None = None) -> None:
+        """The server said its tool list changed (``method``, when given, is this list's
+        notification): list it again, in the background."""
+        if method not in (None, self.CHANGED_BY):
+            return
         if self._routes is None and self._loading is None:
             return  # never listed: the next call lists it
         if self._loading is not None:
@@ -139,7 +147,7 @@ class ChildCatalogue:
                     tools = await self._list()
                 except (ListingFailed, TimeoutError, OSError) as exc:
                     self._problem = str(exc) or type(exc).__name__
-                    logger.warning("listing the server's tools failed (%s)", self._problem)
+                    logger.warning("listing the server's %s failed (%s)", self.LIST_KEY, self._problem)
                 else:
                     self._store(tools)
                     if self.on_catalogue is not None:
@@ -164,10 +172,14 @@ class ChildCatalogue:
 
     # -- the agent's own tools/list, under --pin-tools
 
-    def listing_waits(self) -> bool:
+    def listing_waits(self, method: str | None = None) -> bool:
         """Whether an agent's ``tools/list`` must wait for ``checked`` before it is sent: no check of
         this server was published yet, and without one no tool can be shown."""
         return self._pins is not None and self._pins.state(self.name) is None
+
+    def refusal(self, message: Message) -> str | None:
+        """Why a request that waited for ``checked`` is refused rather than sent (a listing never is)."""
+        return None
 
     async def checked(self) -> None:
         """List the catalogue and check it against the pins, unless a check was published (a listing
@@ -197,14 +209,14 @@ class ChildCatalogue:
         result = message.body.get("result")
         if self._pins is None or not isinstance(result, dict):
             return line  # not pinned, or an error: nothing to show
-        tools = result.get("tools")
+        tools = result.get(self.LIST_KEY)
         if not isinstance(tools, list):
             return error_line(message.id, INTERNAL_ERROR, NOT_FILTERED)
         shown = self._pins.shown(self.name, tools)
         if shown is None:
             return line
         try:
-            return encode_line({**message.body, "result": {**result, "tools": shown}})
+            return encode_line({**message.body, "result": {**result, self.LIST_KEY: shown}})
         except ValueError:  # a number JSON cannot write (NaN) in what the server sent
             return error_line(message.id, INTERNAL_ERROR, NOT_FILTERED)
 
@@ -215,9 +227,9 @@ class ChildCatalogue:
             if hop is not None:
                 params = with_envelope(params, hop)
             with anyio.fail_after(self._timeout):
-                return await self._ask(TOOLS_LIST, params)
+                return await self._ask(self.LIST_METHOD, params)
 
-        return await list_all(ask, TOOLS_LIST, "tools")
+        return await list_all(ask, self.LIST_METHOD, self.LIST_KEY)
 
 
 __all__ = ["ChildCatalogue"]

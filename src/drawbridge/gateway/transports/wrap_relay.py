@@ -7,8 +7,9 @@ in flight is answered that it stopped, and every tools/call in flight is settled
 Only ``tools/call`` is decided, and it is decided by the pipeline (``pipeline.call``), to which the
 relay hands every one; every other message, in both directions,
 is passed on as the exact bytes received, but for one: under ``--pin-tools`` an answer to the
-agent's ``tools/list`` that holds a definition nobody accepted is written anew by the gateway
-(``ChildCatalogue.shown``), and until the first pin check such a request waits before it is sent.
+agent's ``tools/list`` (``--pin-prompts``: ``prompts/list``; ``listings``, by method) holding a definition
+nobody accepted is written anew (``ChildCatalogue.shown``), and until the first pin check such a request
+waits before it is sent; a ``prompts/get`` waits for it and is refused unless pinned (``wrap_prompts``).
 The relay only moves bytes. When a change of the pins changes what that answer would show
 (``tools_changed``), the gateway tells the agent ``notifications/tools/list_changed`` of its own,
 as serve does: only after the agent's ``notifications/initialized`` and only in the handshake era. A
@@ -67,20 +68,14 @@ from typing import Any, Final
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
 
-from drawbridge.gateway.pipeline.call import (
-    CallPipeline,
-    Flight,
-    GatewayError,
-    GatewayResult,
-    Resolver,
-    UpstreamAnswer,
-)
+from drawbridge.gateway.pipeline.call import CallPipeline, Flight, GatewayError, GatewayResult, Resolver, UpstreamAnswer
 from drawbridge.gateway.pipeline.client_link import Elicit, in_band
 from drawbridge.gateway.pipeline.deciders import RECORDING_FAILED as RECORDING_FAILED  # the refusal's text
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.protocol.hop import relayed_codes
 from drawbridge.gateway.protocol.jsonrpc import (
     INTERNAL_ERROR,
+    INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     UPSTREAM_EXITED,
@@ -109,6 +104,8 @@ from drawbridge.gateway.protocol.methods import (
     INITIALIZE,
     INITIALIZED,
     NOT_EXACTLY_TOOLS_CALL,
+    PROMPTS_GET,
+    PROMPTS_LIST,
     TOOLS_CALL,
     TOOLS_LIST,
     TOOLS_LIST_CHANGED,
@@ -161,6 +158,7 @@ class StdioRelay:
         self.catalogue: Resolver = catalogue or ChildCatalogue(
             self.config.server_id, self, self.request_upstream, modern=lambda: self.session.modern
         )
+        self.listings: dict[str, ChildCatalogue] = {TOOLS_LIST: self.catalogue} if isinstance(self.catalogue, ChildCatalogue) else {}
         self._to_send: list[Flight] = []
         """Calls decided from the client's last read, whose lines go to the upstream together."""
         self._reading = False
@@ -335,8 +333,7 @@ class StdioRelay:
         When the pipe cannot take them now (it is full, or another write is waiting), a task of their
         own waits for it, so the client loop goes on reading (cancellations, the agent closing); the
         upstream's write lock keeps the order. When the upstream is gone, the calls are answered that
-        they were not sent.
-        """
+        they were not sent."""
         batch = [flight for flight in self._to_send if not flight.settled]
         self._to_send = []
         if not batch:
@@ -430,8 +427,7 @@ class StdioRelay:
         """Send the agent a request of the gateway's own and wait for its answer (the response body).
 
         Raises ``ClientRequestFailed`` when the agent is gone or closes before answering. A cancelled
-        wait tells the agent (``notifications/cancelled``) that the answer is no longer wanted.
-        """
+        wait tells the agent (``notifications/cancelled``) that the answer is no longer wanted."""
         if self._client_gone or self._closing:
             raise ClientRequestFailed("the agent's connection is closing")
         request_id = self._next_own_id(self._own_prefix)
@@ -544,9 +540,9 @@ class StdioRelay:
             return
         if self._upstream_gone is None:
             await self._to_upstream(message.raw + b"\n")
-            if method == INITIALIZED and self.session.initialized_by_agent():
-                if self._tasks is not None and isinstance(self.catalogue, ChildCatalogue):
-                    self.catalogue.prefetch(self._tasks)
+            if method == INITIALIZED and self.session.initialized_by_agent() and self._tasks is not None:
+                for listing in self.listings.values():
+                    listing.prefetch(self._tasks)
 
     async def _cancel_from_client(self, message: Message) -> bool:
         """Settle a cancelled tools/call; True if the upstream must not hear of it (it never saw it)."""
@@ -592,18 +588,20 @@ class StdioRelay:
             return
         pending = Pending(message, method)
         self._inflight[key] = pending
-        catalogue = self.catalogue
-        if method == TOOLS_LIST and isinstance(catalogue, ChildCatalogue) and catalogue.listing_waits():
+        listing = self.listings.get(PROMPTS_LIST if method == PROMPTS_GET else method)
+        if listing is not None and listing.listing_waits(method):
             assert self._tasks is not None
-            self._tasks.start_soon(self._list_when_checked, key, pending, catalogue)
+            self._tasks.start_soon(self._list_when_checked, key, pending, listing)
         elif not await self._forward(key, pending):
             return
         if self._tasks is not None and method != INITIALIZE:  # the server may take its time to start
             self._tasks.start_soon(self._time_out_pending, key, pending)
 
-    async def _refuse(self, message: Message, code: int, detail: str, data: Any = None) -> None:
+    async def _refuse(
+        self, message: Message, code: int, detail: str, data: Any = None, kind: str = "invalid_message"
+    ) -> None:
         """A request the relay refuses itself: recorded (the rule broken, never ``data``), and answered."""
-        await self.pipeline.guard.incident("invalid_message", "client", detail, code)
+        await self.pipeline.guard.incident(kind, "client", detail, code)
         await self._to_client(error_line(message.id, code, detail, data))
 
     async def _forward(self, key: IdKey, pending: Pending) -> bool:
@@ -619,10 +617,13 @@ class StdioRelay:
     async def _list_when_checked(self, key: IdKey, pending: Pending, catalogue: ChildCatalogue) -> None:
         """``--pin-tools``: the agent's tools/list goes out once the server's catalogue was checked
         against the pins (before that, nothing could be shown of the answer); unless it was answered
-        meanwhile (timed out, the upstream gone, the gateway stopped)."""
+        meanwhile (timed out, the upstream gone, the gateway stopped); a held-back prompt's get is refused."""
         await catalogue.checked()
         if self._inflight.get(key) is pending:
-            await self._forward(key, pending)
+            if (refusal := catalogue.refusal(pending.message)) is None:
+                await self._forward(key, pending)
+            elif self._inflight.pop(key, None) is pending:
+                await self._refuse(pending.message, INVALID_PARAMS, refusal, kind="prompt_held_back")
 
     async def _time_out_pending(self, key: IdKey, pending: Pending) -> None:
         """The call timeout holds for every forwarded request but ``initialize``: one the upstream has not
@@ -684,8 +685,8 @@ class StdioRelay:
                 await self.pipeline.guard.incident("invalid_message", "upstream", detail, INVALID_REQUEST)
                 await self._to_upstream(error_line(message.id, INVALID_REQUEST, f"invalid request: {detail}"))
                 return 0
-            if message.method == TOOLS_LIST_CHANGED and self._tasks is not None and isinstance(self.catalogue, ChildCatalogue):
-                self.catalogue.changed(self._tasks)
+            for listing in self.listings.values() if self._tasks is not None else ():
+                listing.changed(self._tasks, message.method)
             await self._to_client(item + b"\n")
             return 0
         request_id = message.id
@@ -705,8 +706,8 @@ class StdioRelay:
             del self._inflight[key]
             await self.pipeline.flush()
             line = item + b"\n"
-            if entry.method == TOOLS_LIST and isinstance(self.catalogue, ChildCatalogue):
-                line = self.catalogue.shown(message, line)
+            if (listing := self.listings.get(entry.method)) is not None:
+                line = listing.shown(message, line)
             await self._to_client(line)
             if entry.method == INITIALIZE:
                 self.session.answered_initialize(message.body)

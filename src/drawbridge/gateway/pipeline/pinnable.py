@@ -1,0 +1,62 @@
+"""The items of one listing that can be pinned, and the pin-store definition of each.
+
+Invariant: an item is pinned only when its fingerprint can be taken and it names itself once; an
+item listed twice under one name, with a name over ``MAX_NAME`` characters or with a pinned field
+that is not JSON is named in ``skipped`` and never gets a definition, so the pins hold it back as
+``new`` rather than pin one of its versions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from drawbridge.canonical import canonical_bytes, sanitize, sha256_prefixed
+from drawbridge.catalogue.fingerprint import TOOLS, PinnedKind
+from drawbridge.state.pins import MAX_NAME, ToolDefinition
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """The tools of one catalogue that can be pinned, and their pin-store definitions."""
+
+    tools: tuple[Mapping[str, Any], ...]
+    definitions: Mapping[str, ToolDefinition]
+    skipped: tuple[str, ...]
+    """Listed names that cannot be pinned (held back as ``new``), sanitized for records."""
+
+
+def _description(tool: Mapping[str, Any]) -> str | None:
+    value = tool.get("description")
+    return value if isinstance(value, str) else None
+
+
+def pinnable(tools: Iterable[Any], kind: PinnedKind = TOOLS) -> Listed:
+    """The listed tools (or prompts) that can be fingerprinted and pinned; the rest are named in ``skipped``."""
+    counts: dict[str, int] = {}
+    for item in tools:
+        name = item.get("name") if isinstance(item, Mapping) else None
+        if isinstance(name, str):
+            counts[name] = counts.get(name, 0) + 1
+    kept: list[Mapping[str, Any]] = []
+    definitions: dict[str, ToolDefinition] = {}
+    skipped: list[str] = []
+    for item in tools:
+        name = item.get("name") if isinstance(item, Mapping) else None
+        if not isinstance(name, str) or not name:
+            continue  # never served: the catalogue refuses it too
+        if counts[name] > 1 or len(name) > MAX_NAME:
+            skipped.append(sanitize(name)[:200])
+            continue
+        try:
+            document = canonical_bytes(kind.document(item))  # what the fingerprint is the digest of
+        except ValueError:
+            skipped.append(sanitize(name)[:200])
+            continue
+        kept.append(item)
+        definitions[name] = ToolDefinition(sha256_prefixed(document), _description(item), document.decode("utf-8"))
+    return Listed(tuple(kept), definitions, tuple(dict.fromkeys(skipped)))
+
+
+__all__ = ["Listed", "pinnable"]
