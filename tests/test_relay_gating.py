@@ -53,7 +53,7 @@ async def test_denied_call_is_an_error_result_naming_the_rule(mode: str, harness
     # The scripted decider evaluates no policy set, so it names none (test_operating_policy_trace: one that does).
     assert denied["provenance"] == {
         "policy": "test-policy", "source_file": "policies/test-policy.yaml", "rule_index": 2, "policy_set": None,
-        "shadow": None,
+        "shadow": None, "line": None,
     }
     assert denied["decision_ms"] is not None and denied["latency_ms"] >= denied["decision_ms"] >= 0
     assert calls[1]["tool"] == "list_repos" and calls[1]["outcome"] == "ok"

@@ -43,12 +43,7 @@ from drawbridge.catalogue.fingerprint import PROMPTS, TOOLS
 from drawbridge.config_state import URL_AS_PATH, looks_like_url
 from drawbridge.gateway.pipeline.activity import log_decision
 from drawbridge.gateway.pipeline.approvals.engine import ApprovalEngine
-from drawbridge.gateway.pipeline.approvals.gate import (
-    ApprovalGate,
-    build_approval_engine,
-    recover_approvals,
-    run_approvals,
-)
+from drawbridge.gateway.pipeline.approvals.gate import ApprovalGate, build_approval_engine, recover_approvals, run_approvals
 from drawbridge.gateway.pipeline.approvals.notify import ApprovalNotifier
 from drawbridge.gateway.pipeline.call import CallPipeline
 from drawbridge.gateway.pipeline.deciders import Decider, PolicyDecider, allow_all, deny_all, policy_decider
