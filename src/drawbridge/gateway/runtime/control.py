@@ -129,26 +129,20 @@ def control_services(
     (None when up, else why not), when the gateway knows it (serve)."""
     if runtime.engine is None or runtime.policy_store is None:
         raise ValueError("the control plane needs a policy (approvals come from human_approval rules)")
-    pin_service = None
-    if runtime.pin_store is not None and runtime.pins is not None:
-        pins = runtime.pins
+    def service(store: Any, pins: Any) -> GatewayPinService:
+        """The pin service of one kind: an accept re-checks that kind's catalogue, then tells the agents."""
 
         async def accepted(server: str) -> None:
             await pins.after_accept(server)
             if after_accept is not None:
                 await after_accept(server)
 
-        pin_service = GatewayPinService(runtime.pin_store, pins, after_accept=accepted, offered=pins.offered)
-    prompt_service = None
-    if runtime.prompt_pins is not None:
-        prompts = runtime.prompt_pins
+        return GatewayPinService(store, pins, after_accept=accepted, offered=pins.offered)
 
-        async def prompts_accepted(server: str) -> None:
-            await prompts.after_accept(server)
-            if after_accept is not None:
-                await after_accept(server)
-
-        prompt_service = GatewayPinService(prompts.store, prompts, after_accept=prompts_accepted, offered=prompts.offered)
+    pin_service = None
+    if runtime.pin_store is not None and runtime.pins is not None:
+        pin_service = service(runtime.pin_store, runtime.pins)
+    prompt_service = None if runtime.prompt_pins is None else service(runtime.prompt_pins.store, runtime.prompt_pins)
     checkpointer = runtime.checkpointer
 
     async def checkpoint() -> str | None:
