@@ -406,3 +406,44 @@ async def test_an_openapi_upstream_s_answers_are_guarded_the_same_way(tmp_path: 
     recorded = {d["tool"]: d.get("result_guard") for d in decisions(tmp_path / "evidence")}
     assert recorded == {"items.get_echo": {"entry": 0, "secrets": {"github_token": 2}},  # text and structured
                         "items.get_big": {"entry": 0, "size": 3000, "limit": 1024, "cut_bytes": 2488}}
+
+
+# ------------------------------------------------------------------------- hostile answers
+
+
+def _call() -> Any:
+    from drawbridge.gateway.pipeline.tool_call import ToolCall
+
+    return ToolCall(agent="a", tool="t", arguments={}, meta=None, request_id=1)
+
+
+def test_an_input_required_result_is_redacted_and_a_secret_in_its_request_state_withholds_it() -> None:
+    """The agent reads inputRequests (redacted); requestState goes back to the upstream as it came, so a
+    secret in it withholds the whole answer rather than alter it."""
+    asked = {"resultType": "input_required", "requestState": "opaque-1",
+             "inputRequests": {"r1": {"method": "elicitation/create", "params": {"message": f"paste {GITHUB_TOKEN}"}}}}
+    guarded = guards(redact_secrets=True).answer(_call(), {"jsonrpc": "2.0", "id": 1, "result": asked})
+    assert guarded is not None
+    body, report = guarded
+    assert body["result"]["inputRequests"]["r1"]["params"]["message"] == "paste [drawbridge: redacted github_token]"
+    assert body["result"]["requestState"] == "opaque-1" and body["result"]["resultType"] == "input_required"
+    leaky_state = {**asked, "requestState": GITHUB_TOKEN}
+    withheld = guards(redact_secrets=True).answer(_call(), {"jsonrpc": "2.0", "id": 1, "result": leaky_state})
+    assert withheld is not None
+    body, report = withheld
+    assert body["result"]["isError"] is True and body["result"]["resultType"] == "complete"
+    assert GITHUB_TOKEN not in json.dumps(body) and report.refused == "secret"
+    refused = guards(redact_secrets=True, on_secret="refuse").answer(_call(), {"jsonrpc": "2.0", "id": 1, "result": asked})
+    assert refused is not None and refused[0]["result"]["resultType"] == "complete" and GITHUB_TOKEN not in json.dumps(refused[0])
+
+
+def test_an_error_that_is_not_an_object_never_passes_raw_and_a_refused_error_has_a_code() -> None:
+    for error in (f"bad {GITHUB_TOKEN}", [GITHUB_TOKEN], None, 3):
+        guarded = guards(max_bytes=4096).answer(_call(), {"jsonrpc": "2.0", "id": 1, "error": error})
+        assert guarded is not None
+        body, report = guarded
+        assert body["error"]["code"] == -32603 and GITHUB_TOKEN not in json.dumps(body)
+        assert report.log_field() == "refused:malformed"
+    refused = guards(redact_secrets=True, on_secret="refuse").answer(
+        _call(), {"jsonrpc": "2.0", "id": 1, "error": {"message": f"bad {GITHUB_TOKEN}"}})
+    assert refused is not None and refused[0]["error"]["code"] == -32603

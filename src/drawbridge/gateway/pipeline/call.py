@@ -599,6 +599,7 @@ class CallPipeline:
         if self.result_guards is not None and call is not None and outcome in GUARDED_OUTCOMES:
             if (guarded := self.result_guards.answer(call, body)) is not None:  # before any other rewrite
                 (body, flight.guarded), raw = guarded, encode_line(guarded[0])[:-1]
+                outcome, error, code = outcome_of_response(body)  # a withheld answer is an error now
         answer: Answer = UpstreamAnswer(body, raw)
         if call is not None and (changed := rewritten(body, outcome, error, call, verdict, self.approvals, passed=passed)):
             outcome, error, code, new_body = changed  # ``upstream_answers``: the agent's era, an approval
