@@ -447,3 +447,44 @@ def test_an_error_that_is_not_an_object_never_passes_raw_and_a_refused_error_has
     refused = guards(redact_secrets=True, on_secret="refuse").answer(
         _call(), {"jsonrpc": "2.0", "id": 1, "error": {"message": f"bad {GITHUB_TOKEN}"}})
     assert refused is not None and refused[0]["error"]["code"] == -32603
+
+
+async def test_a_large_hostile_result_is_guarded_in_bounded_time_and_off_the_event_loop(tmp_path: Path) -> None:
+    """4 MB of private key BEGIN lines (each once made the detector rescan the rest of the text) and of
+    plain filler are guarded within a few times what relaying 4 MB unguarded costs; and while a result is
+    being scanned at length (an operator's pattern that costs its bound at every position), calls to
+    another tool are answered promptly."""
+    file = tmp_path / "guards.yaml"
+    file.write_text(
+        "- tools: [flood]\n  redact_secrets: true\n"
+        "- tools: [pages]\n  secret_patterns:\n    slow: '[\\s\\S]{1,255}Q'\n", encoding="utf-8",
+    )
+    params = wrap_params(LEAKY, "--allow-all", "--result-guards", str(file))
+    latencies: list[float] = []
+    async with connect(params) as client:
+        with anyio.fail_after(CALL_SECONDS * 2):
+            await client.call_tool("plain", {"kib": 1})
+            started = time.monotonic()
+            await client.call_tool("plain", {"kib": 4096})
+            plain_seconds = time.monotonic() - started
+            for kind in ("headers", "filler"):
+                started = time.monotonic()
+                flooded = await client.call_tool("flood", {"kind": kind, "kib": 4096})
+                assert time.monotonic() - started < 4 * plain_seconds + scaled(1.0), kind
+                assert ("redacted pem_private_key" in _texts(flooded)) == (kind == "headers")
+
+            done = anyio.Event()
+
+            async def scanned_at_length() -> None:
+                await client.call_tool("pages", {"kib": 2048})
+                done.set()
+
+            started = time.monotonic()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(scanned_at_length)
+                while not done.is_set():
+                    asked = time.monotonic()
+                    await client.call_tool("plain", {"kib": 0})
+                    latencies.append(time.monotonic() - asked)
+            scan_seconds = time.monotonic() - started
+    assert len(latencies) >= 3 and max(latencies) < scan_seconds / 3, (scan_seconds, latencies)

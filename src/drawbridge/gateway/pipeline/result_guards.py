@@ -4,7 +4,8 @@ result is redacted of secrets and held to a size (``config_guards`` reads the en
 Invariant: with guards configured, no ``CallToolResult`` of a guarded call reaches the agent but
 through ``ResultGuards.apply``: the pipeline applies it to every answer a forwarded call gets
 (``CallPipeline.answered``: MCP, OpenAPI and CLI upstreams, wrap and serve, both eras; a JSON-RPC
-error's message and data are redacted alike), and a call that asks to run as a task, whose result
+error's message and data are redacted alike; a large answer is guarded on a worker thread, and the
+flight settles only once that is done), and a call that asks to run as a task, whose result
 would come back by ``tasks/result`` past this stage, is refused before it is forwarded
 (``task_refusal``); a task the upstream made unasked is withheld. What is recorded of a guard's work
 (``GuardReport``) names the entry, the kinds and counts of secrets, and byte counts: never a secret,
@@ -44,6 +45,10 @@ INPUT_REQUIRED: Final = "input_required"
 MALFORMED_ERROR: Final = (
     "the upstream answered with a JSON-RPC error that is not an object; it was withheld (result_guards entry {index})"
 )
+GUARD_OFF_LOOP_CHARS: Final = 256 * 1024
+"""An answer whose strings hold more characters than this is guarded on a worker thread
+(``CallPipeline.answered``): the scan costs some tens of nanoseconds a character, and the event loop
+must go on answering other calls (and timing this one out) meanwhile."""
 TASK_REFUSED: Final = (
     "invalid params: this tool's results are guarded (result_guards entry {index}), and a task's result "
     "would reach the agent past the guard; call it without 'task'"
@@ -99,6 +104,26 @@ class GuardReport:
         elif self.limit is not None:
             out.append(("truncated", "size", 1))
         return out
+
+
+def carries_more_than(value: Any, limit: int) -> bool:
+    """Whether the strings (and keys) in a JSON value hold more than ``limit`` characters; stops counting
+    once they do. Each item counts one besides, so that a million empty strings count too."""
+    left = limit
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        left -= 1
+        if isinstance(item, str):
+            left -= len(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        if left < 0:
+            return True
+    return False
 
 
 def _withheld(result: Mapping[str, Any], text: str) -> dict[str, Any]:
@@ -210,4 +235,4 @@ class ResultGuards:
         return out, GuardReport(rule.index, secrets)
 
 
-__all__ = ["GUARDED_OUTCOMES", "TASK_REFUSED", "GuardReport", "ResultGuards"]
+__all__ = ["GUARDED_OUTCOMES", "GUARD_OFF_LOOP_CHARS", "TASK_REFUSED", "GuardReport", "ResultGuards", "carries_more_than"]

@@ -54,13 +54,31 @@ def _replacer(detector: Detector, found: Counter[str]) -> Callable[[Any], str]:
     return replace
 
 
+def _replaced_spans(text: str, detector: Detector, found: Counter[str]) -> str:
+    """The text with each of a ``spans`` detector's spans replaced by its marker."""
+    assert detector.spans is not None
+    parts: list[str] = []
+    position = 0
+    for start, stop in detector.spans(text):
+        parts += [text[position:start], f"[drawbridge: redacted {detector.kind}]"]
+        found[detector.kind] += 1
+        position = stop
+    return "".join([*parts, text[position:]]) if parts else text
+
+
 def redactor(detectors: Sequence[Detector], found: Counter[str]) -> Callable[[str], str]:
-    """A function replacing every secret the detectors find in a string; ``found`` counts them by kind."""
-    steps = [(detector.pattern, _replacer(detector, found)) for detector in detectors]
+    """A function replacing every secret the detectors find in a string; ``found`` counts them by kind.
+    A detector runs only on a text holding one of its literals (``Detector.present``)."""
+    steps = [(detector, _replacer(detector, found)) for detector in detectors]
 
     def redact(text: str) -> str:
-        for pattern, replace in steps:
-            text = pattern.sub(replace, text)
+        for detector, replace in steps:
+            if not detector.present(text):
+                continue
+            if detector.spans is not None:
+                text = _replaced_spans(text, detector, found)
+            else:
+                text = detector.pattern.sub(replace, text)
         return text
 
     return redact
