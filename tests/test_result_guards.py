@@ -488,3 +488,11 @@ async def test_a_large_hostile_result_is_guarded_in_bounded_time_and_off_the_eve
                     latencies.append(time.monotonic() - asked)
             scan_seconds = time.monotonic() - started
     assert len(latencies) >= 3 and max(latencies) < scan_seconds / 3, (scan_seconds, latencies)
+
+
+def test_a_private_key_written_with_escaped_newlines_and_cut_short_is_redacted_whole() -> None:
+    """As in a service account's JSON: the body after the header is taken, escapes and all."""
+    body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\\nBKcwggSjAgEAAoIBAQC7\\r\\n q2w3e4r5t6y7"
+    guarded = guards(redact_secrets=True).apply("a", "t", text_result(f'{{"private_key": "-----BEGIN PRIVATE KEY-----\\n{body}"}}'))
+    assert guarded is not None
+    assert guarded[0]["content"][0]["text"] == '{"private_key": "[drawbridge: redacted pem_private_key]"}'
