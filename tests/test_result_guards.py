@@ -496,3 +496,37 @@ def test_a_private_key_written_with_escaped_newlines_and_cut_short_is_redacted_w
     guarded = guards(redact_secrets=True).apply("a", "t", text_result(f'{{"private_key": "-----BEGIN PRIVATE KEY-----\\n{body}"}}'))
     assert guarded is not None
     assert guarded[0]["content"][0]["text"] == '{"private_key": "[drawbridge: redacted pem_private_key]"}'
+
+
+PEM_LINES = ["-----BEGIN RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEA7Vx1q2w3e4r5t6y7", "u8i9o0p1a2s3d4f5g6h7", "-----END RSA PRIVATE KEY-----"]
+
+
+def test_an_upstream_s_stderr_hides_a_key_block_s_body_lines_and_a_token_at_the_cut(caplog: pytest.LogCaptureFixture) -> None:
+    """serve relays an upstream's stderr line by line: the body lines after a BEGIN line are hidden up
+    to the END line, and a long line is cut after it was redacted (a token at the cut is not half shown)."""
+    import os
+    import threading
+
+    from drawbridge.gateway.upstreams.child_process import STDERR_LINE_CAP, relay_stderr
+
+    read, write = os.pipe()
+    caplog.set_level("INFO")
+    relay_stderr(read, "noisy")
+    (relay,) = [thread for thread in threading.enumerate() if thread.name == "drawbridge-stderr-noisy"]
+    at_cut = "x" * (STDERR_LINE_CAP - 10) + " " + GITHUB_TOKEN
+    os.write(write, "\n".join(["starting", *PEM_LINES, "after the key", at_cut, ""]).encode())
+    os.close(write)
+    relay.join(scaled(10.0))
+    lines = [record.activity["line"] for record in caplog.records if getattr(record, "activity", {}).get("event") == "upstream_stderr"]
+    assert lines[0] == "starting" and lines[-2] == "after the key"
+    assert all("[drawbridge: redacted pem_private_key]" in line for line in lines[1:5])
+    assert not [line for line in lines if "MIIE" in line or "u8i9" in line or GITHUB_TOKEN[:8] in line], lines
+
+
+def test_a_key_split_over_the_strings_of_a_list_is_redacted_whole() -> None:
+    result = {"content": [], "structuredContent": {"lines": ["config:", *PEM_LINES, "done"]}}
+    guarded = guards(redact_secrets=True).apply("a", "t", result)
+    assert guarded is not None
+    lines = guarded[0]["structuredContent"]["lines"]
+    assert lines[0] == "config:" and lines[-1] == "done"
+    assert set(lines[1:5]) == {"[drawbridge: redacted pem_private_key]"}

@@ -57,8 +57,8 @@ def _detector(kind: str, source: str, *literals: str) -> Detector:
 
 PEM_BODY_CHARS: Final = 16384
 """How far after a private key's BEGIN line its END line, or its base64, is taken."""
-_PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]{1,16} ){0,2}PRIVATE KEY-----")
-_PEM_END = re.compile(r"-----END (?:[A-Z0-9]{1,16} ){0,2}PRIVATE KEY-----")
+PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]{1,16} ){0,2}PRIVATE KEY-----")
+PEM_END = re.compile(r"-----END (?:[A-Z0-9]{1,16} ){0,2}PRIVATE KEY-----")
 # A body cut before its END line: base64 and whitespace, or the escapes of a JSON string written into
 # text (a service account's "-----BEGIN PRIVATE KEY-----\nMIIE...\n").
 _PEM_BASE64 = re.compile(r"(?:[A-Za-z0-9+/=\s]|\\[nrt]){0,%d}" % PEM_BODY_CHARS)
@@ -71,11 +71,11 @@ def pem_spans(text: str) -> Iterator[tuple[int, int]]:
     Linear in the text: the next END line is found once with ``str.find`` and reused by every BEGIN
     line before it (a lazy pattern would rescan the body for each of a million BEGIN lines)."""
     position, end_at, end_stop = 0, -2, -1
-    while (begin := _PEM_BEGIN.search(text, position)) is not None:
+    while (begin := PEM_BEGIN.search(text, position)) is not None:
         body = begin.end()
         if end_at != -1 and end_at < body:
             end_at = text.find("-----END ", body)
-            while end_at != -1 and (end := _PEM_END.match(text, end_at)) is None:
+            while end_at != -1 and (end := PEM_END.match(text, end_at)) is None:
                 end_at = text.find("-----END ", end_at + 1)
             end_stop = end.end() if end_at != -1 else -1
         if end_at != -1 and end_at - body <= PEM_BODY_CHARS:
@@ -89,7 +89,7 @@ def pem_spans(text: str) -> Iterator[tuple[int, int]]:
 
 BUILTIN: Final = (
     # A PEM private key block (RSA, EC, OPENSSH, ENCRYPTED, PKCS#8, ...): ``pem_spans``.
-    Detector("pem_private_key", _PEM_BEGIN, ("-----BEGIN ",), pem_spans),
+    Detector("pem_private_key", PEM_BEGIN, ("-----BEGIN ",), pem_spans),
     _detector("aws_access_key_id", r"A(?:KIA|SIA)(?<![A-Za-z0-9]....)[A-Z0-9]{16}(?![A-Za-z0-9])", "AKIA", "ASIA"),
     _detector(
         "github_token",
@@ -141,6 +141,6 @@ def check_secret_regex(pattern: str) -> re.Pattern[str]:
 
 
 __all__ = [
-    "BUILTIN", "BUILTIN_KINDS", "KIND_NAME", "MAX_SECRET_CHARS", "PEM_BODY_CHARS", "Detector", "check_secret_regex",
+    "BUILTIN", "BUILTIN_KINDS", "KIND_NAME", "MAX_SECRET_CHARS", "PEM_BEGIN", "PEM_BODY_CHARS", "PEM_END", "Detector", "check_secret_regex",
     "pem_spans",
 ]

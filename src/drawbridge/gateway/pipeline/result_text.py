@@ -3,7 +3,9 @@
 Invariant: a secret found is replaced by ``[drawbridge: redacted <kind>]`` wherever the agent could
 read it -- every string of the result (content items' text, an embedded resource's text and URI,
 ``structuredContent`` keys and values, ``_meta``), except the base64 of an image, an audio clip or a
-resource blob -- and nothing here ever returns or counts the secret itself, only its kind. A cut
+resource blob -- and nothing here ever returns or counts the secret itself, only its kind. A private
+key block split over the strings of a list (a BEGIN line without its END) takes the following strings
+of that list with it, up to its END line (``LineRedactor``, which redacts an upstream's stderr too). A cut
 result is never longer than its limit, counting the gateway's own notice, and a text is never cut
 inside a UTF-8 character.
 
@@ -24,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from drawbridge.policy.secret_patterns import BUILTIN, Detector
+from drawbridge.policy.secret_patterns import BUILTIN, PEM_BEGIN, PEM_BODY_CHARS, PEM_END, Detector, pem_spans
 
 NOTICE_ROOM: Final = 512
 """The bytes a cut result keeps for the gateway's notice (``config_guards.MIN_MAX_BYTES`` is larger)."""
@@ -89,41 +91,73 @@ def redacted_text(text: str, detectors: Sequence[Detector] = BUILTIN) -> str:
     return redactor(detectors, Counter())(text)
 
 
-def _walk(value: Any, redact: Callable[[str], str], keep: frozenset[str] = frozenset()) -> Any:
+PEM_MARKER: Final = "[drawbridge: redacted pem_private_key]"
+
+
+class LineRedactor:
+    """Redacts a run of strings that may split a private key block over several (the lines of an
+    upstream's stderr, a list of strings in a result): each as ``redact`` does, and after a BEGIN line
+    whose END is not in the same string, every following string up to and including its END line,
+    for at most ``PEM_BODY_CHARS`` characters (bounded state: one count)."""
+
+    def __init__(self, redact: Callable[[str], str]) -> None:
+        self._redact = redact
+        self._left = 0
+        """Characters of a key body still to redact; 0: not inside a block."""
+
+    def __call__(self, text: str) -> str:
+        if self._left > 0:
+            end = PEM_END.search(text)
+            if end is None:
+                self._left = max(0, self._left - len(text) - 1)
+                return PEM_MARKER
+            self._left = 0
+            text = PEM_MARKER + text[end.end():]
+        begins = list(PEM_BEGIN.finditer(text))
+        if begins and PEM_END.search(text, begins[-1].end()) is None:
+            self._left = PEM_BODY_CHARS
+        return self._redact(text)
+
+
+def _walk(value: Any, redact: Callable[[str], str], keep: frozenset[str] = frozenset(), pem: bool = False) -> Any:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, list):
+        if pem:  # a key split over the strings of a list: the strings after its BEGIN line go too
+            carry = LineRedactor(redact)
+            return [carry(item) if isinstance(item, str) else _walk(item, redact, pem=pem) for item in value]
         return [_walk(item, redact) for item in value]
     if isinstance(value, Mapping):
         return {
-            (redact(key) if isinstance(key, str) else key): (item if key in keep else _walk(item, redact))
+            (redact(key) if isinstance(key, str) else key): (item if key in keep else _walk(item, redact, pem=pem))
             for key, item in value.items()
         }
     return value
 
 
-def _content_item(item: Any, redact: Callable[[str], str]) -> Any:
+def _content_item(item: Any, redact: Callable[[str], str], pem: bool) -> Any:
     if not isinstance(item, Mapping):
-        return _walk(item, redact)
+        return _walk(item, redact, pem=pem)
     if item.get("type") in BLOB_TYPES:
-        return _walk(item, redact, frozenset({"data"}))
+        return _walk(item, redact, frozenset({"data"}), pem)
     resource = item.get("resource")
     if item.get("type") == "resource" and isinstance(resource, Mapping):
-        return {**_walk({k: v for k, v in item.items() if k != "resource"}, redact),
-                "resource": _walk(resource, redact, frozenset({"blob"}))}
-    return _walk(item, redact)
+        return {**_walk({k: v for k, v in item.items() if k != "resource"}, redact, pem=pem),
+                "resource": _walk(resource, redact, frozenset({"blob"}), pem)}
+    return _walk(item, redact, pem=pem)
 
 
 def redacted(result: Mapping[str, Any], detectors: Sequence[Detector]) -> tuple[dict[str, Any], Counter[str]]:
     """The result with every secret replaced, and how many of each kind were found."""
     found: Counter[str] = Counter()
     redact = redactor(detectors, found)
+    pem = any(detector.spans is pem_spans for detector in detectors)
     out: dict[str, Any] = {}
     for key, value in result.items():
         if key == "content" and isinstance(value, list):
-            out[key] = [_content_item(item, redact) for item in value]
+            out[key] = [_content_item(item, redact, pem) for item in value]
         else:
-            out[redact(key)] = _walk(value, redact)
+            out[redact(key)] = _walk(value, redact, pem=pem)
     return out, found
 
 
@@ -223,4 +257,4 @@ def cut(result: Mapping[str, Any], max_bytes: int, size: int) -> tuple[dict[str,
     return out, more
 
 
-__all__ = ["NOTICE_ROOM", "cut", "cut_notice", "redacted", "redacted_text", "redactor", "result_size"]
+__all__ = ["NOTICE_ROOM", "PEM_MARKER", "LineRedactor", "cut", "cut_notice", "redacted", "redacted_text", "redactor", "result_size"]
