@@ -188,6 +188,7 @@ def _config(entries: Any) -> Any:
     ([{"secret_patterns": {"k": "[a-z]{1,600}X"}}], "could try too many ways at each position"),
     ([{"secret_patterns": {"jwt": "JWT-[0-9]{8}"}}], "'jwt' is the name of a built-in detector"),
     ([{"secret_patterns": {"Bad Name": "X{2}"}}], "the name 'Bad Name' must match"),
+    ([{"tools": ["x"], "secret_patterns": {}}], "result_guards[0].secret_patterns is empty"),
 ])
 def test_every_bad_entry_is_a_located_error(entries: Any, problem: str) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -530,3 +531,11 @@ def test_a_key_split_over_the_strings_of_a_list_is_redacted_whole() -> None:
     lines = guarded[0]["structuredContent"]["lines"]
     assert lines[0] == "config:" and lines[-1] == "done"
     assert set(lines[1:5]) == {"[drawbridge: redacted pem_private_key]"}
+
+
+def test_two_secrets_used_as_keys_stay_two_keys() -> None:
+    other = "ghp_" + "Z" * 36
+    guarded = guards(redact_secrets=True).apply("a", "t", {"content": [], "structuredContent": {GITHUB_TOKEN: "first", other: "second"}})
+    assert guarded is not None
+    assert guarded[0]["structuredContent"] == {"[drawbridge: redacted github_token]": "first",
+                                               "[drawbridge: redacted github_token #2]": "second"}

@@ -70,6 +70,8 @@ def _patterns(entry: Reader) -> tuple[Detector, ...]:
     sub = entry.child("secret_patterns")
     if sub is None:
         return ()
+    if not sub.node:  # an entry that guards nothing exempts its tools: never by an oversight
+        raise entry.fail("secret_patterns", f"{sub.where} is empty")
     detectors = []
     for name, pattern in sub.node.items():
         if not isinstance(name, str) or not isinstance(pattern, str):

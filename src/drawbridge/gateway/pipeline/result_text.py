@@ -128,11 +128,22 @@ def _walk(value: Any, redact: Callable[[str], str], keep: frozenset[str] = froze
             return [carry(item) if isinstance(item, str) else _walk(item, redact, pem=pem) for item in value]
         return [_walk(item, redact) for item in value]
     if isinstance(value, Mapping):
-        return {
-            (redact(key) if isinstance(key, str) else key): (item if key in keep else _walk(item, redact, pem=pem))
-            for key, item in value.items()
-        }
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            out[_unique(redact(key) if isinstance(key, str) else key, out)] = (
+                item if key in keep else _walk(item, redact, pem=pem))
+        return out
     return value
+
+
+def _unique(key: Any, taken: Mapping[Any, Any]) -> Any:
+    """A key that two secrets redacted alike would merge, numbered: ``[drawbridge: redacted github_token #2]``."""
+    if key not in taken or not isinstance(key, str):
+        return key
+    number = 2
+    while (numbered := f"{key[:-1]} #{number}]" if key.endswith("]") else f"{key} #{number}") in taken:
+        number += 1
+    return numbered
 
 
 def _content_item(item: Any, redact: Callable[[str], str], pem: bool) -> Any:
@@ -157,7 +168,7 @@ def redacted(result: Mapping[str, Any], detectors: Sequence[Detector]) -> tuple[
         if key == "content" and isinstance(value, list):
             out[key] = [_content_item(item, redact, pem) for item in value]
         else:
-            out[redact(key)] = _walk(value, redact, pem=pem)
+            out[_unique(redact(key), out)] = _walk(value, redact, pem=pem)
     return out, found
 
 
