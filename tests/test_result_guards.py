@@ -145,11 +145,11 @@ def test_a_cut_stays_within_the_limit_and_never_splits_a_character() -> None:
     assert notice.startswith(f"[drawbridge: result cut at 2049 bytes (result_guards); {report.cut_bytes} more bytes")
     assert "1 content item(s) that cannot be cut" in notice
     assert "structuredContent was dropped (a cut one would not match the tool's output schema), so the result is marked isError" in notice
-    assert report.cut_bytes == 6000 + 100 + 7 - len(kept.encode())
+    assert report.size == 6217 and 0 < report.size - report.cut_bytes <= 2049 - 512  # what was shown, the notice aside
     refused = guards(max_bytes=2049, on_oversize="refuse").apply("a", "t", result)
     assert refused is not None and refused[0]["isError"] is True
-    assert "it is 6107 bytes, over the limit of 2049 bytes" in refused[0]["content"][0]["text"]
-    assert guards(max_bytes=6107).apply("a", "t", result) is None
+    assert "it is 6217 bytes, over the limit of 2049 bytes" in refused[0]["content"][0]["text"]
+    assert guards(max_bytes=6217).apply("a", "t", result) is None
 
 
 def test_the_first_matching_entry_applies_and_an_entry_that_guards_nothing_exempts() -> None:
@@ -281,8 +281,10 @@ async def test_serve_redacts_and_cuts_what_tools_return(served: Running, tmp_pat
     # Each secret twice: in the text, and again in the SDK's structured output of the same value.
     assert recorded["leaky.read_config"] == {"entry": 1, "secrets": {"acme_key": 2, "aws_access_key_id": 2, "github_token": 2}}
     assert recorded["leaky.account"] == {"entry": 1, "secrets": {"github_token": 4}}
-    size = 2 * 16384 + len('{"result":""}')  # the text, and again as the SDK's structured output
-    assert recorded["leaky.dump_log"] == {"entry": 0, "size": size, "limit": 4096, "cut_bytes": size - len(kept.text.encode())}
+    size = 2 * 16384 + 89  # the result's JSON: the text, and again as the SDK's structured output {"result": ...}
+    cut_log = recorded["leaky.dump_log"]
+    assert {**cut_log, "cut_bytes": 0} == {"entry": 0, "size": size, "limit": 4096, "cut_bytes": 0}
+    assert size - (4096 - 512) <= cut_log["cut_bytes"] <= size - len(kept.text.encode())
     assert recorded["env.run"] is not None and recorded["env.run"]["secrets"] == {"github_token": 2}
     assert recorded["leaky.rejected"] == {"entry": 1, "secrets": {"github_token": 2}}
     assert "  result guards: 2 entries (secrets redacted, sizes capped on what tools return)" in served.text()
@@ -318,13 +320,13 @@ async def test_wrap_guards_results_with_the_same_entries_and_refuses_when_told(t
     assert "[drawbridge: redacted github_token]" in _texts(config) and not config.is_error
     assert account.is_error and account.structured_content is None
     assert _texts(account) == "the result was withheld: it held a secret (github_token); result_guards entry 0 refuses such results"
-    # 2 KiB of text, and the same text again in the SDK's structured output {"result": ...}
-    assert log.is_error and _texts(log) == "the result was withheld: it is 4109 bytes, over the limit of 2048 bytes (result_guards entry 1)"
+    # the JSON of 2 KiB of text, and the same text again in the SDK's structured output {"result": ...}
+    assert log.is_error and _texts(log) == "the result was withheld: it is 4185 bytes, over the limit of 2048 bytes (result_guards entry 1)"
     assert not small.is_error and _texts(small) == ""
     guarded = [d.get("result_guard") for d in decisions(evidence)]
     assert guarded == [{"entry": 1, "secrets": {"aws_access_key_id": 2, "github_token": 2}},
                        {"entry": 0, "secrets": {"github_token": 4}, "refused": "secret"},
-                       {"entry": 1, "refused": "size", "size": 4109, "limit": 2048, "cut_bytes": 0}, None]
+                       {"entry": 1, "refused": "size", "size": 4185, "limit": 2048, "cut_bytes": 0}, None]
     _no_secret_anywhere(evidence, logs="")
 
 
@@ -402,11 +404,11 @@ async def test_an_openapi_upstream_s_answers_are_guarded_the_same_way(tmp_path: 
                     echoed = await client.call_tool("items.get_echo", {"text": GITHUB_TOKEN})
                     big = await client.call_tool("items.get_big", {})
     assert "/api/echo/[drawbridge: redacted github_token]" in _texts(echoed) and GITHUB_TOKEN not in _texts(echoed)
-    assert _texts(big).endswith("[drawbridge: result cut at 1024 bytes (result_guards); 2488 more bytes were not shown]")
+    assert _texts(big).endswith("[drawbridge: result cut at 1024 bytes (result_guards); 2543 more bytes were not shown]")
     assert len(_texts(big).split("\n")[0].encode()) <= 1024
     recorded = {d["tool"]: d.get("result_guard") for d in decisions(tmp_path / "evidence")}
     assert recorded == {"items.get_echo": {"entry": 0, "secrets": {"github_token": 2}},  # text and structured
-                        "items.get_big": {"entry": 0, "size": 3000, "limit": 1024, "cut_bytes": 2488}}
+                        "items.get_big": {"entry": 0, "size": 3055, "limit": 1024, "cut_bytes": 2543}}
 
 
 # ------------------------------------------------------------------------- hostile answers
@@ -539,3 +541,23 @@ def test_two_secrets_used_as_keys_stay_two_keys() -> None:
     assert guarded is not None
     assert guarded[0]["structuredContent"] == {"[drawbridge: redacted github_token]": "first",
                                                "[drawbridge: redacted github_token #2]": "second"}
+
+
+@pytest.mark.parametrize("result", [
+    {"content": [{"type": "text", "text": ""}] * 100_000},
+    {"content": [{"type": "text", "text": "éé"}] * 769},
+    {"content": [{"type": "text", "text": "a", "_meta": {"k": "m" * 50_000}}], "_meta": {"k": "m" * 50_000}},
+    {"content": [{"type": "resource", "resource": {"uri": "file:///" + "u" * 100_000, "text": "t"}}]},
+    {"content": [{"type": "image", "data": "QQ==", "mimeType": "image/png", "_meta": {"k": "m" * 9000}},
+                 {"type": "text", "text": "x", "annotations": {"audience": ["user"] * 3000}}], "extra": "e" * 9000},
+    {"content": [{"type": "text", "text": "\u0001\"\\" * 5000}]},
+])
+def test_the_size_limit_holds_the_result_s_whole_json(result: dict[str, Any]) -> None:
+    """What a result carries besides its text (``_meta``, annotations, other members, a resource's URI,
+    the braces of empty items, JSON escapes) counts, and a cut result's JSON stays within the limit."""
+    guarded = guards(max_bytes=2048).apply("a", "t", result)
+    assert guarded is not None
+    out, report = guarded
+    assert len(json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()) <= 2048
+    assert report.size == len(json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode())
+    assert out["content"][-1]["text"].startswith("[drawbridge: result cut at 2048 bytes (result_guards)")

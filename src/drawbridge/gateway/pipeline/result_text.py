@@ -6,15 +6,16 @@ read it -- every string of the result (content items' text, an embedded resource
 resource blob -- and nothing here ever returns or counts the secret itself, only its kind. A private
 key block split over the strings of a list (a BEGIN line without its END) takes the following strings
 of that list with it, up to its END line (``LineRedactor``, which redacts an upstream's stderr too). A cut
-result is never longer than its limit, counting the gateway's own notice, and a text is never cut
+result's JSON is never longer than its limit, counting the gateway's own notice, and a text is never cut
 inside a UTF-8 character.
 
-Theory of operation. A result's size is the bytes of what it carries: each text's UTF-8 bytes, each
-blob's base64 characters, each other content item's compact JSON, and ``structuredContent``'s compact
-JSON. ``cut`` keeps content items in order while they fit, cuts the first text that does not (the
-rest is dropped), drops an item that cannot be cut (a blob), and drops ``structuredContent`` when it
-does not fit (a cut JSON would not match the tool's output schema) and then marks the result
-``isError`` (a client refuses a success that lacks the structured content its tool's output schema
+Theory of operation. A result's size is the bytes of its compact JSON as sent: every member counts
+(``_meta``, annotations, an embedded resource's URI, an empty item's braces). ``cut`` keeps
+``resultType`` and ``isError``, then content items in order while their JSON fits, cuts the first
+text that does not (its JSON, escapes counted; the rest is dropped), drops an item that cannot be cut
+(a blob, or a text whose other members alone do not fit), drops ``structuredContent`` when it does not
+fit (a cut JSON would not match the tool's output schema) and then marks the result ``isError``, and
+keeps the result's other members (``_meta``, ...) only while they fit (a client refuses a success that lacks the structured content its tool's output schema
 declares, and would show the agent nothing); one notice at the end says what was cut, in the words
 the CLI upstream's ``max_output_bytes`` uses (``cut_notice``).
 """
@@ -179,29 +180,19 @@ def _json_size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
 
 
-def _item_size(item: Any) -> int:
-    if isinstance(item, Mapping):
-        kind = item.get("type")
-        if kind == "text" and isinstance(item.get("text"), str):
-            return len(item["text"].encode("utf-8", "surrogatepass"))
-        if kind in BLOB_TYPES and isinstance(item.get("data"), str):
-            return len(item["data"])
-        resource = item.get("resource")
-        if kind == "resource" and isinstance(resource, Mapping):
-            if isinstance(resource.get("text"), str):
-                return len(resource["text"].encode("utf-8", "surrogatepass"))
-            if isinstance(resource.get("blob"), str):
-                return len(resource["blob"])
-    return _json_size(item)
-
-
 def result_size(result: Mapping[str, Any]) -> int:
-    """The bytes of what the result carries (module docstring)."""
-    content = result.get("content")
-    size = sum(_item_size(item) for item in content) if isinstance(content, list) else 0
-    if "structuredContent" in result:
-        size += _json_size(result["structuredContent"])
-    return size
+    """The bytes of the result as sent: its compact JSON (module docstring)."""
+    return _json_size(result)
+
+
+def _json_prefix(text: str, room: int) -> str:
+    """The longest start of ``text`` whose JSON string (quotes left out) takes at most ``room`` bytes.
+    Slicing a ``str`` never splits a character; an escape only adds bytes, so one shortening by the
+    excess is enough."""
+    data = _cut_utf8(text.encode("utf-8", "surrogatepass"), room).decode("utf-8", "surrogatepass")
+    while data and (excess := _json_size(data) - 2 - room) > 0:
+        data = data[: max(0, len(data) - excess)]
+    return data
 
 
 def _cut_utf8(data: bytes, room: int) -> bytes:
@@ -215,44 +206,59 @@ def _cut_utf8(data: bytes, room: int) -> bytes:
 
 
 def _cut_text(item: Mapping[str, Any], room: int) -> tuple[Mapping[str, Any], int] | None:
-    """A text item (or a resource's text) cut to ``room`` bytes, with its new size; None if not text."""
-    if item.get("type") == "text" and isinstance(item.get("text"), str):
-        data = _cut_utf8(item["text"].encode("utf-8", "surrogatepass"), room)
-        return {**item, "text": data.decode("utf-8", "surrogatepass")}, len(data)
+    """A text item (or a resource's text) cut so that its JSON takes at most ``room`` bytes, with that
+    size; None if it is not text, or if even its other members do not fit."""
     resource = item.get("resource")
-    if item.get("type") == "resource" and isinstance(resource, Mapping) and isinstance(resource.get("text"), str):
-        data = _cut_utf8(resource["text"].encode("utf-8", "surrogatepass"), room)
-        return {**item, "resource": {**resource, "text": data.decode("utf-8", "surrogatepass")}}, len(data)
-    return None
+    if item.get("type") == "text" and isinstance(item.get("text"), str):
+        text, shell = item["text"], {**item, "text": ""}
+
+        def rebuilt(cut_text: str) -> Mapping[str, Any]:
+            return {**item, "text": cut_text}
+    elif item.get("type") == "resource" and isinstance(resource, Mapping) and isinstance(resource.get("text"), str):
+        text, shell = resource["text"], {**item, "resource": {**resource, "text": ""}}
+
+        def rebuilt(cut_text: str) -> Mapping[str, Any]:
+            return {**item, "resource": {**resource, "text": cut_text}}
+    else:
+        return None
+    left = room - _json_size(shell)
+    if left <= 0:
+        return None
+    shortened = rebuilt(_json_prefix(text, left))
+    return shortened, _json_size(shortened)
+
+
+ESSENTIAL: Final = frozenset({"resultType", "isError"})
+"""The members a cut result always keeps (small: a known ``resultType``, a boolean)."""
 
 
 def cut(result: Mapping[str, Any], max_bytes: int, size: int) -> tuple[dict[str, Any], int]:
-    """The result cut to ``max_bytes`` (its notice included), and how many bytes were not shown."""
+    """The result cut to ``max_bytes`` of JSON (its notice included), and how many bytes were not shown."""
     budget = max_bytes - NOTICE_ROOM
+    out: dict[str, Any] = {key: value for key, value in result.items() if key in ESSENTIAL}
+    used = _json_size({**out, "isError": True, "content": []})  # room for isError, should it be set
     content = result.get("content")
-    items = list(content) if isinstance(content, list) else []
     kept: list[Any] = []
-    used = dropped = 0
+    dropped = 0
     full = False
-    for item in items:
-        item_size = _item_size(item)
+    for item in content if isinstance(content, list) else []:
+        item_size = _json_size(item) + 1  # and its comma
         if not full and used + item_size <= budget:
             kept.append(item)
             used += item_size
             continue
-        shortened = _cut_text(item, budget - used) if not full and isinstance(item, Mapping) else None
-        if shortened is not None and shortened[1] > 0:
+        shortened = _cut_text(item, budget - used - 1) if not full and isinstance(item, Mapping) else None
+        if shortened is not None:
             kept.append(shortened[0])
-            used += shortened[1]
+            used += shortened[1] + 1
         elif not (isinstance(item, Mapping) and item.get("type") == "text"):
             dropped += 1
         full = True
-    out = {key: value for key, value in result.items() if key not in ("content", "structuredContent")}
     notes = []
     if dropped:
         notes.append(f"{dropped} content item(s) that cannot be cut (images, audio, blobs) were dropped")
     if "structuredContent" in result:
-        structured = _json_size(result["structuredContent"])
+        structured = _json_size({"structuredContent": result["structuredContent"]})
         if not full and used + structured <= budget:
             out["structuredContent"] = result["structuredContent"]
             used += structured
@@ -260,6 +266,18 @@ def cut(result: Mapping[str, Any], max_bytes: int, size: int) -> tuple[dict[str,
             out["isError"] = True
             notes.append("structuredContent was dropped (a cut one would not match the tool's output schema), "
                          "so the result is marked isError")
+    others = 0
+    for key, value in result.items():
+        if key in ESSENTIAL or key in ("content", "structuredContent"):
+            continue
+        member = _json_size({key: value})
+        if not full and used + member <= budget:
+            out[key] = value
+            used += member
+        else:
+            full, others = True, others + 1
+    if others:
+        notes.append(f"{others} other member(s) of the result (such as _meta) were dropped")
     more = size - used
     notice = cut_notice("result", max_bytes, more, "result_guards")
     if notes:
