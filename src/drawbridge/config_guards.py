@@ -81,7 +81,7 @@ def _patterns(entry: Reader) -> tuple[Detector, ...]:
         if name in BUILTIN_KINDS:
             raise sub.fail(name, f"{sub.where}: {name!r} is the name of a built-in detector; choose another")
         try:
-            detectors.append(Detector(name, check_secret_regex(pattern)))
+            detectors.append(Detector(name, check_secret_regex(pattern), windowed=True))
         except RegexError as exc:
             raise sub.fail(name, f"{sub.where}.{name}: the pattern {exc}") from None
     return tuple(detectors)

@@ -45,6 +45,10 @@ class Detector:
     """Strings every match holds one of: a text holding none is not searched (a cheap prefilter)."""
     spans: Callable[[str], Iterator[tuple[int, int]]] | None = None
     """Where the secrets of a text are, for a detector a pattern alone cannot bound in linear time."""
+    windowed: bool = False
+    """Searched a window at a time (an operator's pattern, at most ``MAX_SECRET_CHARS`` long, may cost its
+    bound at every position; the regex engine holds the GIL for a whole search, and a worker thread
+    scanning a long text must let the event loop run in between)."""
 
     def present(self, text: str) -> bool:
         """Whether the text may hold a match: True unless no literal of the detector is in it."""

@@ -23,11 +23,12 @@ the CLI upstream's ``max_output_bytes`` uses (``cut_notice``).
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from drawbridge.policy.secret_patterns import BUILTIN, PEM_BEGIN, PEM_BODY_CHARS, PEM_END, Detector, pem_spans
+from drawbridge.policy.secret_patterns import BUILTIN, MAX_SECRET_CHARS, PEM_BEGIN, PEM_BODY_CHARS, PEM_END, Detector, pem_spans
 
 NOTICE_ROOM: Final = 512
 """The bytes a cut result keeps for the gateway's notice (``config_guards.MIN_MAX_BYTES`` is larger)."""
@@ -69,6 +70,27 @@ def _replaced_spans(text: str, detector: Detector, found: Counter[str]) -> str:
     return "".join([*parts, text[position:]]) if parts else text
 
 
+WINDOW_CHARS: Final = 65536
+"""The stretch of a long text an operator's pattern searches at once (``Detector.windowed``)."""
+
+
+def _windowed_sub(pattern: re.Pattern[str], replace: Callable[[Any], str], text: str) -> str:
+    """``pattern.sub`` over a long text, a window at a time. A match is at most ``MAX_SECRET_CHARS``
+    long, so one that starts in a window ends within the window and that much after it."""
+    parts: list[str] = []
+    position = 0
+    while position < len(text):
+        stop = position + WINDOW_CHARS
+        match = pattern.search(text, position, stop + MAX_SECRET_CHARS)
+        if match is None or match.start() >= stop:
+            parts.append(text[position:stop])
+            position = stop
+            continue
+        parts += [text[position:match.start()], replace(match)]
+        position = match.end()
+    return "".join(parts)
+
+
 def redactor(detectors: Sequence[Detector], found: Counter[str]) -> Callable[[str], str]:
     """A function replacing every secret the detectors find in a string; ``found`` counts them by kind.
     A detector runs only on a text holding one of its literals (``Detector.present``)."""
@@ -80,6 +102,8 @@ def redactor(detectors: Sequence[Detector], found: Counter[str]) -> Callable[[st
                 continue
             if detector.spans is not None:
                 text = _replaced_spans(text, detector, found)
+            elif detector.windowed and len(text) > WINDOW_CHARS:
+                text = _windowed_sub(detector.pattern, replace, text)
             else:
                 text = detector.pattern.sub(replace, text)
         return text
