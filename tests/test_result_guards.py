@@ -574,3 +574,11 @@ def test_an_operator_s_pattern_searched_by_windows_finds_a_secret_across_a_windo
         guarded = guards(secret_patterns=(acme,)).apply("a", "t", text_result(text))
         assert guarded is not None and guarded[1].secrets == (("acme_key", 2),), at
         assert guarded[0]["content"][0]["text"] == "x" * at + "[drawbridge: redacted acme_key] [drawbridge: redacted acme_key]" + "y" * 70_000
+
+
+def test_an_input_required_result_over_the_limit_is_withheld_not_cut() -> None:
+    asked = {"resultType": "input_required", "requestState": "s" * 5000,
+             "inputRequests": {"r1": {"method": "elicitation/create", "params": {"message": "more?"}}}}
+    guarded = guards(max_bytes=2048).apply("a", "t", asked)
+    assert guarded is not None and guarded[1].refused == "size"
+    assert guarded[0]["resultType"] == "complete" and guarded[0]["isError"] is True

@@ -224,7 +224,7 @@ class ResultGuards:
                         f"result_guards entry {rule.index} refuses such results")
                 return _withheld(result, text), GuardReport(rule.index, secrets, refused="secret")
         if rule.max_bytes is not None and (size := result_size(out)) > rule.max_bytes:
-            if rule.on_oversize == "refuse":
+            if rule.on_oversize == "refuse" or result.get("resultType") == INPUT_REQUIRED:  # a cut one would not work
                 text = (f"the result was withheld: it is {size} bytes, over the limit of {rule.max_bytes} bytes "
                         f"(result_guards entry {rule.index})")
                 return _withheld(result, text), GuardReport(rule.index, secrets, "size", size, rule.max_bytes)
