@@ -582,3 +582,16 @@ def test_an_input_required_result_over_the_limit_is_withheld_not_cut() -> None:
     guarded = guards(max_bytes=2048).apply("a", "t", asked)
     assert guarded is not None and guarded[1].refused == "size"
     assert guarded[0]["resultType"] == "complete" and guarded[0]["isError"] is True
+
+
+async def test_a_call_whose_result_is_scanned_longer_than_the_call_timeout_times_out(tmp_path: Path) -> None:
+    """The scan runs on a worker thread: the call's timeout still fires, and the scan's end is ignored."""
+    file = tmp_path / "guards.yaml"
+    file.write_text("- tools: [pages]\n  secret_patterns:\n    slow: '[\\s\\S]{1,255}Q'\n", encoding="utf-8")
+    params = wrap_params(LEAKY, "--allow-all", "--result-guards", str(file), "--call-timeout", "1")
+    async with connect(params) as client:
+        with anyio.fail_after(CALL_SECONDS):
+            with pytest.raises(MCPError) as timed_out:
+                await client.call_tool("pages", {"kib": 8192, "items": 8192})
+            assert timed_out.value.error.code == -32001
+            assert not (await client.call_tool("plain", {"kib": 0})).is_error
