@@ -537,6 +537,9 @@ def test_a_key_split_over_the_strings_of_a_list_is_redacted_whole() -> None:
     lines = guarded[0]["structuredContent"]["lines"]
     assert lines[0] == "config:" and lines[-1] == "done"
     assert set(lines[1:5]) == {"[drawbridge: redacted pem_private_key]"}
+    items = guards(redact_secrets=True).apply("a", "t", {"content": [{"type": "text", "text": line} for line in ["config:", *PEM_LINES, "done"]]})
+    assert items is not None
+    assert [item["text"] for item in items[0]["content"]] == ["config:", *["[drawbridge: redacted pem_private_key]"] * 4, "done"]
 
 
 def test_two_secrets_used_as_keys_stay_two_keys() -> None:

@@ -4,9 +4,9 @@ Invariant: a secret found is replaced by ``[drawbridge: redacted <kind>]`` where
 read it -- every string of the result (content items' text, an embedded resource's text and URI,
 ``structuredContent`` keys and values, ``_meta``), except the base64 of an image, an audio clip or a
 resource blob -- and nothing here ever returns or counts the secret itself, only its kind. A private
-key block split over the strings of a list (a BEGIN line without its END) takes the following strings
-of that list with it, up to its END line (``LineRedactor``, which redacts an upstream's stderr too). A cut
-result's JSON is never longer than its limit, counting the gateway's own notice, and a text is never cut
+key block split over the strings of a list, or over text content items (a BEGIN line without its
+END), takes the following strings (text items) with it, up to its END line (``LineRedactor``, which
+redacts an upstream's stderr too). A cut result's JSON is never longer than its limit, counting the gateway's own notice, and a text is never cut
 inside a UTF-8 character.
 
 Theory of operation. A result's size is the bytes of its compact JSON as sent: every member counts
@@ -183,6 +183,14 @@ def _content_item(item: Any, redact: Callable[[str], str], pem: bool) -> Any:
     return _walk(item, redact, pem=pem)
 
 
+def _is_text(item: Any) -> bool:
+    return isinstance(item, Mapping) and item.get("type") == "text" and isinstance(item.get("text"), str)
+
+
+def _text_item(item: Mapping[str, Any], carry: Callable[[str], str], redact: Callable[[str], str]) -> dict[str, Any]:
+    return {**_walk({k: v for k, v in item.items() if k != "text"}, redact), "text": carry(item["text"])}
+
+
 def redacted(result: Mapping[str, Any], detectors: Sequence[Detector]) -> tuple[dict[str, Any], Counter[str]]:
     """The result with every secret replaced, and how many of each kind were found."""
     found: Counter[str] = Counter()
@@ -191,7 +199,9 @@ def redacted(result: Mapping[str, Any], detectors: Sequence[Detector]) -> tuple[
     out: dict[str, Any] = {}
     for key, value in result.items():
         if key == "content" and isinstance(value, list):
-            out[key] = [_content_item(item, redact, pem) for item in value]
+            carry = LineRedactor(redact) if pem else redact  # a key split over text items, line by line
+            out[key] = [_text_item(item, carry, redact) if _is_text(item) else _content_item(item, redact, pem)
+                        for item in value]
         else:
             out[_unique(redact(key), out)] = _walk(value, redact, pem=pem)
     return out, found
