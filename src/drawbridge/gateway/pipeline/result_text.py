@@ -6,8 +6,8 @@ read it -- every string of the result (content items' text, an embedded resource
 resource blob -- and nothing here ever returns or counts the secret itself, only its kind. A private
 key block split over the strings of a list, or over text content items (a BEGIN line without its
 END), takes the following strings (text items) with it, up to its END line (``LineRedactor``, which
-redacts an upstream's stderr too). A cut result's JSON is never longer than its limit, counting the gateway's own notice, and a text is never cut
-inside a UTF-8 character.
+redacts an upstream's stderr too). A cut result's JSON is never longer than its limit, counting the
+gateway's own notice, and a text is never cut inside a UTF-8 character.
 
 Theory of operation. A result's size is the bytes of its compact JSON as sent: every member counts
 (``_meta``, annotations, an embedded resource's URI, an empty item's braces). ``cut`` keeps
