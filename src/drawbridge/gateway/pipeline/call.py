@@ -29,8 +29,8 @@ version, a ``Replier`` (the agent's side: how to ask it in-band, how to write an
 6. forward: ``Forwarder.send``, once the evidence guard has checked that the call's record can be
    built (``EvidenceGuard.admit``), under the call timeout (one watch task for every call: their
    deadlines come in the order they were sent); a task call to a tool ``result_guards`` guards is refused;
-7. settle: the upstream's answer (``answered``; its result guarded, ``result_guards``), its loss (``lost``),
-   the timeout, or the agent's cancellation (``cancel``) -- whoever comes first; the others find it settled;
+7. settle: the upstream's answer (``answered``; its result guarded, ``result_guards``, a large one on a
+   worker thread while the loop goes on), its loss (``lost``), the timeout, or the agent's cancellation (``cancel``) -- whoever comes first; the others find it settled;
 8. record: one ``CallRecord`` through the ``EvidenceGuard``;
 9. answer: ``Replier.deliver``, or the return of ``call``.
 
