@@ -145,11 +145,11 @@ def test_a_cut_stays_within_the_limit_and_never_splits_a_character() -> None:
     assert notice.startswith(f"[drawbridge: result cut at 2049 bytes (result_guards); {report.cut_bytes} more bytes")
     assert "1 content item(s) that cannot be cut" in notice
     assert "structuredContent was dropped (a cut one would not match the tool's output schema), so the result is marked isError" in notice
-    assert report.cut_bytes == 6000 + 100 + 7 - len(kept.encode())
+    assert report.size == 6217 and 0 < report.size - report.cut_bytes <= 2049 - 512  # what was shown, the notice aside
     refused = guards(max_bytes=2049, on_oversize="refuse").apply("a", "t", result)
     assert refused is not None and refused[0]["isError"] is True
-    assert "it is 6107 bytes, over the limit of 2049 bytes" in refused[0]["content"][0]["text"]
-    assert guards(max_bytes=6107).apply("a", "t", result) is None
+    assert "it is 6217 bytes, over the limit of 2049 bytes" in refused[0]["content"][0]["text"]
+    assert guards(max_bytes=6217).apply("a", "t", result) is None
 
 
 def test_the_first_matching_entry_applies_and_an_entry_that_guards_nothing_exempts() -> None:
@@ -188,6 +188,7 @@ def _config(entries: Any) -> Any:
     ([{"secret_patterns": {"k": "[a-z]{1,600}X"}}], "could try too many ways at each position"),
     ([{"secret_patterns": {"jwt": "JWT-[0-9]{8}"}}], "'jwt' is the name of a built-in detector"),
     ([{"secret_patterns": {"Bad Name": "X{2}"}}], "the name 'Bad Name' must match"),
+    ([{"tools": ["x"], "secret_patterns": {}}], "result_guards[0].secret_patterns is empty"),
 ])
 def test_every_bad_entry_is_a_located_error(entries: Any, problem: str) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -280,8 +281,10 @@ async def test_serve_redacts_and_cuts_what_tools_return(served: Running, tmp_pat
     # Each secret twice: in the text, and again in the SDK's structured output of the same value.
     assert recorded["leaky.read_config"] == {"entry": 1, "secrets": {"acme_key": 2, "aws_access_key_id": 2, "github_token": 2}}
     assert recorded["leaky.account"] == {"entry": 1, "secrets": {"github_token": 4}}
-    size = 2 * 16384 + len('{"result":""}')  # the text, and again as the SDK's structured output
-    assert recorded["leaky.dump_log"] == {"entry": 0, "size": size, "limit": 4096, "cut_bytes": size - len(kept.text.encode())}
+    size = 2 * 16384 + 89  # the result's JSON: the text, and again as the SDK's structured output {"result": ...}
+    cut_log = recorded["leaky.dump_log"]
+    assert {**cut_log, "cut_bytes": 0} == {"entry": 0, "size": size, "limit": 4096, "cut_bytes": 0}
+    assert size - (4096 - 512) <= cut_log["cut_bytes"] <= size - len(kept.text.encode())
     assert recorded["env.run"] is not None and recorded["env.run"]["secrets"] == {"github_token": 2}
     assert recorded["leaky.rejected"] == {"entry": 1, "secrets": {"github_token": 2}}
     assert "  result guards: 2 entries (secrets redacted, sizes capped on what tools return)" in served.text()
@@ -317,13 +320,13 @@ async def test_wrap_guards_results_with_the_same_entries_and_refuses_when_told(t
     assert "[drawbridge: redacted github_token]" in _texts(config) and not config.is_error
     assert account.is_error and account.structured_content is None
     assert _texts(account) == "the result was withheld: it held a secret (github_token); result_guards entry 0 refuses such results"
-    # 2 KiB of text, and the same text again in the SDK's structured output {"result": ...}
-    assert log.is_error and _texts(log) == "the result was withheld: it is 4109 bytes, over the limit of 2048 bytes (result_guards entry 1)"
+    # the JSON of 2 KiB of text, and the same text again in the SDK's structured output {"result": ...}
+    assert log.is_error and _texts(log) == "the result was withheld: it is 4185 bytes, over the limit of 2048 bytes (result_guards entry 1)"
     assert not small.is_error and _texts(small) == ""
     guarded = [d.get("result_guard") for d in decisions(evidence)]
     assert guarded == [{"entry": 1, "secrets": {"aws_access_key_id": 2, "github_token": 2}},
                        {"entry": 0, "secrets": {"github_token": 4}, "refused": "secret"},
-                       {"entry": 1, "refused": "size", "size": 4109, "limit": 2048, "cut_bytes": 0}, None]
+                       {"entry": 1, "refused": "size", "size": 4185, "limit": 2048, "cut_bytes": 0}, None]
     _no_secret_anywhere(evidence, logs="")
 
 
@@ -401,8 +404,197 @@ async def test_an_openapi_upstream_s_answers_are_guarded_the_same_way(tmp_path: 
                     echoed = await client.call_tool("items.get_echo", {"text": GITHUB_TOKEN})
                     big = await client.call_tool("items.get_big", {})
     assert "/api/echo/[drawbridge: redacted github_token]" in _texts(echoed) and GITHUB_TOKEN not in _texts(echoed)
-    assert _texts(big).endswith("[drawbridge: result cut at 1024 bytes (result_guards); 2488 more bytes were not shown]")
+    assert _texts(big).endswith("[drawbridge: result cut at 1024 bytes (result_guards); 2543 more bytes were not shown]")
     assert len(_texts(big).split("\n")[0].encode()) <= 1024
     recorded = {d["tool"]: d.get("result_guard") for d in decisions(tmp_path / "evidence")}
     assert recorded == {"items.get_echo": {"entry": 0, "secrets": {"github_token": 2}},  # text and structured
-                        "items.get_big": {"entry": 0, "size": 3000, "limit": 1024, "cut_bytes": 2488}}
+                        "items.get_big": {"entry": 0, "size": 3055, "limit": 1024, "cut_bytes": 2543}}
+
+
+# ------------------------------------------------------------------------- hostile answers
+
+
+def _call() -> Any:
+    from drawbridge.gateway.pipeline.tool_call import ToolCall
+
+    return ToolCall(agent="a", tool="t", arguments={}, meta=None, request_id=1)
+
+
+def test_an_input_required_result_is_redacted_and_a_secret_in_its_request_state_withholds_it() -> None:
+    """The agent reads inputRequests (redacted); requestState goes back to the upstream as it came, so a
+    secret in it withholds the whole answer rather than alter it."""
+    asked = {"resultType": "input_required", "requestState": "opaque-1",
+             "inputRequests": {"r1": {"method": "elicitation/create", "params": {"message": f"paste {GITHUB_TOKEN}"}}}}
+    guarded = guards(redact_secrets=True).answer(_call(), {"jsonrpc": "2.0", "id": 1, "result": asked})
+    assert guarded is not None
+    body, report = guarded
+    assert body["result"]["inputRequests"]["r1"]["params"]["message"] == "paste [drawbridge: redacted github_token]"
+    assert body["result"]["requestState"] == "opaque-1" and body["result"]["resultType"] == "input_required"
+    leaky_state = {**asked, "requestState": GITHUB_TOKEN}
+    withheld = guards(redact_secrets=True).answer(_call(), {"jsonrpc": "2.0", "id": 1, "result": leaky_state})
+    assert withheld is not None
+    body, report = withheld
+    assert body["result"]["isError"] is True and body["result"]["resultType"] == "complete"
+    assert GITHUB_TOKEN not in json.dumps(body) and report.refused == "secret"
+    refused = guards(redact_secrets=True, on_secret="refuse").answer(_call(), {"jsonrpc": "2.0", "id": 1, "result": asked})
+    assert refused is not None and refused[0]["result"]["resultType"] == "complete" and GITHUB_TOKEN not in json.dumps(refused[0])
+
+
+def test_an_error_that_is_not_an_object_never_passes_raw_and_a_refused_error_has_a_code() -> None:
+    for error in (f"bad {GITHUB_TOKEN}", [GITHUB_TOKEN], None, 3):
+        guarded = guards(max_bytes=4096).answer(_call(), {"jsonrpc": "2.0", "id": 1, "error": error})
+        assert guarded is not None
+        body, report = guarded
+        assert body["error"]["code"] == -32603 and GITHUB_TOKEN not in json.dumps(body)
+        assert report.log_field() == "refused:malformed"
+    refused = guards(redact_secrets=True, on_secret="refuse").answer(
+        _call(), {"jsonrpc": "2.0", "id": 1, "error": {"message": f"bad {GITHUB_TOKEN}"}})
+    assert refused is not None and refused[0]["error"]["code"] == -32603
+
+
+async def test_a_large_hostile_result_is_guarded_in_bounded_time_and_off_the_event_loop(tmp_path: Path) -> None:
+    """4 MB of private key BEGIN lines (each once made the detector rescan the rest of the text) and of
+    plain filler are guarded within a few times what relaying 4 MB unguarded costs; and while a result is
+    being scanned at length (an operator's pattern that costs its bound at every position), calls to
+    another tool are answered promptly."""
+    file = tmp_path / "guards.yaml"
+    file.write_text(
+        "- tools: [flood]\n  redact_secrets: true\n"
+        "- tools: [pages]\n  secret_patterns:\n    slow: '[\\s\\S]{1,255}Q'\n", encoding="utf-8",
+    )
+    params = wrap_params(LEAKY, "--allow-all", "--result-guards", str(file))
+    latencies: list[float] = []
+    async with connect(params) as client:
+        with anyio.fail_after(CALL_SECONDS * 2):
+            await client.call_tool("plain", {"kib": 1})
+            started = time.monotonic()
+            await client.call_tool("plain", {"kib": 4096})
+            plain_seconds = time.monotonic() - started
+            for kind in ("headers", "filler"):
+                started = time.monotonic()
+                flooded = await client.call_tool("flood", {"kind": kind, "kib": 4096})
+                assert time.monotonic() - started < 4 * plain_seconds + scaled(1.0), kind
+                assert ("redacted pem_private_key" in _texts(flooded)) == (kind == "headers")
+
+            done = anyio.Event()
+            items = 0
+
+            async def scanned_at_length() -> None:
+                await client.call_tool("pages", {"kib": 2048, "items": items})
+                done.set()
+
+            for items in (2048, 1):  # many strings, and one long one
+                done = anyio.Event()
+                latencies.clear()
+                started = time.monotonic()
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(scanned_at_length)
+                    while not done.is_set():
+                        asked = time.monotonic()
+                        await client.call_tool("plain", {"kib": 0})
+                        latencies.append(time.monotonic() - asked)
+                scan_seconds = time.monotonic() - started
+                assert len(latencies) >= 3 and max(latencies) < scan_seconds / 3, (items, scan_seconds, latencies)
+
+
+def test_a_private_key_written_with_escaped_newlines_and_cut_short_is_redacted_whole() -> None:
+    """As in a service account's JSON: the body after the header is taken, escapes and all."""
+    body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\\nBKcwggSjAgEAAoIBAQC7\\r\\n q2w3e4r5t6y7"
+    guarded = guards(redact_secrets=True).apply("a", "t", text_result(f'{{"private_key": "-----BEGIN PRIVATE KEY-----\\n{body}"}}'))
+    assert guarded is not None
+    assert guarded[0]["content"][0]["text"] == '{"private_key": "[drawbridge: redacted pem_private_key]"}'
+
+
+PEM_LINES = ["-----BEGIN RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEA7Vx1q2w3e4r5t6y7", "u8i9o0p1a2s3d4f5g6h7", "-----END RSA PRIVATE KEY-----"]
+
+
+def test_an_upstream_s_stderr_hides_a_key_block_s_body_lines_and_a_token_at_the_cut(caplog: pytest.LogCaptureFixture) -> None:
+    """serve relays an upstream's stderr line by line: the body lines after a BEGIN line are hidden up
+    to the END line, and a long line is cut after it was redacted (a token at the cut is not half shown)."""
+    import os
+    import threading
+
+    from drawbridge.gateway.upstreams.child_process import STDERR_LINE_CAP, relay_stderr
+
+    read, write = os.pipe()
+    caplog.set_level("INFO")
+    relay_stderr(read, "noisy")
+    (relay,) = [thread for thread in threading.enumerate() if thread.name == "drawbridge-stderr-noisy"]
+    at_cut = "x" * (STDERR_LINE_CAP - 10) + " " + GITHUB_TOKEN
+    os.write(write, "\n".join(["starting", *PEM_LINES, "after the key", at_cut, ""]).encode())
+    os.close(write)
+    relay.join(scaled(10.0))
+    lines = [record.activity["line"] for record in caplog.records if getattr(record, "activity", {}).get("event") == "upstream_stderr"]
+    assert lines[0] == "starting" and lines[-2] == "after the key"
+    assert all("[drawbridge: redacted pem_private_key]" in line for line in lines[1:5])
+    assert not [line for line in lines if "MIIE" in line or "u8i9" in line or GITHUB_TOKEN[:8] in line], lines
+
+
+def test_a_key_split_over_the_strings_of_a_list_is_redacted_whole() -> None:
+    result = {"content": [], "structuredContent": {"lines": ["config:", *PEM_LINES, "done"]}}
+    guarded = guards(redact_secrets=True).apply("a", "t", result)
+    assert guarded is not None
+    lines = guarded[0]["structuredContent"]["lines"]
+    assert lines[0] == "config:" and lines[-1] == "done"
+    assert set(lines[1:5]) == {"[drawbridge: redacted pem_private_key]"}
+    items = guards(redact_secrets=True).apply("a", "t", {"content": [{"type": "text", "text": line} for line in ["config:", *PEM_LINES, "done"]]})
+    assert items is not None
+    assert [item["text"] for item in items[0]["content"]] == ["config:", *["[drawbridge: redacted pem_private_key]"] * 4, "done"]
+
+
+def test_two_secrets_used_as_keys_stay_two_keys() -> None:
+    other = "ghp_" + "Z" * 36
+    guarded = guards(redact_secrets=True).apply("a", "t", {"content": [], "structuredContent": {GITHUB_TOKEN: "first", other: "second"}})
+    assert guarded is not None
+    assert guarded[0]["structuredContent"] == {"[drawbridge: redacted github_token]": "first",
+                                               "[drawbridge: redacted github_token #2]": "second"}
+
+
+@pytest.mark.parametrize("result", [
+    {"content": [{"type": "text", "text": ""}] * 100_000},
+    {"content": [{"type": "text", "text": "éé"}] * 769},
+    {"content": [{"type": "text", "text": "a", "_meta": {"k": "m" * 50_000}}], "_meta": {"k": "m" * 50_000}},
+    {"content": [{"type": "resource", "resource": {"uri": "file:///" + "u" * 100_000, "text": "t"}}]},
+    {"content": [{"type": "image", "data": "QQ==", "mimeType": "image/png", "_meta": {"k": "m" * 9000}},
+                 {"type": "text", "text": "x", "annotations": {"audience": ["user"] * 3000}}], "extra": "e" * 9000},
+    {"content": [{"type": "text", "text": "\u0001\"\\" * 5000}]},
+])
+def test_the_size_limit_holds_the_result_s_whole_json(result: dict[str, Any]) -> None:
+    """What a result carries besides its text (``_meta``, annotations, other members, a resource's URI,
+    the braces of empty items, JSON escapes) counts, and a cut result's JSON stays within the limit."""
+    guarded = guards(max_bytes=2048).apply("a", "t", result)
+    assert guarded is not None
+    out, report = guarded
+    assert len(json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()) <= 2048
+    assert report.size == len(json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode())
+    assert out["content"][-1]["text"].startswith("[drawbridge: result cut at 2048 bytes (result_guards)")
+
+
+def test_an_operator_s_pattern_searched_by_windows_finds_a_secret_across_a_window_s_edge() -> None:
+    acme = Detector("acme_key", check_secret_regex("ACME-[0-9a-f]{32}"), windowed=True)
+    for at in (65536 - 20, 65536, 2 * 65536 - 1):
+        text = "x" * at + ACME_KEY + " " + ACME_KEY + "y" * 70_000
+        guarded = guards(secret_patterns=(acme,)).apply("a", "t", text_result(text))
+        assert guarded is not None and guarded[1].secrets == (("acme_key", 2),), at
+        assert guarded[0]["content"][0]["text"] == "x" * at + "[drawbridge: redacted acme_key] [drawbridge: redacted acme_key]" + "y" * 70_000
+
+
+def test_an_input_required_result_over_the_limit_is_withheld_not_cut() -> None:
+    asked = {"resultType": "input_required", "requestState": "s" * 5000,
+             "inputRequests": {"r1": {"method": "elicitation/create", "params": {"message": "more?"}}}}
+    guarded = guards(max_bytes=2048).apply("a", "t", asked)
+    assert guarded is not None and guarded[1].refused == "size"
+    assert guarded[0]["resultType"] == "complete" and guarded[0]["isError"] is True
+
+
+async def test_a_call_whose_result_is_scanned_longer_than_the_call_timeout_times_out(tmp_path: Path) -> None:
+    """The scan runs on a worker thread: the call's timeout still fires, and the scan's end is ignored."""
+    file = tmp_path / "guards.yaml"
+    file.write_text("- tools: [pages]\n  secret_patterns:\n    slow: '[\\s\\S]{1,255}Q'\n", encoding="utf-8")
+    params = wrap_params(LEAKY, "--allow-all", "--result-guards", str(file), "--call-timeout", "1")
+    async with connect(params) as client:
+        with anyio.fail_after(CALL_SECONDS):
+            with pytest.raises(MCPError) as timed_out:
+                await client.call_tool("pages", {"kib": 8192, "items": 8192})
+            assert timed_out.value.error.code == -32001
+            assert not (await client.call_tool("plain", {"kib": 0})).is_error

@@ -70,6 +70,8 @@ def _patterns(entry: Reader) -> tuple[Detector, ...]:
     sub = entry.child("secret_patterns")
     if sub is None:
         return ()
+    if not sub.node:  # an entry that guards nothing exempts its tools: never by an oversight
+        raise entry.fail("secret_patterns", f"{sub.where} is empty")
     detectors = []
     for name, pattern in sub.node.items():
         if not isinstance(name, str) or not isinstance(pattern, str):
@@ -79,7 +81,7 @@ def _patterns(entry: Reader) -> tuple[Detector, ...]:
         if name in BUILTIN_KINDS:
             raise sub.fail(name, f"{sub.where}: {name!r} is the name of a built-in detector; choose another")
         try:
-            detectors.append(Detector(name, check_secret_regex(pattern)))
+            detectors.append(Detector(name, check_secret_regex(pattern), windowed=True))
         except RegexError as exc:
             raise sub.fail(name, f"{sub.where}.{name}: the pattern {exc}") from None
     return tuple(detectors)

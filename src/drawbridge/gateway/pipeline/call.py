@@ -29,8 +29,8 @@ version, a ``Replier`` (the agent's side: how to ask it in-band, how to write an
 6. forward: ``Forwarder.send``, once the evidence guard has checked that the call's record can be
    built (``EvidenceGuard.admit``), under the call timeout (one watch task for every call: their
    deadlines come in the order they were sent); a task call to a tool ``result_guards`` guards is refused;
-7. settle: the upstream's answer (``answered``; its result guarded, ``result_guards``), its loss (``lost``),
-   the timeout, or the agent's cancellation (``cancel``) -- whoever comes first; the others find it settled;
+7. settle: the upstream's answer (``answered``; its result guarded, ``result_guards``, a large one on a
+   worker thread while the loop goes on), its loss (``lost``), the timeout, or the agent's cancellation (``cancel``) -- whoever comes first; the others find it settled;
 8. record: one ``CallRecord`` through the ``EvidenceGuard``;
 9. answer: ``Replier.deliver``, or the return of ``call``.
 
@@ -78,7 +78,13 @@ from drawbridge.gateway.pipeline.guard import EvidenceGuard
 from drawbridge.gateway.pipeline.outcomes import Outcome, outcome_of_response
 from drawbridge.gateway.pipeline.rate_limits import RateLimiter
 from drawbridge.gateway.pipeline.records import CallRecord
-from drawbridge.gateway.pipeline.result_guards import GUARDED_OUTCOMES, GuardReport, ResultGuards
+from drawbridge.gateway.pipeline.result_guards import (
+    GUARD_OFF_LOOP_CHARS,
+    GUARDED_OUTCOMES,
+    GuardReport,
+    ResultGuards,
+    carries_more_than,
+)
 from drawbridge.gateway.pipeline.tool_call import ToolCall, parse_tool_call, requested_tool_name
 from drawbridge.gateway.pipeline.upstream_answers import INPUT_REQUIRED_FOR_HANDSHAKE, rewritten
 from drawbridge.gateway.pipeline.verdicts import (
@@ -244,6 +250,16 @@ class Flight:
 
 
 # ------------------------------------------------------------------------------------------ pipeline
+
+
+Guarded = tuple[dict[str, Any], GuardReport, bytes]
+"""What ``result_guards`` made of an answer: the body, the report, and the body's line (no newline)."""
+
+
+def _guarded(guards: ResultGuards, call: ToolCall, body: Mapping[str, Any]) -> Guarded | None:
+    """The answer guarded and encoded (both costly for a large one, so both off the loop when it is)."""
+    guarded = guards.answer(call, body)
+    return None if guarded is None else (*guarded, encode_line(guarded[0])[:-1])
 
 
 class CallPipeline:
@@ -591,14 +607,38 @@ class CallPipeline:
     def answered(self, flight: Flight, body: Mapping[str, Any], raw: bytes | None = None,
                  *, passed: frozenset[int] = frozenset()) -> bool:
         """The upstream answered a forwarded call; False when the flight had ended already. ``passed``: the
-        codes 2026-07-28 defines that its error may carry to the agent (``protocol.hop.relayed_codes``)."""
+        codes 2026-07-28 defines that its error may carry to the agent (``protocol.hop.relayed_codes``).
+
+        A large answer to a guarded call is guarded on a worker thread (``GUARD_OFF_LOOP_CHARS``), so
+        that other calls go on meanwhile and the call's timeout can still fire; the flight settles when
+        it is done (True here means only that the answer was taken)."""
         if flight.settled or not flight.forwarded:
             return False
-        outcome, error, code = outcome_of_response(body)
-        call, verdict = flight.call, flight.verdict
+        outcome, _error, _code = outcome_of_response(body)
+        call = flight.call
+        guarded: Guarded | None = None
         if self.result_guards is not None and call is not None and outcome in GUARDED_OUTCOMES:
-            if (guarded := self.result_guards.answer(call, body)) is not None:  # before any other rewrite
-                (body, flight.guarded), raw = guarded, encode_line(guarded[0])[:-1]
+            if self._tasks is not None and carries_more_than(body, GUARD_OFF_LOOP_CHARS):
+                self._spawn(self._guard_off_loop, flight, self.result_guards, call, body, raw, passed)
+                return True
+            guarded = _guarded(self.result_guards, call, body)  # before any other rewrite
+        return self._answer(flight, body, raw, guarded, passed)
+
+    async def _guard_off_loop(self, flight: Flight, guards: ResultGuards, call: ToolCall, body: Mapping[str, Any],
+                              raw: bytes | None, passed: frozenset[int]) -> None:
+        guarded = await anyio.to_thread.run_sync(_guarded, guards, call, body, abandon_on_cancel=True)
+        self._answer(flight, body, raw, guarded, passed)
+        await self.flush()
+
+    def _answer(self, flight: Flight, body: Mapping[str, Any], raw: bytes | None,
+                guarded: Guarded | None, passed: frozenset[int]) -> bool:
+        """Settle a flight with the upstream's answer, ``guarded`` being what ``result_guards`` made of it."""
+        if flight.settled:
+            return False  # timed out or cancelled while it was being guarded
+        if guarded is not None:
+            body, flight.guarded, raw = guarded
+        outcome, error, code = outcome_of_response(body)  # a withheld answer is an error now
+        call, verdict = flight.call, flight.verdict
         answer: Answer = UpstreamAnswer(body, raw)
         if call is not None and (changed := rewritten(body, outcome, error, call, verdict, self.approvals, passed=passed)):
             outcome, error, code, new_body = changed  # ``upstream_answers``: the agent's era, an approval

@@ -4,7 +4,8 @@ result is redacted of secrets and held to a size (``config_guards`` reads the en
 Invariant: with guards configured, no ``CallToolResult`` of a guarded call reaches the agent but
 through ``ResultGuards.apply``: the pipeline applies it to every answer a forwarded call gets
 (``CallPipeline.answered``: MCP, OpenAPI and CLI upstreams, wrap and serve, both eras; a JSON-RPC
-error's message and data are redacted alike), and a call that asks to run as a task, whose result
+error's message and data are redacted alike; a large answer is guarded on a worker thread, and the
+flight settles only once that is done), and a call that asks to run as a task, whose result
 would come back by ``tasks/result`` past this stage, is refused before it is forwarded
 (``task_refusal``); a task the upstream made unasked is withheld. What is recorded of a guard's work
 (``GuardReport``) names the entry, the kinds and counts of secrets, and byte counts: never a secret,
@@ -26,15 +27,28 @@ from typing import Any, Final
 
 from drawbridge.config_guards import ResultGuardRule
 from drawbridge.gateway.pipeline.outcomes import Outcome
+from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR
 from drawbridge.gateway.pipeline.result_text import cut, redacted, result_size
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.protocol.tasks import created_task
 from drawbridge.policy.secret_patterns import BUILTIN, Detector
 
-GUARDED_OUTCOMES: Final = frozenset({Outcome.OK, Outcome.TOOL_ERROR, Outcome.TASK_CREATED, Outcome.UPSTREAM_ERROR})
-"""The answers that carry a ``CallToolResult`` (an ``isError`` one too); a task the upstream made
-unasked, whose result would come back past the guard (it is withheld); and a JSON-RPC error, whose
-message and data the upstream wrote too (redacted; never held to a size)."""
+GUARDED_OUTCOMES: Final = frozenset(
+    {Outcome.OK, Outcome.TOOL_ERROR, Outcome.INPUT_REQUIRED, Outcome.TASK_CREATED, Outcome.UPSTREAM_ERROR}
+)
+"""The answers that carry a ``CallToolResult`` (an ``isError`` one too); a 2026-07-28
+``InputRequiredResult``, whose requests the agent reads (redacted) and whose ``requestState`` it sends
+back unread (never altered: a secret in it withholds the answer); a task the upstream made unasked,
+whose result would come back past the guard (it is withheld); and a JSON-RPC error, whose message and
+data the upstream wrote too (redacted; never held to a size; one that is not an object is replaced)."""
+INPUT_REQUIRED: Final = "input_required"
+MALFORMED_ERROR: Final = (
+    "the upstream answered with a JSON-RPC error that is not an object; it was withheld (result_guards entry {index})"
+)
+GUARD_OFF_LOOP_CHARS: Final = 256 * 1024
+"""An answer whose strings hold more characters than this is guarded on a worker thread
+(``CallPipeline.answered``): the scan costs some tens of nanoseconds a character, and the event loop
+must go on answering other calls (and timing this one out) meanwhile."""
 TASK_REFUSED: Final = (
     "invalid params: this tool's results are guarded (result_guards entry {index}), and a task's result "
     "would reach the agent past the guard; call it without 'task'"
@@ -49,7 +63,7 @@ class GuardReport:
     secrets: tuple[tuple[str, int], ...] = ()
     """(kind, how many), by kind: redacted, or the reason for a refusal."""
     refused: str | None = None
-    """``secret``, ``size`` or ``task``: the result was withheld."""
+    """``secret``, ``size``, ``task`` or ``malformed`` (an error that is not an object): the answer was withheld."""
     size: int | None = None
     """The result's bytes, when a size limit acted."""
     limit: int | None = None
@@ -63,8 +77,8 @@ class GuardReport:
             return f"refused:secret:{kinds}"
         if self.refused == "size":
             return f"refused:size:{self.size}>{self.limit}"
-        if self.refused == "task":
-            return "refused:task"
+        if self.refused in ("task", "malformed"):
+            return f"refused:{self.refused}"
         parts = [f"redacted:{kinds}"] if kinds else []
         parts += [f"cut:{self.cut_bytes}"] if self.limit is not None else []
         return ",".join(parts)
@@ -85,15 +99,37 @@ class GuardReport:
         if self.refused == "secret":
             return [("refused", kind, count) for kind, count in self.secrets]
         out = [("redacted", kind, count) for kind, count in self.secrets]
-        if self.refused in ("size", "task"):
+        if self.refused in ("size", "task", "malformed"):
             out.append(("refused", str(self.refused), 1))
         elif self.limit is not None:
             out.append(("truncated", "size", 1))
         return out
 
 
+def carries_more_than(value: Any, limit: int) -> bool:
+    """Whether the strings (and keys) in a JSON value hold more than ``limit`` characters; stops counting
+    once they do. Each item counts one besides, so that a million empty strings count too."""
+    left = limit
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        left -= 1
+        if isinstance(item, str):
+            left -= len(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        if left < 0:
+            return True
+    return False
+
+
 def _withheld(result: Mapping[str, Any], text: str) -> dict[str, Any]:
-    kept = {"resultType": result["resultType"]} if "resultType" in result else {}
+    """An ``isError`` result in the place of one withheld; an ``InputRequiredResult`` becomes a complete one."""
+    kind = result.get("resultType")
+    kept = {"resultType": "complete" if kind == INPUT_REQUIRED else kind} if "resultType" in result else {}
     return {**kept, "content": [{"type": "text", "text": text}], "isError": True}
 
 
@@ -127,8 +163,13 @@ class ResultGuards:
 
     def answer(self, call: ToolCall, body: Mapping[str, Any]) -> tuple[dict[str, Any], GuardReport] | None:
         """The upstream's response with its result (or its error) guarded, or None when it passes as it came."""
-        if isinstance(body.get("error"), Mapping):
-            return self._error(call, body)
+        if "error" in body:
+            if isinstance(body["error"], Mapping):
+                return self._error(call, body)
+            if (rule := self.rule_for(call.agent, call.tool)) is None:
+                return None
+            error = {"code": INTERNAL_ERROR, "message": MALFORMED_ERROR.format(index=rule.index)}
+            return {**body, "error": error}, GuardReport(rule.index, refused="malformed")
         if not isinstance(body.get("result"), Mapping):
             return None  # not an answer the agent gets (an internal error names the problem instead)
         guarded = self.apply(call.agent, call.tool, body["result"])
@@ -145,7 +186,9 @@ class ResultGuards:
         secrets = tuple(sorted(found.items()))
         if rule.on_secret == "refuse":
             kinds = ", ".join(kind for kind, _count in secrets)
-            error = {"code": error.get("code"), "message": f"the upstream's error was withheld: it held a secret ({kinds}); "
+            code = error.get("code")
+            code = code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR
+            error = {"code": code, "message": f"the upstream's error was withheld: it held a secret ({kinds}); "
                      f"result_guards entry {rule.index} refuses such results"}
             return {**body, "error": error}, GuardReport(rule.index, secrets, refused="secret")
         return {**body, "error": error}, GuardReport(rule.index, secrets)
@@ -163,7 +206,17 @@ class ResultGuards:
         secrets: tuple[tuple[str, int], ...] = ()
         detectors = self._detectors[rule.index]
         if detectors:
-            out, found = redacted(result, detectors)
+            state = result.get("requestState") if result.get("resultType") == INPUT_REQUIRED else None
+            if state is not None:  # opaque, and sent back as it came: never altered, withheld if it holds one
+                _, in_state = redacted({"requestState": state}, detectors)
+                if in_state:
+                    secrets = tuple(sorted(in_state.items()))
+                    text = (f"the upstream's request for input was withheld: its requestState held a secret "
+                            f"({', '.join(kind for kind, _count in secrets)}); result_guards entry {rule.index}")
+                    return _withheld(result, text), GuardReport(rule.index, secrets, refused="secret")
+            out, found = redacted({k: v for k, v in result.items() if k != "requestState" or state is None}, detectors)
+            if state is not None:
+                out["requestState"] = state
             secrets = tuple(sorted(found.items()))
             if secrets and rule.on_secret == "refuse":
                 kinds = ", ".join(kind for kind, _count in secrets)
@@ -171,7 +224,7 @@ class ResultGuards:
                         f"result_guards entry {rule.index} refuses such results")
                 return _withheld(result, text), GuardReport(rule.index, secrets, refused="secret")
         if rule.max_bytes is not None and (size := result_size(out)) > rule.max_bytes:
-            if rule.on_oversize == "refuse":
+            if rule.on_oversize == "refuse" or result.get("resultType") == INPUT_REQUIRED:  # a cut one would not work
                 text = (f"the result was withheld: it is {size} bytes, over the limit of {rule.max_bytes} bytes "
                         f"(result_guards entry {rule.index})")
                 return _withheld(result, text), GuardReport(rule.index, secrets, "size", size, rule.max_bytes)
@@ -182,4 +235,4 @@ class ResultGuards:
         return out, GuardReport(rule.index, secrets)
 
 
-__all__ = ["GUARDED_OUTCOMES", "TASK_REFUSED", "GuardReport", "ResultGuards"]
+__all__ = ["GUARDED_OUTCOMES", "GUARD_OFF_LOOP_CHARS", "TASK_REFUSED", "GuardReport", "ResultGuards", "carries_more_than"]

@@ -31,7 +31,7 @@ import anyio
 
 from drawbridge.activity_log import activity
 from drawbridge.canonical import sanitize
-from drawbridge.gateway.pipeline.result_text import redacted_text
+from drawbridge.gateway.pipeline.result_text import LineRedactor, redacted_text
 from drawbridge.gateway.protocol.jsonrpc import LineFramer, Oversize
 from drawbridge.gateway.upstreams.child_spawn import EnvFilter, SpawnedChild, spawn_child
 from drawbridge.gateway.upstreams.pipes import FdReceiveStream
@@ -40,7 +40,10 @@ GRACE_SECONDS: Final = 2.0
 KILL_SECONDS: Final = 2.0
 READ_CHUNK: Final = 65536
 STDERR_LINE_CAP: Final = 4096
-"""The longest stderr line relayed whole; the rest of a longer one is cut."""
+"""The longest stderr line relayed whole; the rest of a longer one is cut (after it was redacted, so
+that a secret across the cut is not half shown)."""
+STDERR_READ_CAP: Final = 65536
+"""What of a stderr line is read and redacted; the rest of a longer one is read and dropped."""
 
 
 async def _pipe_writer(fd: int) -> asyncio.StreamWriter:
@@ -62,13 +65,18 @@ def relay_stderr(fd: int, label: str) -> None:
     """Relay the child's stderr, line by line, as log lines naming the upstream (``upstream_stderr``),
     in a thread of its own that ends with the child's stderr; it owns ``fd``. Not on any call's path.
     A secret the built-in detectors find (an upstream that logs the credential it failed with) is
-    redacted as ``result_guards`` redacts it: a log line never carries one."""
+    redacted as ``result_guards`` redacts it: a log line never carries one, and the lines after a private
+    key's BEGIN line are redacted up to its END line (``LineRedactor``)."""
 
     def relay() -> None:
+        redact = LineRedactor(redacted_text)  # a key's body lines after its BEGIN line go too
         with open(fd, "rb") as lines:
-            for raw in lines:
-                line = raw.rstrip(b"\r\n").decode("utf-8", "replace")[:STDERR_LINE_CAP]
-                activity("upstream_stderr", {"upstream": label, "line": sanitize(redacted_text(line))})
+            while raw := lines.readline(STDERR_READ_CAP):
+                whole = raw.endswith(b"\n")
+                while not whole and (rest := lines.readline(STDERR_READ_CAP)):  # the rest is not shown
+                    whole = rest.endswith(b"\n")
+                line = redact(raw.rstrip(b"\r\n").decode("utf-8", "replace"))[:STDERR_LINE_CAP]  # cut once redacted
+                activity("upstream_stderr", {"upstream": label, "line": sanitize(line)})
 
     threading.Thread(target=relay, name=f"drawbridge-stderr-{label}", daemon=True).start()
 
