@@ -78,12 +78,9 @@ from drawbridge.gateway.pipeline.guard import EvidenceGuard
 from drawbridge.gateway.pipeline.outcomes import Outcome, outcome_of_response
 from drawbridge.gateway.pipeline.rate_limits import RateLimiter
 from drawbridge.gateway.pipeline.records import CallRecord
+from drawbridge.gateway.pipeline.call_answers import Answer, GatewayError, GatewayResult, UpstreamAnswer
 from drawbridge.gateway.pipeline.result_guards import (
-    GUARD_OFF_LOOP_CHARS,
-    GUARDED_OUTCOMES,
-    GuardReport,
-    ResultGuards,
-    carries_more_than,
+    GUARD_OFF_LOOP_CHARS, GUARDED_OUTCOMES, Guarded, GuardReport, ResultGuards, carries_more_than, guarded_line,
 )
 from drawbridge.gateway.pipeline.tool_call import ToolCall, parse_tool_call, requested_tool_name
 from drawbridge.gateway.pipeline.upstream_answers import INPUT_REQUIRED_FOR_HANDSHAKE, rewritten
@@ -116,35 +113,6 @@ DECISION_CHANGED: Final = (
     "the decision changed while the approval was pending (the policy or the tool's catalogue entry "
     "changed; it now says {action}); call again"
 )
-
-
-# ------------------------------------------------------------------------------------------ answers
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayResult:
-    """A ``CallToolResult`` the gateway answers with itself (a refusal, an approval still open)."""
-
-    result: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayError:
-    """A JSON-RPC error the gateway answers with (invalid, timed out, upstream gone, withheld)."""
-
-    code: int
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamAnswer:
-    """The upstream's own response: its body, and the line it came in when the transport has it."""
-
-    body: Mapping[str, Any]
-    raw: bytes | None = None
-
-
-Answer = GatewayResult | GatewayError | UpstreamAnswer
 
 
 # ------------------------------------------------------------------------------------- collaborators
@@ -250,16 +218,6 @@ class Flight:
 
 
 # ------------------------------------------------------------------------------------------ pipeline
-
-
-Guarded = tuple[dict[str, Any], GuardReport, bytes]
-"""What ``result_guards`` made of an answer: the body, the report, and the body's line (no newline)."""
-
-
-def _guarded(guards: ResultGuards, call: ToolCall, body: Mapping[str, Any]) -> Guarded | None:
-    """The answer guarded and encoded (both costly for a large one, so both off the loop when it is)."""
-    guarded = guards.answer(call, body)
-    return None if guarded is None else (*guarded, encode_line(guarded[0])[:-1])
 
 
 class CallPipeline:
@@ -621,12 +579,12 @@ class CallPipeline:
             if self._tasks is not None and carries_more_than(body, GUARD_OFF_LOOP_CHARS):
                 self._spawn(self._guard_off_loop, flight, self.result_guards, call, body, raw, passed)
                 return True
-            guarded = _guarded(self.result_guards, call, body)  # before any other rewrite
+            guarded = guarded_line(self.result_guards, call, body)  # before any other rewrite
         return self._answer(flight, body, raw, guarded, passed)
 
     async def _guard_off_loop(self, flight: Flight, guards: ResultGuards, call: ToolCall, body: Mapping[str, Any],
                               raw: bytes | None, passed: frozenset[int]) -> None:
-        guarded = await anyio.to_thread.run_sync(_guarded, guards, call, body, abandon_on_cancel=True)
+        guarded = await anyio.to_thread.run_sync(guarded_line, guards, call, body, abandon_on_cancel=True)
         self._answer(flight, body, raw, guarded, passed)
         await self.flush()
 

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from drawbridge.config_guards import ResultGuardRule
 from drawbridge.gateway.pipeline.outcomes import Outcome
-from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR
+from drawbridge.gateway.protocol.jsonrpc import INTERNAL_ERROR, encode_line
 from drawbridge.gateway.pipeline.result_text import cut, redacted, result_size
 from drawbridge.gateway.pipeline.tool_call import ToolCall
 from drawbridge.gateway.protocol.tasks import created_task
@@ -235,4 +235,18 @@ class ResultGuards:
         return out, GuardReport(rule.index, secrets)
 
 
-__all__ = ["GUARDED_OUTCOMES", "GUARD_OFF_LOOP_CHARS", "TASK_REFUSED", "GuardReport", "ResultGuards", "carries_more_than"]
+
+Guarded = tuple[dict[str, Any], GuardReport, bytes]
+"""What ``result_guards`` made of an answer: the body, the report, and the body's line (no newline)."""
+
+
+def guarded_line(guards: ResultGuards, call: ToolCall, body: Mapping[str, Any]) -> Guarded | None:
+    """The answer guarded and encoded (both costly for a large one, so both off the loop when it is)."""
+    guarded = guards.answer(call, body)
+    return None if guarded is None else (*guarded, encode_line(guarded[0])[:-1])
+
+
+__all__ = [
+    "GUARDED_OUTCOMES", "GUARD_OFF_LOOP_CHARS", "TASK_REFUSED", "Guarded", "GuardReport", "ResultGuards",
+    "carries_more_than", "guarded_line",
+]
