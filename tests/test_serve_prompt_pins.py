@@ -19,6 +19,7 @@ import httpx
 import pytest
 from conftest import PYTHON, SERVERS, child_env, eventually, scaled
 from mcp.shared.exceptions import MCPError
+from mcp.types import PromptReference
 from replica_support import KEY_ENV, KEYS
 from serve_support import http_client, http_gateway, sha256, write_config
 
@@ -76,6 +77,15 @@ async def _refused(url: str, name: str) -> str:
     return str(caught.value)
 
 
+async def _complete_refused(url: str, name: str) -> str:
+    """A completion of a held-back prompt's argument is refused like its get: its values could tell
+    what nobody accepted."""
+    async with http_client(url) as client:
+        with pytest.raises(MCPError) as caught:
+            await client.complete(PromptReference(type="ref/prompt", name=name), {"name": "who", "value": "a"})
+    return str(caught.value)
+
+
 async def _rug_pull_held_back_until_accepted(directory: Path, config: Path, env: dict[str, str] | None = None) -> None:
     with http_gateway(config, env=env) as running:
         assert running.url is not None
@@ -99,12 +109,19 @@ async def _rug_pull_held_back_until_accepted(directory: Path, config: Path, env:
         # Agents read the accepted greet only, and no leak; getting either is refused, and recorded.
         listed = await _prompts(url)
         assert set(listed) == {"rugpull.greet"} and listed["rugpull.greet"].description == HONEST
+        # Shown as pinned, as the server wrote it: no argument field it left out is sent as null (the
+        # TypeScript SDK refuses a whole listing holding one).
+        [who] = listed["rugpull.greet"].arguments or []
+        assert (who.name, who.required) == ("who", True) and who.model_fields_set == {"name", "required"}
         changed = await _refused(url, "rugpull.greet")
         assert "changed since the prompts of server 'rugpull' were pinned" in changed
         assert "drawbridge pins accept --kind prompt rugpull.greet" in changed
         assert "is new since" in await _refused(url, "rugpull.leak")
+        assert "changed since" in await _complete_refused(url, "rugpull.greet")
+        assert "is new since" in await _complete_refused(url, "rugpull.leak")
         incidents = [b for b in _events(directory, "relay_incident") if b.get("kind") == "prompt_held_back"]
-        assert len(incidents) == 2 and all(i["code"] == -32602 for i in incidents)
+        assert len(incidents) == 4 and all(i["code"] == -32602 for i in incidents)
+        assert all(i.get("agent") == "tester" for i in incidents), incidents
 
         rows = {(r["kind"], r["name"]): r for r in httpx.get(f"{base}/tools/pins", headers=AUTH).json()}
         assert set(rows) == {("prompt", "rugpull.greet"), ("prompt", "rugpull.leak")}
@@ -125,6 +142,9 @@ async def _rug_pull_held_back_until_accepted(directory: Path, config: Path, env:
         assert (accepted["kind"], accepted["prompt"], accepted["name"]) == ("prompt", "greet", "rugpull.greet")
         assert (await _prompts(url))["rugpull.greet"].description == RUG_PULL
         assert await _get(url, "rugpull.greet") == "greet for ana"
+        async with http_client(url) as client:
+            completed = await client.complete(PromptReference(type="ref/prompt", name="rugpull.greet"), {"name": "who", "value": "a"})
+        assert completed.completion.values == ["greet-completed"]
         assert "rugpull.leak" not in await _prompts(url)
 
         # The CLI lists and shows it by kind; the console shows it marked as a prompt and accepts it.

@@ -394,7 +394,7 @@ class CataloguePins:
             return None
         fields = self.kind.fields
         shown = {key: value for key, value in item.items() if key not in fields or key == "name"}
-        shown.update((key, value) for key, value in document.items() if key != "name" and value is not None)
+        shown.update((key, _declared(key, value)) for key, value in document.items() if key != "name" and value is not None)
         return shown
 
     def shown(self, server: str, tools: Sequence[Any]) -> list[Any] | None:
@@ -465,6 +465,18 @@ def _document(definition: str | None) -> Mapping[str, Any] | None:
     except ValueError:
         return None
     return document if isinstance(document, dict) else None
+
+
+def _declared(key: str, value: Any) -> Any:
+    """A pinned field as a server writes it: the pinned document holds every field of a prompt's
+    argument (``null`` when not declared), but clients validate an argument's ``title`` and
+    ``description`` as strings when present, so an undeclared one is left out, not sent as null."""
+    if key != "arguments" or not isinstance(value, list):
+        return value
+    return [
+        {k: v for k, v in argument.items() if v is not None} if isinstance(argument, Mapping) else argument
+        for argument in value
+    ]
 
 
 def _unavailable_reason(server: str, exc: BaseException, kind: str) -> str:
