@@ -208,7 +208,7 @@ async def test_a_prompt_changed_while_the_server_runs_and_a_pin_store_that_canno
         "env": {"SHIFTING_STATE": str(tmp_path / "shifting.json")},
     }
     config = write_config(
-        tmp_path, [upstream], pin_prompts=True, state_path="./state.db", evidence_dir="./evidence", fsync="never",
+        tmp_path, [upstream], pin_prompts=True, pin_tools=True, state_path="./state.db", evidence_dir="./evidence", fsync="never",
         auth={"admin": {"token_sha256": sha256(ADMIN)}, "anonymous_agent": "tester"},
     )
     with http_gateway(config) as running:
@@ -237,9 +237,18 @@ async def test_a_prompt_changed_while_the_server_runs_and_a_pin_store_that_canno
                 what="the prompt pins unavailable",
             )[0]
             assert "every prompt of this server is held back" in unavailable["reason"]
+            assert "the pin of prompt 'greet' has a malformed fingerprint" in unavailable["reason"]
             assert (await client.list_prompts()).prompts == []
             echoed = await client.call_tool("shifting.echo", {})
             assert not echoed.is_error
         assert "pin store unavailable" in await _refused(url, "shifting.greet")
+        # The listing names the kind held back, and the tools (whose pins are fine) can still be listed.
+        base = running.control()
+        both = httpx.get(f"{base}/tools/pins", headers=AUTH)
+        assert both.status_code == 503 and "every prompt of this server is held back" in both.text, both.text
+        assert "every tool" not in both.text and "drawbridge pins list --kind tool" in both.text
+        tools_only = httpx.get(f"{base}/tools/pins", headers=AUTH, params={"kind": "tool"})
+        assert tools_only.status_code == 200 and tools_only.json() == [], tools_only.text
+        assert json.loads(_cli("pins", "list", "--kind", "tool", "--format", "json", "--url", base).stdout) == []
         ready = httpx.get(url.rsplit("/mcp", 1)[0] + "/readyz")
         assert ready.status_code == 200 and ready.json()["prompt_pins_unavailable"] == ["shifting"], ready.text

@@ -42,10 +42,12 @@ def command() -> None:
 
 
 @command.command(name="list")
+@click.option("--kind", type=click.Choice(["tool", "prompt"]), default=None,
+              help="List only held-back tools, or only prompts (default: both).")
 @control_options
-def list_pins(ctl: Control) -> None:
-    """Held-back tools with the pinned and the current fingerprint and description."""
-    held = ctl.client.get("/tools/pins")
+def list_pins(ctl: Control, kind: str | None) -> None:
+    """Held-back tools (and prompts) with the pinned and the current fingerprint and description."""
+    held = ctl.client.get("/tools/pins" if kind is None else f"/tools/pins?kind={kind}")
     if ctl.json:
         emit_json(held)
         return

@@ -57,6 +57,7 @@ from drawbridge.state.policy_edits import (
     edit_lock,
 )
 from drawbridge.state.policy_store import PolicyStore
+from drawbridge.state.errors import StateUnavailable
 
 logger = logging.getLogger("drawbridge.control")
 
@@ -180,13 +181,32 @@ class CatalogueHandlers:
             raise Problem(409, PINNING_OFF["tool"])
         return kinds
 
-    async def held_back(self) -> list[Any]:
-        """Every held-back tool and prompt, tools first (also the console's)."""
-        return [item for kind in self.pin_kinds() for item in await self.pin_service(kind).held_back()]
+    async def held_back(self, kind: str | None = None) -> list[Any]:
+        """Every held-back tool and prompt, tools first, or those of ``kind`` (also the console's).
+
+        Pins of one kind that cannot be read refuse the listing (503: an empty list would read as
+        "nothing held back"), naming that kind, and how the other kind can still be listed alone."""
+        kinds = self.pin_kinds() if kind is None else [kind]
+        items: list[Any] = []
+        for each in kinds:
+            try:
+                items += await self.pin_service(each).held_back()
+            except StateUnavailable as exc:
+                others = [k for k in kinds if k != each]
+                alone = "".join(
+                    f"; the {k}s can still be listed alone (GET /tools/pins?kind={k}, drawbridge pins list --kind {k})"
+                    for k in others
+                )
+                raise Problem(503, f"{exc}{alone}") from None
+        return items
 
     async def pins(self, request: Request) -> Response:
-        """``GET /tools/pins``: held-back tools (and prompts) with the pinned and the current description."""
-        return JSONResponse([item.as_dict() for item in await self.held_back()])
+        """``GET /tools/pins`` (``?kind=tool|prompt`` for one kind): held-back tools (and prompts) with
+        the pinned and the current description."""
+        kind = query_param(request, "kind")
+        if kind is not None and kind not in PINNING_OFF:
+            raise Problem(400, 'query parameter "kind" must be "tool" or "prompt"')
+        return JSONResponse([item.as_dict() for item in await self.held_back(kind)])
 
     async def accept_pins(self, request: Request) -> Response:
         """``POST /tools/pins/accept`` with ``{"server": S}`` or ``{"tools": [...]}`` (and ``by``), and

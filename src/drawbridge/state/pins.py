@@ -133,24 +133,25 @@ def _definition_fits(definition: object, fingerprint: str) -> bool:
     return isinstance(definition, str) and sha256_prefixed(definition.encode("utf-8")) == fingerprint
 
 
-def _decode_pin(server: str, row: tuple[Any, ...]) -> tuple[str, PinnedTool]:
-    """One pins row, checked field by field; a malformed row makes the whole server unreadable."""
+def _decode_pin(server: str, row: tuple[Any, ...], kind: str) -> tuple[str, PinnedTool]:
+    """One pins row of ``kind``, checked field by field; a malformed row makes the whole server
+    unreadable (for that kind), and the problem names the kind of the row."""
     name, fingerprint, description, pinned_at, pinned_by, definition = row
     if not isinstance(name, str) or not name:
-        raise PinStoreUnavailable(server, "a pin row has a malformed tool name")
-    where = f"the pin of tool {sanitize(name)[:200]!r}"
+        raise PinStoreUnavailable(server, f"a pin row has a malformed {kind} name", kind=kind)
+    where = f"the pin of {kind} {sanitize(name)[:200]!r}"
     if not is_sha256_digest(fingerprint):
-        raise PinStoreUnavailable(server, f"{where} has a malformed fingerprint (expected sha256:<64 hex>)")
+        raise PinStoreUnavailable(server, f"{where} has a malformed fingerprint (expected sha256:<64 hex>)", kind=kind)
     if description is not None and not isinstance(description, str):
-        raise PinStoreUnavailable(server, f"{where} has a description that is not text")
+        raise PinStoreUnavailable(server, f"{where} has a description that is not text", kind=kind)
     if not isinstance(pinned_by, str):
-        raise PinStoreUnavailable(server, f"{where} has a pinned_by that is not text")
+        raise PinStoreUnavailable(server, f"{where} has a pinned_by that is not text", kind=kind)
     if not _definition_fits(definition, fingerprint):
-        raise PinStoreUnavailable(server, f"{where} has a definition its fingerprint is not the digest of")
+        raise PinStoreUnavailable(server, f"{where} has a definition its fingerprint is not the digest of", kind=kind)
     try:
         when = from_db_time(pinned_at)
     except ValueError:
-        raise PinStoreUnavailable(server, f"{where} has a malformed pinned_at timestamp") from None
+        raise PinStoreUnavailable(server, f"{where} has a malformed pinned_at timestamp", kind=kind) from None
     return name, PinnedTool(fingerprint, description, when, pinned_by, definition)
 
 
@@ -160,7 +161,7 @@ def _read_pins(conn: sqlite3.Connection, server: str, kind: str) -> dict[str, Pi
         "WHERE server = ? AND kind = ? ORDER BY name",
         (server, kind),
     ).fetchall()
-    return dict(_decode_pin(server, row) for row in rows)
+    return dict(_decode_pin(server, row, kind) for row in rows)
 
 
 def _read_observed(conn: sqlite3.Connection, server: str, kind: str) -> dict[str, ObservedTool]:
@@ -170,16 +171,17 @@ def _read_observed(conn: sqlite3.Connection, server: str, kind: str) -> dict[str
         "WHERE server = ? AND kind = ? ORDER BY name",
         (server, kind),
     ):
+        row = f"an observed {kind} row"
         if not isinstance(name, str) or not is_sha256_digest(fingerprint):
-            raise PinStoreUnavailable(server, "an observed tool row is malformed")
+            raise PinStoreUnavailable(server, f"{row} is malformed", kind=kind)
         if description is not None and not isinstance(description, str):
-            raise PinStoreUnavailable(server, "an observed tool row has a description that is not text")
+            raise PinStoreUnavailable(server, f"{row} has a description that is not text", kind=kind)
         if not _definition_fits(definition, fingerprint):
-            raise PinStoreUnavailable(server, "an observed tool row has a definition its fingerprint does not cover")
+            raise PinStoreUnavailable(server, f"{row} has a definition its fingerprint does not cover", kind=kind)
         try:
             out[name] = ObservedTool(fingerprint, description, from_db_time(observed_at), definition)
         except ValueError:
-            raise PinStoreUnavailable(server, "an observed tool row has a malformed timestamp") from None
+            raise PinStoreUnavailable(server, f"{row} has a malformed timestamp", kind=kind) from None
     return out
 
 
