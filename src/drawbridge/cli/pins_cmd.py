@@ -152,8 +152,7 @@ def accept(
     groups: dict[str | None, dict[str, str] | None] = (
         {kind if server is not None or kind else "tool": None} if bound is None else dict(bound)
     )
-    accepted: list[Mapping[str, Any]] = []
-    results = []
+    bodies: list[dict[str, object]] = []
     for each, fingerprints_of in groups.items():
         body: dict[str, object] = {"by": by or default_person()}
         if each is not None:
@@ -164,7 +163,23 @@ def accept(
             body["tools"] = names or list(fingerprints_of or ())
         if fingerprints_of is not None:
             body["fingerprints"] = fingerprints_of
-        results.append(ctl.client.post("/tools/pins/accept", body))
+        bodies.append(body)
+    if len(bodies) > 1:  # one request per kind: each is checked before any is accepted
+        for body in bodies:
+            ctl.client.post("/tools/pins/accept", {**body, "dry_run": True})
+    accepted: list[Mapping[str, Any]] = []
+    results = []
+    for body in bodies:
+        try:
+            results.append(ctl.client.post("/tools/pins/accept", body))
+        except ControlError as exc:
+            if not accepted:
+                raise
+            done = ", ".join(f"{a.get('kind', 'tool')} {display_text(str(a.get('name')))}" for a in accepted)
+            raise ControlError(
+                f"accepted before this refusal (and kept): {done}; then the {body.get('kind', 'tool')}s were "
+                f"refused: {exc.message}", exc.exit_code, exc.status,
+            ) from None
         accepted += results[-1].get("accepted", [])
     if ctl.json:
         emit_json(results[0] if len(results) == 1 else {"accepted": accepted, "count": len(accepted)})

@@ -214,7 +214,10 @@ class CatalogueHandlers:
         (``tool``, the default, or ``prompt``) says what the names and fingerprints are; a ``server``
         alone, without ``kind`` or ``fingerprints``, accepts both its tools and its prompts."""
         body = await json_body(request, self.services.read_json)
-        check_keys(body, ("server", "tools", "fingerprints", "by", "kind"))
+        check_keys(body, ("server", "tools", "fingerprints", "by", "kind", "dry_run"))
+        dry_run = body.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise Problem(400, "field 'dry_run' must be true or false")
         kind = body.get("kind")
         if kind is not None and kind not in PINNING_OFF:
             raise Problem(400, 'field "kind" must be "tool" or "prompt"')
@@ -241,8 +244,8 @@ class CatalogueHandlers:
                     raise Problem(400, f'field "tools" must be a non-empty list of {each} names')
                 groups = dict(await self.group_tools(service, tools, each))
             reviewed = await self.reviewed_fingerprints(service, body.get("fingerprints"), groups, each)
-            accepted += await self.accept_pin_groups(groups, by, reviewed, each)
-        return JSONResponse({"accepted": accepted, "count": len(accepted)})
+            accepted += await self.accept_pin_groups(groups, by, reviewed, each, dry_run=dry_run)
+        return JSONResponse({"accepted": accepted, "count": len(accepted), **({"dry_run": True} if dry_run else {})})
 
     async def reviewed_fingerprints(
         self, service: Any, value: Any, groups: Mapping[str, Sequence[str] | None], kind: str = "tool"
@@ -275,18 +278,24 @@ class CatalogueHandlers:
         by: str,
         reviewed: Mapping[str, Mapping[str, str | None]] | None = None,
         kind: str = "tool",
+        *,
+        dry_run: bool = False,
     ) -> list[dict[str, Any]]:
         """Accept the current definitions (per server: ``None`` is all its tools, or prompts), each
         recorded as ``mesh.pin_accept`` (also the console's); with ``reviewed``, only if they are the
-        reviewed ones."""
+        reviewed ones. ``dry_run``: what would be accepted, checked the same way, neither pinned nor
+        recorded (the CLI checks every kind of a reviewed listing before it accepts any)."""
         service = self.pin_service(kind)
         accepted: list[dict[str, Any]] = []
         for name, names in groups.items():
             bound = None if reviewed is None else reviewed.get(name, {})
-            changes = await service.accept(name, names, by=by, reviewed=bound)
+            changes = await service.accept(name, names, by=by, reviewed=bound, dry_run=dry_run)
             for change in changes:
                 record = change.record()
                 record["name"] = service.display_name(change.server, change.name)
+                if dry_run:
+                    accepted.append(record)
+                    continue
                 try:
                     entry = await self.services.trace_append(PIN_ACCEPT_KIND, record)
                 except Exception as exc:  # noqa: BLE001

@@ -240,6 +240,7 @@ class PinService(Protocol):
         *,
         by: str,
         reviewed: Mapping[str, str | None] | None = None,
+        dry_run: bool = False,
     ) -> list[PinAcceptance]: ...
 
 
@@ -321,11 +322,13 @@ class StorePinService:
         *,
         by: str,
         reviewed: Mapping[str, str | None] | None = None,
+        dry_run: bool = False,
     ) -> list[PinAcceptance]:
         changes = await self._store.accept(
-            server, names, accepted_by=by, at=self._clock(), reviewed=reviewed, offered=self._own(server)
+            server, names, accepted_by=by, at=self._clock(), reviewed=reviewed, offered=self._own(server),
+            dry_run=dry_run,
         )
-        if changes and self._after_accept is not None:
+        if changes and not dry_run and self._after_accept is not None:
             await self._after_accept(server)
         return changes
 

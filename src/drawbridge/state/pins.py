@@ -93,6 +93,7 @@ class PinStore(Protocol):
         at: datetime,
         reviewed: Mapping[str, str | None] | None = None,
         offered: Mapping[str, ToolDefinition] | None = None,
+        dry_run: bool = False,
     ) -> list[PinAcceptance]: ...
 
 
@@ -354,6 +355,7 @@ class SqlitePinStore:
         at: datetime,
         reviewed: Mapping[str, str | None] | None = None,
         offered: Mapping[str, ToolDefinition] | None = None,
+        dry_run: bool = False,
     ) -> list[PinAcceptance]:
         """Pin what the server offers now, for ``names`` or for every tool that differs from its pin.
 
@@ -363,6 +365,8 @@ class SqlitePinStore:
         observed with another fingerprint now, or when a definition it does not name would be pinned.
         ``offered``: what the accepting gateway's own server offers now, recorded as the observation in
         this transaction and pinned from: a replica never pins what only another replica's server offers.
+        ``dry_run``: every check is made and the changes returned, but nothing is written (an accept of
+        several kinds checks each before accepting any).
         """
         _check_name(server, "server")
         _check_name(accepted_by, "accepted_by")
@@ -373,9 +377,9 @@ class SqlitePinStore:
         kind = self.kind
 
         def write(conn: sqlite3.Connection) -> list[PinAcceptance]:
-            if own is not None:
+            if own is not None and not dry_run:
                 _write_observed(conn, server, kind, own, when)
-            if conn.execute(
+            if own is None and conn.execute(
                 "SELECT 1 FROM observed_servers WHERE server = ? AND kind = ?", (server, kind)
             ).fetchone() is None:
                 raise PinError(
@@ -383,7 +387,10 @@ class SqlitePinStore:
                     f"{sanitize(server)!r}; nothing to accept"
                 )
             pinned = _read_pins(conn, server, kind)
-            observed = _read_observed(conn, server, kind)
+            observed = _read_observed(conn, server, kind) if own is None else {
+                name: ObservedTool(d.fingerprint, d.description, from_db_time(when), d.definition)
+                for name, d in own.items()
+            }
             if wanted is None:
                 candidates = sorted(set(pinned) | set(observed))
             else:
@@ -395,20 +402,22 @@ class SqlitePinStore:
                 candidates = wanted
             if bound is not None:
                 _check_bound(server, bound, candidates, pinned, observed)
-            conn.execute(
-                "INSERT INTO pin_servers (server, kind, pinned_at, pinned_by) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (server, kind) DO NOTHING",
-                (server, kind, when, accepted_by),
-            )
+            if not dry_run:
+                conn.execute(
+                    "INSERT INTO pin_servers (server, kind, pinned_at, pinned_by) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (server, kind) DO NOTHING",
+                    (server, kind, when, accepted_by),
+                )
             changes: list[PinAcceptance] = []
             for name in candidates:
                 pin, seen = pinned.get(name), observed.get(name)
                 if seen is None:
                     if pin is None:
                         continue
-                    conn.execute(
-                        "DELETE FROM pins WHERE server = ? AND kind = ? AND name = ?", (server, kind, name)
-                    )
+                    if not dry_run:
+                        conn.execute(
+                            "DELETE FROM pins WHERE server = ? AND kind = ? AND name = ?", (server, kind, name)
+                        )
                     changes.append(PinAcceptance(server, name, pin, None, accepted_by, at, kind))
                     continue
                 if pin is not None and (pin.fingerprint, pin.description) == (
@@ -416,13 +425,15 @@ class SqlitePinStore:
                     seen.description,
                 ):
                     continue
-                conn.execute(
-                    "INSERT INTO pins (server, kind, name, fingerprint, description, pinned_at, pinned_by, "
-                    "definition) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (server, kind, name) DO UPDATE SET "
-                    "fingerprint = excluded.fingerprint, description = excluded.description, "
-                    "pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by, definition = excluded.definition",
-                    (server, kind, name, seen.fingerprint, seen.description, when, accepted_by, seen.definition),
-                )
+                if not dry_run:
+                    conn.execute(
+                        "INSERT INTO pins (server, kind, name, fingerprint, description, pinned_at, pinned_by, "
+                        "definition) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (server, kind, name) DO UPDATE "
+                        "SET fingerprint = excluded.fingerprint, description = excluded.description, "
+                        "pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by, "
+                        "definition = excluded.definition",
+                        (server, kind, name, seen.fingerprint, seen.description, when, accepted_by, seen.definition),
+                    )
                 accepted = PinnedTool(
                     seen.fingerprint, seen.description, from_db_time(when), accepted_by, seen.definition
                 )
