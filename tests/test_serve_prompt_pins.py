@@ -288,3 +288,69 @@ async def test_an_accept_of_both_kinds_checks_each_before_accepting_any(tmp_path
         still = httpx.get(f"{base}/tools/pins", headers=AUTH).json()
         assert sorted((r["kind"], r["name"]) for r in still) == [("prompt", "rugpull.greet"), ("tool", "rugpull.echo")]
         assert not [b for b in _events(tmp_path, "mesh.pin_accept")]
+
+
+def _raw(directory: Path, tools: list[Any], prompts: list[Any]) -> None:
+    (directory / "raw.json").write_text(json.dumps({"tools": tools, "prompts": prompts}), encoding="utf-8")
+
+
+def _cli_refused(*args: str) -> str:
+    env = child_env()
+    env["DRAWBRIDGE_ADMIN_TOKEN"] = ADMIN
+    done = subprocess.run([PYTHON, "-m", "drawbridge", *args], capture_output=True, text=True, env=env,
+                          timeout=scaled(30))
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    return done.stderr
+
+
+@pytest.mark.anyio
+async def test_an_item_that_cannot_be_pinned_is_refused_saying_why_listed_and_never_taken_for_removed(
+    tmp_path: Path,
+) -> None:
+    """A prompt (or tool) listed twice, or whose argument cannot be fingerprinted, is held back; its
+    refusal says why, ``pins list`` shows it as unpinnable, naming it in an accept is refused, and
+    accepting its server's pins keeps its pin (it is still offered: it was not removed)."""
+    greet = {"name": "greet", "description": HONEST, "arguments": [{"name": "who", "required": True}]}
+    echo = {"name": "echo", "description": "Echo.", "inputSchema": {"type": "object"}}
+    _raw(tmp_path, [echo], [greet])
+    upstream = {
+        "name": "raw", "transport": "stdio", "command": PYTHON, "args": [str(SERVERS / "raw_catalogue.py")],
+        "env": {"RAW_CATALOGUE": str(tmp_path / "raw.json"), "RAW_PID": str(tmp_path / "raw.pid")},
+    }
+    config = write_config(
+        tmp_path, [upstream], pin_prompts=True, pin_tools=True, state_path="./state.db", evidence_dir="./evidence",
+        fsync="never", auth={"admin": {"token_sha256": sha256(ADMIN)}, "anonymous_agent": "tester"},
+    )
+    with http_gateway(config) as running:
+        assert running.url is not None
+        url, base = running.url, running.control()
+        assert await _get(url, "raw.greet") == "greet rendered"
+
+        bad = {"name": "a", "arguments": [{"name": "x", "required": "yes"}]}
+        _raw(tmp_path, [echo, echo], [greet, greet, bad])
+        os.kill(int((tmp_path / "raw.pid").read_text()), signal.SIGKILL)
+        rows = eventually(
+            lambda: (r := httpx.get(f"{base}/tools/pins", headers=AUTH)).status_code == 200 and len(r.json()) == 3
+            and r.json(),
+            what="the unpinnable items listed",
+        )
+        assert sorted((r["kind"], r["name"], r["status"]) for r in rows) == [
+            ("prompt", "raw.a", "unpinnable"), ("prompt", "raw.greet", "unpinnable"), ("tool", "raw.echo", "unpinnable"),
+        ]
+        by_name = {r["name"]: r for r in rows}
+        assert "lists it more than once" in by_name["raw.greet"]["reason"]
+        assert "cannot be fingerprinted" in by_name["raw.a"]["reason"]
+        assert "lists it more than once" in await _refused(url, "raw.greet")
+        assert "cannot be fingerprinted" in await _refused(url, "raw.a")
+        listed = _cli("pins", "list", "--url", base).stdout
+        assert "unpinnable" in listed
+
+        refused = _cli_refused("pins", "accept", "--kind", "prompt", "--tools", "raw.greet", "--current", "--url", base)
+        assert "cannot be accepted as offered" in refused and "lists it more than once" in refused
+        _cli("pins", "accept", "--kind", "prompt", "--server", "raw", "--current", "--url", base)
+        _cli("pins", "accept", "--server", "raw", "--current", "--url", base)
+        assert not [b for b in _events(tmp_path, "mesh.pin_accept") if b.get("removed")]
+        with sqlite3.connect(tmp_path / "state.db") as raw:
+            kept = sorted(raw.execute("SELECT kind, name FROM pins WHERE server = 'raw'").fetchall())
+        assert kept == [("prompt", "greet"), ("tool", "echo")]
+

@@ -30,6 +30,9 @@ from drawbridge.cli.control_client import Control, ControlError, control_options
 from drawbridge.cli.output import EXIT_FAILED, console, display_text, emit_json, table
 
 
+UNPINNABLE = "unpinnable"
+"""The status of an item the server offers that no pin can hold (listed twice, no fingerprint)."""
+
 KIND_OPTION = click.option(
     "--kind", type=click.Choice(["tool", "prompt"]), default=None,
     help="What the names are: tools (the default) or prompts (pin_prompts).",
@@ -56,8 +59,8 @@ def list_pins(ctl: Control, kind: str | None) -> None:
         pinned = tool.get("pinned") or {}
         current = tool.get("current") or {}
         rows.append([
-            tool.get("name"), tool.get("kind", "tool"), tool.get("status"), pinned.get("description"), current.get("description"),
-            current.get("fingerprint"),
+            tool.get("name"), tool.get("kind", "tool"), tool.get("status"), pinned.get("description"),
+            tool.get("reason") or current.get("description"), current.get("fingerprint"),
         ])
     columns = ["NAME", "KIND", "STATUS", "PINNED DESCRIPTION", "CURRENT DESCRIPTION", "CURRENT FINGERPRINT"]
     console().print(table(f"{len(held)} held back", columns, rows))
@@ -84,6 +87,9 @@ def show(ctl: Control, tool: str, kind: str | None) -> None:
         return
     pinned, current = row.get("pinned") or {}, row.get("current") or {}
     click.echo(f"{kind}: {display_text(str(row.get('name')))} ({row.get('status')})")
+    if row.get("reason"):  # offered as nothing a pin can hold: there is nothing to accept
+        click.echo(display_text(str(row["reason"])))
+        return
     click.echo(f"pinned fingerprint:  {pinned.get('fingerprint') or f'(none: a new {kind})'}")
     click.echo(f"current fingerprint: {current.get('fingerprint')}")
     if pinned and pinned.get("definition") is None:
@@ -211,6 +217,8 @@ def _reviewed_fingerprints(
     if reviewed is not None:
         rows = _read_listing(reviewed)
         for row in rows:
+            if row.get("status") == UNPINNABLE:
+                continue  # listed so a person sees it; nothing of it can be accepted
             name, fingerprint, of = row["name"], row["current"]["fingerprint"], row.get("kind", "tool")
             if (server is None or row.get("server") == server) and (not names or name in names) \
                     and kind in (None, of):
@@ -239,7 +247,8 @@ def _read_listing(path: Path) -> list[Mapping[str, Any]]:
         raise click.UsageError(f"--reviewed {path}: cannot be read as JSON ({type(exc).__name__})") from None
     ok = isinstance(rows, list) and all(
         isinstance(r, Mapping) and isinstance(r.get("name"), str)
-        and isinstance(r.get("current"), Mapping) and isinstance(r["current"].get("fingerprint"), str)
+        and isinstance(r.get("current"), Mapping)
+        and (isinstance(r["current"].get("fingerprint"), str) or r.get("status") == UNPINNABLE)
         for r in rows
     )
     if not ok:

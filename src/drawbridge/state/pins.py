@@ -94,6 +94,7 @@ class PinStore(Protocol):
         reviewed: Mapping[str, str | None] | None = None,
         offered: Mapping[str, ToolDefinition] | None = None,
         dry_run: bool = False,
+        unpinnable: Mapping[str, str] | None = None,
     ) -> list[PinAcceptance]: ...
 
 
@@ -356,6 +357,7 @@ class SqlitePinStore:
         reviewed: Mapping[str, str | None] | None = None,
         offered: Mapping[str, ToolDefinition] | None = None,
         dry_run: bool = False,
+        unpinnable: Mapping[str, str] | None = None,
     ) -> list[PinAcceptance]:
         """Pin what the server offers now, for ``names`` or for every tool that differs from its pin.
 
@@ -366,7 +368,9 @@ class SqlitePinStore:
         ``offered``: what the accepting gateway's own server offers now, recorded as the observation in
         this transaction and pinned from: a replica never pins what only another replica's server offers.
         ``dry_run``: every check is made and the changes returned, but nothing is written (an accept of
-        several kinds checks each before accepting any).
+        several kinds checks each before accepting any). ``unpinnable``: what the server still offers
+        but no pin can hold (listed twice, no fingerprint), and why: never taken for removed (its pin is
+        kept), and naming one is refused (``PinConflict``), nothing accepted.
         """
         _check_name(server, "server")
         _check_name(accepted_by, "accepted_by")
@@ -391,9 +395,18 @@ class SqlitePinStore:
                 name: ObservedTool(d.fingerprint, d.description, from_db_time(when), d.definition)
                 for name, d in own.items()
             }
+            still = unpinnable or {}
             if wanted is None:
-                candidates = sorted(set(pinned) | set(observed))
+                candidates = sorted((set(pinned) | set(observed)) - set(still))
             else:
+                named = [n for n in wanted if n in still]
+                if named:
+                    raise PinConflict(
+                        f"server {sanitize(server)!r} offers "
+                        + "; ".join(f"{kind} {sanitize(n)[:200]!r}, which cannot be accepted as offered: "
+                                    f"{still[n]}" for n in named[:5])
+                        + "; nothing was accepted"
+                    )
                 unknown = [n for n in wanted if n not in pinned and n not in observed]
                 if unknown:
                     shown = ", ".join(repr(sanitize(n)) for n in unknown[:5])

@@ -140,7 +140,7 @@ def control_services(
             if after_accept is not None:
                 await after_accept(server)
 
-        return GatewayPinService(store, pins, after_accept=accepted, offered=pins.offered)
+        return GatewayPinService(store, pins, after_accept=accepted, offered=pins.offered, unpinnable=pins.unpinnable)
 
     pin_service = None
     if runtime.pin_store is not None and runtime.pins is not None:

@@ -83,6 +83,8 @@ class ChildPrompts(ChildCatalogue):
         status = self._pins.status(self.name, name)
         if status is PinStatus.PINNED:
             return None
+        if (unpinnable := self._pins.why_unpinnable(self.name, name)) is not None:
+            return f"prompt {shown!r} is held back: {unpinnable}"
         if status is PinStatus.CHANGED:
             return f"prompt {shown!r} is held back: its definition changed since the server's prompts were pinned; {accept}"
         return f"prompt {shown!r} is held back: it is new since the server's prompts were pinned (or not listed); {accept}"
