@@ -1,4 +1,5 @@
-"""The items of one listing that can be pinned, and the pin-store definition of each.
+"""The items of one listing that can be pinned, the pin-store definition of each, and a stored
+definition read back to be shown as the server wrote it.
 
 Invariant: an item is pinned only when its fingerprint can be taken and it names itself once; an
 item listed twice under one name, with a name over ``MAX_NAME`` characters or with a pinned field
@@ -10,6 +11,7 @@ removed when the server's pins are accepted.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,4 +73,27 @@ def pinnable(tools: Iterable[Any], kind: PinnedKind = TOOLS) -> Listed:
     return Listed(tuple(kept), definitions, tuple(dict.fromkeys(skipped)), unpinnable)
 
 
-__all__ = ["Listed", "pinnable"]
+def stored_document(definition: str | None) -> Mapping[str, Any] | None:
+    """A pin's stored definition (JCS text, checked against its fingerprint by the store) as an object."""
+    if definition is None:
+        return None
+    try:
+        document = json.loads(definition)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def as_declared(key: str, value: Any) -> Any:
+    """A pinned field as a server writes it: the pinned document holds every field of a prompt's
+    argument (``null`` when not declared), but clients validate an argument's ``title`` and
+    ``description`` as strings when present, so an undeclared one is left out, not sent as null."""
+    if key != "arguments" or not isinstance(value, list):
+        return value
+    return [
+        {k: v for k, v in argument.items() if v is not None} if isinstance(argument, Mapping) else argument
+        for argument in value
+    ]
+
+
+__all__ = ["Listed", "as_declared", "pinnable", "stored_document"]

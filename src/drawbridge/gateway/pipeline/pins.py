@@ -49,7 +49,6 @@ in force at once.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -65,7 +64,7 @@ from drawbridge.catalogue.fingerprint import TOOLS, PinnedKind, PinStatus, compa
 from drawbridge.catalogue.floors import Floor, tool_floor
 from drawbridge.catalogue.names import namespaced
 from drawbridge.policy.model import Action
-from drawbridge.gateway.pipeline.pinnable import pinnable
+from drawbridge.gateway.pipeline.pinnable import as_declared, pinnable, stored_document
 from drawbridge.state.backend import StateBackend
 from drawbridge.state.pins import PinStore, PinStoreUnavailable, SqlitePinStore, ToolDefinition
 
@@ -384,7 +383,7 @@ class CataloguePins:
                     },
                 )
             )
-        accepted = {name: (pin.fingerprint, _document(pin.definition)) for name, pin in pins.items()}
+        accepted = {name: (pin.fingerprint, stored_document(pin.definition)) for name, pin in pins.items()}
         return ServerPins(version, dict(comparison.statuses), accepted=accepted, unpinnable=listed.unpinnable), events
 
     def listed(self, server: str, name: str, item: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -416,7 +415,7 @@ class CataloguePins:
             return None
         fields = self.kind.fields
         shown = {key: value for key, value in item.items() if key not in fields or key == "name"}
-        shown.update((key, _declared(key, value)) for key, value in document.items() if key != "name" and value is not None)
+        shown.update((key, as_declared(key, value)) for key, value in document.items() if key != "name" and value is not None)
         return shown
 
     def shown(self, server: str, tools: Sequence[Any]) -> list[Any] | None:
@@ -476,29 +475,6 @@ def open_pins(
     assert db is not None, "pinning needs the state database"
     store = SqlitePinStore(db, kind.name)
     return store, CataloguePins(store, (), trace_append, kind=kind)
-
-
-def _document(definition: str | None) -> Mapping[str, Any] | None:
-    """A pin's stored definition (JCS text, checked against its fingerprint by the store) as an object."""
-    if definition is None:
-        return None
-    try:
-        document = json.loads(definition)
-    except ValueError:
-        return None
-    return document if isinstance(document, dict) else None
-
-
-def _declared(key: str, value: Any) -> Any:
-    """A pinned field as a server writes it: the pinned document holds every field of a prompt's
-    argument (``null`` when not declared), but clients validate an argument's ``title`` and
-    ``description`` as strings when present, so an undeclared one is left out, not sent as null."""
-    if key != "arguments" or not isinstance(value, list):
-        return value
-    return [
-        {k: v for k, v in argument.items() if v is not None} if isinstance(argument, Mapping) else argument
-        for argument in value
-    ]
 
 
 def _unavailable_reason(server: str, exc: BaseException, kind: str) -> str:
