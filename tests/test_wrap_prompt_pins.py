@@ -17,6 +17,7 @@ from approval_support import ControlPlane, cli, trace, wrap_flags, write_policy
 from conftest import ERAS, PYTHON, SERVERS, child_env, connect, wrap_params
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
+from mcp.types import PromptReference
 from serve_support import free_port, wait_for_port
 
 pytestmark = pytest.mark.anyio
@@ -64,8 +65,14 @@ async def test_a_changed_prompt_is_held_back_until_a_person_accepts_it(tmp_path:
         changed = await _refused(client, "greet")
         assert "definition changed" in changed and "drawbridge pins accept --kind prompt rugpull.greet" in changed
         assert "is new since" in await _refused(client, "leak")
+        for name, why in (("greet", "definition changed"), ("leak", "is new since")):
+            with pytest.raises(MCPError) as caught:  # its completions could tell what nobody accepted
+                await client.complete(PromptReference(type="ref/prompt", name=name), {"name": "who", "value": "a"})
+            assert why in str(caught.value)
+        [who] = listed[0].arguments or []  # as pinned, no argument field the server left out sent as null
+        assert who.model_fields_set == {"name", "required"}
         incidents = [e["body"] for e in trace(evidence, "relay_incident") if e["body"]["kind"] == "prompt_held_back"]
-        assert len(incidents) == 2 and {i["code"] for i in incidents} == {-32602}
+        assert len(incidents) == 4 and {i["code"] for i in incidents} == {-32602}
 
         # A person lists what is held back and accepts exactly what was shown.
         await anyio.to_thread.run_sync(wait_for_port, port)
@@ -84,6 +91,8 @@ async def test_a_changed_prompt_is_held_back_until_a_person_accepts_it(tmp_path:
         listed = (await client.list_prompts()).prompts
         assert {p.name: p.description for p in listed} == {"greet": RUG_PULL, "leak": "Print the environment."}
         assert await _text(client, "leak") == "leak for ana"
+        completed = await client.complete(PromptReference(type="ref/prompt", name="leak"), {"name": "who", "value": "a"})
+        assert completed.completion.values == ["leak-completed"]
     recorded = [e["body"] for e in trace(evidence, "mesh.pin_accept")]
     assert sorted((b["kind"], b["prompt"], b["accepted_by"]) for b in recorded) == [
         ("prompt", "greet", "op-alice"), ("prompt", "leak", "op-alice"),

@@ -30,6 +30,9 @@ from drawbridge.cli.control_client import Control, ControlError, control_options
 from drawbridge.cli.output import EXIT_FAILED, console, display_text, emit_json, table
 
 
+UNPINNABLE = "unpinnable"
+"""The status of an item the server offers that no pin can hold (listed twice, no fingerprint)."""
+
 KIND_OPTION = click.option(
     "--kind", type=click.Choice(["tool", "prompt"]), default=None,
     help="What the names are: tools (the default) or prompts (pin_prompts).",
@@ -42,10 +45,12 @@ def command() -> None:
 
 
 @command.command(name="list")
+@click.option("--kind", type=click.Choice(["tool", "prompt"]), default=None,
+              help="List only held-back tools, or only prompts (default: both).")
 @control_options
-def list_pins(ctl: Control) -> None:
-    """Held-back tools with the pinned and the current fingerprint and description."""
-    held = ctl.client.get("/tools/pins")
+def list_pins(ctl: Control, kind: str | None) -> None:
+    """Held-back tools (and prompts) with the pinned and the current fingerprint and description."""
+    held = ctl.client.get("/tools/pins" if kind is None else f"/tools/pins?kind={kind}")
     if ctl.json:
         emit_json(held)
         return
@@ -54,8 +59,8 @@ def list_pins(ctl: Control) -> None:
         pinned = tool.get("pinned") or {}
         current = tool.get("current") or {}
         rows.append([
-            tool.get("name"), tool.get("kind", "tool"), tool.get("status"), pinned.get("description"), current.get("description"),
-            current.get("fingerprint"),
+            tool.get("name"), tool.get("kind", "tool"), tool.get("status"), pinned.get("description"),
+            tool.get("reason") or current.get("description"), current.get("fingerprint"),
         ])
     columns = ["NAME", "KIND", "STATUS", "PINNED DESCRIPTION", "CURRENT DESCRIPTION", "CURRENT FINGERPRINT"]
     console().print(table(f"{len(held)} held back", columns, rows))
@@ -82,6 +87,9 @@ def show(ctl: Control, tool: str, kind: str | None) -> None:
         return
     pinned, current = row.get("pinned") or {}, row.get("current") or {}
     click.echo(f"{kind}: {display_text(str(row.get('name')))} ({row.get('status')})")
+    if row.get("reason"):  # offered as nothing a pin can hold: there is nothing to accept
+        click.echo(display_text(str(row["reason"])))
+        return
     click.echo(f"pinned fingerprint:  {pinned.get('fingerprint') or f'(none: a new {kind})'}")
     click.echo(f"current fingerprint: {current.get('fingerprint')}")
     if pinned and pinned.get("definition") is None:
@@ -150,8 +158,7 @@ def accept(
     groups: dict[str | None, dict[str, str] | None] = (
         {kind if server is not None or kind else "tool": None} if bound is None else dict(bound)
     )
-    accepted: list[Mapping[str, Any]] = []
-    results = []
+    bodies: list[dict[str, object]] = []
     for each, fingerprints_of in groups.items():
         body: dict[str, object] = {"by": by or default_person()}
         if each is not None:
@@ -162,7 +169,23 @@ def accept(
             body["tools"] = names or list(fingerprints_of or ())
         if fingerprints_of is not None:
             body["fingerprints"] = fingerprints_of
-        results.append(ctl.client.post("/tools/pins/accept", body))
+        bodies.append(body)
+    if len(bodies) > 1:  # one request per kind: each is checked before any is accepted
+        for body in bodies:
+            ctl.client.post("/tools/pins/accept", {**body, "dry_run": True})
+    accepted: list[Mapping[str, Any]] = []
+    results = []
+    for body in bodies:
+        try:
+            results.append(ctl.client.post("/tools/pins/accept", body))
+        except ControlError as exc:
+            if not accepted:
+                raise
+            done = ", ".join(f"{a.get('kind', 'tool')} {display_text(str(a.get('name')))}" for a in accepted)
+            raise ControlError(
+                f"accepted before this refusal (and kept): {done}; then the {body.get('kind', 'tool')}s were "
+                f"refused: {exc.message}", exc.exit_code, exc.status,
+            ) from None
         accepted += results[-1].get("accepted", [])
     if ctl.json:
         emit_json(results[0] if len(results) == 1 else {"accepted": accepted, "count": len(accepted)})
@@ -194,6 +217,8 @@ def _reviewed_fingerprints(
     if reviewed is not None:
         rows = _read_listing(reviewed)
         for row in rows:
+            if row.get("status") == UNPINNABLE:
+                continue  # listed so a person sees it; nothing of it can be accepted
             name, fingerprint, of = row["name"], row["current"]["fingerprint"], row.get("kind", "tool")
             if (server is None or row.get("server") == server) and (not names or name in names) \
                     and kind in (None, of):
@@ -222,7 +247,8 @@ def _read_listing(path: Path) -> list[Mapping[str, Any]]:
         raise click.UsageError(f"--reviewed {path}: cannot be read as JSON ({type(exc).__name__})") from None
     ok = isinstance(rows, list) and all(
         isinstance(r, Mapping) and isinstance(r.get("name"), str)
-        and isinstance(r.get("current"), Mapping) and isinstance(r["current"].get("fingerprint"), str)
+        and isinstance(r.get("current"), Mapping)
+        and (isinstance(r["current"].get("fingerprint"), str) or r.get("status") == UNPINNABLE)
         for r in rows
     )
     if not ok:

@@ -57,6 +57,7 @@ from drawbridge.state.policy_edits import (
     edit_lock,
 )
 from drawbridge.state.policy_store import PolicyStore
+from drawbridge.state.errors import StateUnavailable
 
 logger = logging.getLogger("drawbridge.control")
 
@@ -180,13 +181,32 @@ class CatalogueHandlers:
             raise Problem(409, PINNING_OFF["tool"])
         return kinds
 
-    async def held_back(self) -> list[Any]:
-        """Every held-back tool and prompt, tools first (also the console's)."""
-        return [item for kind in self.pin_kinds() for item in await self.pin_service(kind).held_back()]
+    async def held_back(self, kind: str | None = None) -> list[Any]:
+        """Every held-back tool and prompt, tools first, or those of ``kind`` (also the console's).
+
+        Pins of one kind that cannot be read refuse the listing (503: an empty list would read as
+        "nothing held back"), naming that kind, and how the other kind can still be listed alone."""
+        kinds = self.pin_kinds() if kind is None else [kind]
+        items: list[Any] = []
+        for each in kinds:
+            try:
+                items += await self.pin_service(each).held_back()
+            except StateUnavailable as exc:
+                others = [k for k in kinds if k != each]
+                alone = "".join(
+                    f"; the {k}s can still be listed alone (GET /tools/pins?kind={k}, drawbridge pins list --kind {k})"
+                    for k in others
+                )
+                raise Problem(503, f"{exc}{alone}") from None
+        return items
 
     async def pins(self, request: Request) -> Response:
-        """``GET /tools/pins``: held-back tools (and prompts) with the pinned and the current description."""
-        return JSONResponse([item.as_dict() for item in await self.held_back()])
+        """``GET /tools/pins`` (``?kind=tool|prompt`` for one kind): held-back tools (and prompts) with
+        the pinned and the current description."""
+        kind = query_param(request, "kind")
+        if kind is not None and kind not in PINNING_OFF:
+            raise Problem(400, 'query parameter "kind" must be "tool" or "prompt"')
+        return JSONResponse([item.as_dict() for item in await self.held_back(kind)])
 
     async def accept_pins(self, request: Request) -> Response:
         """``POST /tools/pins/accept`` with ``{"server": S}`` or ``{"tools": [...]}`` (and ``by``), and
@@ -194,7 +214,10 @@ class CatalogueHandlers:
         (``tool``, the default, or ``prompt``) says what the names and fingerprints are; a ``server``
         alone, without ``kind`` or ``fingerprints``, accepts both its tools and its prompts."""
         body = await json_body(request, self.services.read_json)
-        check_keys(body, ("server", "tools", "fingerprints", "by", "kind"))
+        check_keys(body, ("server", "tools", "fingerprints", "by", "kind", "dry_run"))
+        dry_run = body.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise Problem(400, "field 'dry_run' must be true or false")
         kind = body.get("kind")
         if kind is not None and kind not in PINNING_OFF:
             raise Problem(400, 'field "kind" must be "tool" or "prompt"')
@@ -221,8 +244,8 @@ class CatalogueHandlers:
                     raise Problem(400, f'field "tools" must be a non-empty list of {each} names')
                 groups = dict(await self.group_tools(service, tools, each))
             reviewed = await self.reviewed_fingerprints(service, body.get("fingerprints"), groups, each)
-            accepted += await self.accept_pin_groups(groups, by, reviewed, each)
-        return JSONResponse({"accepted": accepted, "count": len(accepted)})
+            accepted += await self.accept_pin_groups(groups, by, reviewed, each, dry_run=dry_run)
+        return JSONResponse({"accepted": accepted, "count": len(accepted), **({"dry_run": True} if dry_run else {})})
 
     async def reviewed_fingerprints(
         self, service: Any, value: Any, groups: Mapping[str, Sequence[str] | None], kind: str = "tool"
@@ -255,18 +278,24 @@ class CatalogueHandlers:
         by: str,
         reviewed: Mapping[str, Mapping[str, str | None]] | None = None,
         kind: str = "tool",
+        *,
+        dry_run: bool = False,
     ) -> list[dict[str, Any]]:
         """Accept the current definitions (per server: ``None`` is all its tools, or prompts), each
         recorded as ``mesh.pin_accept`` (also the console's); with ``reviewed``, only if they are the
-        reviewed ones."""
+        reviewed ones. ``dry_run``: what would be accepted, checked the same way, neither pinned nor
+        recorded (the CLI checks every kind of a reviewed listing before it accepts any)."""
         service = self.pin_service(kind)
         accepted: list[dict[str, Any]] = []
         for name, names in groups.items():
             bound = None if reviewed is None else reviewed.get(name, {})
-            changes = await service.accept(name, names, by=by, reviewed=bound)
+            changes = await service.accept(name, names, by=by, reviewed=bound, dry_run=dry_run)
             for change in changes:
                 record = change.record()
                 record["name"] = service.display_name(change.server, change.name)
+                if dry_run:
+                    accepted.append(record)
+                    continue
                 try:
                     entry = await self.services.trace_append(PIN_ACCEPT_KIND, record)
                 except Exception as exc:  # noqa: BLE001

@@ -113,7 +113,7 @@ def control_routes(services: ControlServices, *, admin_token_sha256: str) -> lis
     table: dict[str, dict[str, Handler]] = {
         "/tools": {"GET": (plane.tools,)},
         "/tools/decisions": {"GET": (plane.decisions, "agent")},
-        "/tools/pins": {"GET": (plane.pins,)},
+        "/tools/pins": {"GET": (plane.pins, "kind")},
         "/tools/pins/accept": {"POST": (plane.accept_pins,)},
         "/policies": {"GET": (plane.policies,)},
         "/policies/{target:drawbridge_text}": {"PUT": (plane.edit_policy,)},

@@ -180,10 +180,11 @@ class HeldBackTool:
     """The upstream's own name (the pin store's key)."""
     name: str
     """The name agents see."""
-    status: PinStatus
+    status: PinStatus | str
+    """``new`` or ``changed``; or ``unpinnable``: offered, but as nothing an accept can pin (``reason``)."""
     pinned_fingerprint: str | None
     pinned_description: str | None
-    current_fingerprint: str
+    current_fingerprint: str | None
     current_description: str | None
     pinned_definition: str | None = None
     """The pinned definition's JCS text (None: not pinned, or pinned before the store kept it)."""
@@ -191,14 +192,18 @@ class HeldBackTool:
     """The definition observed now, as JCS text (None when the observation predates it)."""
     kind: str = "tool"
     """``tool``, or ``prompt`` (``pin_prompts``): then ``tool`` holds the prompt's own name."""
+    reason: str | None = None
+    """Why an ``unpinnable`` item cannot be accepted as offered (listed twice, no fingerprint)."""
 
     def as_dict(self) -> dict[str, Any]:
+        shown = {"reason": self.reason} if self.reason is not None else {}
         return {
             "name": self.name,
             "kind": self.kind,
             "server": self.server,
             self.kind: self.tool,
-            "status": self.status.value,
+            "status": self.status.value if isinstance(self.status, PinStatus) else self.status,
+            **shown,
             "pinned": None
             if self.pinned_fingerprint is None
             else {
@@ -240,6 +245,7 @@ class PinService(Protocol):
         *,
         by: str,
         reviewed: Mapping[str, str | None] | None = None,
+        dry_run: bool = False,
     ) -> list[PinAcceptance]: ...
 
 
@@ -262,8 +268,11 @@ class StorePinService:
         display_name: Callable[[str, str], str] = agent_visible_name,
         after_accept: Callable[[str], Awaitable[None]] | None = None,
         offered: Callable[[str], Mapping[str, ToolDefinition] | None] | None = None,
+        unpinnable: Callable[[str], Mapping[str, str]] | None = None,
     ) -> None:
         self._store = store
+        self._unpinnable = unpinnable
+        """What the server offers that cannot be pinned, and why: listed as such, never "removed"."""
         self._servers = servers
         self._clock = clock
         self._display = display_name
@@ -271,6 +280,9 @@ class StorePinService:
         self._offered = offered
         self.kind: str = getattr(store, "kind", "tool")
         """What this service shows and accepts: the store's kind (``tool`` or ``prompt``)."""
+
+    def _unpinnable_of(self, server: str) -> Mapping[str, str]:
+        return {} if self._unpinnable is None else self._unpinnable(server)
 
     def _own(self, server: str) -> Mapping[str, ToolDefinition] | None:
         return None if self._offered is None else self._offered(server)
@@ -312,6 +324,18 @@ class StorePinService:
                         kind=self.kind,
                     )
                 )
+            for name, reason in sorted(self._unpinnable_of(server).items()):
+                pin = pins.get(name)
+                out.append(
+                    HeldBackTool(
+                        server=server, tool=name, name=self._display(server, name), status="unpinnable",
+                        pinned_fingerprint=None if pin is None else pin.fingerprint,
+                        pinned_description=None if pin is None else pin.description,
+                        current_fingerprint=None, current_description=None,
+                        pinned_definition=None if pin is None else pin.definition,
+                        kind=self.kind, reason=f"cannot be accepted as offered: {reason}",
+                    )
+                )
         return out
 
     async def accept(
@@ -321,11 +345,13 @@ class StorePinService:
         *,
         by: str,
         reviewed: Mapping[str, str | None] | None = None,
+        dry_run: bool = False,
     ) -> list[PinAcceptance]:
         changes = await self._store.accept(
-            server, names, accepted_by=by, at=self._clock(), reviewed=reviewed, offered=self._own(server)
+            server, names, accepted_by=by, at=self._clock(), reviewed=reviewed, offered=self._own(server),
+            dry_run=dry_run, unpinnable=self._unpinnable_of(server),
         )
-        if changes and self._after_accept is not None:
+        if changes and not dry_run and self._after_accept is not None:
             await self._after_accept(server)
         return changes
 

@@ -93,6 +93,8 @@ class PinStore(Protocol):
         at: datetime,
         reviewed: Mapping[str, str | None] | None = None,
         offered: Mapping[str, ToolDefinition] | None = None,
+        dry_run: bool = False,
+        unpinnable: Mapping[str, str] | None = None,
     ) -> list[PinAcceptance]: ...
 
 
@@ -133,24 +135,25 @@ def _definition_fits(definition: object, fingerprint: str) -> bool:
     return isinstance(definition, str) and sha256_prefixed(definition.encode("utf-8")) == fingerprint
 
 
-def _decode_pin(server: str, row: tuple[Any, ...]) -> tuple[str, PinnedTool]:
-    """One pins row, checked field by field; a malformed row makes the whole server unreadable."""
+def _decode_pin(server: str, row: tuple[Any, ...], kind: str) -> tuple[str, PinnedTool]:
+    """One pins row of ``kind``, checked field by field; a malformed row makes the whole server
+    unreadable (for that kind), and the problem names the kind of the row."""
     name, fingerprint, description, pinned_at, pinned_by, definition = row
     if not isinstance(name, str) or not name:
-        raise PinStoreUnavailable(server, "a pin row has a malformed tool name")
-    where = f"the pin of tool {sanitize(name)[:200]!r}"
+        raise PinStoreUnavailable(server, f"a pin row has a malformed {kind} name", kind=kind)
+    where = f"the pin of {kind} {sanitize(name)[:200]!r}"
     if not is_sha256_digest(fingerprint):
-        raise PinStoreUnavailable(server, f"{where} has a malformed fingerprint (expected sha256:<64 hex>)")
+        raise PinStoreUnavailable(server, f"{where} has a malformed fingerprint (expected sha256:<64 hex>)", kind=kind)
     if description is not None and not isinstance(description, str):
-        raise PinStoreUnavailable(server, f"{where} has a description that is not text")
+        raise PinStoreUnavailable(server, f"{where} has a description that is not text", kind=kind)
     if not isinstance(pinned_by, str):
-        raise PinStoreUnavailable(server, f"{where} has a pinned_by that is not text")
+        raise PinStoreUnavailable(server, f"{where} has a pinned_by that is not text", kind=kind)
     if not _definition_fits(definition, fingerprint):
-        raise PinStoreUnavailable(server, f"{where} has a definition its fingerprint is not the digest of")
+        raise PinStoreUnavailable(server, f"{where} has a definition its fingerprint is not the digest of", kind=kind)
     try:
         when = from_db_time(pinned_at)
     except ValueError:
-        raise PinStoreUnavailable(server, f"{where} has a malformed pinned_at timestamp") from None
+        raise PinStoreUnavailable(server, f"{where} has a malformed pinned_at timestamp", kind=kind) from None
     return name, PinnedTool(fingerprint, description, when, pinned_by, definition)
 
 
@@ -160,7 +163,7 @@ def _read_pins(conn: sqlite3.Connection, server: str, kind: str) -> dict[str, Pi
         "WHERE server = ? AND kind = ? ORDER BY name",
         (server, kind),
     ).fetchall()
-    return dict(_decode_pin(server, row) for row in rows)
+    return dict(_decode_pin(server, row, kind) for row in rows)
 
 
 def _read_observed(conn: sqlite3.Connection, server: str, kind: str) -> dict[str, ObservedTool]:
@@ -170,16 +173,17 @@ def _read_observed(conn: sqlite3.Connection, server: str, kind: str) -> dict[str
         "WHERE server = ? AND kind = ? ORDER BY name",
         (server, kind),
     ):
+        row = f"an observed {kind} row"
         if not isinstance(name, str) or not is_sha256_digest(fingerprint):
-            raise PinStoreUnavailable(server, "an observed tool row is malformed")
+            raise PinStoreUnavailable(server, f"{row} is malformed", kind=kind)
         if description is not None and not isinstance(description, str):
-            raise PinStoreUnavailable(server, "an observed tool row has a description that is not text")
+            raise PinStoreUnavailable(server, f"{row} has a description that is not text", kind=kind)
         if not _definition_fits(definition, fingerprint):
-            raise PinStoreUnavailable(server, "an observed tool row has a definition its fingerprint does not cover")
+            raise PinStoreUnavailable(server, f"{row} has a definition its fingerprint does not cover", kind=kind)
         try:
             out[name] = ObservedTool(fingerprint, description, from_db_time(observed_at), definition)
         except ValueError:
-            raise PinStoreUnavailable(server, "an observed tool row has a malformed timestamp") from None
+            raise PinStoreUnavailable(server, f"{row} has a malformed timestamp", kind=kind) from None
     return out
 
 
@@ -352,6 +356,8 @@ class SqlitePinStore:
         at: datetime,
         reviewed: Mapping[str, str | None] | None = None,
         offered: Mapping[str, ToolDefinition] | None = None,
+        dry_run: bool = False,
+        unpinnable: Mapping[str, str] | None = None,
     ) -> list[PinAcceptance]:
         """Pin what the server offers now, for ``names`` or for every tool that differs from its pin.
 
@@ -361,6 +367,10 @@ class SqlitePinStore:
         observed with another fingerprint now, or when a definition it does not name would be pinned.
         ``offered``: what the accepting gateway's own server offers now, recorded as the observation in
         this transaction and pinned from: a replica never pins what only another replica's server offers.
+        ``dry_run``: every check is made and the changes returned, but nothing is written (an accept of
+        several kinds checks each before accepting any). ``unpinnable``: what the server still offers
+        but no pin can hold (listed twice, no fingerprint), and why: never taken for removed (its pin is
+        kept), and naming one is refused (``PinConflict``), nothing accepted.
         """
         _check_name(server, "server")
         _check_name(accepted_by, "accepted_by")
@@ -371,9 +381,9 @@ class SqlitePinStore:
         kind = self.kind
 
         def write(conn: sqlite3.Connection) -> list[PinAcceptance]:
-            if own is not None:
+            if own is not None and not dry_run:
                 _write_observed(conn, server, kind, own, when)
-            if conn.execute(
+            if own is None and conn.execute(
                 "SELECT 1 FROM observed_servers WHERE server = ? AND kind = ?", (server, kind)
             ).fetchone() is None:
                 raise PinError(
@@ -381,10 +391,22 @@ class SqlitePinStore:
                     f"{sanitize(server)!r}; nothing to accept"
                 )
             pinned = _read_pins(conn, server, kind)
-            observed = _read_observed(conn, server, kind)
+            observed = _read_observed(conn, server, kind) if own is None else {
+                name: ObservedTool(d.fingerprint, d.description, from_db_time(when), d.definition)
+                for name, d in own.items()
+            }
+            still = unpinnable or {}
             if wanted is None:
-                candidates = sorted(set(pinned) | set(observed))
+                candidates = sorted((set(pinned) | set(observed)) - set(still))
             else:
+                named = [n for n in wanted if n in still]
+                if named:
+                    raise PinConflict(
+                        f"server {sanitize(server)!r} offers "
+                        + "; ".join(f"{kind} {sanitize(n)[:200]!r}, which cannot be accepted as offered: "
+                                    f"{still[n]}" for n in named[:5])
+                        + "; nothing was accepted"
+                    )
                 unknown = [n for n in wanted if n not in pinned and n not in observed]
                 if unknown:
                     shown = ", ".join(repr(sanitize(n)) for n in unknown[:5])
@@ -393,20 +415,22 @@ class SqlitePinStore:
                 candidates = wanted
             if bound is not None:
                 _check_bound(server, bound, candidates, pinned, observed)
-            conn.execute(
-                "INSERT INTO pin_servers (server, kind, pinned_at, pinned_by) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (server, kind) DO NOTHING",
-                (server, kind, when, accepted_by),
-            )
+            if not dry_run:
+                conn.execute(
+                    "INSERT INTO pin_servers (server, kind, pinned_at, pinned_by) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (server, kind) DO NOTHING",
+                    (server, kind, when, accepted_by),
+                )
             changes: list[PinAcceptance] = []
             for name in candidates:
                 pin, seen = pinned.get(name), observed.get(name)
                 if seen is None:
                     if pin is None:
                         continue
-                    conn.execute(
-                        "DELETE FROM pins WHERE server = ? AND kind = ? AND name = ?", (server, kind, name)
-                    )
+                    if not dry_run:
+                        conn.execute(
+                            "DELETE FROM pins WHERE server = ? AND kind = ? AND name = ?", (server, kind, name)
+                        )
                     changes.append(PinAcceptance(server, name, pin, None, accepted_by, at, kind))
                     continue
                 if pin is not None and (pin.fingerprint, pin.description) == (
@@ -414,13 +438,15 @@ class SqlitePinStore:
                     seen.description,
                 ):
                     continue
-                conn.execute(
-                    "INSERT INTO pins (server, kind, name, fingerprint, description, pinned_at, pinned_by, "
-                    "definition) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (server, kind, name) DO UPDATE SET "
-                    "fingerprint = excluded.fingerprint, description = excluded.description, "
-                    "pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by, definition = excluded.definition",
-                    (server, kind, name, seen.fingerprint, seen.description, when, accepted_by, seen.definition),
-                )
+                if not dry_run:
+                    conn.execute(
+                        "INSERT INTO pins (server, kind, name, fingerprint, description, pinned_at, pinned_by, "
+                        "definition) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (server, kind, name) DO UPDATE "
+                        "SET fingerprint = excluded.fingerprint, description = excluded.description, "
+                        "pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by, "
+                        "definition = excluded.definition",
+                        (server, kind, name, seen.fingerprint, seen.description, when, accepted_by, seen.definition),
+                    )
                 accepted = PinnedTool(
                     seen.fingerprint, seen.description, from_db_time(when), accepted_by, seen.definition
                 )

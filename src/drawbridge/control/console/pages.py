@@ -152,6 +152,8 @@ class PageHandlers(ConsoleBase):
         items = {item.name: item for item in await current_catalogue(self.services.catalogue)}
         held = []
         for tool in await self.plane.held_back():
+            if tool.current_fingerprint is None:
+                continue  # offered as nothing an accept can pin (pins list shows it, with the reason)
             item = items.get(tool.name) if tool.kind == "tool" else None
             held.append(_held_view(tool, None if item is None else tool_view(item)))
         servers = sorted({(h["server"], h["kind"]) for h in held})

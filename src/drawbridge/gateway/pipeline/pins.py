@@ -16,7 +16,8 @@ awaits ``check(server)`` on each such report, before agents see the new list. A 
 1. fingerprints each listed tool (``catalogue.fingerprint.tool_fingerprint``: name, title,
    description, schemas, annotations; so a rename is a removal plus a new tool). A tool that cannot
    be fingerprinted or pinned (listed twice, a name too long, a field that is not JSON) gets no
-   status and stays ``new``: it is held back;
+   status and stays ``new``: it is held back, its refusal says why (``why_unpinnable``), and it is
+   never taken for removed (``unpinnable``);
 2. pins the catalogue whole if the server was never pinned (trust on first use, recorded as
    ``mesh.pin_first_use``), else loads the pins;
 3. compares (``catalogue.fingerprint.compare``) and records the observation in the pin store, so that
@@ -48,7 +49,6 @@ in force at once.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -64,7 +64,7 @@ from drawbridge.catalogue.fingerprint import TOOLS, PinnedKind, PinStatus, compa
 from drawbridge.catalogue.floors import Floor, tool_floor
 from drawbridge.catalogue.names import namespaced
 from drawbridge.policy.model import Action
-from drawbridge.gateway.pipeline.pinnable import pinnable
+from drawbridge.gateway.pipeline.pinnable import as_declared, pinnable, stored_document
 from drawbridge.state.backend import StateBackend
 from drawbridge.state.pins import PinStore, PinStoreUnavailable, SqlitePinStore, ToolDefinition
 
@@ -111,6 +111,14 @@ class ServerPins:
     accepted: Mapping[str, tuple[str, Mapping[str, Any] | None]] = field(default_factory=dict)
     """Upstream tool name -> its pin as this check read it: the fingerprint, and the pinned document
     (``pinned_document``; None when the pin predates the store keeping it), for ``listed``."""
+    unpinnable: Mapping[str, str] = field(default_factory=dict)
+    """Upstream name -> why it cannot be pinned as listed (``pinnable``): held back as ``new``, but
+    refused saying why, since no accept can lift it."""
+
+    def why_unpinnable(self, name: str) -> str | None:
+        """Why the listed ``name`` cannot be pinned ("held back: ..." for a refusal), None when it can."""
+        reason = None if self.unavailable is not None else self.unpinnable.get(name)
+        return None if reason is None else f"it cannot be accepted as the server offers it: {reason}"
 
     def status(self, name: str) -> PinStatus:
         if self.unavailable is not None:
@@ -222,7 +230,20 @@ class CataloguePins:
             return Floor(Action.DENY, (held,))
         state = self._current(server)
         assert state is not None
-        return tool_floor(state.status(name))
+        return tool_floor(state.status(name), pin_reason=state.why_unpinnable(name))
+
+    def why_unpinnable(self, server: str, name: str) -> str | None:
+        """Why ``name``, listed by ``server`` now, cannot be pinned (listed twice, no fingerprint), or None."""
+        state = self._current(server)
+        return None if state is None else state.why_unpinnable(name)
+
+    def unpinnable(self, server: str) -> dict[str, str]:
+        """What ``server`` offers now that cannot be pinned, and why (the control plane lists these,
+        and an accept never takes them for removed)."""
+        source = self._sources.get(server)
+        if source is None or source.catalogue_version == 0:
+            return {}
+        return dict(pinnable(source.tools, self.kind).unpinnable)
 
     def checking(self, server: str) -> bool:
         """Whether a call to ``server`` would wait for a check of its catalogue (``floor_when_checked``)."""
@@ -362,8 +383,8 @@ class CataloguePins:
                     },
                 )
             )
-        accepted = {name: (pin.fingerprint, _document(pin.definition)) for name, pin in pins.items()}
-        return ServerPins(version, dict(comparison.statuses), accepted=accepted), events
+        accepted = {name: (pin.fingerprint, stored_document(pin.definition)) for name, pin in pins.items()}
+        return ServerPins(version, dict(comparison.statuses), accepted=accepted, unpinnable=listed.unpinnable), events
 
     def listed(self, server: str, name: str, item: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """What agents are shown of a tool in ``tools/list``: only what a person accepted.
@@ -394,7 +415,7 @@ class CataloguePins:
             return None
         fields = self.kind.fields
         shown = {key: value for key, value in item.items() if key not in fields or key == "name"}
-        shown.update((key, value) for key, value in document.items() if key != "name" and value is not None)
+        shown.update((key, as_declared(key, value)) for key, value in document.items() if key != "name" and value is not None)
         return shown
 
     def shown(self, server: str, tools: Sequence[Any]) -> list[Any] | None:
@@ -454,17 +475,6 @@ def open_pins(
     assert db is not None, "pinning needs the state database"
     store = SqlitePinStore(db, kind.name)
     return store, CataloguePins(store, (), trace_append, kind=kind)
-
-
-def _document(definition: str | None) -> Mapping[str, Any] | None:
-    """A pin's stored definition (JCS text, checked against its fingerprint by the store) as an object."""
-    if definition is None:
-        return None
-    try:
-        document = json.loads(definition)
-    except ValueError:
-        return None
-    return document if isinstance(document, dict) else None
 
 
 def _unavailable_reason(server: str, exc: BaseException, kind: str) -> str:

@@ -104,7 +104,8 @@ class CatalogueView:
 
 class GatewayPinService(StorePinService):
     """``StorePinService`` that will not show an empty list for a server whose pins the gateway could
-    not read: ``GET /tools/pins`` answers 503 naming the server (its tools are all held back)."""
+    not read: ``GET /tools/pins`` answers 503 naming the server and the kind (its tools, or its prompts,
+    are all held back)."""
 
     def __init__(self, store: PinStore, pins: CataloguePins, **options: Any) -> None:
         super().__init__(store, pins.servers, **options)
@@ -114,7 +115,9 @@ class GatewayPinService(StorePinService):
         for server in self.servers():
             state = self._pins.state(server)
             if state is not None and state.unavailable is not None:
-                raise PinStoreUnavailable(server, "the gateway's last check of this server's catalogue failed")
+                raise PinStoreUnavailable(
+                    server, f"the gateway's last check of this server's {self.kind} catalogue failed", kind=self.kind
+                )
         return await super().held_back()
 
 
@@ -137,7 +140,7 @@ def control_services(
             if after_accept is not None:
                 await after_accept(server)
 
-        return GatewayPinService(store, pins, after_accept=accepted, offered=pins.offered)
+        return GatewayPinService(store, pins, after_accept=accepted, offered=pins.offered, unpinnable=pins.unpinnable)
 
     pin_service = None
     if runtime.pin_store is not None and runtime.pins is not None:

@@ -11,7 +11,8 @@ with invalid params, never sent to a guess.
 Theory of operation. Prompt names are namespaced like tool names (``catalogue.merged``), so
 ``prompts/list`` is merged the way ``tools/list`` is, and a prompt that cannot be served under its name
 is logged and left out. Under ``pin_prompts`` (``prompt_pins.py``) each upstream's prompts are shown as
-accepted, and ``prompts/get`` of one that is not is refused before it is relayed. Resource URIs are not rewritten; the lists an agent fetches teach the gateway
+accepted, and ``prompts/get`` of one that is not, or ``completion/complete`` of its arguments, is
+refused before it is relayed. Resource URIs are not rewritten; the lists an agent fetches teach the gateway
 which upstream owns which URI, and a URI not known yet has every upstream's resources listed again
 before it is refused. The request itself is relayed by the session (``DownstreamSession.relay``).
 """
@@ -100,13 +101,23 @@ async def prompts_list(session: DownstreamSession, entry: Inflight) -> dict[str,
 async def prompts_get(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
     params = entry.message.params if isinstance(entry.message.params, dict) else {}
     upstream, name = _named_route(session, entry, params.get("name"), "prompt")
+    if (held := await _held_back(session, entry, upstream, name)) is not None:
+        return held
+    return await session.relay(entry, upstream, params, name=name)
+
+
+async def _held_back(
+    session: DownstreamSession, entry: Inflight, upstream: UpstreamSession, name: str
+) -> dict[str, Any] | None:
+    """Under ``pin_prompts``: the refusal of a request naming a prompt that is not pinned (its get, or
+    a completion of its arguments), recorded as ``prompt_held_back``; None when it may be relayed."""
     gateway = session.gateway
     if isinstance(gateway, PinnedPromptsGateway):
         refusal = await gateway.prompt_refusal(upstream.name, name)
         if refusal is not None:
-            await gateway.incident(HELD_BACK_INCIDENT, "client", refusal, INVALID_PARAMS)
+            await gateway.incident(HELD_BACK_INCIDENT, "client", refusal, INVALID_PARAMS, agent=session.agent)
             return error_response(entry.message.id, INVALID_PARAMS, refusal)
-    return await session.relay(entry, upstream, params, name=name)
+    return None
 
 
 async def resources_list(session: DownstreamSession, entry: Inflight) -> dict[str, Any]:
@@ -141,6 +152,8 @@ async def complete(session: DownstreamSession, entry: Inflight) -> dict[str, Any
         return await session.refuse(entry.message.id, INVALID_PARAMS, "invalid params: ref must be an object")
     if ref.get("type") == "ref/prompt":
         upstream, name = _named_route(session, entry, ref.get("name"), "prompt")
+        if (held := await _held_back(session, entry, upstream, name)) is not None:
+            return held
         return await session.relay(entry, upstream, params, name={**ref, "name": name}, name_key="ref")
     if ref.get("type") == "ref/resource":
         upstream = await uri_route(session, entry, ref.get("uri"))

@@ -129,6 +129,8 @@ class PinnedPromptsGateway(Gateway):
             reason = f"prompt {shown!r} is held back: {held}"
         elif (status := pins.status(server, name)) is PinStatus.PINNED:
             return None
+        elif (unpinnable := pins.why_unpinnable(server, name)) is not None:
+            reason = f"prompt {shown!r} is held back: {unpinnable}"
         elif status is PinStatus.CHANGED:
             reason = (
                 f"prompt {shown!r} is held back: its definition changed since the prompts of server "

@@ -6,7 +6,8 @@ the agent's ``prompts/list`` (either era) is shown through the prompt pins as ``
 under ``--pin-tools`` (``ChildCatalogue.shown``: a ``changed`` prompt as its pinned definition, a
 ``new`` one left out, none while the pins cannot be read or were never checked); a ``prompts/get``
 waits for the check of the listing in progress and is refused (invalid params, naming ``drawbridge
-pins accept``, recorded as a ``prompt_held_back`` incident) unless the prompt is ``pinned``.
+pins accept``, recorded as a ``prompt_held_back`` incident) unless the prompt is ``pinned``; so is a
+``completion/complete`` whose ``ref/prompt`` names it.
 
 Theory of operation. ``ChildPrompts`` is ``ChildCatalogue`` listing ``prompts/list`` (every page, on the
 gateway's own ids, in the agent's era) instead of ``tools/list``: listed once the session is
@@ -23,10 +24,24 @@ from drawbridge.canonical import sanitize
 from drawbridge.catalogue.fingerprint import PinStatus
 from drawbridge.catalogue.names import namespaced
 from drawbridge.gateway.protocol.jsonrpc import Message
-from drawbridge.gateway.protocol.methods import PROMPTS_GET, PROMPTS_LIST, PROMPTS_LIST_CHANGED
+from drawbridge.gateway.protocol.methods import COMPLETE, PROMPTS_GET, PROMPTS_LIST, PROMPTS_LIST_CHANGED
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
 
 HELD_BACK_INCIDENT = "prompt_held_back"
+
+
+def prompt_named(message: Message) -> str | None:
+    """The prompt a request names: ``prompts/get``'s ``name``, or the ``ref/prompt`` of a
+    ``completion/complete`` (whose values could tell a held-back prompt's arguments); None for any
+    other request, or a malformed one (the server answers that itself)."""
+    params = message.params if isinstance(message.params, dict) else {}
+    if message.method == COMPLETE:
+        ref = params.get("ref")
+        params = ref if isinstance(ref, dict) and ref.get("type") == "ref/prompt" else {}
+    elif message.method != PROMPTS_GET:
+        return None
+    name = params.get("name")
+    return name if isinstance(name, str) else None
 
 
 class ChildPrompts(ChildCatalogue):
@@ -43,8 +58,9 @@ class ChildPrompts(ChildCatalogue):
         self._problem = None
 
     def listing_waits(self, method: str | None = None) -> bool:
-        """A ``prompts/get`` always waits for the check (then ``refusal`` decides); a ``prompts/list``
-        until a first check was published."""
+        """A ``prompts/get`` (or a completion of a prompt's arguments, which the relay passes as one)
+        always waits for the check (then ``refusal`` decides); a ``prompts/list`` until a first check
+        was published."""
         return method == PROMPTS_GET or super().listing_waits(method)
 
     async def checked(self) -> None:
@@ -53,12 +69,10 @@ class ChildPrompts(ChildCatalogue):
             await self._pins.wait_checked(self.name)
 
     def refusal(self, message: Message) -> str | None:
-        """Why the agent's ``prompts/get`` is refused now, or None when its prompt is pinned."""
-        if message.method != PROMPTS_GET or self._pins is None:
-            return None
-        params = message.params if isinstance(message.params, dict) else {}
-        name = params.get("name")
-        if not isinstance(name, str):
+        """Why the agent's ``prompts/get`` (or ``completion/complete`` of a prompt) is refused now, or
+        None when its prompt is pinned."""
+        name = prompt_named(message)
+        if name is None or self._pins is None:
             return None  # the server answers a malformed request itself
         shown, pinned_as = sanitize(name)[:200], sanitize(namespaced(self.name, name))[:200]  # the control plane's name
         accept = (f"a person reviews it (drawbridge pins show --kind prompt {pinned_as}) and accepts it "
@@ -69,9 +83,11 @@ class ChildPrompts(ChildCatalogue):
         status = self._pins.status(self.name, name)
         if status is PinStatus.PINNED:
             return None
+        if (unpinnable := self._pins.why_unpinnable(self.name, name)) is not None:
+            return f"prompt {shown!r} is held back: {unpinnable}"
         if status is PinStatus.CHANGED:
             return f"prompt {shown!r} is held back: its definition changed since the server's prompts were pinned; {accept}"
         return f"prompt {shown!r} is held back: it is new since the server's prompts were pinned (or not listed); {accept}"
 
 
-__all__ = ["HELD_BACK_INCIDENT", "ChildPrompts"]
+__all__ = ["HELD_BACK_INCIDENT", "ChildPrompts", "prompt_named"]

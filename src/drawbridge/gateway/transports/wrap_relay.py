@@ -113,6 +113,7 @@ from drawbridge.gateway.protocol.methods import (
 )
 from drawbridge.gateway.transports.relay_requests import OwnRequest, Pending, RelayConfig
 from drawbridge.gateway.transports.wrap_catalogue import ChildCatalogue
+from drawbridge.gateway.transports.wrap_prompts import prompt_named
 from drawbridge.gateway.transports.wrap_session import AgentSession
 from drawbridge.gateway.upstreams.child_process import UpstreamGone, UpstreamProcess
 from drawbridge.gateway.upstreams.child_spawn import EnvFilter
@@ -588,8 +589,9 @@ class StdioRelay:
             return
         pending = Pending(message, method)
         self._inflight[key] = pending
-        listing = self.listings.get(PROMPTS_LIST if method == PROMPTS_GET else method)
-        if listing is not None and listing.listing_waits(method):
+        named = prompt_named(message) is not None  # a prompts/get, or a completion of a prompt's arguments
+        listing = self.listings.get(PROMPTS_LIST if named else method)
+        if listing is not None and listing.listing_waits(PROMPTS_GET if named else method):
             assert self._tasks is not None
             self._tasks.start_soon(self._list_when_checked, key, pending, listing)
         elif not await self._forward(key, pending):
